@@ -19,16 +19,17 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	touch $@
 
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
 
+# pytest exits 5 when it collects no test; make then fails, so an empty run never passes.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 dry-run-dexter: $(STAMP)
-	$(BIN)/snakemake -n --configfile config/dexter.yaml
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/dexter.yaml
 
 lint: $(STAMP)
-	$(BIN)/snakemake --lint
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
 
 clean:
 	rm -rf results .snakemake

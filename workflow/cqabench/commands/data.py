@@ -1,0 +1,75 @@
+"""`cqabench` subcommands of the data stage: download, prepare, pool-corpus, export-beir."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from cqabench.errors import ConfigError
+
+
+def _files(pairs: list[str]) -> dict[str, Path]:
+    files = {}
+    for pair in pairs:
+        role, sep, path = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--file expects ROLE=PATH, got {pair!r}")
+        files[role] = Path(path)
+    return files
+
+
+def _download(args: argparse.Namespace) -> int:
+    from cqabench.download import fetch
+
+    spec = json.loads(args.spec)
+    fetch(spec.get("url"), Path(args.out), args.name, args.raw_dir, spec.get("sha256"), spec.get("member"))
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from cqabench.prepare import prepare
+
+    prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit)
+    return 0
+
+
+def _pool(args: argparse.Namespace) -> int:
+    from cqabench.corpora import pool
+
+    pool([Path(p) for p in args.corpus], Path(args.out))
+    return 0
+
+
+def _beir(args: argparse.Namespace) -> int:
+    from cqabench.beir import export
+
+    export(Path(args.corpus), Path(args.queries), Path(args.qrels), args.split, args.serialization, Path(args.out_dir))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("download", help="fetch and verify one raw file")
+    p.add_argument("--name", required=True, help="path of the file relative to the raw directory")
+    p.add_argument("--spec", required=True, help="JSON {url, sha256, member}")
+    p.add_argument("--raw-dir", default="resources/raw")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_download)
+
+    p = sub.add_parser("prepare", help="raw files of one (dataset, split) -> canonical Parquet")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", required=True)
+    p.add_argument("--file", action="append", default=[], metavar="ROLE=PATH")
+    p.add_argument("--limit", type=int, default=None, help="explicit cap on the number of questions")
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=_prepare)
+
+    p = sub.add_parser("pool-corpus", help="pool prepared corpora into one deduplicated corpus")
+    p.add_argument("--corpus", action="append", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_pool)
+
+    p = sub.add_parser("export-beir", help="BEIR corpus.jsonl / queries.jsonl / qrels/<split>.tsv")
+    for name in ("corpus", "queries", "qrels", "split", "serialization", "out-dir"):
+        p.add_argument(f"--{name}", required=True)
+    p.set_defaults(func=_beir)

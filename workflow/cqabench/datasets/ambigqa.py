@@ -1,0 +1,144 @@
+"""AmbigQA (AmbigNQ light): open questions that admit one answer or several interpretations.
+
+Each record has annotations of type singleAnswer (aliases of one answer) or multipleQAs
+(disambiguated question/answer pairs). They are kept as-is in `Answer.annotations` because
+F1_ans is defined over the interpretations; `Answer.aliases` pools every alias for metrics
+that only need surface forms.
+
+The passage corpus (role "passages") is DPR's psgs_w100.tsv: a header `id<TAB>text<TAB>title`
+and CSV-quoted text. Gold passages are those whose title is among the question's
+`viewed_doc_titles` (full AmbigQA release), compared case-insensitively because DPR-derived
+copies differ in title case. A question without `viewed_doc_titles` has no qrels; a viewed
+title with no passage in the corpus is listed in meta (`unmatched_titles`), not an error,
+because the 2018 DPR dump lacks some pages annotators viewed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cqabench.datasets.common import field, limited, ordered_unique, read_json
+from cqabench.errors import DataError
+from cqabench.schema import Annotation, Answer, CanonicalData, Document, Qrel, Query
+
+RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}
+
+DPR_HEADER = ["id", "text", "title"]
+
+
+def _aliases(value: Any, path: Path, qid: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise DataError(path, qid, where, "expected a list of answer strings")
+    return value
+
+
+def _annotations(rec: dict[str, Any], path: Path, qid: str) -> list[Annotation]:
+    out: list[Annotation] = []
+    for j, ann in enumerate(field(rec, "annotations", list, path, qid)):
+        where = f"annotations[{j}]"
+        kind = field(ann, "type", str, path, f"{qid} {where}")
+        if kind == "singleAnswer":
+            items = [{"question": "", "aliases": _aliases(ann.get("answer"), path, qid, f"{where}.answer")}]
+        elif kind == "multipleQAs":
+            items = []
+            for k, pair in enumerate(field(ann, "qaPairs", list, path, f"{qid} {where}")):
+                pwhere = f"{where}.qaPairs[{k}]"
+                q = field(pair, "question", str, path, f"{qid} {pwhere}")
+                items.append({"question": q, "aliases": _aliases(pair.get("answer"), path, qid, f"{pwhere}.answer")})
+        else:
+            raise DataError(path, qid, f"{where}.type", f"unknown annotation type {kind!r}")
+        out.append(Annotation(type=kind, answers=items))
+    if not out:
+        raise DataError(path, qid, "annotations", "no annotation")
+    return out
+
+
+def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, columns) after the checked header; csv errors become DataError."""
+    try:
+        fh = open(path, encoding="utf-8", newline="")
+    except FileNotFoundError:
+        raise DataError(path, None, "-", "file not found") from None
+    with fh:
+        reader = csv.reader(fh, delimiter="\t")
+        try:
+            header = next(reader, None)
+            if header != DPR_HEADER:
+                raise DataError(path, "line 1", "header", f"expected {DPR_HEADER}, got {header}")
+            for row in reader:
+                if row:
+                    yield reader.line_num, row
+        except csv.Error as exc:  # e.g. an unclosed quote swallowing the rest of the file
+            raise DataError(path, f"line {reader.line_num}", "-", f"not valid TSV ({exc})") from None
+
+
+def read_dpr_passages(path: Path) -> list[Document]:
+    """Read a psgs_w100.tsv-shaped file; the id column is the docid (DPR's own passage ids)."""
+    docs: list[Document] = []
+    seen: set[str] = set()
+    for line, row in _tsv_rows(path):
+        if len(row) != 3:
+            raise DataError(path, f"line {line}", "-", f"expected 3 tab-separated columns, got {len(row)}")
+        pid, text, title = row
+        if not pid:
+            raise DataError(path, f"line {line}", "id", "empty passage id")
+        if pid in seen:
+            raise DataError(path, pid, "id", f"duplicate passage id (line {line})")
+        seen.add(pid)
+        docs.append(Document(docid=pid, title=title, text=text))
+    return docs
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    path = Path(files["questions"])
+    raw = read_json(path)
+    if not isinstance(raw, list):
+        raise DataError(path, None, "-", f"expected a JSON list of questions, got {type(raw).__name__}")
+    records = limited(raw, limit)
+
+    data = CanonicalData()
+    by_title: dict[str, list[str]] = {}
+    if files.get("passages"):
+        data.corpus = read_dpr_passages(Path(files["passages"]))
+        for doc in data.corpus:
+            by_title.setdefault(doc.title.casefold(), []).append(doc.docid)
+
+    seen_qids: set[str] = set()
+    for i, rec in enumerate(records):
+        qid = field(rec, "id", str, path, f"index {i}")
+        if qid in seen_qids:
+            raise DataError(path, qid, "id", "duplicate question id")
+        seen_qids.add(qid)
+        question = field(rec, "question", str, path, qid)
+        annotations = _annotations(rec, path, qid)
+
+        meta: dict[str, Any] = {}
+        if "viewed_doc_titles" in rec:
+            titles = field(rec, "viewed_doc_titles", list, path, qid)
+            if not all(isinstance(t, str) for t in titles):
+                raise DataError(path, qid, "viewed_doc_titles", "expected a list of strings")
+            meta["viewed_doc_titles"] = titles
+            if by_title:
+                gold = list(dict.fromkeys(d for t in titles for d in by_title.get(t.casefold(), [])))
+                meta["unmatched_titles"] = [t for t in titles if t.casefold() not in by_title]
+                data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        for key in ("nq_answer", "nq_doc_title"):
+            if key in rec:
+                meta[key] = rec[key]
+
+        single = all(a.type == "singleAnswer" for a in annotations)
+        data.queries.append(
+            Query(
+                qid=qid,
+                question=question,
+                question_type="single" if single else "multi",
+                meta=json.dumps(meta, ensure_ascii=False),
+            )
+        )
+        pooled = ordered_unique([alias for a in annotations for item in a.answers for alias in item["aliases"]])
+        data.answers.append(Answer(qid=qid, answer_type="interpretations", aliases=pooled, annotations=annotations))
+    return data

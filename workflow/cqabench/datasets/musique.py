@@ -1,0 +1,128 @@
+"""MuSiQue: multi-hop questions, each with 20 paragraphs of which some support the answer.
+
+The corpus is every paragraph of the kept questions, supporting or not (the distractors are
+what makes retrieval hard), deduplicated by content id so that a paragraph repeated across
+questions, or shared with 2WikiMultihopQA, is one document. Gold = the `is_supporting`
+paragraphs. Unanswerable records (MuSiQue-Full) are kept; `answerable` is recorded in meta.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cqabench.datasets.common import field, limited, ordered_unique, read_json, read_jsonl, text_docid
+from cqabench.errors import DataError
+from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
+
+RAW_FILES: dict[str, bool] = {"questions": True}
+
+
+def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (position label, record) from either the official .jsonl or a JSON list.
+
+    The format is detected from the first non-blank character, not the file name, because
+    copies of MuSiQue circulate as both under either extension.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(4096).lstrip()
+    except FileNotFoundError:
+        raise DataError(path, None, "-", "file not found") from None
+    if head.startswith("["):
+        data = read_json(path)
+        if not isinstance(data, list):
+            raise DataError(path, None, "-", f"expected a JSON list of records, got {type(data).__name__}")
+        for i, rec in enumerate(data):
+            yield f"index {i}", rec
+    else:
+        for lineno, rec in read_jsonl(path):
+            yield f"line {lineno}", rec
+
+
+def _hops(qid: str) -> str:
+    """'3hop1__…' -> '3hop': the hop count; the composition shape (3hop1/3hop2) goes to meta."""
+    m = re.match(r"(\d+hop)", qid)
+    return m.group(1) if m else ""
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    path = Path(files["questions"])
+    records = limited(list(_records(path)), limit)
+    data = CanonicalData()
+    seen_docs: set[str] = set()
+    seen_qids: set[str] = set()
+    for pos, rec in records:
+        qid = field(rec, "id", str, path, pos)
+        if qid in seen_qids:
+            raise DataError(path, qid, "id", "duplicate question id")
+        seen_qids.add(qid)
+        question = field(rec, "question", str, path, qid)
+        answer = field(rec, "answer", str, path, qid)
+        aliases = field(rec, "answer_aliases", list, path, qid) if "answer_aliases" in rec else []
+        if not all(isinstance(a, str) for a in aliases):
+            raise DataError(path, qid, "answer_aliases", "expected a list of strings")
+        answerable = rec.get("answerable", True)
+        if not isinstance(answerable, bool):
+            raise DataError(path, qid, "answerable", f"expected bool, got {type(answerable).__name__}")
+
+        by_idx: dict[int, str] = {}  # paragraph idx -> docid, to resolve decomposition support
+        gold: set[str] = set()
+        for j, par in enumerate(field(rec, "paragraphs", list, path, qid)):
+            where = f"paragraphs[{j}]"
+            idx = field(par, "idx", int, path, f"{qid} {where}")
+            title = field(par, "title", str, path, f"{qid} {where}")
+            text = field(par, "paragraph_text", str, path, f"{qid} {where}")
+            supporting = field(par, "is_supporting", bool, path, f"{qid} {where}")
+            if idx in by_idx:
+                raise DataError(path, qid, f"{where}.idx", f"duplicate paragraph idx {idx}")
+            docid = text_docid(title, text)
+            by_idx[idx] = docid
+            if docid not in seen_docs:
+                seen_docs.add(docid)
+                data.corpus.append(Document(docid=docid, title=title, text=text))
+            if supporting and docid not in gold:  # one qrel even if the paragraph repeats
+                gold.add(docid)
+                data.qrels.append(Qrel(qid=qid, docid=docid, relevance=1))
+
+        sub_questions: list[str] = []
+        sub_answers: list[str] = []
+        sub_support: list[str | None] = []
+        for j, step in enumerate(field(rec, "question_decomposition", list, path, qid)):
+            where = f"question_decomposition[{j}]"
+            sub_questions.append(field(step, "question", str, path, f"{qid} {where}"))
+            sub_answers.append(field(step, "answer", str, path, f"{qid} {where}"))
+            support = step.get("paragraph_support_idx") if isinstance(step, dict) else None
+            if support is None:  # MuSiQue-Full unanswerable steps carry no support
+                sub_support.append(None)
+                continue
+            if not isinstance(support, int) or isinstance(support, bool):
+                problem = f"expected int, got {type(support).__name__}"
+                raise DataError(path, qid, f"{where}.paragraph_support_idx", problem)
+            if support not in by_idx:
+                problem = f"names paragraph idx {support}, absent from paragraphs"
+                raise DataError(path, qid, f"{where}.paragraph_support_idx", problem)
+            sub_support.append(by_idx[support])
+
+        data.queries.append(
+            Query(
+                qid=qid,
+                question=question,
+                question_type=_hops(qid),
+                decomposition=sub_questions,
+                meta=json.dumps(
+                    {
+                        "answerable": answerable,
+                        "shape": qid.split("__", 1)[0] if "__" in qid else "",
+                        "decomposition_answers": sub_answers,
+                        "decomposition_support": sub_support,
+                    },
+                    ensure_ascii=False,
+                ),
+            )
+        )
+        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=ordered_unique([answer, *aliases])))
+    return data

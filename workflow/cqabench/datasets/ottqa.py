@@ -1,0 +1,115 @@
+"""OTT-QA: open questions answered from a Wikipedia table plus the pages its cells link to.
+
+Corpus = every table of the tables file plus every passage of the passages file, whatever
+the question limit: they are the retrieval pool, not per-question contexts.
+- table: docid = table_id, title = page title + " - " + section title (the section title,
+  e.g. "Players -- Bracelets", says which of a page's tables this is), header and rows = the
+  cell texts (the hyperlinks are dropped), text = "" — the page intro is not attached, so a
+  table document is the table alone, as in DEXTER.
+- passage: docid = the "/wiki/Title" key, title = that key without "/wiki/", URL-unquoted,
+  underscores as spaces.
+
+Gold (relevance 1) = the question's table, plus, in `dev.traced.json`, each passage named by
+an `answer-node` of type "passage". The plain `dev.json` has no answer nodes: gold is then the
+table only. Answer = the single `answer-text` (answer_type "aliases").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+from cqabench.datasets.common import field, limited, read_json
+from cqabench.errors import DataError
+from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
+
+RAW_FILES: dict[str, bool] = {"questions": True, "tables": True, "passages": True}
+
+
+def passage_title(key: str) -> str:
+    """'/wiki/Cartier_Field' -> 'Cartier Field'."""
+    name = key[len("/wiki/"):] if key.startswith("/wiki/") else key
+    return unquote(name).replace("_", " ")
+
+
+def _cell_text(cell: Any, path: Path, rec: str, name: str) -> str:
+    """A cell is [text, [links]]; only the text is kept."""
+    if not isinstance(cell, list) or not cell or not isinstance(cell[0], str):
+        raise DataError(path, rec, name, "expected a cell [text, [links]]")
+    return cell[0]
+
+
+def _table_doc(table_id: str, table: Any, path: Path) -> Document:
+    title = field(table, "title", str, path, table_id)
+    section = table.get("section_title", "") or ""
+    if not isinstance(section, str):
+        raise DataError(path, table_id, "section_title", f"expected str, got {type(section).__name__}")
+    raw_header = field(table, "header", list, path, table_id)
+    raw_rows = field(table, "data", list, path, table_id)
+    header = [_cell_text(c, path, table_id, f"header[{j}]") for j, c in enumerate(raw_header)]
+    rows = []
+    for i, row in enumerate(raw_rows):
+        if not isinstance(row, list):
+            raise DataError(path, table_id, f"data[{i}]", f"expected a list of cells, got {type(row).__name__}")
+        rows.append([_cell_text(c, path, table_id, f"data[{i}][{j}]") for j, c in enumerate(row)])
+    if not header:
+        raise DataError(path, table_id, "header", "empty table: no header")
+    if not rows:
+        raise DataError(path, table_id, "data", "empty table: no rows")
+    full_title = f"{title} - {section}" if section.strip() else title
+    return Document(docid=table_id, title=full_title, text="", kind="table", table_header=header, table_rows=rows)
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    qpath, tpath, ppath = (Path(files[r]) for r in ("questions", "tables", "passages"))
+    tables = read_json(tpath)
+    if not isinstance(tables, dict):
+        raise DataError(tpath, None, "-", f"expected a JSON object {{table_id: table}}, got {type(tables).__name__}")
+    passages = read_json(ppath)
+    if not isinstance(passages, dict):
+        raise DataError(ppath, None, "-", f"expected a JSON object {{'/wiki/Title': text}}, got {type(passages).__name__}")
+    questions = read_json(qpath)
+    if not isinstance(questions, list):
+        raise DataError(qpath, None, "-", f"expected a JSON list of questions, got {type(questions).__name__}")
+
+    data = CanonicalData()
+    data.corpus.extend(_table_doc(tid, t, tpath) for tid, t in tables.items())
+    for key, text in passages.items():
+        if not isinstance(text, str):
+            raise DataError(ppath, key, "-", f"passage text: expected str, got {type(text).__name__}")
+        data.corpus.append(Document(docid=key, title=passage_title(key), text=text))
+
+    seen: set[str] = set()
+    for i, rec in enumerate(limited(questions, limit)):
+        qid = field(rec, "question_id", str, qpath, f"index {i}")
+        if qid in seen:
+            raise DataError(qpath, qid, "question_id", "duplicate question id")
+        seen.add(qid)
+        table_id = field(rec, "table_id", str, qpath, qid)
+        if table_id not in tables:
+            raise DataError(qpath, qid, "table_id", f"table {table_id!r} is not in {tpath}")
+        gold = [table_id]
+        nodes = field(rec, "answer-node", list, qpath, qid) if "answer-node" in rec else []
+        for j, node in enumerate(nodes):
+            if not (isinstance(node, list) and len(node) == 4 and node[3] in ("table", "passage")):
+                raise DataError(qpath, qid, f"answer-node[{j}]", "expected [text, [row, col], link, 'table'|'passage']")
+            if node[3] != "passage":
+                continue  # the answer is a cell of the gold table itself
+            link = node[2]
+            if not isinstance(link, str):
+                raise DataError(qpath, qid, f"answer-node[{j}]", f"passage node without a link ({link!r})")
+            if link not in passages:
+                raise DataError(qpath, qid, f"answer-node[{j}]", f"passage {link!r} is not in {ppath}")
+            if link not in gold:
+                gold.append(link)
+        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        answer = field(rec, "answer-text", str, qpath, qid)
+        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=[answer]))
+        data.queries.append(
+            Query(qid=qid, question=field(rec, "question", str, qpath, qid),
+                  meta=json.dumps({"table_id": table_id}, ensure_ascii=False))
+        )
+    return data

@@ -1,0 +1,96 @@
+"""2WikiMultihopQA: multi-hop questions over Wikipedia, each with 10 context paragraphs.
+
+A context paragraph is `[title, [sentences]]`; its document text is the sentences joined by
+one space, which is how the released 2Wiki passage corpora (e.g. the 6,119-passage distractor
+corpus) write them, so the same paragraph gets the same content id from either source.
+Gold = every context paragraph whose title appears in `supporting_facts` (relevance 1).
+Every question of the file is loaded: only an explicit `limit` caps them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from cqabench.datasets.common import field, limited, read_json, text_docid
+from cqabench.errors import DataError
+from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
+
+RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}
+
+
+def _json_list(path: Path) -> list:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(path, None, "-", f"expected a JSON list, got {type(data).__name__}")
+    return data
+
+
+def _add(data: CanonicalData, seen: set[str], title: str, text: str) -> str:
+    docid = text_docid(title, text)
+    if docid not in seen:
+        seen.add(docid)
+        data.corpus.append(Document(docid=docid, title=title, text=text))
+    return docid
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    path = Path(files["questions"])
+    records = limited(_json_list(path), limit)
+    data = CanonicalData()
+    seen_docs: set[str] = set()
+    seen_qids: set[str] = set()
+    for i, rec in enumerate(records):
+        qid = field(rec, "_id", str, path, f"index {i}")
+        if qid in seen_qids:
+            raise DataError(path, qid, "_id", "duplicate question id")
+        seen_qids.add(qid)
+        question = field(rec, "question", str, path, qid)
+        answer = field(rec, "answer", str, path, qid)
+        qtype = field(rec, "type", str, path, qid)
+
+        by_title: dict[str, list[str]] = {}
+        for j, par in enumerate(field(rec, "context", list, path, qid)):
+            where = f"context[{j}]"
+            if not (
+                isinstance(par, list)
+                and len(par) == 2
+                and isinstance(par[0], str)
+                and isinstance(par[1], list)
+                and all(isinstance(s, str) for s in par[1])
+            ):
+                raise DataError(path, qid, where, "expected [title, [sentence, ...]]")
+            title, sentences = par
+            by_title.setdefault(title, []).append(_add(data, seen_docs, title, " ".join(sentences)))
+
+        gold: list[str] = []
+        for j, fact in enumerate(field(rec, "supporting_facts", list, path, qid)):
+            where = f"supporting_facts[{j}]"
+            if not (
+                isinstance(fact, list)
+                and len(fact) == 2
+                and isinstance(fact[0], str)
+                and isinstance(fact[1], int)
+                and not isinstance(fact[1], bool)
+            ):
+                raise DataError(path, qid, where, "expected [title, sentence index]")
+            if fact[0] not in by_title:
+                raise DataError(path, qid, "supporting_facts", f"title {fact[0]!r} is not among the context titles")
+            for docid in by_title[fact[0]]:
+                if docid not in gold:
+                    gold.append(docid)
+        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+
+        meta = {"supporting_facts": rec["supporting_facts"], "evidences": rec.get("evidences", [])}
+        meta_json = json.dumps(meta, ensure_ascii=False)
+        data.queries.append(Query(qid=qid, question=question, question_type=qtype, meta=meta_json))
+        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=[answer]))
+
+    if files.get("passages"):
+        ppath = Path(files["passages"])
+        for i, rec in enumerate(_json_list(ppath)):
+            title = field(rec, "title", str, ppath, f"index {i}")
+            text = field(rec, "text", str, ppath, f"index {i}")
+            _add(data, seen_docs, title, text)
+    return data

@@ -1,0 +1,162 @@
+"""BM25 with Lucene, through the Anserini engine that ships inside pyserini; no server.
+
+The index holds two fields per document: `contents` (the text, a serialized table for table
+documents) and `title`. Which fields a search scores, and with what boost, is the `fields`
+setting (`{title: 1.0, text: 1.0}`: the sum of BM25 over both), so changing boosts reuses the
+index. We call the Anserini classes pyserini's `LuceneSearcher` wraps (`SimpleSearcher`,
+`IndexCollection`) instead of importing `pyserini.search`, whose import pulls in torch.
+
+Settings (all optional): k1 (0.9), b (0.4), fields ({title: 1.0, text: 1.0}),
+language (Anserini language code, "en"), stemmer (porter | krovetz | none; English only),
+threads (2).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cqabench.errors import ConfigError
+from cqabench.retrievers.base import Doc, QueryText, Results, rank
+from cqabench.retrievers.java import autoclass, start_jvm
+
+log = logging.getLogger(__name__)
+
+DEFAULTS: dict[str, Any] = {
+    "k1": 0.9,
+    "b": 0.4,
+    "fields": {"title": 1.0, "text": 1.0},
+    "language": "en",
+    "stemmer": "porter",
+    "threads": 2,
+}
+# Field names in config -> Lucene field names in the index.
+FIELD_NAMES = {"title": "title", "text": "contents"}
+STEMMERS = ("porter", "krovetz", "none")
+# Boosts, BM25 parameters and threads act at search time only; the index is the same.
+SEARCH_ONLY_KEYS = frozenset({"k1", "b", "fields", "threads"})
+LUCENE_DIR = "lucene"
+BATCH = 20_000  # queries per Java call, to bound the result map held in the JVM
+
+
+def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+    """Defaults filled in and every value checked, so a typo fails before indexing starts."""
+    unknown = set(settings) - set(DEFAULTS) - {"type"}
+    if unknown:
+        raise ConfigError(
+            f"bm25 retriever: unknown setting(s) {', '.join(sorted(unknown))}; "
+            f"valid: {', '.join(sorted(DEFAULTS))}"
+        )
+    s = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "type"}}
+    for key in ("k1", "b"):
+        if not isinstance(s[key], (int, float)) or isinstance(s[key], bool) or s[key] < 0:
+            raise ConfigError(f"bm25 retriever: {key} must be a non-negative number, got {s[key]!r}")
+    fields = s["fields"]
+    if not isinstance(fields, dict) or not fields or set(fields) - set(FIELD_NAMES):
+        raise ConfigError(
+            f"bm25 retriever: fields must map some of {sorted(FIELD_NAMES)} to boosts, got {fields!r}"
+        )
+    for name, boost in fields.items():
+        if not isinstance(boost, (int, float)) or isinstance(boost, bool) or boost <= 0:
+            raise ConfigError(f"bm25 retriever: boost of field {name!r} must be positive, got {boost!r}")
+    if s["stemmer"] not in STEMMERS:
+        raise ConfigError(f"bm25 retriever: stemmer must be one of {STEMMERS}, got {s['stemmer']!r}")
+    if s["stemmer"] != "porter" and s["language"] != "en":
+        raise ConfigError("bm25 retriever: stemmer applies to language 'en' only")
+    if not isinstance(s["threads"], int) or s["threads"] < 1:
+        raise ConfigError(f"bm25 retriever: threads must be a positive integer, got {s['threads']!r}")
+    return s
+
+
+def _write_collection(docs: Iterable[Doc], folder: Path) -> int:
+    """Anserini JsonCollection: one JSON object a line, extra keys become extra fields."""
+    count = 0
+    with open(folder / "docs.jsonl", "w", encoding="utf-8") as fh:
+        for docid, title, text in docs:
+            # Anserini skips a document whose contents are empty; the title keeps it findable.
+            contents = text if text.strip() else title
+            fh.write(json.dumps({"id": docid, "contents": contents, "title": title}, ensure_ascii=False))
+            fh.write("\n")
+            count += 1
+    return count
+
+
+def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
+    s = resolve(settings)
+    start_jvm()
+    indexer = autoclass("io.anserini.index.IndexCollection")
+    with tempfile.TemporaryDirectory(prefix="cqabench-bm25-") as tmp:
+        count = _write_collection(docs, Path(tmp))
+        args = [
+            "-collection", "JsonCollection",
+            "-generator", "DefaultLuceneDocumentGenerator",
+            "-input", tmp,
+            "-index", str(index_dir / LUCENE_DIR),
+            "-fields", "title",
+            "-threads", str(s["threads"]),
+            "-language", s["language"],
+            "-storeRaw",
+        ]  # fmt: skip
+        if s["language"] == "en":
+            args += ["-stemmer", s["stemmer"]]
+        indexer.main(args)
+    indexed = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir / LUCENE_DIR))
+    try:
+        total = int(indexed.get_total_num_docs())
+    finally:
+        indexed.close()
+    if total != count:
+        raise ConfigError(
+            f"bm25: Lucene indexed {total} of {count} documents (empty or duplicate ids?); "
+            "see the Anserini log above"
+        )
+    log.info("bm25: indexed %d documents into %s", count, index_dir)
+
+
+def _searcher(index_dir: Path, s: dict[str, Any]) -> Any:
+    path = index_dir / LUCENE_DIR
+    if not path.is_dir():
+        raise ConfigError(f"index {index_dir} holds no Lucene index ({LUCENE_DIR}/); rebuild it")
+    searcher = autoclass("io.anserini.search.SimpleSearcher")(str(path))
+    if s["language"] != "en":
+        searcher.set_language(s["language"])
+    elif s["stemmer"] != "porter":
+        from pyserini.analysis import get_lucene_analyzer
+
+        searcher.set_analyzer(
+            get_lucene_analyzer(language="en", stemming=s["stemmer"] != "none", stemmer=s["stemmer"])
+        )
+    searcher.set_bm25(float(s["k1"]), float(s["b"]))
+    return searcher
+
+
+def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
+    s = resolve(settings)
+    start_jvm()
+    array_list = autoclass("java.util.ArrayList")
+    hash_map = autoclass("java.util.HashMap")
+    jfloat = autoclass("java.lang.Float")
+    boosts = hash_map()
+    for name, boost in s["fields"].items():
+        boosts.put(FIELD_NAMES[name], jfloat(float(boost)))
+    searcher = _searcher(index_dir, s)
+    results: Results = {qid: [] for qid, _ in queries}
+    try:
+        for start in range(0, len(queries), BATCH):
+            texts, qids = array_list(), array_list()
+            for qid, text in queries[start : start + BATCH]:
+                if text.strip():  # an empty query matches nothing; Lucene need not see it
+                    texts.add(text)
+                    qids.add(qid)
+            if texts.size() == 0:
+                continue
+            hits = searcher.batch_search_fields(texts, qids, int(k), int(s["threads"]), boosts)
+            for entry in hits.entrySet().toArray():
+                results[entry.getKey()] = rank(((h.docid, h.score) for h in entry.getValue()), k)
+    finally:
+        searcher.close()
+    return results

