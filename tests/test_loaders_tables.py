@@ -274,7 +274,8 @@ def test_finqa_real():
     assert t.table_header[0] == "company" and t.table_rows[2] == ["american express", "637", "647", "5.0", "86"]
     # FinQA's own indexes in the same record (model_input, tfidftopn) name these sentences
     assert docs["V/2008/page_17.pdf#text_43"].text == "$ 2457 $ 3822 50.3 1592 ."
-    assert docs["V/2008/page_17.pdf#text_55"].text == "american express and discover include business from third-party issuers ."
+    assert docs["V/2008/page_17.pdf#text_55"].text == (
+        "american express and discover include business from third-party issuers .")
     _check_closed(data)
 
 
@@ -332,7 +333,8 @@ def _without_exe_ans(rec: dict) -> dict:
          lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", "not a dict")),
         ("B/2020/page_9.pdf-1", "qa.gold_inds",
          lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {"text_4": "x"})),  # 4 sentences: 0..3
-        ("B/2020/page_9.pdf-1 qa", "exe_ans", lambda: _without_exe_ans(_fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}))),
+        ("B/2020/page_9.pdf-1 qa", "exe_ans",
+         lambda: _without_exe_ans(_fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}))),
         ("B/2020/page_9.pdf-1", "qa.exe_ans", lambda: _fin("B/2020/page_9.pdf-1", "B", "x", "n/a", "", {})),
         ("B/2020/page_9.pdf-1", "table", lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[])),
         ("B/2020/page_9.pdf-1", "table", lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[["a", "b"]])),
@@ -387,7 +389,8 @@ def test_tanq_real_sample():
     assert a.table_header == ["entity", "original language", "composer", "country of origin", "genre"]
     assert a.table_rows[4] == ["Spaceballs", "English", "John Morris, Mel Brooks", "United States of America",
                                "science fiction comedy, parody film, comedy film, science fiction film, adventure film"]
-    assert {q.question_type for q in data.queries} == {"wikidata_intersection", "wikitables_composition", "wikidata_comp"}
+    assert {q.question_type for q in data.queries} == {
+        "wikidata_intersection", "wikitables_composition", "wikidata_comp"}
     _check_closed(data)
 
 

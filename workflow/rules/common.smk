@@ -122,4 +122,4 @@ def prepare_inputs(w):
 
 
 def prepare_file_args(w, input):
-    return " ".join(shlex.quote(f"{role}={path}") for role, path in input.items())
+    return " ".join(f"--file {shlex.quote(f'{role}={path}')}" for role, path in input.items())

@@ -113,7 +113,8 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             pages[filename] = page
             data.corpus.append(Document(docid=f"{filename}#table", title="", text="", kind="table",
                                         table_header=header, table_rows=rows))
-            data.corpus.extend(Document(docid=f"{filename}#text_{k}", title="", text=s) for k, s in enumerate(sentences))
+            data.corpus.extend(Document(docid=f"{filename}#text_{k}", title="", text=s)
+                               for k, s in enumerate(sentences))
         elif pages[filename] != page:
             raise DataError(path, qid, "table/pre_text/post_text",
                             f"page {filename!r} differs from an earlier question's copy of it")

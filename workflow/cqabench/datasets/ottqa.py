@@ -70,7 +70,8 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
         raise DataError(tpath, None, "-", f"expected a JSON object {{table_id: table}}, got {type(tables).__name__}")
     passages = read_json(ppath)
     if not isinstance(passages, dict):
-        raise DataError(ppath, None, "-", f"expected a JSON object {{'/wiki/Title': text}}, got {type(passages).__name__}")
+        raise DataError(ppath, None, "-",
+                        f"expected a JSON object {{'/wiki/Title': text}}, got {type(passages).__name__}")
     questions = read_json(qpath)
     if not isinstance(questions, list):
         raise DataError(qpath, None, "-", f"expected a JSON list of questions, got {type(questions).__name__}")

@@ -88,7 +88,8 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
         raw = field(q, "answer", (int, float, str), path, qid)
         return Answer(qid=qid, answer_type="number", aliases=[str(raw)], number=_number(raw, path, qid),
                       scale=scale, numeric_type=kind, program=derivation)
-    raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {', '.join(SPAN_TYPES + NUMBER_TYPES)}")
+    valid = ", ".join(SPAN_TYPES + NUMBER_TYPES)
+    raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {valid}")
 
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
@@ -134,7 +135,8 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                     except (TypeError, ValueError):
                         raise DataError(path, qid, "rel_paragraphs", f"{r!r} is not a paragraph order") from None
                     if order not in by_order:
-                        raise DataError(path, qid, "rel_paragraphs", f"paragraph order {r!r} does not exist in context {table_uid}")
+                        raise DataError(path, qid, "rel_paragraphs",
+                                        f"paragraph order {r!r} does not exist in context {table_uid}")
                     if by_order[order] not in gold:
                         gold.append(by_order[order])
             data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)

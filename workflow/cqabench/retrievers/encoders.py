@@ -104,6 +104,7 @@ class HFEncoder:
         inner = getattr(getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None)
         self.model = (inner or model).eval()
         self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        self.default_length = min(512, self.limit)
         self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
         if backend == "torch":
             if quantize == "int8":
@@ -219,6 +220,7 @@ class STEncoder:
             self.model = SentenceTransformer(resolve_model(spec), device=device)
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
+        self.default_length = int(self.model.max_seq_length or 512)
 
     def encode(self, texts: Sequence[str], max_length: int, batch_size: int) -> np.ndarray:
         self.model.max_seq_length = int(max_length)

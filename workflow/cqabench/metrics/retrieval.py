@@ -1,0 +1,156 @@
+"""Retrieval metrics: trec_eval measures through pytrec_eval, and StrategyQA Recall@10.
+
+Every choice that moves a number is a switch recorded in the metrics.json cell:
+
+* identical ids: a retrieved document whose id equals the query id is dropped before scoring
+  when `drop_identical_ids` (BEIR's default, for corpora that contain the queries).
+* empty results: a query with qrels but nothing retrieved (or absent from the run) scores 0 on
+  every measure and stays in the mean. BEIR drops such queries silently (pytrec_eval returns
+  nothing for them), which inflates the mean; we do not.
+* queries without relevant qrels (no qrel with relevance > 0) are excluded from the mean, as
+  trec_eval does; their count is reported.
+* ties: pytrec_eval orders by score, then docid descending (trec_eval's rule, checked in
+  tests/test_retrieval_metrics.py); our run files are ranked the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytrec_eval
+
+from cqabench.retrievers.base import rank
+
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, dict[str, float]]
+
+CUTOFFS: dict[str, tuple[int, ...]] = {
+    "ndcg_cut": (1, 3, 5, 10, 100),
+    "recall": (10, 20, 100),
+    "map_cut": (100,),
+    "P": (1, 10),
+}
+TREC_VARIANT = "trec_eval"
+STRATEGYQA_VARIANT = "strategyqa_best_annotator"
+POLICIES = {
+    "empty_result_policy": "zero_kept_in_mean",
+    "no_qrels_policy": "excluded_from_mean",
+    "tie_policy": "trec_eval_score_desc_docid_desc",
+}
+
+
+def measure_names(cutoffs: Mapping[str, Sequence[int]] = CUTOFFS) -> list[str]:
+    """pytrec_eval's result keys, e.g. ndcg_cut_10, recall_100, P_1."""
+    return [f"{name}_{k}" for name, ks in cutoffs.items() for k in ks]
+
+
+@dataclass
+class Evaluation:
+    per_query: dict[str, dict[str, float]]  # qid -> measure -> value (only evaluated queries)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def drop_identical(run: Mapping[str, Mapping[str, float]]) -> tuple[Run, int]:
+    """The run without documents named like their query, and how many were removed."""
+    dropped = 0
+    out: Run = {}
+    for qid, docs in run.items():
+        out[qid] = {d: s for d, s in docs.items() if d != qid}
+        dropped += len(docs) - len(out[qid])
+    return out, dropped
+
+
+def judged_queries(qrels: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return sorted(qid for qid, docs in qrels.items() if any(r > 0 for r in docs.values()))
+
+
+def evaluate(
+    run: Mapping[str, Mapping[str, float]],
+    qrels: Mapping[str, Mapping[str, int]],
+    drop_identical_ids: bool = True,
+    cutoffs: Mapping[str, Sequence[int]] = CUTOFFS,
+) -> Evaluation:
+    """trec_eval measures per query over the queries that have a relevant document."""
+    counts = {"identical_ids_dropped": 0}
+    run = {q: dict(d) for q, d in run.items()}
+    if drop_identical_ids:
+        run, counts["identical_ids_dropped"] = drop_identical(run)
+    judged = judged_queries(qrels)
+    counts["queries_evaluated"] = len(judged)
+    counts["queries_without_relevant_qrels"] = len(qrels) - len(judged)
+    counts["run_queries_without_qrels"] = len(set(run) - set(qrels))
+    counts["queries_with_empty_result"] = sum(1 for q in judged if not run.get(q))
+    if not judged:
+        return Evaluation({}, counts)
+    measures = {f"{name}.{','.join(str(k) for k in ks)}" for name, ks in cutoffs.items()}
+    evaluator = pytrec_eval.RelevanceEvaluator({q: dict(qrels[q]) for q in judged}, measures)
+    # An empty dict makes pytrec_eval score the query (all zeros) instead of skipping it.
+    scored = evaluator.evaluate({q: run.get(q, {}) for q in judged})
+    names = measure_names(cutoffs)
+    per_query = {q: {m: float(scored[q][m]) for m in names} for q in judged}
+    return Evaluation(per_query, counts)
+
+
+def best_annotator_recall(ranking: Sequence[str], evidence: Sequence[Sequence[Sequence[str]]], k: int = 10) -> float:
+    """StrategyQA Recall@k for one question.
+
+    Per annotator the gold set is every paragraph id named in any of that annotator's steps;
+    recall is the share of that set found among the first k retrieved ids. The question gets
+    its best annotator's recall. An annotator with no paragraph ids (only "operation" /
+    "no_evidence" steps) has no recall and is skipped; a question with no annotator left scores 0.
+    """
+    top = set(ranking[:k])
+    best: float | None = None
+    for steps in evidence:
+        gold = {pid for step in steps for pid in step}
+        if not gold:
+            continue
+        recall = len(gold & top) / len(gold)
+        best = recall if best is None else max(best, recall)
+    return best if best is not None else 0.0
+
+
+def strategyqa_recall(
+    run: Mapping[str, Mapping[str, float]],
+    evidence: Mapping[str, Sequence[Sequence[Sequence[str]]]],
+    k: int = 10,
+    drop_identical_ids: bool = True,
+) -> dict[str, float]:
+    """Recall@k per question of `evidence` (every question, retrieved or not, with or without gold)."""
+    if drop_identical_ids:
+        run, _ = drop_identical(run)
+    out = {}
+    for qid, annotators in evidence.items():
+        ranking = [docid for docid, _ in rank(run.get(qid, {}).items(), k)]
+        out[qid] = best_annotator_recall(ranking, annotators, k)
+    return out
+
+
+def qrels_from_rows(rows: Iterable[Mapping[str, Any]]) -> Qrels:
+    """Qrels table rows -> {qid: {docid: relevance}}; several annotators merge, highest grade wins."""
+    qrels: Qrels = {}
+    for row in rows:
+        docs = qrels.setdefault(str(row["qid"]), {})
+        docid = str(row["docid"])
+        docs[docid] = max(int(row["relevance"]), docs.get(docid, int(row["relevance"])))
+    return qrels
+
+
+def metric_rows(per_query: Mapping[str, Mapping[str, float]], variant: str) -> list[dict[str, Any]]:
+    return [
+        {"qid": qid, "metric": metric, "variant": variant, "value": float(value)}
+        for qid, values in per_query.items()
+        for metric, value in values.items()
+    ]
+
+
+def summary(per_query: Mapping[str, Mapping[str, float]], variant: str) -> list[dict[str, Any]]:
+    """metrics.json entries: the mean of each measure over the queries in `per_query`."""
+    n = len(per_query)
+    names = sorted({m for values in per_query.values() for m in values})
+    return [
+        {"metric": m, "variant": variant, "value": sum(v[m] for v in per_query.values()) / n, "n": n}
+        for m in names
+    ]

@@ -1,0 +1,132 @@
+"""TANQ's table metric: DePlot's relative mapping similarity (RMS) as TANQ's evaluate_tanq.py runs it.
+
+Checked against google-deepmind/tanq tanq_utils.py (@5c3c6c1b) and pix2struct's anls_metric:
+- the table is lower-cased; the first row is the header; cells are stripped;
+- datapoints: for every data row and every column *after the first*, key
+  "<first cell of the row> <column header>" -> cell (the row-header column itself is not a
+  datapoint; a table with one column, or no data rows, has none); a repeated key keeps the
+  later row (dict assignment);
+- key similarity: ANLS = 1 - Levenshtein/max(len) if that is < 0.5 (strictly) else 0; an empty
+  target string scores 1 only against an empty prediction;
+- value similarity: when the gold value parses as a non-zero number and the prediction as a
+  number (a trailing % divides by 100): 1 - min(1, |g-p|/|g|) if that relative error is < 0.1
+  (strictly) else 0; otherwise 1 if the strings are equal, else ANLS;
+- pairs: minimum-cost assignment of gold to predicted datapoints on cost 1 - key similarity
+  (scipy linear_sum_assignment); score = sum of key similarity x value similarity;
+- precision = score / predicted datapoints, recall = score / gold datapoints, F1 harmonic; score 0
+  gives (0, 0, 0); no predicted datapoints gives (1, 0, 0); no gold ones (1, 1, 1) if neither;
+- the prediction is also read transposed (columns as rows, ragged rows padded with ""); the
+  reading with the higher F1 is kept (the transposed one on a tie, as in TANQ).
+TANQ's optional "title |" first line is not produced by our parser and is not supported.
+Non-finite numbers ("nan", "inf", which Python's float() accepts) are treated as text here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import Levenshtein
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+TEXT_THETA = 0.5
+NUMBER_THETA = 0.1
+
+
+@dataclass(frozen=True)
+class RmsScore:
+    precision: float
+    recall: float
+    f1: float
+
+
+def anls(target: str, prediction: str, theta: float = TEXT_THETA) -> float:
+    """Pix2Struct's ANLS for one pair: 1 - normalized edit distance, 0 at or above theta."""
+    if not target:
+        return float(prediction == "")
+    distance = Levenshtein.distance(target, prediction) / max(len(target), len(prediction))
+    return 1.0 - distance if distance < theta else 0.0
+
+
+def to_number(text: str) -> float | None:
+    """float(text), with a trailing % divided by 100; None when not a finite number."""
+    try:
+        value = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def value_similarity(target: str, prediction: str, text_theta: float = TEXT_THETA,
+                     number_theta: float = NUMBER_THETA) -> float:
+    gold = to_number(target)
+    pred = to_number(prediction)
+    if pred is not None and gold:  # a zero gold falls through to string comparison, as in TANQ
+        error = min(abs((gold - pred) / gold), 1.0)
+        return 1.0 - error if error < number_theta else 0.0
+    if target == prediction:
+        return 1.0
+    return anls(target, prediction, text_theta)
+
+
+def _lower(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    return [str(c).lower().strip() for c in header], [[str(c).lower().strip() for c in r] for r in rows]
+
+
+def transpose(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    """Columns become rows (ragged rows padded with ""); the first column becomes the header."""
+    grid = [list(header), *[list(r) for r in rows]]
+    if not any(grid):
+        return [], []
+    cols = [list(c) for c in itertools.zip_longest(*grid, fillvalue="")]
+    return cols[0], cols[1:]
+
+
+def table_datapoints(header: Sequence[str], rows: Sequence[Sequence[str]]) -> dict[str, str]:
+    """{"<row header> <column header>": cell} over data rows and non-first columns, lower-cased."""
+    head, body = _lower(header, rows)
+    points: dict[str, str] = {}
+    if not body or len(head) <= 1:
+        return points
+    for row in body:
+        if not row:
+            continue
+        for col, cell in zip(head[1:], row[1:]):
+            points[f"{row[0]} {col}"] = cell
+    return points
+
+
+def datapoints_prf(gold: dict[str, str], pred: dict[str, str], text_theta: float = TEXT_THETA,
+                   number_theta: float = NUMBER_THETA) -> RmsScore:
+    """Precision/recall/F1 of one predicted datapoint set against the gold set."""
+    if not gold and not pred:
+        return RmsScore(1.0, 1.0, 1.0)
+    if not gold:
+        return RmsScore(0.0, 1.0, 0.0)
+    if not pred:
+        return RmsScore(1.0, 0.0, 0.0)
+    gold_items, pred_items = list(gold.items()), list(pred.items())
+    key_sim = np.array([[anls(gk, pk, text_theta) for pk, _ in pred_items] for gk, _ in gold_items])
+    rows, cols = linear_sum_assignment(1.0 - key_sim)
+    score = 0.0
+    for r, c in zip(rows, cols):
+        score += key_sim[r, c] * value_similarity(gold_items[r][1], pred_items[c][1], text_theta, number_theta)
+    if score == 0:
+        return RmsScore(0.0, 0.0, 0.0)
+    precision, recall = score / len(pred_items), score / len(gold_items)
+    return RmsScore(precision, recall, 2 * precision * recall / (precision + recall))
+
+
+def rms(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]],
+        pred_header: Sequence[str], pred_rows: Sequence[Sequence[str]],
+        text_theta: float = TEXT_THETA, number_theta: float = NUMBER_THETA) -> RmsScore:
+    """RMS of one predicted table; the better of the as-read and transposed readings by F1."""
+    gold = table_datapoints(gold_header, gold_rows)
+    candidates = [
+        datapoints_prf(gold, table_datapoints(*transpose(pred_header, pred_rows)), text_theta, number_theta),
+        datapoints_prf(gold, table_datapoints(pred_header, pred_rows), text_theta, number_theta),
+    ]
+    return max(candidates, key=lambda s: s.f1)  # max keeps the first (transposed) on a tie

@@ -1,0 +1,287 @@
+"""Gather every cell's metrics.json (and per-question scores) into two flat fact tables.
+
+The fact tables are what people load into pandas, polars or DuckDB to slice the matrix any way
+they like, so they hold plain columns only: strings, int64, float64, bool. Nested settings
+become JSON strings. A metric file that lacks a key yields a null, and a switch we did not know
+about when this was written becomes one more column, so a new stage or switch never breaks the
+report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cqabench.errors import DataError
+from cqabench.io import write_parquet
+
+log = logging.getLogger(__name__)
+
+# The switches every cell may carry, in the order the fact table shows them, with their types.
+CELL_COLUMNS: dict[str, pa.DataType] = {
+    "stage": pa.string(),
+    "dataset": pa.string(),
+    "split": pa.string(),
+    "corpus": pa.string(),
+    "serialization": pa.string(),
+    "retriever": pa.string(),
+    "retriever_settings": pa.string(),  # JSON
+    "llm": pa.string(),
+    "backend": pa.string(),
+    "dtype": pa.string(),
+    "prompt": pa.string(),
+    "template_hash": pa.string(),
+    "setting": pa.string(),
+    "k": pa.int64(),
+    "identical_id_policy": pa.string(),
+}
+METRIC_COLUMNS: dict[str, pa.DataType] = {
+    "metric": pa.string(),
+    "variant": pa.string(),
+    "value": pa.float64(),
+    "n": pa.int64(),
+}
+PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
+    "config_hash": pa.string(),
+    "package_versions": pa.string(),  # JSON {package: version}
+    "model_hash": pa.string(),
+    "model_revision": pa.string(),
+    "git_commit": pa.string(),
+    "wall_time_s": pa.float64(),
+    "prompt_tokens": pa.int64(),
+    "output_tokens": pa.int64(),
+}
+ID_COLUMNS: dict[str, pa.DataType] = {"cell_id": pa.string(), "source": pa.string()}
+PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
+    "qid": pa.string(),
+    "metric": pa.string(),
+    "variant": pa.string(),
+    "value": pa.float64(),
+}
+# Joined from the prepared queries so reports can break scores down by type or skill.
+QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skills": pa.string()}
+
+PER_QUESTION_NAMES = ("per_question.parquet", "per_query.parquet")
+
+
+def find_metric_files(results_dir: str | Path) -> list[Path]:
+    """Every metrics.json under the retrieval and answer-metric trees, sorted for stable output."""
+    root = Path(results_dir)
+    found = [p for sub in ("retrieval", "metrics") for p in (root / sub).rglob("metrics.json")]
+    return sorted(found)
+
+
+def cell_id(path: Path, results_dir: str | Path | None = None) -> str:
+    """A cell's name: its folder, relative to results/ when it lies below it."""
+    folder = path.parent
+    if results_dir is not None:
+        try:
+            return folder.resolve().relative_to(Path(results_dir).resolve()).as_posix()
+        except ValueError:
+            pass
+    parts = folder.parts
+    for anchor in ("retrieval", "metrics"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) :])
+    return folder.as_posix()
+
+
+def read_metric_file(path: str | Path) -> dict[str, Any]:
+    """Parse one metrics.json, checking only what the fact table cannot do without."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, None, "(file)", f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise DataError(path, None, "(file)", "expected a JSON object")
+    cell = doc.get("cell") or {}
+    metrics = doc.get("metrics")
+    prov = doc.get("provenance") or {}
+    if not isinstance(cell, dict):
+        raise DataError(path, None, "cell", "expected an object")
+    if not isinstance(prov, dict):
+        raise DataError(path, None, "provenance", "expected an object")
+    if not isinstance(metrics, list):
+        raise DataError(path, None, "metrics", "expected a list of {metric, variant, value, n}")
+    for i, m in enumerate(metrics):
+        if not isinstance(m, dict) or not m.get("metric"):
+            raise DataError(path, i, "metrics", "each entry needs a 'metric' name")
+    return {"cell": cell, "metrics": metrics, "provenance": prov}
+
+
+def _plain(value: Any) -> Any:
+    """A value a Parquet column can hold without extension types: nested -> JSON text."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _as_number(value: Any, kind: type) -> Any:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(number):
+        return None
+    return int(number) if kind is int else number
+
+
+def fact_rows(path: str | Path, results_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """One row per (cell, metric) of one metric file."""
+    path = Path(path)
+    doc = read_metric_file(path)
+    cell, prov = doc["cell"], doc["provenance"]
+    base: dict[str, Any] = {"cell_id": cell_id(path, results_dir), "source": str(path)}
+    for key, value in cell.items():
+        base[key] = _plain(value)
+    for key, value in prov.items():
+        name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
+        base[name] = _plain(value)
+    rows = []
+    for m in doc["metrics"]:
+        row = dict(base)
+        row["metric"] = str(m["metric"])
+        row["variant"] = None if m.get("variant") is None else str(m.get("variant"))
+        row["value"] = _as_number(m.get("value"), float)
+        row["n"] = _as_number(m.get("n"), int)
+        rows.append(row)
+    return rows
+
+
+def _infer_type(values: Iterable[Any]) -> pa.DataType:
+    """Type of an unknown column: the one Python type its values share, else string."""
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return pa.string()
+    if kinds == {bool}:
+        return pa.bool_()
+    if kinds <= {int}:
+        return pa.int64()
+    if kinds <= {int, float}:
+        return pa.float64()
+    return pa.string()
+
+
+def _coerce(value: Any, dtype: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_string(dtype):
+        return value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
+    if pa.types.is_int64(dtype):
+        return _as_number(value, int)
+    if pa.types.is_float64(dtype):
+        return _as_number(value, float)
+    if pa.types.is_boolean(dtype):
+        return bool(value)
+    return value
+
+
+def to_table(rows: Sequence[dict[str, Any]], known: dict[str, pa.DataType]) -> pa.Table:
+    """Rows -> Arrow table: known columns first with fixed types, unknown ones after, sorted."""
+    extra = sorted({k for r in rows for k in r} - set(known))
+    types = dict(known)
+    for name in extra:
+        types[name] = _infer_type(r.get(name) for r in rows)
+    columns = {
+        name: pa.array([_coerce(r.get(name), dtype) for r in rows], type=dtype) for name, dtype in types.items()
+    }
+    return pa.table(columns)
+
+
+FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **METRIC_COLUMNS, **PROVENANCE_COLUMNS}
+PQ_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **PER_QUESTION_COLUMNS, **QUESTION_COLUMNS}
+
+
+def build_metrics_table(files: Sequence[str | Path], results_dir: str | Path | None = None) -> pa.Table:
+    rows = [row for f in files for row in fact_rows(f, results_dir)]
+    return to_table(rows, FACT_COLUMNS)
+
+
+def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict) -> dict[str, tuple]:
+    """qid -> (question_type, skills JSON) from the prepared queries, when they are there."""
+    if data_dir is None or not dataset or not split:
+        return {}
+    key = (dataset, split)
+    if key not in cache:
+        path = data_dir / str(dataset) / str(split) / "queries.parquet"
+        info: dict[str, tuple] = {}
+        if path.exists():
+            cols = set(pq.read_schema(path).names)
+            wanted = [c for c in ("qid", "question_type", "skills") if c in cols]
+            table = pq.read_table(path, columns=wanted).to_pylist()
+            for r in table:
+                skills = r.get("skills")
+                info[str(r["qid"])] = (r.get("question_type") or None, json.dumps(list(skills)) if skills else None)
+        cache[key] = info
+    return cache[key]
+
+
+def per_question_rows(
+    metric_file: str | Path, results_dir: str | Path | None = None, data_dir: str | Path | None = None,
+    _cache: dict | None = None,
+) -> list[dict[str, Any]]:
+    """The per-question scores beside one metric file, tagged with the cell's switches."""
+    metric_file = Path(metric_file)
+    pq_path = next((metric_file.parent / n for n in PER_QUESTION_NAMES if (metric_file.parent / n).exists()), None)
+    if pq_path is None:
+        return []
+    cell = read_metric_file(metric_file)["cell"]
+    base = {"cell_id": cell_id(metric_file, results_dir), "source": str(pq_path)}
+    base.update({k: _plain(v) for k, v in cell.items()})
+    table = pq.read_table(pq_path)
+    missing = {"qid", "metric", "value"} - set(table.column_names)
+    if missing:
+        raise DataError(pq_path, None, ",".join(sorted(missing)), "per-question file lacks these columns")
+    info = _question_info(Path(data_dir) if data_dir else None, cell.get("dataset"), cell.get("split"),
+                          _cache if _cache is not None else {})
+    rows = []
+    for r in table.to_pylist():
+        row = dict(base)
+        for key, value in r.items():
+            row[key if key not in base else f"pq_{key}"] = _plain(value)
+        row["qid"] = str(r["qid"])
+        qtype, skills = info.get(row["qid"], (None, None))
+        row.setdefault("question_type", qtype)
+        if row.get("question_type") is None:
+            row["question_type"] = qtype
+        if row.get("skills") is None:
+            row["skills"] = skills
+        rows.append(row)
+    return rows
+
+
+def build_per_question_table(
+    files: Sequence[str | Path], results_dir: str | Path | None = None, data_dir: str | Path | None = None
+) -> pa.Table:
+    cache: dict = {}
+    rows = [row for f in files for row in per_question_rows(f, results_dir, data_dir, cache)]
+    return to_table(rows, PQ_COLUMNS)
+
+
+def aggregate(
+    files: Sequence[str | Path],
+    out_metrics: str | Path,
+    out_per_question: str | Path,
+    results_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+) -> tuple[int, int]:
+    """Write both fact tables atomically; returns their row counts."""
+    metrics = build_metrics_table(files, results_dir)
+    per_question = build_per_question_table(files, results_dir, data_dir)
+    write_parquet(metrics, out_metrics)
+    write_parquet(per_question, out_per_question)
+    log.info("aggregate: %d metric files -> %d metric rows, %d per-question rows",
+             len(files), metrics.num_rows, per_question.num_rows)
+    return metrics.num_rows, per_question.num_rows

@@ -1,0 +1,292 @@
+"""Dense bi-encoder retrieval: DPR, ANCE, TAS-B, MPNet, Contriever, any sentence-transformers model.
+
+The corpus is encoded in shards of `shard_size` documents, each written as a float32 `.npy`
+file; search opens them memory-mapped. With `index: flat` (exact inner product, the default)
+each shard is searched by its own `faiss.IndexFlatIP` and the per-shard top-k are merged, so
+neither building nor searching ever holds more than one shard of embeddings in RAM. The
+approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
+and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
+
+Cosine similarity is inner product on L2-normalized vectors, so every index is an IP index.
+What each family means (encoders, pooling, similarity, how title and text are joined) is resolved
+once by `resolve()` and written to `dense.json` in the index, next to `settings.json`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cqabench.errors import ConfigError
+from cqabench.retrievers.base import Doc, QueryText, Results, rank
+
+log = logging.getLogger(__name__)
+
+SEARCH_ONLY_KEYS = frozenset({"nprobe", "ef_search", "threads", "batch_size", "device"})
+RESOLVED_FILE = "dense.json"
+SIMILARITIES = ("dot", "cosine")
+INDEXES = ("flat", "ivf", "ivfpq", "hnsw")
+PAIR = "pair"  # doc_format value: title and text as a BERT sentence pair (DPR's own recipe)
+
+# Per family: pooling, similarity, document format, query prefix. Each is the recipe of the
+# family's paper / reference code; a config key of the same name overrides it.
+FAMILIES: dict[str, dict[str, Any]] = {
+    # sentence-transformers decides pooling/normalization from the model's own modules;
+    # the join is DEXTER's DenseFullSearch one (title + "[SEP]" + text).
+    # max_length None: the model's own max_seq_length (256 for all-MiniLM-L6-v2), as DEXTER.
+    "sentence-transformers": {"pooling": None, "similarity": "cosine", "doc_format": "{title}[SEP]{text}", "max_length": None},
+    "dpr": {"pooling": "cls", "similarity": "dot", "doc_format": PAIR},
+    "ance": {"pooling": "cls", "similarity": "dot", "doc_format": "{title} [SEP] {text}"},
+    "tas-b": {"pooling": "cls", "similarity": "dot", "doc_format": "{title} [SEP] {text}"},
+    "mpnet": {"pooling": "mean", "similarity": "cosine", "doc_format": "{title} {text}"},
+    "contriever": {"pooling": "mean", "similarity": "dot", "doc_format": "{title} {text}"},
+}
+_DEFAULTS = {
+    "max_length": 512,
+    "query_max_length": 64,
+    "shard_size": 10000,
+    "index": "flat",
+    "backend": "torch",
+    "quantize": "none",
+    "nlist": 4096,
+    "pq_m": 16,
+    "hnsw_m": 32,
+    "train_size": 200000,
+}
+_KNOWN = {
+    "type", "family", "model", "query_model", "doc_model", "pooling", "similarity", "doc_format",
+    "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search",
+    *_DEFAULTS,
+}
+
+
+def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+    """The complete recipe an index is built with: family defaults overlaid by the config."""
+    unknown = sorted(set(settings) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"dense retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+    fam = settings.get("family", "sentence-transformers")
+    if fam not in FAMILIES:
+        raise ConfigError(f"dense family {fam!r} is unknown; valid: {', '.join(FAMILIES)}")
+    out: dict[str, Any] = {"family": fam, **_DEFAULTS, **FAMILIES[fam], "query_prefix": "", "doc_prefix": ""}
+    out.update({k: v for k, v in settings.items() if k in out and v is not None})
+    model = settings.get("model")
+    out["query_model"] = settings.get("query_model") or model
+    out["doc_model"] = settings.get("doc_model") or model
+    if not out["query_model"] or not out["doc_model"]:
+        raise ConfigError(f"dense family {fam}: set `model`, or both `query_model` and `doc_model`")
+    if out["similarity"] not in SIMILARITIES:
+        raise ConfigError(f"similarity {out['similarity']!r} is unknown; valid: {', '.join(SIMILARITIES)}")
+    if out["index"] not in INDEXES:
+        raise ConfigError(f"index {out['index']!r} is unknown; valid: {', '.join(INDEXES)}")
+    if out["backend"] not in ("torch", "onnx") or out["quantize"] not in ("none", "int8"):
+        raise ConfigError("backend must be torch or onnx, quantize none or int8")
+    fmt = out["doc_format"]
+    if fmt != PAIR and ("{text}" not in fmt or set(_fields(fmt)) - {"title", "text"}):
+        raise ConfigError(f"doc_format {fmt!r} must be 'pair' or use {{text}} (and optionally {{title}}) only")
+    for key in ("max_length", "query_max_length", "shard_size", "batch_size"):
+        if out.get(key) is not None and (not isinstance(out[key], int) or out[key] < 1):
+            raise ConfigError(f"dense setting {key} must be a positive integer, got {out[key]!r}")
+    return out
+
+
+def _fields(fmt: str) -> list[str]:
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+
+
+def doc_input(recipe: dict[str, Any], title: str, text: str) -> str | tuple[str, str]:
+    """What the document encoder reads; an empty title drops the join (DEXTER does the same)."""
+    if recipe["doc_format"] == PAIR:
+        return (title, recipe["doc_prefix"] + text)
+    if not title.strip():
+        return (recipe["doc_prefix"] + text).strip()
+    return (recipe["doc_prefix"] + recipe["doc_format"].format(title=title, text=text)).strip()
+
+
+class _Encoders:
+    """Load the query and document encoders once (one model when both names are equal)."""
+
+    def __init__(self, recipe: dict[str, Any], settings: dict[str, Any], index_dir: Path) -> None:
+        self.recipe = recipe
+        cache: dict[str, Any] = {}
+        self.query = self._load(recipe["query_model"], settings, index_dir / "onnx" / "query.onnx", cache)
+        self.doc = self._load(recipe["doc_model"], settings, index_dir / "onnx" / "doc.onnx", cache)
+
+    def _load(self, spec: str, settings: dict[str, Any], onnx_path: Path, cache: dict[str, Any]) -> Any:
+        from cqabench.retrievers import encoders
+
+        if spec in cache:
+            return cache[spec]
+        r, threads = self.recipe, settings.get("threads")
+        normalize = r["similarity"] == "cosine"
+        if r["family"] == "sentence-transformers":
+            st = encoders.STEncoder(spec, device=settings.get("device", "cpu"), threads=threads)
+            if r["backend"] == "torch" and r["quantize"] == "none":
+                cache[spec] = st
+                return st
+            pooling, st_norm = st.hf_parts()
+            enc = encoders.HFEncoder(spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads)
+            enc.default_length = st.default_length
+        else:
+            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads)
+        cache[spec] = enc
+        return enc
+
+    def encode_docs(self, docs: list[Doc], batch_size: int) -> np.ndarray:
+        texts = [doc_input(self.recipe, title, text) for _, title, text in docs]
+        out = self.doc.encode(texts, self.recipe["max_length"] or self.doc.default_length, batch_size)
+        return _finish(out, self.recipe)
+
+    def encode_queries(self, texts: list[str], batch_size: int) -> np.ndarray:
+        out = self.query.encode([self.recipe["query_prefix"] + t for t in texts], self.recipe["query_max_length"], batch_size)
+        return _finish(out, self.recipe)
+
+
+def _finish(vectors: np.ndarray, recipe: dict[str, Any]) -> np.ndarray:
+    from cqabench.retrievers.encoders import l2_normalize
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return l2_normalize(vectors) if recipe["similarity"] == "cosine" else vectors
+
+
+def _chunks(docs: Iterable[Doc], size: int) -> Iterator[list[Doc]]:
+    it = iter(docs)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
+    """Encode shard by shard to .npy files, then (approximate indexes only) fill faiss from them."""
+    recipe = resolve(settings)
+    index_dir = Path(index_dir)
+    shards_dir = index_dir / "shards"
+    shards_dir.mkdir(parents=True, exist_ok=True)
+    encoders = _Encoders(recipe, settings, index_dir)
+    batch_size = int(settings.get("batch_size", 32))
+    seen: set[str] = set()
+    shard_files: list[str] = []
+    dim = 0
+    with open(index_dir / "docids.txt", "w", encoding="utf-8") as ids:
+        for n, chunk in enumerate(_chunks(docs, recipe["shard_size"])):
+            for docid, _, _ in chunk:
+                if docid in seen or "\n" in docid:
+                    raise ConfigError(f"dense index: docid {docid!r} is repeated or holds a newline")
+                seen.add(docid)
+                ids.write(docid + "\n")
+            vectors = encoders.encode_docs(chunk, batch_size)
+            dim = vectors.shape[1]
+            name = f"{n:05d}.npy"
+            np.save(shards_dir / name, vectors)
+            shard_files.append(name)
+            log.info("dense: encoded shard %d (%d documents so far)", n, len(seen))
+    if not seen:
+        raise ConfigError("dense index: the corpus is empty")
+    if recipe["index"] != "flat":
+        _build_faiss(index_dir, shard_files, dim, recipe)
+    meta = {"recipe": recipe, "dim": dim, "count": len(seen), "shards": shard_files}
+    (index_dir / RESOLVED_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _build_faiss(index_dir: Path, shard_files: list[str], dim: int, recipe: dict[str, Any]) -> None:
+    import faiss
+
+    shards = [np.load(index_dir / "shards" / f, mmap_mode="r") for f in shard_files]
+    total = sum(len(s) for s in shards)
+    kind = recipe["index"]
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, int(recipe["hnsw_m"]), faiss.METRIC_INNER_PRODUCT)
+    else:
+        nlist = max(1, min(int(recipe["nlist"]), total // 39))  # faiss wants >= 39 points per list
+        quantizer = faiss.IndexFlatIP(dim)
+        if kind == "ivf":
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, int(recipe["pq_m"]), 8, faiss.METRIC_INNER_PRODUCT)
+        # Train on an evenly spaced sample drawn across shards (never the whole corpus).
+        want = min(total, int(recipe["train_size"]))
+        picks = np.linspace(0, total - 1, want).astype(np.int64)
+        offsets = np.cumsum([0] + [len(s) for s in shards])
+        sample = np.concatenate(
+            [np.asarray(s[picks[(picks >= lo) & (picks < hi)] - lo]) for s, lo, hi in zip(shards, offsets, offsets[1:])]
+        )
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        index.quantizer = quantizer
+    for s in shards:
+        index.add(np.ascontiguousarray(s, dtype=np.float32))
+    faiss.write_index(index, str(index_dir / "index.faiss"))
+
+
+def _load_meta(index_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    path = Path(index_dir) / RESOLVED_FILE
+    if not path.is_file():
+        raise ConfigError(f"{index_dir} holds no {RESOLVED_FILE}: not a dense index; rebuild it")
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    asked = resolve(settings)
+    if meta["recipe"] != json.loads(json.dumps(asked)):
+        diff = sorted(k for k in set(asked) | set(meta["recipe"]) if asked.get(k) != meta["recipe"].get(k))
+        raise ConfigError(f"dense index {index_dir} was built with another recipe (differs in: {', '.join(diff)}); rebuild it")
+    return meta
+
+
+def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
+    """Top-k by inner product; flat indexes merge exact per-shard results, others ask faiss."""
+    import faiss
+
+    index_dir = Path(index_dir)
+    meta = _load_meta(index_dir, settings)
+    recipe = meta["recipe"]
+    results: Results = {qid: [] for qid, _ in queries}
+    if not queries:
+        return results
+    docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    encoders = _Encoders(recipe, settings, index_dir)
+    if settings.get("threads"):
+        faiss.omp_set_num_threads(int(settings["threads"]))
+    q = encoders.encode_queries([text for _, text in queries], int(settings.get("query_batch_size", settings.get("batch_size", 32))))
+    depth = min(k, meta["count"])
+    if recipe["index"] == "flat":
+        scores, ids = _flat_search(index_dir, meta["shards"], q, depth)
+    else:
+        index = faiss.read_index(str(index_dir / "index.faiss"))
+        if "nprobe" in settings and hasattr(index, "nprobe"):
+            index.nprobe = int(settings["nprobe"])
+        if "ef_search" in settings and recipe["index"] == "hnsw":
+            index.hnsw.efSearch = int(settings["ef_search"])
+        scores, ids = index.search(q, depth)
+    for row, (qid, _) in enumerate(queries):
+        hits = [(docids[i], float(s)) for i, s in zip(ids[row], scores[row]) if i >= 0]
+        results[qid] = rank(hits, k)
+    return results
+
+
+def _flat_search(index_dir: Path, shard_files: list[str], q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact search shard by shard: one memory-mapped shard in RAM at a time, top-k merged."""
+    import faiss
+
+    best: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
+    offset = 0
+    for name in shard_files:
+        shard = np.load(index_dir / "shards" / name, mmap_mode="r")
+        index = faiss.IndexFlatIP(shard.shape[1])
+        index.add(np.ascontiguousarray(shard))
+        scores, ids = index.search(q, min(k, len(shard)))
+        for row in range(len(q)):
+            merged = best[row] + [(float(s), int(i) + offset) for s, i in zip(scores[row], ids[row]) if i >= 0]
+            best[row] = heapq.nlargest(k, merged, key=lambda p: (p[0], -p[1]))
+        offset += len(shard)
+        del index, shard
+    scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+    ids = np.full((len(q), k), -1, dtype=np.int64)
+    for row, hits in enumerate(best):
+        for col, (s, i) in enumerate(hits):
+            scores[row, col], ids[row, col] = s, i
+    return scores, ids
