@@ -167,7 +167,7 @@ def parse_number(text: str) -> ParsedNumber | None:
     )
 
 
-_BULLET = re.compile(r"^\s*(?:[-*\u2022\u00b7\u2013]+|\(?\d{1,2}[.)]|\(\d{1,2}\))\s+")
+_BULLET = re.compile(r"^\s*(?:[-*\u2022\u00b7\u2013]+|\(?\d{1,2}[.)]|\(\d{1,2}\))(?:\s+|$)")
 
 
 def parse_answer_list(text: str) -> list[str]:

@@ -1,2 +1,96 @@
+# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
+# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
+# workflow/report/*.rst.
+import glob
+
+import yaml
+
+REPORT = config.get("report", {})
+EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
+REPORT_DIR = f"{RESULTS}/report"
+
+
+def _expected_table_ids():
+    ids = []
+    for path in EXPECTED_FILES:
+        with open(path, encoding="utf-8") as fh:
+            ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
+    return ids
+
+
+TABLE_IDS = _expected_table_ids()
+PLOTS = {"k_effect": "k_effect.rst", "retriever_heatmap": "heatmap.rst", "tanq_skills": "skills.rst"}
+
+
+def _metric_files():
+    """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
+    return sorted({t for t in retrieval_targets() + evaluation_targets() if t.endswith("/metrics.json")})
+
+
 def report_targets():
-    return []
+    return (
+        [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
+        + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
+        + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
+    )
+
+
+rule aggregate:
+    input:
+        metrics=lambda w: _metric_files(),
+        queries=lambda w: [data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)],
+    output:
+        metrics=report(f"{RESULTS}/metrics.parquet", caption="../report/fact_table.rst", category="Fact tables"),
+        per_question=f"{RESULTS}/per_question.parquet",
+    log:
+        f"{RESULTS}/logs/report/aggregate.log",
+    conda:
+        "../../envs/evaluation.yaml"
+    shell:
+        "cqabench aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
+        "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
+
+
+rule report_tables:
+    input:
+        metrics=f"{RESULTS}/metrics.parquet",
+        per_question=f"{RESULTS}/per_question.parquet",
+        expected=EXPECTED_FILES,
+    output:
+        summary=f"{REPORT_DIR}/tables/summary.json",
+        markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
+        html=[
+            report(
+                f"{REPORT_DIR}/tables/{t}.html",
+                caption="../report/tables.rst",
+                category="Tables",
+                labels={"table": t},
+            )
+            for t in TABLE_IDS
+        ],
+    log:
+        f"{RESULTS}/logs/report/tables.log",
+    conda:
+        "../../envs/evaluation.yaml"
+    shell:
+        "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "--expected {input.expected:q} --out-dir {REPORT_DIR}/tables > {log:q} 2>&1"
+
+
+rule report_plots:
+    input:
+        metrics=f"{RESULTS}/metrics.parquet",
+        per_question=f"{RESULTS}/per_question.parquet",
+    output:
+        **{
+            name: report(f"{REPORT_DIR}/plots/{name}.png", caption=f"../report/{caption}", category="Plots")
+            for name, caption in PLOTS.items()
+        },
+    log:
+        f"{RESULTS}/logs/report/plots.log",
+    conda:
+        "../../envs/evaluation.yaml"
+    shell:
+        "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
+        "--skills {output.tanq_skills:q} 2> {log:q}"

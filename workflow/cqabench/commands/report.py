@@ -1,9 +1,111 @@
-"""`cqabench` subcommands of the report stage."""
+"""`cqabench` subcommands of the report stage: aggregate, report-tables, report-plots, significance."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+from pathlib import Path
+
+from cqabench.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def _aggregate(args: argparse.Namespace) -> int:
+    from cqabench.report.aggregate import aggregate, find_metric_files
+
+    # Without --metrics, scan; with it (even empty) take exactly those, as a rule's inputs say.
+    files = find_metric_files(args.results_dir) if args.metrics is None else [Path(p) for p in args.metrics]
+    missing = [str(p) for p in files if not p.exists()]
+    if missing:
+        raise ConfigError(f"metric files not found: {missing[:5]}")
+    rows, pq_rows = aggregate(files, args.out_metrics, args.out_per_question,
+                              results_dir=args.results_dir, data_dir=args.data_dir)
+    print(f"{len(files)} metric files -> {rows} metric rows ({args.out_metrics}), "
+          f"{pq_rows} per-question rows ({args.out_per_question})")
+    return 0
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from cqabench.report.expected import load_expected
+    from cqabench.report.tables import read_fact_table, render_tables
+
+    specs = [spec for path in args.expected for spec in load_expected(path)]
+    summaries = render_tables(read_fact_table(args.metrics), read_fact_table(args.per_question), specs,
+                              args.out_dir)
+    for s in summaries:
+        print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, ours only {s['ours_only']}")
+    return 0
+
+
+def _plots(args: argparse.Namespace) -> int:
+    from cqabench.report import plots
+    from cqabench.report.tables import read_fact_table
+
+    metrics = read_fact_table(args.metrics)
+    per_question = read_fact_table(args.per_question)
+    if args.k_effect:
+        plots.plot_k_effect(metrics, args.k_effect)
+    if args.heatmap:
+        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric)
+    if args.skills:
+        plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+    return 0
+
+
+def _significance(args: argparse.Namespace) -> int:
+    from cqabench.io import write_json
+    from cqabench.report.significance import compare, format_result, parse_spec
+    from cqabench.report.tables import read_fact_table
+
+    frame = read_fact_table(args.per_question)
+    if frame.empty:
+        raise ConfigError(f"{args.per_question}: missing or empty; run `snakemake results/per_question.parquet`")
+    result = compare(frame, parse_spec(args.a), parse_spec(args.b), args.metric, args.variant,
+                     args.method, args.resamples, args.seed)
+    print(format_result(result))
+    if args.json:
+        write_json(result, args.json)
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
+    p = sub.add_parser("aggregate", help="every metrics.json -> results/metrics.parquet + per_question.parquet")
+    p.add_argument("--metrics", nargs="*", default=None,
+                   help="metrics.json files; omitted: every one under --results-dir")
+    p.add_argument("--results-dir", default="results", help="cell ids are paths relative to this")
+    p.add_argument("--data-dir", default="results/data", help="prepared queries, for question type / skills")
+    p.add_argument("--out-metrics", default="results/metrics.parquet")
+    p.add_argument("--out-per-question", default="results/per_question.parquet")
+    p.set_defaults(func=_aggregate)
+
+    p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected")
+    p.add_argument("--metrics", default="results/metrics.parquet")
+    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--expected", nargs="+", required=True, help="config/expected/*.yaml")
+    p.add_argument("--out-dir", default="results/report/tables")
+    p.set_defaults(func=_tables)
+
+    p = sub.add_parser("report-plots", help="PNG figures: effect of k, retriever heatmap, TANQ skills")
+    p.add_argument("--metrics", default="results/metrics.parquet")
+    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--k-effect")
+    p.add_argument("--heatmap")
+    p.add_argument("--heatmap-metric", default="ndcg_cut_10")
+    p.add_argument("--skills")
+    p.add_argument("--skills-metric", default="rms_f1")
+    p.set_defaults(func=_plots)
+
+    p = sub.add_parser("significance", help="paired test between two cells on the same questions")
+    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--a", required=True, help="cell A as key=value,... over per_question.parquet columns")
+    p.add_argument("--b", required=True, help="cell B, likewise")
+    p.add_argument("--metric", required=True)
+    p.add_argument("--variant", default=None)
+    p.add_argument("--method", choices=("both", "randomization", "bootstrap"), default="both")
+    p.add_argument("--resamples", type=int, default=10000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="also write the result here")
+    p.set_defaults(func=_significance)

@@ -1,9 +1,128 @@
-"""`cqabench` subcommands of the retrieval stage."""
+"""`cqabench` subcommands of the retrieval stage: index, search, decompose-search, import-run, eval-retrieval."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from cqabench.errors import ConfigError
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag}: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    return _json_object(args.retriever_settings, "--retriever-settings")
+
+
+def _index(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import index_corpus
+
+    index_corpus(Path(args.corpus), args.serialization, _settings(args), Path(args.out))
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import search_queries
+
+    settings = _settings(args)
+    search_queries(args.index, args.queries, settings, args.k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run"))
+    return 0
+
+
+def _decompose(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import decompose_queries
+
+    settings = _settings(args)
+    decompose_queries(
+        args.index, args.queries, settings, args.kind, args.k,
+        args.out_trec, args.out_parquet, args.out_log, args.tag or settings.get("type", "run"),
+    )  # fmt: skip
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import import_run
+
+    import_run(args.run, args.format, args.queries, args.k, args.out_trec, args.out_parquet, args.tag)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from cqabench.metrics.retrieval import evaluate_files
+
+    evaluate_files(
+        args.run, args.qrels, args.queries, _json_object(args.cell, "--cell"), args.out_json,
+        args.out_per_query, args.drop_identical_ids, args.strategyqa_recall,
+    )  # fmt: skip
+    return 0
+
+
+def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
+    p.add_argument("--out-trec", required=True)
+    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--tag", required=tag_required, help="run tag (TREC column 6); default: retriever type")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
+    p = sub.add_parser("index", help="build a retriever index over a corpus")
+    p.add_argument("--corpus", required=True, help="results/corpora/{corpus}/corpus.parquet")
+    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
+    p.add_argument("--retriever-settings", required=True, help="JSON {type: bm25|dense|splade|colbert, ...}")
+    p.add_argument("--out", required=True, help="index directory (gets settings.json)")
+    p.set_defaults(func=_index)
+
+    p = sub.add_parser("search", help="search every question of a queries table")
+    p.add_argument("--index", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--retriever-settings", required=True)
+    p.add_argument("--k", type=int, default=100)
+    _outputs(p)
+    p.set_defaults(func=_search)
+
+    p = sub.add_parser("decompose-search", help="StrategyQA IR-Q / IR-D: search by question or by step, merge to top-k")
+    p.add_argument("--index", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--retriever-settings", required=True)
+    p.add_argument("--kind", required=True, choices=("question", "gold", "predicted"))
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--out-log", default=None, help="JSON log of every step query (sent or skipped)")
+    _outputs(p)
+    p.set_defaults(func=_decompose)
+
+    p = sub.add_parser("import-run", help="an external run (TREC / JSON / Parquet) into our run files")
+    p.add_argument("--run", required=True)
+    p.add_argument("--format", choices=("trec", "json", "parquet"), default=None, help="default: from the suffix")
+    p.add_argument("--queries", required=True, help="the queries table the run must belong to")
+    p.add_argument("--k", type=int, default=None, help="cut to the best k per query")
+    _outputs(p, tag_required=True)
+    p.set_defaults(func=_import)
+
+    p = sub.add_parser("eval-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
+    p.add_argument("--run", required=True)
+    p.add_argument("--qrels", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--cell", required=True, help="JSON: the cell this evaluation belongs to")
+    p.add_argument("--drop-identical-ids", type=_bool, default=True, help="true (BEIR default) | false")
+    p.add_argument("--strategyqa-recall", action="store_true", help="add StrategyQA Recall@10 (best annotator)")
+    p.add_argument("--out-json", required=True)
+    p.add_argument("--out-per-query", required=True)
+    p.set_defaults(func=_evaluate)

@@ -5,8 +5,8 @@ Definitions (docs/metrics.md has the worked examples):
   collapse whitespace. Used by every string metric here, for every dataset.
 - `cover_em`: 1 if any normalized gold alias is a substring of the normalized prediction.
 - `exact_match` / `token_f1`: SQuAD EM and bag-of-tokens F1, maximum over aliases.
-- TAT-QA multi-span: every span must be covered (`cover_em_all`); EM compares the set of
-  predicted pieces with the set of spans; F1 is token F1 of all spans pooled.
+- TAT-QA multi-span: every span must be covered (`cover_em_all`); EM: the prediction is the
+  spans in any order joined only by punctuation/"and"; F1: token F1 against all spans pooled.
 - `f1_ans`: AmbigQA's official F1 over interpretations (ambigqa_evaluate_script.py):
   greedy one-to-one matching by normalized exact match, best annotation per question.
   `f1_ans_dexter`: the original toolkit's variant (pooled aliases as separate golds, cover-EM).
@@ -66,32 +66,45 @@ def token_f1(prediction: str, aliases: str | Iterable[str]) -> float:
 
 
 # --- TAT-QA multi-span -----------------------------------------------------------------------
+# A multi-span answer is one text with every span in it, joined by anything (commas, "and",
+# new lines). Spans themselves may contain "and" or commas, so the prediction is not split;
+# instead the gold spans are taken out of it. Empty gold spans (TAT-QA has a few) are ignored.
 
-_SPAN_SEPARATORS = re.compile(r"\n|;|\||,(?!\d)|\s+and\s+", re.IGNORECASE)
+_CONNECTORS = {"and"}
 
 
-def split_spans(prediction: str) -> list[str]:
-    """Pieces of a multi-span answer: split at newlines, ';', '|', ', ' and ' and '.
-
-    A comma between digits ("5,092") does not split.
-    """
-    return [p.strip() for p in _SPAN_SEPARATORS.split(prediction or "") if p and p.strip()]
+def _spans(spans: Sequence[str]) -> list[str]:
+    return [n for n in (normalize_answer(s) for s in spans) if n]
 
 
 def cover_em_all(prediction: str, spans: Sequence[str]) -> float:
     """Multi-span cover-EM: every gold span must be a substring of the normalized prediction."""
     pred = normalize_answer(prediction)
-    return float(bool(spans) and all(normalize_answer(s) in pred for s in spans))
+    gold = _spans(spans)
+    return float(bool(gold) and all(s in pred for s in gold))
 
 
 def multispan_em(prediction: str, spans: Sequence[str]) -> float:
-    pieces = {normalize_answer(p) for p in split_spans(prediction)} - {""}
-    return float(pieces == {normalize_answer(s) for s in spans})
+    """1 when the prediction is the spans, in any order, joined only by punctuation or "and".
+
+    Each span (longest first) must occur as whole words and is removed once; what remains
+    must be connector words only.
+    """
+    rest = f" {normalize_answer(prediction)} "
+    gold = _spans(spans)
+    if not gold:
+        return 0.0
+    for span in sorted(gold, key=len, reverse=True):
+        if f" {span} " not in rest:
+            return 0.0
+        rest = rest.replace(f" {span} ", " ", 1)
+    return float(all(t in _CONNECTORS for t in rest.split()))
 
 
 def multispan_f1(prediction: str, spans: Sequence[str]) -> float:
-    pred = [t for p in split_spans(prediction) for t in normalize_answer(p).split()]
-    gold = [t for s in spans for t in normalize_answer(s).split()]
+    """Token F1 of the prediction against all spans pooled, connector words left out."""
+    pred = [t for t in normalize_answer(prediction).split() if t not in _CONNECTORS]
+    gold = [t for s in _spans(spans) for t in s.split() if t not in _CONNECTORS]
     return _f1_tokens(pred, gold)
 
 

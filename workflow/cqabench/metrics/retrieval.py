@@ -15,12 +15,16 @@ Every choice that moves a number is a switch recorded in the metrics.json cell:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytrec_eval
 
+from cqabench.errors import DataError
 from cqabench.retrievers.base import rank
 
 Qrels = dict[str, dict[str, int]]
@@ -34,6 +38,9 @@ CUTOFFS: dict[str, tuple[int, ...]] = {
 }
 TREC_VARIANT = "trec_eval"
 STRATEGYQA_VARIANT = "strategyqa_best_annotator"
+PER_QUERY_SCHEMA = pa.schema(
+    [("qid", pa.string()), ("metric", pa.string()), ("variant", pa.string()), ("value", pa.float64())]
+)
 POLICIES = {
     "empty_result_policy": "zero_kept_in_mean",
     "no_qrels_policy": "excluded_from_mean",
@@ -154,3 +161,51 @@ def summary(per_query: Mapping[str, Mapping[str, float]], variant: str) -> list[
         {"metric": m, "variant": variant, "value": sum(v[m] for v in per_query.values()) / n, "n": n}
         for m in names
     ]
+
+
+def evaluate_files(
+    run_path: str | Path,
+    qrels_path: str | Path,
+    queries_path: str | Path,
+    cell: Mapping[str, Any],
+    out_json: str | Path,
+    out_per_query: str | Path,
+    drop_identical_ids: bool = True,
+    with_strategyqa_recall: bool = False,
+) -> dict[str, Any]:
+    """One retrieval cell: metrics.json (means + policies) and per_query.parquet (qid, metric, variant, value)."""
+    from cqabench.io import read_parquet, write_json, write_parquet
+    from cqabench.runs import read_run
+
+    started = time.perf_counter()
+    run = read_run(run_path)
+    qrels = qrels_from_rows(read_parquet(qrels_path).to_pylist())
+    queries = read_parquet(queries_path).select(["qid", "evidence"]).to_pylist()
+    unknown = sorted(set(run) - {q["qid"] for q in queries})
+    if unknown:
+        raise DataError(run_path, unknown[0], "qid", f"{len(unknown)} run query id(s) are not in {queries_path}")
+    result = evaluate(run, qrels, drop_identical_ids)
+    entries = summary(result.per_query, TREC_VARIANT)
+    rows = metric_rows(result.per_query, TREC_VARIANT)
+    if with_strategyqa_recall:
+        recall = strategyqa_recall(run, {q["qid"]: q["evidence"] or [] for q in queries}, 10, drop_identical_ids)
+        per_question = {qid: {"recall_10": value} for qid, value in recall.items()}
+        entries += summary(per_question, STRATEGYQA_VARIANT)
+        rows += metric_rows(per_question, STRATEGYQA_VARIANT)
+        result.counts["strategyqa_questions_without_evidence"] = sum(
+            1 for q in queries if not any(p for steps in (q["evidence"] or []) for step in steps for p in step)
+        )
+    full_cell = {
+        **cell,
+        "stage": "retrieval",
+        "identical_id_policy": "drop" if drop_identical_ids else "keep",
+        **POLICIES,
+    }
+    document = {
+        "cell": full_cell,
+        "metrics": entries,
+        "provenance": {"wall_time_s": round(time.perf_counter() - started, 3), **result.counts},
+    }
+    write_parquet(pa.Table.from_pylist(rows, schema=PER_QUERY_SCHEMA), out_per_query)
+    write_json(document, out_json)
+    return document

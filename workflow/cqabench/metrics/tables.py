@@ -113,7 +113,7 @@ def datapoints_prf(gold: dict[str, str], pred: dict[str, str], text_theta: float
     rows, cols = linear_sum_assignment(1.0 - key_sim)
     score = 0.0
     for r, c in zip(rows, cols):
-        score += key_sim[r, c] * value_similarity(gold_items[r][1], pred_items[c][1], text_theta, number_theta)
+        score += float(key_sim[r, c]) * value_similarity(gold_items[r][1], pred_items[c][1], text_theta, number_theta)
     if score == 0:
         return RmsScore(0.0, 0.0, 0.0)
     precision, recall = score / len(pred_items), score / len(gold_items)

@@ -146,6 +146,9 @@ def fact_rows(path: str | Path, results_dir: str | Path | None = None) -> list[d
     base: dict[str, Any] = {"cell_id": cell_id(path, results_dir), "source": str(path)}
     for key, value in cell.items():
         base[key] = _plain(value)
+    if not base.get("stage"):  # older files: the tree a cell lives in names its stage
+        first = base["cell_id"].split("/", 1)[0]
+        base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(first)
     for key, value in prov.items():
         name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
         base[name] = _plain(value)

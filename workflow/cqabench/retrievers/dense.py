@@ -118,8 +118,11 @@ class _Encoders:
     def __init__(self, recipe: dict[str, Any], settings: dict[str, Any], index_dir: Path) -> None:
         self.recipe = recipe
         cache: dict[str, Any] = {}
-        self.query = self._load(recipe["query_model"], settings, index_dir / "onnx" / "query.onnx", cache)
-        self.doc = self._load(recipe["doc_model"], settings, index_dir / "onnx" / "doc.onnx", cache)
+        # The exported (and quantized) ONNX graphs live in the index, so search reuses them.
+        same = recipe["query_model"] == recipe["doc_model"]
+        onnx = index_dir / "onnx"
+        self.query = self._load(recipe["query_model"], settings, onnx / ("model.onnx" if same else "query.onnx"), cache)
+        self.doc = self._load(recipe["doc_model"], settings, onnx / ("model.onnx" if same else "doc.onnx"), cache)
 
     def _load(self, spec: str, settings: dict[str, Any], onnx_path: Path, cache: dict[str, Any]) -> Any:
         from cqabench.retrievers import encoders

@@ -87,7 +87,7 @@ class HFEncoder:
         threads: int | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
@@ -96,7 +96,7 @@ class HFEncoder:
         set_threads(threads)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModel.from_pretrained(path)
+            model = _model_class(path).from_pretrained(path)
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
         # DPR checkpoints wrap a BertModel; their own pooler is the CLS vector, so we use the
@@ -163,6 +163,20 @@ class HFEncoder:
         if out is None:
             return np.zeros((0, 0), dtype=np.float32)
         return l2_normalize(out) if self.normalize else out
+
+
+def _model_class(path: str) -> Any:
+    """AutoModel, except for DPR: AutoModel maps every DPR checkpoint to the question encoder,
+    which would load a context encoder's weights into the wrong (randomly initialized) class."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type == "dpr":
+        arch = (getattr(config, "architectures", None) or ["DPRQuestionEncoder"])[0]
+        if arch in ("DPRQuestionEncoder", "DPRContextEncoder"):
+            return getattr(transformers, arch)
+    return AutoModel
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:

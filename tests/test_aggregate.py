@@ -1,0 +1,142 @@
+"""The fact tables: one row per (cell, metric), plain columns, nulls for missing keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cqabench.cli import main
+from cqabench.errors import DataError
+from cqabench.report.aggregate import aggregate, build_metrics_table, find_metric_files
+
+
+def _write_cell(root: Path, rel: str, doc: dict, per_question: list[dict] | None = None,
+                name: str = "per_question.parquet") -> Path:
+    folder = root / rel
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(doc))
+    if per_question is not None:
+        pq.write_table(pa.Table.from_pylist(per_question), folder / name)
+    return folder / "metrics.json"
+
+
+RETRIEVAL = {
+    "cell": {"stage": "retrieval", "dataset": "musique", "split": "dev", "corpus": "wiki-multihop",
+             "serialization": "pipe", "retriever": "bm25", "retriever_settings": {"k1": 0.9, "b": 0.4},
+             "identical_id_policy": "drop"},
+    "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.41, "n": 3},
+                {"metric": "recall_100", "variant": "trec_eval", "value": 0.8, "n": 3}],
+    "provenance": {"wall_time_s": 1.5, "git_commit": "abc", "package_versions": {"pyserini": "1.6.0"}},
+}
+GENERATION = {
+    "cell": {"stage": "generation", "dataset": "musique", "split": "dev", "retriever": "bm25", "llm": "smollm2",
+             "backend": "hf", "dtype": "float32", "prompt": "cot", "template_hash": "h1", "setting": "rag",
+             "k": 5, "temperature": 0.0, "stop": ["\n\n"]},
+    "metrics": [{"metric": "cover_em", "variant": "dexter", "value": 0.5, "n": 2}],
+    "provenance": {"prompt_tokens": 120, "output_tokens": 30, "model_hash": "deadbeef", "seed": 7},
+}
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    _write_cell(root, "retrieval/musique/dev/pipe/bm25", RETRIEVAL,
+                [{"qid": "q1", "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 1.0},
+                 {"qid": "q2", "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.23}],
+                name="per_query.parquet")
+    _write_cell(root, "metrics/musique/dev/pipe/bm25/smollm2/cot/rag-k5", GENERATION,
+                [{"qid": "q1", "metric": "cover_em", "variant": "dexter", "value": 1.0},
+                 {"qid": "q2", "metric": "cover_em", "variant": "dexter", "value": 0.0}])
+    data = root / "data" / "musique" / "dev"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([
+        {"qid": "q1", "question_type": "2hop", "skills": ["a", "b"]},
+        {"qid": "q2", "question_type": "3hop", "skills": []}]), data / "queries.parquet")
+    return root
+
+
+def test_one_row_per_cell_metric_with_switches_and_provenance(results: Path) -> None:
+    files = find_metric_files(results)
+    assert [f.parent.name for f in files] == ["rag-k5", "bm25"]  # sorted by path
+    out_m, out_q = results / "metrics.parquet", results / "per_question.parquet"
+    assert aggregate(files, out_m, out_q, results_dir=results, data_dir=results / "data") == (3, 4)
+    frame = pd.read_parquet(out_m)
+    ret = frame[frame["metric"] == "ndcg_cut_10"].iloc[0]
+    assert ret["cell_id"] == "retrieval/musique/dev/pipe/bm25"
+    assert ret["value"] == pytest.approx(0.41) and ret["n"] == 3
+    assert json.loads(ret["retriever_settings"]) == {"b": 0.4, "k1": 0.9}
+    assert json.loads(ret["package_versions"]) == {"pyserini": "1.6.0"}
+    assert ret["git_commit"] == "abc" and ret["wall_time_s"] == 1.5
+    # Keys a retrieval cell lacks are null, not a crash or a zero.
+    assert pd.isna(ret["k"]) and pd.isna(ret["llm"]) and pd.isna(ret["prompt_tokens"])
+    gen = frame[frame["metric"] == "cover_em"].iloc[0]
+    assert gen["k"] == 5 and gen["template_hash"] == "h1" and gen["prompt_tokens"] == 120
+    # Unknown switches / provenance keys become columns of their own plain type.
+    assert gen["temperature"] == 0.0 and json.loads(gen["stop"]) == ["\n\n"] and gen["seed"] == 7
+    assert pd.isna(ret["temperature"])
+
+
+def test_plain_arrow_types_only(results: Path) -> None:
+    table = build_metrics_table(find_metric_files(results), results)
+    for f in table.schema:
+        assert f.type in (pa.string(), pa.int64(), pa.float64(), pa.bool_()), (f.name, f.type)
+    assert table.schema.field("k").type == pa.int64()
+    assert table.schema.field("value").type == pa.float64()
+
+
+def test_per_question_joins_question_type_and_skills(results: Path) -> None:
+    aggregate(find_metric_files(results), results / "m.parquet", results / "q.parquet",
+              results_dir=results, data_dir=results / "data")
+    frame = pd.read_parquet(results / "q.parquet")
+    gen = frame[frame["metric"] == "cover_em"].set_index("qid")
+    assert gen.loc["q1", "question_type"] == "2hop" and json.loads(gen.loc["q1", "skills"]) == ["a", "b"]
+    assert pd.isna(gen.loc["q2", "skills"])
+    assert gen.loc["q1", "llm"] == "smollm2" and gen.loc["q1", "k"] == 5
+    ret = frame[frame["metric"] == "ndcg_cut_10"].set_index("qid")
+    assert ret.loc["q2", "value"] == pytest.approx(0.23)
+
+
+def test_mixed_types_in_unknown_column_fall_back_to_text(tmp_path: Path) -> None:
+    a = _write_cell(tmp_path, "metrics/a", {"cell": {"stage": "generation", "shots": 3},
+                                            "metrics": [{"metric": "em", "value": 1}]})
+    b = _write_cell(tmp_path, "metrics/b", {"cell": {"stage": "generation", "shots": "auto"},
+                                            "metrics": [{"metric": "em", "value": None}]})
+    table = build_metrics_table([a, b], tmp_path)
+    assert table.schema.field("shots").type == pa.string()
+    assert table.column("shots").to_pylist() == ["3", "auto"]
+    assert table.column("value").to_pylist() == [1.0, None]
+    assert table.column("variant").to_pylist() == [None, None]
+
+
+def test_readers_other_than_pandas(results: Path) -> None:
+    aggregate(find_metric_files(results), results / "m.parquet", results / "q.parquet", results_dir=results)
+    for module in ("polars", "duckdb"):
+        lib = pytest.importorskip(module)
+        if module == "polars":
+            assert lib.read_parquet(results / "m.parquet").height == 3
+        else:
+            assert lib.sql(f"select count(*) from '{results / 'm.parquet'}'").fetchone()[0] == 3
+
+
+def test_malformed_metric_file_names_path(tmp_path: Path) -> None:
+    bad = tmp_path / "metrics" / "x" / "metrics.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"cell": {}, "metrics": {"metric": "em"}}')
+    with pytest.raises(DataError, match="metrics"):
+        build_metrics_table([bad])
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match=str(bad)):
+        build_metrics_table([bad])
+
+
+def test_cli_aggregate_scans_results_dir(results: Path, capsys) -> None:
+    out = results / "metrics.parquet"
+    rc = main(["aggregate", "--results-dir", str(results), "--data-dir", str(results / "data"),
+               "--out-metrics", str(out), "--out-per-question", str(results / "per_question.parquet")])
+    assert rc == 0 and "2 metric files -> 3 metric rows" in capsys.readouterr().out
+    assert pd.read_parquet(out)["metric"].tolist() == ["cover_em", "ndcg_cut_10", "recall_100"]

@@ -1,0 +1,151 @@
+"""Dense retrieval: real MiniLM rankings, the DPR scoring formula, shards, backends, settings."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import models_fixtures as mf  # noqa: E402
+
+from cqabench import retrievers  # noqa: E402
+from cqabench.errors import ConfigError  # noqa: E402
+from cqabench.retrievers import dense  # noqa: E402
+
+MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
+          "max_length": 256, "batch_size": 32, "shard_size": 25, "index": "flat"}
+
+TEXTS = [
+    ("d0", "Apple", "The apple is a sweet fruit grown on trees in orchards."),
+    ("d1", "Volcano", "A volcano erupts molten rock called lava and ash."),
+    ("d2", "Chess", "Chess is a board game for two players with sixteen pieces each."),
+    ("d3", "Jupiter", "Jupiter is the largest planet of the solar system."),
+    ("d4", "Violin", "The violin is a string instrument played with a bow."),
+    ("d5", "Bread", "Bread is baked from flour, water and yeast."),
+    ("d6", "Glacier", "A glacier is a slowly moving mass of ice."),
+]
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny_dense")
+    q, c = mf.tiny_dpr(root / "dpr")
+    return {"bert": mf.tiny_bert(root / "bert"), "dpr_q": q, "dpr_c": c}
+
+
+def _musique(shared_data: Path, n: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], dict[str, set[str]]]:
+    records = json.loads((shared_data / "musique" / "musique_train_100.json").read_text())[:n]
+    docs, queries, gold = {}, [], {}
+    for rec in records:
+        queries.append((rec["id"], rec["question"]))
+        gold[rec["id"]] = set()
+        for p in rec["paragraphs"]:
+            docid = f"{p['title']}::{abs(hash(p['paragraph_text'])) % 10**8}"
+            docs[docid] = (docid, p["title"], p["paragraph_text"])
+            if p["is_supporting"]:
+                gold[rec["id"]].add(docid)
+    return list(docs.values()), queries, gold
+
+
+def test_minilm_ranks_gold_paragraphs_of_real_musique_questions(shared_data: Path, tmp_path: Path) -> None:
+    docs, queries, gold = _musique(shared_data, 4)
+    index = tmp_path / "idx"
+    retrievers.build_index(iter(docs), index, MINILM)
+    # 4 questions x 20 paragraphs in shards of 25: the exact search merges several shards.
+    assert len(json.loads((index / "dense.json").read_text())["shards"]) == -(-len(docs) // 25)
+    results = retrievers.search(index, queries, 3, MINILM)
+    for qid, _ in queries:
+        top = [d for d, _ in results[qid]]
+        assert len(top) == 3 and gold[qid] & set(top), (qid, top, gold[qid])
+    # settings.json records the config; dense.json the resolved recipe (the join included).
+    recipe = json.loads((index / "dense.json").read_text())["recipe"]
+    assert recipe["doc_format"] == "{title}[SEP]{text}" and recipe["pooling"] is None
+    # batch_size is search-only; anything else changed is refused.
+    retrievers.search(index, queries[:1], 1, {**MINILM, "batch_size": 4})
+    with pytest.raises(ConfigError, match="max_length"):
+        retrievers.search(index, queries[:1], 1, {**MINILM, "max_length": 128})
+
+
+def test_scores_equal_direct_sentence_transformers_cosine(tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    dense.build_index(TEXTS, tmp_path, MINILM)
+    query = "which fruit grows on trees"
+    got = dense.search(tmp_path, [("q", query)], 7, MINILM)["q"]
+    model = SentenceTransformer(str(mf.minilm_dir()), device="cpu")
+    d = model.encode([f"{t}[SEP]{x}" for _, t, x in TEXTS], normalize_embeddings=True)
+    q = model.encode([query], normalize_embeddings=True)[0]
+    want = sorted(zip([i for i, _, _ in TEXTS], (d @ q).tolist()), key=lambda p: -p[1])
+    assert [i for i, _ in got] == [i for i, _ in want] and got[0][0] == "d0"
+    assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-5)
+
+
+def test_dpr_score_is_dot_of_question_and_context_cls(tiny: dict[str, Path], tmp_path: Path) -> None:
+    """Reference: transformers' DPR encoders, context as the (title, text) pair, dot product."""
+    import torch
+    from transformers import AutoTokenizer, DPRContextEncoder, DPRQuestionEncoder
+
+    settings = {"type": "dense", "family": "dpr", "query_model": str(tiny["dpr_q"]),
+                "doc_model": str(tiny["dpr_c"]), "shard_size": 3}
+    dense.build_index(TEXTS, tmp_path, settings)
+    query = "largest planet"
+    got = dict(dense.search(tmp_path, [("q", query)], 7, settings)["q"])
+    tok = AutoTokenizer.from_pretrained(tiny["dpr_q"])
+    with torch.no_grad():
+        qv = DPRQuestionEncoder.from_pretrained(tiny["dpr_q"])(**tok([query], return_tensors="pt")).pooler_output[0]
+        ctx = DPRContextEncoder.from_pretrained(tiny["dpr_c"])
+        for docid, title, text in TEXTS:
+            dv = ctx(**tok([title], [text], return_tensors="pt")).pooler_output[0]
+            assert got[docid] == pytest.approx(float(qv @ dv), rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.parametrize("family", ["mpnet", "contriever", "tas-b", "ance"])
+def test_exact_duplicate_query_ranks_its_document_first(family: str, tiny: dict[str, Path], tmp_path: Path) -> None:
+    """With cosine, a query identical to a document's text scores exactly 1, the maximum."""
+    settings = {"type": "dense", "family": family, "model": str(tiny["bert"]), "similarity": "cosine",
+                "doc_format": "{text}", "shard_size": 2}
+    dense.build_index(TEXTS, tmp_path, settings)
+    queries = [(docid, text) for docid, _, text in TEXTS]
+    results = dense.search(tmp_path, queries, 3, settings)
+    for docid, _ in queries:
+        assert results[docid][0][0] == docid and results[docid][0][1] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("index", ["hnsw", "ivf"])
+def test_approximate_indexes_find_the_duplicate(index: str, tiny: dict[str, Path], tmp_path: Path) -> None:
+    settings = {"type": "dense", "family": "mpnet", "model": str(tiny["bert"]), "doc_format": "{text}",
+                "index": index, "nlist": 1, "shard_size": 3}
+    dense.build_index(TEXTS, tmp_path, settings)
+    assert (tmp_path / "index.faiss").is_file()
+    res = dense.search(tmp_path, [("q", TEXTS[4][2])], 2, {**settings, "nprobe": 1, "ef_search": 16})
+    assert res["q"][0][0] == "d4"
+
+
+def test_onnx_backend_matches_torch_and_int8_stays_close(tiny: dict[str, Path], tmp_path: Path) -> None:
+    base = {"type": "dense", "family": "contriever", "model": str(tiny["bert"]), "similarity": "dot"}
+    query = [("q", "a string instrument")]
+    runs = {}
+    for name, extra in {"torch": {}, "onnx": {"backend": "onnx"}, "int8": {"backend": "onnx", "quantize": "int8"}}.items():
+        settings = {**base, **extra}
+        dense.build_index(TEXTS, tmp_path / name, settings)
+        runs[name] = dict(dense.search(tmp_path / name, query, 7, settings)["q"])
+    assert (tmp_path / "int8" / "onnx" / "model.onnx").is_file()
+    for docid, score in runs["torch"].items():
+        assert runs["onnx"][docid] == pytest.approx(score, rel=1e-4, abs=1e-5)
+        assert runs["int8"][docid] == pytest.approx(score, rel=0.2, abs=0.05)
+
+
+def test_bad_settings_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="family"):
+        dense.resolve({"type": "dense", "family": "nope", "model": "x"})
+    with pytest.raises(ConfigError, match="unknown setting"):
+        dense.resolve({"type": "dense", "model": "x", "max_len": 3})
+    with pytest.raises(ConfigError, match="query_model"):
+        dense.resolve({"type": "dense", "family": "dpr", "query_model": "x"})
+    with pytest.raises(ConfigError, match="offline"):
+        dense.build_index(TEXTS, tmp_path, {"type": "dense", "family": "ance", "model": "no-such/model-xyz"})

@@ -1,0 +1,86 @@
+"""Lint the per-rule-family conda environments (conda cannot run here, so they are checked as data)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ENVS = sorted((REPO / "envs").glob("*.yaml"))
+FAMILIES = {"data", "retrieval", "vllm", "generation", "evaluation"}
+# Deliberate departures from constraints.txt, each explained in the env file's comments.
+OVERRIDES = {("vllm", "transformers"): "5.16.1"}
+
+CONDA_PIN = re.compile(r"^[A-Za-z0-9_.\-]+={1,2}[0-9][A-Za-z0-9_.+!\-]*$")
+PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([0-9][A-Za-z0-9_.+!\-]*)$")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for path in ("constraints.txt", "requirements.txt"):
+        for line in (REPO / path).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "==" in line:
+                name, version = line.split("==", 1)
+                pins[_norm(name)] = version.strip()
+    return pins
+
+
+def test_every_family_has_an_environment() -> None:
+    assert FAMILIES <= {p.stem for p in ENVS}
+
+
+@pytest.mark.parametrize("path", ENVS, ids=lambda p: p.stem)
+def test_environment_is_valid_and_pinned(path: Path) -> None:
+    env = yaml.safe_load(path.read_text())
+    assert isinstance(env, dict) and env.get("name") == f"cqabench-{path.stem}"
+    assert env.get("channels") and "defaults" not in env["channels"]
+    deps = env["dependencies"]
+    pins = _constraints()
+    pip_lists = [d["pip"] for d in deps if isinstance(d, dict)]
+    assert len(pip_lists) == 1, "one pip section"
+    for dep in deps:
+        if isinstance(dep, str):
+            assert CONDA_PIN.match(dep), f"{path.name}: conda dependency {dep!r} is not pinned with = or =="
+    seen = set()
+    for dep in pip_lists[0]:
+        m = PIP_PIN.match(dep)
+        assert m, f"{path.name}: pip dependency {dep!r} is not pinned with =="
+        name, version = _norm(m.group(1)), m.group(2)
+        assert name not in seen, f"{path.name}: {name} listed twice"
+        seen.add(name)
+        wanted = OVERRIDES.get((path.stem, name), pins.get(name))
+        if wanted is not None:
+            assert version == wanted, f"{path.name}: {name}=={version}, constraints.txt pins {wanted}"
+
+
+def test_python_matches_the_project() -> None:
+    for path in ENVS:
+        deps = yaml.safe_load(path.read_text())["dependencies"]
+        assert "python=3.11" in deps, path.name
+
+
+def test_every_conda_directive_names_an_existing_env() -> None:
+    rules = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+    named = []
+    for rule_file in rules:
+        for m in re.finditer(r"^\s*conda:\s*\n\s*[\"']([^\"']+)[\"']", rule_file.read_text(), re.M):
+            named.append((rule_file, m.group(1)))
+    for rule_file, rel in named:
+        target = (rule_file.parent / rel).resolve()
+        assert target.exists(), f"{rule_file.name}: conda env {rel} does not exist"
+        assert target.parent == (REPO / "envs").resolve(), f"{rule_file.name}: {rel} is not under envs/"
+    # Every rule that runs a shell command names an environment, so --sdm conda covers the workflow.
+    for rule_file in rules:
+        text = rule_file.read_text()
+        for block in re.split(r"^rule ", text, flags=re.M)[1:]:
+            name = block.split(":", 1)[0].strip()
+            if re.search(r"^\s+(shell|script|run):", block, re.M) and name != "all":
+                assert "conda:" in block, f"{rule_file.name}: rule {name} has no conda: directive"

@@ -1,0 +1,148 @@
+"""`cqabench evaluate` and `cqabench evaluate-generation` end to end on small prepared splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cqabench.cli import main
+from cqabench.schema import Answer, CanonicalData, Query
+
+
+def _prepare(root: Path, dataset: str, split: str, queries, answers) -> Path:
+    tables = CanonicalData(queries=queries, answers=answers).tables()
+    d = root / dataset / split
+    d.mkdir(parents=True)
+    pq.write_table(tables["queries"], d / "queries.parquet")
+    pq.write_table(tables["answers"], d / "answers.parquet")
+    return d
+
+
+@pytest.fixture
+def tanq_split(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    _prepare(
+        data, "tanq", "test",
+        [Query("t1", "?", "composition", skills=["filtering"]), Query("t2", "?", "intersection")],
+        [Answer("t1", "table", table_header=["entity", "a", "b"], table_rows=[["x", "1", "foo"], ["y", "2", "bar"]]),
+         Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]])],
+    )
+    return data
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tmp_path: Path, capsys):
+    preds = _jsonl(tmp_path / "preds.jsonl", [
+        {"qid": "t1", "prediction": "entity|a|b\nx|1|foo\ny|2|bar"},  # exact: 1, 1, 1
+        {"qid": "t2", "prediction": "no idea"},  # no table -> P 1, R 0, F1 0
+    ])
+    out, per_q = tmp_path / "m" / "metrics.json", tmp_path / "m" / "per_question.parquet"
+    rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
+               "--data-dir", str(tanq_split), "--out", str(out), "--out-per-question", str(per_q)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "rms_f1" in printed
+    doc = json.loads(out.read_text())
+    assert doc["cell"]["dataset"] == "tanq" and doc["cell"]["split"] == "test" and doc["cell"]["stage"] == "generation"
+    m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
+    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(100.0)  # (1 + 1) / 2
+    assert m[("rms_recall", "tanq")]["value"] == pytest.approx(50.0)  # (1 + 0) / 2
+    assert m[("rms_f1", "tanq")]["value"] == pytest.approx(50.0)
+    assert m[("rms_f1", "tanq")]["n"] == 2
+    assert m[("parse_ok", "default")]["value"] == pytest.approx(50.0)
+    assert "provenance" in doc
+    table = pq.read_table(per_q)
+    assert table.schema.names == ["qid", "metric", "variant", "value"]
+    assert table.num_rows == 8
+
+
+def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
+    preds = _jsonl(tmp_path / "p.jsonl", [
+        {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\n| entity | a | b |\n|--|--|--|\n| x | 1 | foo |\n| y | 2 | bar |"},
+        {"qid": "t2", "prediction": "entity|a\nz|100"},  # no marker under a CoT prompt -> wrong
+    ])
+    out = tmp_path / "metrics.json"
+    assert main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
+                 "--data-dir", str(tanq_split), "--prompt", "few-shot-cot", "--out", str(out)]) == 0
+    m = {(r["metric"], r["variant"]): r["value"] for r in json.loads(out.read_text())["metrics"]}
+    assert m[("rms_f1", "tanq")] == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize(
+    "lines, where, field",
+    [
+        (['{"qid": "t1", "prediction": "x"}', "not json"], "line 2", "'-'"),
+        (['{"prediction": "x"}'], "line 1", "'qid'"),
+        (['{"qid": "t1"}'], "line 1", "'prediction'"),
+        (['{"qid": "t1", "prediction": {"a": 1}}'], "line 1", "'prediction'"),
+        (['{"qid": "t1", "prediction": "x"}', '{"qid": "t1", "prediction": "y"}'], "line 2", "'qid'"),
+        (['{"qid": "nope", "prediction": "x"}'], "line 1", "'qid'"),
+    ],
+)
+def test_bad_predictions_file_names_file_line_and_field(tanq_split: Path, tmp_path: Path, capsys, lines, where, field):
+    preds = _jsonl(tmp_path / "bad.jsonl", lines)
+    out = tmp_path / "metrics.json"
+    rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
+               "--data-dir", str(tanq_split), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert str(preds) in err and where in err and field in err
+    assert not out.exists()  # nothing written on failure
+
+
+def test_missing_prepared_split_is_a_data_error(tmp_path: Path, capsys):
+    preds = _jsonl(tmp_path / "p.jsonl", [{"qid": "a", "prediction": "x"}])
+    rc = main(["evaluate", "--dataset", "musique", "--split", "dev", "--predictions", str(preds),
+               "--data-dir", str(tmp_path / "none")])
+    assert rc == 1 and "queries.parquet" in capsys.readouterr().err
+
+
+def test_evaluate_generation(tmp_path: Path):
+    d = _prepare(tmp_path / "data", "finqa", "test",
+                 [Query("p", "?"), Query("y", "?"), Query("n", "?")],
+                 [Answer("p", "number", ["5.2%"], number=0.052, scale="percent"),
+                  Answer("y", "boolean", ["yes"], boolean=True),
+                  Answer("n", "number", ["10"], number=10.0)])
+    preds = pd.DataFrame({
+        "qid": ["p", "y", "n"],
+        "raw_output": ["... [Final Answer]: 5.2%", "[Final Answer]: yes", "I am not sure"],
+        "prediction": ["5.2%", "yes", "I am not sure"],
+        "parse_ok": [True, True, False],
+        "parse_reason": ["", "", "no final-answer marker"],
+        "prompt_tokens": [100, 120, 90],
+        "output_tokens": [10, 5, 7],
+    })
+    pred_path = tmp_path / "predictions.parquet"
+    pq.write_table(pa.Table.from_pandas(preds, preserve_index=False), pred_path)
+    cell = {"dataset": "finqa", "split": "test", "llm": "tiny", "prompt": "few-shot-cot", "setting": "oracle", "k": 5}
+    out_json, out_pq = tmp_path / "o" / "metrics.json", tmp_path / "o" / "per_question.parquet"
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
+               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
+               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    assert rc == 0
+    doc = json.loads(out_json.read_text())
+    assert doc["cell"]["llm"] == "tiny" and doc["cell"]["stage"] == "generation"
+    m = {(r["metric"], r["variant"]): r["value"] for r in doc["metrics"]}
+    # p and y right; n failed extraction -> 2/3
+    assert m[("em_tol", "default")] == pytest.approx(200 / 3)
+    # dexter: p 5.2 vs 5.2 right, y right, n wrong -> 2/3
+    assert m[("em_tol", "dexter")] == pytest.approx(200 / 3)
+    assert doc["provenance"]["prompt_tokens"] == 310 and doc["provenance"]["output_tokens"] == 22
+    assert doc["provenance"]["parse_failures"] == 1
+    per_q = pq.read_table(out_pq).to_pandas()
+    assert set(per_q["metric"]) == {"em_tol", "parse_ok"}
+
+
+def test_evaluate_generation_bad_cell(tmp_path: Path, capsys):
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", "x", "--queries", "q",
+               "--answers", "a", "--cell", "{not json", "--out-json", "o", "--out-per-question", "p"])
+    assert rc == 1 and "--cell" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""Paired tests: checked against scipy's reference implementation and against hand computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from cqabench.cli import main
+from cqabench.errors import ConfigError
+from cqabench.report.significance import bootstrap_test, compare, parse_spec, randomization_test
+
+
+def test_exact_randomization_matches_scipy() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.random(12)
+    b = a - 0.15 + rng.normal(0, 0.2, 12)
+    ours = randomization_test(a, b, resamples=10000)
+    assert ours.exact and ours.resamples == 2**12
+    ref = stats.permutation_test((a, b), lambda x, y: np.mean(x - y), permutation_type="samples",
+                                 n_resamples=np.inf, alternative="two-sided")
+    assert ours.p_value == pytest.approx(ref.pvalue, abs=1e-12)
+    assert ours.diff == pytest.approx(np.mean(a - b))
+
+
+def test_randomization_by_hand() -> None:
+    # d = (1, 1, 1): of the 8 sign patterns only +++ and --- reach |mean| = 1, so p = 2/8.
+    r = randomization_test([1, 1, 1], [0, 0, 0])
+    assert r.p_value == pytest.approx(0.25) and r.diff == 1.0
+    # Identical systems: every pattern gives 0 >= 0, p = 1.
+    assert randomization_test([0.3, 0.5], [0.3, 0.5]).p_value == 1.0
+
+
+def test_sampled_randomization_close_to_exact() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.random(16)
+    b = rng.random(16)
+    exact = randomization_test(a, b, resamples=2**16).p_value
+    sampled = randomization_test(a, b, resamples=4000, seed=3)
+    assert not sampled.exact and sampled.p_value == pytest.approx(exact, abs=0.03)
+
+
+def test_bootstrap_ci_and_p() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.binomial(1, 0.6, 400).astype(float)
+    b = rng.binomial(1, 0.3, 400).astype(float)
+    r = bootstrap_test(a, b, resamples=3000, seed=0)
+    diff = a.mean() - b.mean()
+    se = np.std(a - b, ddof=1) / np.sqrt(400)
+    # The percentile interval sits close to the normal-approximation interval d ± 1.96 se.
+    assert r.ci_low == pytest.approx(diff - 1.96 * se, abs=0.01)
+    assert r.ci_high == pytest.approx(diff + 1.96 * se, abs=0.01)
+    assert r.p_value < 0.001
+    same = bootstrap_test(a, a, resamples=500)
+    assert same.diff == 0 and same.p_value == 1.0
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ConfigError, match="equal-length"):
+        randomization_test([1, 2], [1])
+    with pytest.raises(ConfigError, match="NaN"):
+        bootstrap_test([1, np.nan], [1, 2])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_spec("dataset")
+
+
+def _frame() -> pd.DataFrame:
+    rows = []
+    for k, scores in ((1, [1, 0, 0, 1, 0]), (5, [1, 1, 1, 1, 0])):
+        for i, s in enumerate(scores):
+            rows.append({"cell_id": f"c{k}", "dataset": "musique", "llm": "m", "k": k, "qid": f"q{i}",
+                         "metric": "cover_em", "variant": "dexter", "value": float(s)})
+    return pd.DataFrame(rows)
+
+
+def test_compare_selects_cells_by_text_specs() -> None:
+    out = compare(_frame(), parse_spec("dataset=musique,k=5"), parse_spec("k=1"), "cover_em")
+    assert out["n_common"] == 5
+    rnd = out["tests"][0]
+    assert rnd["method"] == "randomization" and rnd["diff"] == pytest.approx(0.4)
+    # d = (0,1,1,0,0): 4 sign patterns over the two non-zero entries, |mean| = 0.4 for 2 of them.
+    assert rnd["exact"] and rnd["p_value"] == pytest.approx(0.5)
+    with pytest.raises(ConfigError, match="matches 2 cells"):
+        compare(_frame(), {"dataset": "musique"}, {"k": "1"}, "cover_em")
+    with pytest.raises(ConfigError, match="unknown columns"):
+        compare(_frame(), {"retriever": "bm25"}, {"k": "1"}, "cover_em")
+
+
+def test_cli(tmp_path, capsys) -> None:
+    path = tmp_path / "pq.parquet"
+    _frame().to_parquet(path)
+    rc = main(["significance", "--per-question", str(path), "--a", "k=5", "--b", "k=1", "--metric", "cover_em",
+               "--resamples", "500", "--json", str(tmp_path / "r.json")])
+    text = capsys.readouterr().out
+    assert rc == 0 and "A-B +0.4000" in text and "(exact)" in text and "95% CI" in text
+    assert (tmp_path / "r.json").exists()
+    assert main(["significance", "--per-question", str(path), "--a", "k=9", "--b", "k=1", "--metric", "cover_em"]) == 1

@@ -1,0 +1,121 @@
+"""The retrieval stage's jobs on files: index a corpus, search queries, import an external run.
+
+Each job reads the canonical Parquet tables, calls the retriever registry, and writes its
+outputs atomically; the CLI and the benchmark scripts both call these.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from cqabench import retrievers
+from cqabench.errors import DataError
+from cqabench.io import write_json
+from cqabench.retrievers.base import Doc, QueryText, Results
+from cqabench.retrievers.decomposition import STOP_WORD_LIST, decomposed_search
+from cqabench.runs import ranked, read_run, write_run
+from cqabench.tables import document_text
+
+log = logging.getLogger(__name__)
+
+
+def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
+    """(docid, title, text) of every corpus row, tables serialized; one pass, batch by batch."""
+    corpus = Path(corpus)
+    if not corpus.is_file():
+        raise DataError(corpus, None, "-", "corpus file not found")
+    seen: set[str] = set()
+    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=4096):
+        for row in batch.to_pylist():
+            docid = row.get("docid")
+            if not docid:
+                raise DataError(corpus, row.get("title"), "docid", "empty document id")
+            if docid in seen:
+                raise DataError(corpus, docid, "docid", "duplicate document id")
+            seen.add(docid)
+            text = document_text(row, serialization)
+            title = row.get("title") or ""
+            if not text.strip() and not title.strip():
+                raise DataError(corpus, docid, "text", "title and text are both empty")
+            yield docid, title, text
+
+
+def read_query_rows(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, None, "-", "queries file not found")
+    rows = pq.read_table(path).to_pylist()
+    seen: set[str] = set()
+    for row in rows:
+        if not row.get("qid"):
+            raise DataError(path, row.get("question"), "qid", "empty query id")
+        if row["qid"] in seen:
+            raise DataError(path, row["qid"], "qid", "duplicate query id")
+        seen.add(row["qid"])
+    return rows
+
+
+def index_corpus(corpus: str | Path, serialization: str, settings: Mapping[str, Any], out: str | Path) -> None:
+    started = time.perf_counter()
+    retrievers.build_index(read_documents(corpus, serialization), Path(out), settings)
+    log.info("indexed %s (%s) in %.1f s", corpus, serialization, time.perf_counter() - started)
+
+
+def search_queries(
+    index: str | Path, queries: str | Path, settings: Mapping[str, Any], k: int,
+    out_trec: str | Path | None, out_parquet: str | Path | None, tag: str,
+) -> Results:  # fmt: skip
+    """Every question of `queries` searched as it is; the run written in both forms."""
+    pairs: list[QueryText] = [(r["qid"], r["question"]) for r in read_query_rows(queries)]
+    results = retrievers.search(Path(index), pairs, k, settings)
+    write_run(results, out_trec, out_parquet, tag)
+    return results
+
+
+def decompose_queries(
+    index: str | Path, queries: str | Path, settings: Mapping[str, Any], kind: str, k: int,
+    out_trec: str | Path | None, out_parquet: str | Path | None, out_log: str | Path | None, tag: str,
+) -> Results:  # fmt: skip
+    """IR-Q / IR-D (see `cqabench.retrievers.decomposition`); the step log records every query sent."""
+    rows = read_query_rows(queries)
+    results, steps = decomposed_search(
+        rows, kind, lambda qs, depth: retrievers.search(Path(index), qs, depth, settings), k, str(queries)
+    )
+    write_run(results, out_trec, out_parquet, tag)
+    if out_log is not None:
+        skipped = sum(1 for s in steps if s["status"] != "sent" and s["step"] >= 0)
+        empty = sum(1 for s in steps if s["step"] < 0)
+        write_json(
+            {"kind": kind, "k": k, "stop_words": STOP_WORD_LIST, "steps_skipped": skipped,
+             "questions_without_query": empty, "steps": steps},
+            out_log,
+        )  # fmt: skip
+    return results
+
+
+def import_run(
+    path: str | Path, fmt: str | None, queries: str | Path, k: int | None,
+    out_trec: str | Path | None, out_parquet: str | Path | None, tag: str,
+) -> Results:  # fmt: skip
+    """An external run in our two forms, ranked by its scores and checked against the queries."""
+    run = read_run(path, fmt)
+    known = {r["qid"] for r in read_query_rows(queries)}
+    unknown = sorted(set(run) - known)
+    if unknown:
+        raise DataError(
+            path, unknown[0], "qid",
+            f"{len(unknown)} query id(s) of the run are not in {queries} (first: {json.dumps(unknown[:3])}); "
+            "is the run for another dataset or split?",
+        )  # fmt: skip
+    results = ranked(run, k)
+    for qid in sorted(known - set(results)):
+        results[qid] = []  # a query the external system left out retrieved nothing
+    write_run(results, out_trec, out_parquet, tag)
+    return results

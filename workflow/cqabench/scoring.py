@@ -1,0 +1,245 @@
+"""Scoring a predictions table against a prepared split: which metrics apply, per question and overall.
+
+Every question of the split (every row of answers.parquet) is scored; a question without a
+prediction, or whose prediction failed extraction (`parse_ok` False), scores 0 on every
+metric and stays in the mean, so systems that answer fewer questions are not flattered.
+Per-question values (0..1) are returned for significance tests; summary values are
+100 x the mean of the per-question values (percent), for every metric alike.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from cqabench.errors import ConfigError, DataError
+from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
+from cqabench.metrics import answers as am
+from cqabench.metrics.tables import rms
+
+DEFAULT = "default"
+DEXTER = "dexter"
+OFFICIAL = "official"
+TANQ = "tanq"
+
+# dataset -> (metric, variant) rows its summary has (TANQ adds breakdown rows, see tanq_groups).
+METRICS: dict[str, tuple[tuple[str, str], ...]] = {
+    **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT))
+       for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+    "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
+    "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
+    "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
+    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ)),
+}
+PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
+
+
+def records(table: pa.Table | pd.DataFrame | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as plain Python dicts (lists, not numpy arrays, in list columns)."""
+    if isinstance(table, pa.Table):
+        return table.to_pylist()
+    if isinstance(table, pd.DataFrame):
+        return pa.Table.from_pandas(table, preserve_index=False).to_pylist()
+    return [dict(r) for r in table]
+
+
+# --- per question -----------------------------------------------------------------------------
+
+
+def _text_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    aliases = list(answer.get("aliases") or [])
+    if not ext.ok or not aliases:
+        return [("cover_em", DEFAULT, 0.0), ("em", DEFAULT, 0.0), ("f1", DEFAULT, 0.0)]
+    if answer.get("numeric_type") == "multi-span":
+        return [("cover_em", DEFAULT, am.cover_em_all(ext.answer, aliases)),
+                ("em", DEFAULT, am.multispan_em(ext.answer, aliases)),
+                ("f1", DEFAULT, am.multispan_f1(ext.answer, aliases))]
+    return [("cover_em", DEFAULT, am.cover_em(ext.answer, aliases)),
+            ("em", DEFAULT, am.exact_match(ext.answer, aliases)),
+            ("f1", DEFAULT, am.token_f1(ext.answer, aliases))]
+
+
+def _strategyqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    gold = answer.get("boolean")
+    acc = am.boolean_accuracy(ext.value if ext.ok else None, bool(gold)) if gold is not None else 0.0
+    cover = am.cover_em(ext.answer, answer.get("aliases") or []) if ext.ok else 0.0
+    return [("accuracy", DEFAULT, acc), ("cover_em", DEFAULT, cover)]
+
+
+def _ambigqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    preds = list(ext.value or []) if ext.ok else []
+    annotations = answer.get("annotations") or []
+    official = am.f1_ans(annotations, preds)
+    dexter = am.f1_ans_dexter(answer.get("aliases") or [], preds)
+    out = [("f1_ans", OFFICIAL, official), ("f1_ans", DEXTER, dexter)]
+    if am.is_multi_answer(annotations):
+        out += [("f1_ans_multi", OFFICIAL, official), ("f1_ans_multi", DEXTER, dexter)]
+    return out
+
+
+def finqa_gold(answer: dict[str, Any]) -> tuple[float | None, bool | None, bool, float | None]:
+    """(number, yes/no, percent scale, the toolkit's gold value) of a FinQA answer row."""
+    aliases = [str(a) for a in answer.get("aliases") or []]
+    text = aliases[0].strip() if aliases else ""
+    boolean = answer.get("boolean") if answer.get("answer_type") == "boolean" else None
+    if boolean is None and text.lower() in ("yes", "no"):
+        boolean = text.lower() == "yes"
+    number = answer.get("number")
+    percent = answer.get("scale") == "percent" or text.endswith("%")
+    dexter = am.dexter_gold_value(text) if text else None
+    if dexter is None and number is not None:
+        dexter = 100.0 * number if percent else float(number)
+    return number, boolean, percent, dexter
+
+
+def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    number, boolean, percent, dexter_gold = finqa_gold(answer)
+    pred = ext.value if ext.ok else None
+    return [("em_tol", DEFAULT, am.em_tol(pred, number, boolean, percent)),
+            ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean))]
+
+
+def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
+    s = rms(answer.get("table_header") or [], answer.get("table_rows") or [], table.header, table.rows)
+    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1)]
+
+
+_SCORERS = {
+    **{ds: _text_scores for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+    "strategyqa": _strategyqa_scores,
+    "ambigqa": _ambigqa_scores,
+    "finqa": _finqa_scores,
+    "tanq": _tanq_scores,
+}
+
+
+def score_item(dataset: str, ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(metric, variant, value in 0..1) rows of one question."""
+    try:
+        scorer = _SCORERS[dataset]
+    except KeyError:
+        raise ConfigError(f"unknown dataset {dataset!r}; valid: {', '.join(_SCORERS)}") from None
+    return [*scorer(ext, answer), (*PARSE_METRIC, float(ext.ok))]
+
+
+# --- TANQ breakdowns --------------------------------------------------------------------------
+
+
+def _bucket(n: int, edges: Sequence[tuple[int, int, str]]) -> str:
+    for lo, hi, label in edges:
+        if lo <= n <= hi:
+            return label
+    return "other"
+
+
+SKILL_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 10**9, "3+"))
+COLUMN_BUCKETS = ((0, 0, "0"), (1, 2, "1-2"), (3, 4, "3-4"), (5, 6, "5-6"), (7, 10**9, "7+"))
+ROW_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2-3"), (4, 5, "4-5"), (6, 10, "6-10"), (11, 10**9, "11+"))
+
+
+def tanq_groups(query: dict[str, Any], answer: dict[str, Any]) -> dict[str, list[str]]:
+    """The breakdown buckets a TANQ question falls in (a question counts once per skill it has).
+
+    question_type: queries.question_type; skill: each of queries.skills ("none" if empty);
+    n_skills: 0/1/2/3+; n_columns: requested columns = gold header width minus the entity
+    column, 1-2/3-4/5-6/7+; n_rows: gold answer-table rows, 1/2-3/4-5/6-10/11+.
+    """
+    skills = [s for s in (query.get("skills") or []) if s]
+    columns = max(len(answer.get("table_header") or []) - 1, 0)
+    rows = len(answer.get("table_rows") or [])
+    return {
+        "question_type": [query.get("question_type") or "unknown"],
+        "skill": sorted(set(skills)) or ["none"],
+        "n_skills": [_bucket(len(skills), SKILL_BUCKETS)],
+        "n_columns": [_bucket(columns, COLUMN_BUCKETS)],
+        "n_rows": [_bucket(rows, ROW_BUCKETS)],
+    }
+
+
+# --- the whole split --------------------------------------------------------------------------
+
+
+def _prediction_map(predictions: pd.DataFrame | pa.Table | Iterable[dict[str, Any]], known: set[str],
+                    source: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for i, row in enumerate(records(predictions)):
+        if "qid" not in row or row["qid"] is None:
+            raise DataError(source, f"row {i}", "qid", "missing")
+        qid = str(row["qid"])
+        if qid in out:
+            raise DataError(source, qid, "qid", "duplicate prediction for this question")
+        if qid not in known:
+            raise DataError(source, qid, "qid", "not a question of this dataset split")
+        out[qid] = row
+    return out
+
+
+def _extracted(dataset: str, row: dict[str, Any] | None, prompt: str | None) -> Extracted:
+    if row is None:
+        return Extracted("", False, "no prediction", EMPTY_TABLE if dataset == "tanq" else None)
+    text = row.get("prediction")
+    text = "" if text is None else str(text)
+    if row.get("parse_ok") is False:
+        reason = row.get("parse_reason") or "extraction failed at generation"
+        return Extracted(text, False, str(reason), EMPTY_TABLE if dataset == "tanq" else None)
+    return extract_answer(dataset, text, prompt) if prompt else parse_answer(dataset, text)
+
+
+def score_predictions(
+    dataset: str,
+    queries: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    answers: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    predictions: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    prompt: str | None = None,
+    source: str = "predictions",
+) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """Score `predictions` (qid, prediction[, parse_ok, parse_reason]) against a prepared split.
+
+    `prediction` is final-answer text (what `extract_answer(...).answer` gives); with `prompt`
+    set it is raw model output and the prompt's marker is looked for first. Returns the summary
+    ([{"metric", "variant", "value" (percent), "n"}]) and the per-question table
+    (qid, metric, variant, value in 0..1). TANQ adds breakdown rows named
+    "<metric>/<dimension>=<bucket>" (see `tanq_groups`) to the summary only.
+    """
+    if dataset not in _SCORERS:
+        raise ConfigError(f"unknown dataset {dataset!r}; valid: {', '.join(_SCORERS)}")
+    gold = records(answers)
+    query_by_qid = {str(q["qid"]): q for q in records(queries)}
+    preds = _prediction_map(predictions, {str(a["qid"]) for a in gold}, source)
+
+    per_question: list[tuple[str, str, str, float]] = []
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for answer in gold:
+        qid = str(answer["qid"])
+        rows = score_item(dataset, _extracted(dataset, preds.get(qid), prompt), answer)
+        for metric, variant, value in rows:
+            per_question.append((qid, metric, variant, float(value)))
+            groups[(metric, variant)].append(float(value))
+        if dataset == "tanq":
+            for dim, buckets in tanq_groups(query_by_qid.get(qid, {}), answer).items():
+                for bucket in buckets:
+                    for metric, variant, value in rows:
+                        if metric.startswith("rms_"):
+                            groups[(f"{metric}/{dim}={bucket}", variant)].append(float(value))
+
+    order = [*METRICS[dataset], PARSE_METRIC]
+    keys = [k for k in order if k in groups] + sorted(k for k in groups if k not in order)
+    summary = [
+        {"metric": m, "variant": v, "value": 100.0 * sum(groups[(m, v)]) / len(groups[(m, v)]),
+         "n": len(groups[(m, v)])}
+        for m, v in keys
+    ]
+    frame = pd.DataFrame(per_question, columns=["qid", "metric", "variant", "value"])
+    return summary, frame
+
+
+def format_summary(summary: Sequence[dict[str, Any]]) -> str:
+    """A plain text table of the summary rows, for the terminal."""
+    lines = [f"{'metric':<40} {'variant':<10} {'value':>8} {'n':>7}"]
+    lines += [f"{r['metric']:<40} {r['variant']:<10} {r['value']:>8.2f} {r['n']:>7}" for r in summary]
+    return "\n".join(lines)
