@@ -86,8 +86,23 @@ def tiny_dpr(out: Path) -> tuple[Path, Path]:
     return q, c
 
 
+def _make_lexical(bert) -> None:
+    """Zero the attention/FFN outputs and position/type embeddings: every token's output is its
+    own (normalized) word embedding, so identical word pieces get identical vectors and
+    late-interaction scores reward shared terms, whatever the random weights."""
+    import torch
+
+    with torch.no_grad():
+        bert.embeddings.position_embeddings.weight.zero_()
+        bert.embeddings.token_type_embeddings.weight.zero_()
+        for layer in bert.encoder.layer:
+            for lin in (layer.attention.output.dense, layer.output.dense):
+                lin.weight.zero_()
+                lin.bias.zero_()
+
+
 def tiny_colbert(out: Path) -> Path:
-    """An HF_ColBERT checkpoint (BERT + linear projection to `dim`) in colbert-ai's format."""
+    """A 'lexical' HF_ColBERT checkpoint (BERT + projection to dim 16) in colbert-ai's format."""
     from colbert.infra import ColBERTConfig
     from colbert.modeling.hf_colbert import class_factory
 
@@ -98,8 +113,9 @@ def tiny_colbert(out: Path) -> Path:
     BertModel(config).save_pretrained(base)
     tok.save_pretrained(base)
     hf_colbert = class_factory(str(base))
-    colbert_config = ColBERTConfig(dim=16, doc_maxlen=64, query_maxlen=32)
+    colbert_config = ColBERTConfig(dim=16, doc_maxlen=64, query_maxlen=8)
     model = hf_colbert(config, colbert_config)
+    _make_lexical(model.bert)
     model.eval().save_pretrained(out)
     tok.save_pretrained(out)
     colbert_config.save_for_checkpoint(str(out))

@@ -1,6 +1,7 @@
 # Config validation, matrix expansion and path helpers shared by every stage's rules.
 import json
 import shlex
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -8,6 +9,14 @@ from snakemake.utils import validate
 validate(config, schema="../schemas/config.schema.yaml")
 
 RESULTS = "results"
+
+# Rules run the package from this checkout, with the Python of the environment they run in: the
+# project venv's (the one running Snakemake), or a per-rule conda env's under `--sdm conda`
+# (those envs hold dependencies only). Cluster jobs see the same checkout on the shared filesystem.
+_CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.deployment_method)
+CQABENCH = "PYTHONPATH={} {} -m cqabench.cli".format(
+    shlex.quote(str(Path(workflow.basedir) / "workflow")), "python" if _CONDA else shlex.quote(sys.executable)
+)
 RAW_DIR = config["raw_dir"]
 DATASETS = list(config["datasets"])
 SERIALIZATIONS = list(config["serializations"])

@@ -47,7 +47,7 @@ rule aggregate:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "cqabench aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
+        "{CQABENCH} aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
 
 
@@ -73,7 +73,7 @@ rule report_tables:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "{CQABENCH} report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {REPORT_DIR}/tables > {log:q} 2>&1"
 
 
@@ -91,6 +91,6 @@ rule report_plots:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "{CQABENCH} report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
         "--skills {output.tanq_skills:q} 2> {log:q}"

@@ -106,7 +106,7 @@ rule index:
     conda:
         "../../envs/retrieval.yaml"
     shell:
-        "cqabench index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "{CQABENCH} index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
 
 
@@ -131,7 +131,7 @@ rule search:
     conda:
         "../../envs/retrieval.yaml"
     shell:
-        "cqabench search --index {input.index:q} --queries {input.queries:q} "
+        "{CQABENCH} search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --k {params.k} --tag {wildcards.retriever:q} "
         "--out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
@@ -160,7 +160,7 @@ rule decompose_search:
     conda:
         "../../envs/retrieval.yaml"
     shell:
-        "cqabench decompose-search --index {input.index:q} --queries {input.queries:q} "
+        "{CQABENCH} decompose-search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --kind {params.kind} --k {params.k} "
         "--tag {wildcards.retriever:q}-{wildcards.kind} --out-trec {output.trec:q} "
         "--out-parquet {output.parquet:q} --out-log {output.steps:q} > {log:q} 2>&1"
@@ -190,7 +190,7 @@ rule import_run:
     conda:
         "../../envs/retrieval.yaml"
     shell:
-        "cqabench import-run --run {input.run:q} --format {params.format} --queries {input.queries:q} "
+        "{CQABENCH} import-run --run {input.run:q} --format {params.format} --queries {input.queries:q} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
@@ -216,7 +216,7 @@ rule eval_retrieval:
     conda:
         "../../envs/retrieval.yaml"
     shell:
-        "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
+        "{CQABENCH} eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
         "--cell {params.cell} --drop-identical-ids {params.drop} {params.strategyqa} "
         "--out-json {output.metrics:q} --out-per-query {output.per_query:q} > {log:q} 2>&1"
 

@@ -121,16 +121,17 @@ class Backend(Protocol):
     `generate` yields lists of (index into `chats`, Completion) as they become available —
     a whole batch for local backends, a few finished requests for API backends — so the
     caller can persist each list durably before asking for more. Every index is yielded
-    exactly once.
+    exactly once. What identifies the weights for the cache key is `cqabench.llm.model_identity`,
+    a function of the config alone, so a fully cached cell never loads the model.
     """
 
     name: str
 
-    def identity(self) -> dict[str, Any]:
-        """What identifies the model's weights (file hash or revision): part of the cache key."""
+    def generate(
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[int, Completion]]]:
+        """`labels` (e.g. qids) only name items in log lines."""
         ...
-
-    def generate(self, chats: Sequence[Chat], sampling: Sampling) -> Iterator[list[tuple[int, Completion]]]: ...
 
     def close(self) -> None: ...
 

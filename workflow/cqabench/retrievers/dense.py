@@ -116,13 +116,23 @@ class _Encoders:
     """Load the query and document encoders once (one model when both names are equal)."""
 
     def __init__(self, recipe: dict[str, Any], settings: dict[str, Any], index_dir: Path) -> None:
-        self.recipe = recipe
-        cache: dict[str, Any] = {}
+        self.recipe, self.settings = recipe, settings
+        self.cache: dict[str, Any] = {}
         # The exported (and quantized) ONNX graphs live in the index, so search reuses them.
         same = recipe["query_model"] == recipe["doc_model"]
-        onnx = index_dir / "onnx"
-        self.query = self._load(recipe["query_model"], settings, onnx / ("model.onnx" if same else "query.onnx"), cache)
-        self.doc = self._load(recipe["doc_model"], settings, onnx / ("model.onnx" if same else "doc.onnx"), cache)
+        self.onnx = {
+            "query": index_dir / "onnx" / ("model.onnx" if same else "query.onnx"),
+            "doc": index_dir / "onnx" / ("model.onnx" if same else "doc.onnx"),
+        }
+
+    @property
+    def query(self) -> Any:
+        """Loaded on first use: a search never loads a two-tower model's document encoder."""
+        return self._load(self.recipe["query_model"], self.settings, self.onnx["query"], self.cache)
+
+    @property
+    def doc(self) -> Any:
+        return self._load(self.recipe["doc_model"], self.settings, self.onnx["doc"], self.cache)
 
     def _load(self, spec: str, settings: dict[str, Any], onnx_path: Path, cache: dict[str, Any]) -> Any:
         from cqabench.retrievers import encoders

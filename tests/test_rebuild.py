@@ -1,0 +1,148 @@
+"""What a change rebuilds, counted from Snakemake's dry-run job table (`snakemake -n`).
+
+1. Asking for one answer cell's metrics.json plans only that file's ancestors.
+2. Editing one prompt template reruns exactly the generation and evaluation jobs of the cells
+   that use it (plus the report jobs downstream), nothing upstream.
+
+Both run in a throw-away copy of the checkout (prompts copied so one can be edited) on the
+embedded default config. For (2) every output exists as an empty stand-in made up to date with
+`snakemake --touch`, so the dry run shows what the edit alone triggers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = str(REPO / "config" / "config.yaml")
+
+
+def _snakemake(work: Path, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", CONFIG, "--cores", "1", *args],
+                          cwd=work, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def job_table(text: str) -> Counter:
+    """The 'job  count' table of a dry run as {rule: count} (without 'total')."""
+    counts: Counter = Counter()
+    m = re.search(r"^job\s+count\s*\n-+\s+-+\s*\n(.*?)^total\s+\d+", text, re.M | re.S)
+    if m:
+        for line in m.group(1).strip().splitlines():
+            rule, count = line.split()
+            counts[rule] = int(count)
+    return counts
+
+
+def outputs(text: str) -> list[str]:
+    return [p.strip() for m in re.finditer(r"^\s+output: (.+)$", text, re.M) for p in m.group(1).split(", ")]
+
+
+def _jobs(text: str) -> list[tuple[str, list[str]]]:
+    """(rule, outputs) of every job block of a dry run."""
+    jobs = []
+    for block in re.split(r"^\[.*?\]\s*$", text, flags=re.M):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        if rule:
+            jobs.append((rule.group(1), outputs(block)))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("rebuild")
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        (work / name).symlink_to(REPO / name)
+    (work / "resources").mkdir()
+    for entry in (REPO / "resources").iterdir():
+        if entry.name == "prompts":
+            shutil.copytree(entry, work / "resources" / "prompts")
+        else:
+            (work / "resources" / entry.name).symlink_to(entry)
+    return work
+
+
+@pytest.fixture(scope="module")
+def forced(work: Path) -> str:
+    text = _snakemake(work, "-n", "--forceall")
+    if not any("/metrics/" in o and o.endswith("metrics.json") for o in outputs(text)):
+        pytest.skip("no answer-metric cells in the workflow yet (generation/evaluation rules not written)")
+    return text
+
+
+def _answer_cells(forced: str) -> list[str]:
+    return sorted(o for o in outputs(forced) if o.startswith("results/metrics/") and o.endswith("/metrics.json"))
+
+
+def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
+    target = _answer_cells(forced)[0]
+    text = _snakemake(work, "-n", "--forceall", target)
+    jobs = _jobs(text)
+    made = [o for _, outs in jobs for o in outs]
+    assert target in made
+    # No other cell's metrics, no report, nothing of another dataset beyond what the pooled corpus needs.
+    others = [o for o in made if o.endswith("metrics.json") and o != target and o.startswith("results/metrics/")]
+    assert others == []
+    assert not {"aggregate", "report_tables", "report_plots", "all"} & set(job_table(text))
+    gen_folder = target.replace("results/metrics/", "results/generation/").rsplit("/", 1)[0]
+    generation_jobs = [outs for rule, outs in jobs if any(o.startswith("results/generation/") for o in outs)]
+    assert len(generation_jobs) == 1 and all(o.startswith(gen_folder) for o in generation_jobs[0])
+    assert sum(job_table(text).values()) < sum(job_table(forced).values())
+
+
+def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
+    dirs = {o for o in outputs(forced) if "/index/" in o and not Path(o).suffix}
+    for rel in outputs(forced):
+        path = work / rel
+        if rel in dirs:
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    _snakemake(work, "--touch")
+    assert sum(job_table(_snakemake(work, "-n")).values()) == 0, "stand-ins are not up to date"
+
+    cells = _answer_cells(forced)
+    # results/metrics/{dataset}/{split}/{serialization}/{retriever|none}/{llm}/{prompt}/{setting}-k{k}/metrics.json
+    prompt = cells[0].split("/")[7]
+    using = [c for c in cells if c.split("/")[7] == prompt]
+    templates = sorted((work / "resources" / "prompts" / prompt).glob("*"))
+    assert templates, f"no template files for prompt {prompt}"
+    # Edit every template of this prompt family would be too broad: edit the one the first cell uses.
+    dataset = cells[0].split("/")[2]
+    text_before = {t: t.read_text() for t in templates}
+    edited = None
+    for template in templates:
+        template.write_text(text_before[template] + "\n")
+        run = _snakemake(work, "-n")
+        if any(c in outputs(run) for c in using if c.split("/")[2] == dataset):
+            edited = (template, run)
+            break
+        template.write_text(text_before[template])
+    assert edited, f"editing no template of {prompt} reran the cells of {dataset}"
+    template, run = edited
+    try:
+        rerun = [o for o in outputs(run) if o.startswith("results/metrics/") and o.endswith("metrics.json")]
+        assert rerun and all(c.split("/")[7] == prompt for c in rerun), rerun
+        generation = [o for o in outputs(run) if o.startswith("results/generation/") and o.endswith(".parquet")]
+        assert len(generation) == len(rerun)
+        counts = job_table(run)
+        upstream = {r for r, outs in _jobs(run) if any(o.startswith(("results/data/", "results/runs/", "results/index/",
+                                                                         "results/retrieval/", "results/corpora/"))
+                                                       for o in outs)}
+        assert upstream == set(), f"an edited template reran upstream rules {upstream}"
+        assert sum(counts.values()) == 2 * len(rerun) + sum(counts[r] for r in ("aggregate", "report_tables",
+                                                                                  "report_plots", "all"))
+    finally:
+        template.write_text(text_before[template])

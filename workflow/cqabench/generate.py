@@ -1,0 +1,299 @@
+"""One generation cell: questions + documents + template → cached model answers → predictions.
+
+A cell is (dataset, split, serialization, retriever, llm, prompt, setting, k). The job is
+resumable item by item: every answer is looked up in, and written to, the item cache
+(`cqabench.llm.cache`) before the predictions file is assembled, so a rerun or a job killed
+and restarted calls the model only for what is missing. The model is not even loaded when
+everything is cached.
+
+Settings: `closed` (no documents), `rag` (the top-k of a retrieval run), `oracle` (every
+gold document of the question from qrels, in qrels order; k is recorded as 0, meaning "all").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cqabench.errors import ConfigError, DataError
+from cqabench.extraction import extract_answer
+from cqabench.io import read_parquet, write_json, write_parquet
+from cqabench.llm import identity_hash, make_backend, model_identity
+from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
+from cqabench.llm.cache import ItemCache, item_key
+from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
+from cqabench.runs import ranked, read_run
+
+log = logging.getLogger(__name__)
+
+PREDICTION_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("prompt_hash", pa.string()),
+        ("raw_output", pa.string()),
+        ("prediction", pa.string()),
+        ("parse_ok", pa.bool_()),
+        ("parse_reason", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("latency_s", pa.float64()),
+        ("cached", pa.bool_()),
+        ("finish_reason", pa.string()),
+        ("context_docids", pa.list_(pa.string())),
+        ("dataset", pa.string()),
+        ("split", pa.string()),
+        ("serialization", pa.string()),
+        ("retriever", pa.string()),
+        ("llm", pa.string()),
+        ("backend", pa.string()),
+        ("dtype", pa.string()),
+        ("model_hash", pa.string()),
+        ("prompt", pa.string()),
+        ("template_hash", pa.string()),
+        ("setting", pa.string()),
+        ("k", pa.int32()),
+        ("sampling", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str
+    split: str
+    serialization: str
+    retriever: str  # "none" for closed and oracle
+    llm: str
+    prompt: str
+    setting: str
+    k: int  # 0 for closed and oracle (oracle = all gold documents)
+
+    def check(self) -> None:
+        if self.setting not in SETTINGS:
+            raise ConfigError(f"unknown setting {self.setting!r}; valid: {', '.join(SETTINGS)}")
+        if self.setting == "rag":
+            if self.retriever in ("", "none") or self.k < 1:
+                raise ConfigError(f"setting rag needs a retriever and k >= 1, got {self.retriever!r}, k={self.k}")
+        elif self.retriever != "none" or self.k != 0:
+            raise ConfigError(f"setting {self.setting} takes retriever 'none' and k 0, got {self.retriever!r}, k={self.k}")
+
+
+def select_questions(queries: pa.Table, max_questions: int | None) -> list[dict[str, Any]]:
+    """The first `max_questions` questions in file order: an explicit, stable cap."""
+    rows = queries.select(["qid", "question"]).to_pylist()
+    return rows if max_questions is None else rows[:max_questions]
+
+
+def gold_docids(qrels: pa.Table, qids: set[str]) -> dict[str, list[str]]:
+    """Relevant docids per question, first-seen order, each once even if several annotators list it."""
+    out: dict[str, list[str]] = {q: [] for q in qids}
+    cols = qrels.select(["qid", "docid", "relevance"]).to_pydict()
+    for qid, docid, rel in zip(cols["qid"], cols["docid"], cols["relevance"]):
+        if qid in out and rel > 0 and docid not in out[qid]:
+            out[qid].append(docid)
+    return out
+
+
+def retrieved_docids(run_path: Path, qids: set[str], k: int) -> dict[str, list[str]]:
+    """Top-k per question from a run file; a question the run lacks gets no documents (logged)."""
+    top = ranked({q: d for q, d in read_run(run_path).items() if q in qids}, k)
+    missing = sorted(qids - set(top))
+    if missing:
+        log.warning("%s has no ranking for %d question(s), e.g. %s: they get no context", run_path, len(missing), missing[0])
+    return {q: [docid for docid, _ in top.get(q, [])] for q in qids}
+
+
+def load_documents(corpus_path: Path, docids: set[str]) -> dict[str, dict[str, Any]]:
+    """Only the needed rows of a (possibly pooled, large) corpus, via a Parquet filter."""
+    if not docids:
+        return {}
+    table = pq.read_table(corpus_path, filters=[("docid", "in", sorted(docids))])
+    docs = {row["docid"]: row for row in table.to_pylist()}
+    absent = sorted(docids - set(docs))
+    if absent:
+        raise DataError(corpus_path, absent[0], "docid", f"{len(absent)} document(s) named by the run/qrels are not in the corpus")
+    return docs
+
+
+@dataclass
+class Item:
+    qid: str
+    chat: Chat
+    key: str
+    docids: list[str]
+
+
+def build_items(
+    cell: Cell,
+    questions: Sequence[Mapping[str, Any]],
+    template: Template,
+    docs_for: Mapping[str, list[str]],
+    documents: Mapping[str, Mapping[str, Any]],
+    key_of: Callable[[Chat], str],
+    max_doc_chars: int | None,
+) -> list[Item]:
+    items = []
+    for q in questions:
+        ids = docs_for.get(q["qid"], [])
+        chat = build_chat(template, q["question"], [documents[d] for d in ids], cell.serialization, max_doc_chars)
+        items.append(Item(q["qid"], chat, key_of(chat), list(ids)))
+    return items
+
+
+def generate_missing(
+    backend_factory: Callable[[], Backend],
+    items: Sequence[Item],
+    sampling: Sampling,
+    cache: ItemCache,
+    label: str,
+    order_key: Callable[[Item], Any] | None = None,
+) -> tuple[dict[str, Completion], dict[str, Completion], int]:
+    """(cached, generated, API retries): completions by key; a backend is made only if something is missing.
+
+    Items with the same key (the same prompt twice in a cell) are generated once. Missing
+    items go to the model longest prompt first, so batches hold prompts of similar length
+    (less padding), and each finished batch is committed before the next one starts.
+    """
+    first: dict[str, Item] = {}
+    for it in items:
+        first.setdefault(it.key, it)
+    cached = cache.get_many(list(first))
+    todo = [it for key, it in first.items() if key not in cached]
+    generated: dict[str, Completion] = {}
+    log.info("%s: %d item(s), %d cached, %d to generate", label, len(first), len(cached), len(todo))
+    if not todo:
+        return cached, generated, 0
+    todo.sort(key=order_key or (lambda i: -len(json.dumps(i.chat))))
+    backend = backend_factory()
+    try:
+        for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
+            rows = [(todo[idx].key, comp, f"{label} {todo[idx].qid}") for idx, comp in batch]
+            cache.put_many(rows)
+            for idx, comp in batch:
+                generated[todo[idx].key] = comp
+                log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
+    finally:
+        retries = int(getattr(backend, "retries", 0))
+        backend.close()
+    return cached, generated, retries
+
+
+def run_cell(
+    cell: Cell,
+    spec: LlmSpec,
+    sampling: Sampling,
+    template: Template,
+    queries_path: Path,
+    out_path: Path,
+    cache_path: Path,
+    corpus_path: Path | None = None,
+    qrels_path: Path | None = None,
+    run_path: Path | None = None,
+    max_questions: int | None = None,
+    max_doc_chars: int | None = None,
+    summary_path: Path | None = None,
+    backend_factory: Callable[[], Backend] | None = None,
+) -> dict[str, Any]:
+    """Generate one cell and write predictions.parquet (and summary.json); returns the summary."""
+    started = time.perf_counter()
+    cell.check()
+    if cell.llm != spec.name:
+        raise ConfigError(f"cell llm {cell.llm!r} does not match the model spec {spec.name!r}")
+    # Template stop strings join the sampling parameters, so they are part of every cache key.
+    sampling = Sampling(**{**asdict(sampling), "stop": tuple(dict.fromkeys([*sampling.stop, *template.stop]))})
+    identity = model_identity(spec)
+    questions = select_questions(read_parquet(queries_path), max_questions)
+    qids = {q["qid"] for q in questions}
+
+    if cell.setting == "closed":
+        docs_for: dict[str, list[str]] = {q: [] for q in qids}
+    elif cell.setting == "oracle":
+        if qrels_path is None:
+            raise ConfigError("setting oracle needs --qrels")
+        docs_for = gold_docids(read_parquet(qrels_path), qids)
+    else:
+        if run_path is None:
+            raise ConfigError("setting rag needs --run")
+        docs_for = retrieved_docids(run_path, qids, cell.k)
+    needed = {d for ids in docs_for.values() for d in ids}
+    if needed and corpus_path is None:
+        raise ConfigError(f"setting {cell.setting} needs --corpus")
+    documents = load_documents(corpus_path, needed) if needed else {}
+
+    def key_of(chat: Chat) -> str:
+        return item_key(identity, spec.backend, spec.dtype, sampling, chat)
+
+    items = build_items(cell, questions, template, docs_for, documents, key_of, max_doc_chars)
+    label = "/".join([cell.dataset, cell.split, cell.serialization, cell.retriever, cell.llm, cell.prompt, f"{cell.setting}-k{cell.k}"])
+    with ItemCache(cache_path) as cache:
+        cached, generated, retries = generate_missing(backend_factory or (lambda: make_backend(spec)), items, sampling, cache, label)
+
+    sampling_json = sampling.to_json()
+    model_hash = identity_hash(identity)
+    rows = []
+    for it in items:
+        from_cache = it.key in cached
+        comp = cached[it.key] if from_cache else generated[it.key]
+        ext = extract_answer(cell.dataset, comp.text, cell.prompt)
+        rows.append(
+            {
+                "qid": it.qid,
+                "prompt_hash": chat_hash(it.chat),
+                "raw_output": comp.text,
+                "prediction": ext.answer,
+                "parse_ok": bool(ext.ok),
+                "parse_reason": ext.reason,
+                "prompt_tokens": comp.prompt_tokens,
+                "output_tokens": comp.output_tokens,
+                "latency_s": comp.latency_s,
+                "cached": from_cache,
+                "finish_reason": comp.finish_reason,
+                "context_docids": it.docids,
+                "dataset": cell.dataset,
+                "split": cell.split,
+                "serialization": cell.serialization,
+                "retriever": cell.retriever,
+                "llm": cell.llm,
+                "backend": spec.backend,
+                "dtype": spec.dtype,
+                "model_hash": model_hash,
+                "prompt": cell.prompt,
+                "template_hash": template.hash,
+                "setting": cell.setting,
+                "k": cell.k,
+                "sampling": sampling_json,
+            }
+        )
+    write_parquet(pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA), out_path)
+
+    summary = {
+        "cell": {**asdict(cell), "backend": spec.backend, "dtype": spec.dtype, "template_hash": template.hash},
+        "model": identity,
+        "sampling": sampling.to_dict(),
+        "n_items": len(rows),
+        "n_cached": sum(r["cached"] for r in rows),
+        "n_generated": sum(not r["cached"] for r in rows),
+        "parse_failures": sum(not r["parse_ok"] for r in rows),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
+        "output_tokens": sum(r["output_tokens"] for r in rows),
+        "latency_s": round(sum(r["latency_s"] for r in rows), 3),
+        "generated_latency_s": round(sum(r["latency_s"] for r in rows if not r["cached"]), 3),
+        "api_retries": retries,
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "cache": str(cache_path),
+    }
+    if summary_path is not None:
+        write_json(summary, summary_path)
+    log.info(
+        "%s: %d items (%d cached), %d prompt + %d output tokens, %.1f s",
+        label, summary["n_items"], summary["n_cached"], summary["prompt_tokens"], summary["output_tokens"], summary["wall_time_s"],
+    )
+    return summary

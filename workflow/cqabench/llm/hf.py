@@ -1,0 +1,141 @@
+"""transformers `generate`, batched with left padding.
+
+Left padding keeps every prompt's last token at the same position, so one `generate` call
+serves a whole batch; the attention mask hides the pads and the model derives position ids
+from it, which is why a batched greedy answer equals the unbatched one
+(tests/test_hf_backend.py checks this on the real SmolLM2 model).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+
+from cqabench.errors import ConfigError
+from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
+
+log = logging.getLogger(__name__)
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    if name in ("", "auto"):
+        return "auto"
+    value = getattr(torch, name, None)
+    if not isinstance(value, torch.dtype):
+        raise ConfigError(f"dtype {name!r} is not a torch dtype (e.g. float32, bfloat16, float16)")
+    return value
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Text before the first stop string, as OpenAI-compatible servers return it."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class HfBackend:
+    name = "hf"
+
+    def __init__(self, spec: LlmSpec) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.spec = spec
+        self.batch_size = max(1, int(spec.batch_size))
+        device = spec.options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device)
+        kwargs = {"revision": spec.revision} if spec.revision else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.load_path, **kwargs)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(spec.load_path, dtype=_torch_dtype(spec.dtype), **kwargs)
+        self.model.to(self.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.pad_id = self.tokenizer.pad_token_id
+
+    def render(self, chat: Chat) -> str:
+        """The exact text the model reads: the model's own chat template when it has one."""
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        return "\n\n".join(m["content"] for m in chat) + "\n"
+
+    def _generate_kwargs(self, sampling: Sampling) -> dict:
+        if sampling.frequency_penalty or sampling.presence_penalty:
+            raise ConfigError(
+                f"llm {self.spec.name!r}: the hf backend has no frequency/presence penalty; "
+                "set them to 0 or use the vllm/openai backend"
+            )
+        kwargs: dict = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(self.eos_ids),
+        }
+        if sampling.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
+        if sampling.stop:
+            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        return kwargs
+
+    def _output_length(self, ids: list[int]) -> tuple[int, str]:
+        """Generated tokens up to and including the first end-of-sequence; after it come pads."""
+        for i, tok in enumerate(ids):
+            if tok in self.eos_ids:
+                return i + 1, "stop"
+        return len(ids), "length"
+
+    def generate(
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[int, Completion]]]:
+        """One batch per yield, in the order given (the caller sorts by length to limit padding).
+
+        latency_s of an item is its batch's wall time divided by the batch size: the cost
+        share of that item, which is what per-cell totals add up.
+        """
+        import torch
+
+        kwargs = self._generate_kwargs(sampling)
+        if not sampling.greedy:
+            torch.manual_seed(sampling.seed)
+        texts = [self.render(c) for c in chats]
+        add_special = not bool(self.tokenizer.chat_template)  # a chat template writes its own specials
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start:start + self.batch_size]
+            enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special).to(self.device)
+            began = time.perf_counter()
+            with torch.inference_mode():
+                out = self.model.generate(**enc, **kwargs)
+            elapsed = time.perf_counter() - began
+            width = enc["input_ids"].shape[1]
+            prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+            results = []
+            for row, ids in enumerate(out[:, width:].tolist()):
+                n, finish = self._output_length(ids)
+                text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+                text, stopped = cut_at_stop(text, sampling.stop)
+                results.append(
+                    (
+                        start + row,
+                        Completion(
+                            text=text,
+                            prompt_tokens=int(prompt_lens[row]),
+                            output_tokens=n,
+                            latency_s=elapsed / len(batch),
+                            finish_reason="stop" if stopped else finish,
+                        ),
+                    )
+                )
+            log.debug("hf batch of %d generated in %.2f s", len(batch), elapsed)
+            yield results
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,189 @@
+"""Any OpenAI-compatible chat completions API, with bounded concurrency and backoff.
+
+The `openai` client's own retries are switched off so that every retry is ours: logged
+(status and attempt, never the key), with exponential backoff and jitter, and honouring a
+Retry-After header. 429, 408, 409, 5xx, timeouts and connection errors are retried; any
+other error (401, 400, ...) stops the job at once, because retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from cqabench.errors import ConfigError, CqaError
+from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class ApiError(CqaError):
+    """An API call failed for good (non-retryable status, or retries exhausted)."""
+
+
+def read_api_key(spec: LlmSpec) -> str:
+    """The key from the environment variable the config names; fail fast, naming the variable."""
+    from cqabench.llm import api_key_env
+
+    env = api_key_env(spec)
+    key = os.environ.get(env, "")
+    if not key:
+        raise ConfigError(
+            f"llm {spec.name!r} (backend openai) needs an API key in the environment variable {env}, "
+            "which is not set"
+        )
+    return key
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, spec: LlmSpec) -> None:
+        import openai
+
+        self.spec = spec
+        self._openai = openai
+        self._key = read_api_key(spec)
+        opts = spec.options
+        self.max_concurrency = max(1, int(opts.get("max_concurrency", 4)))
+        self.max_retries = max(0, int(opts.get("max_retries", 6)))
+        self.backoff_s = float(opts.get("backoff_s", 1.0))
+        self.max_backoff_s = float(opts.get("max_backoff_s", 60.0))
+        self.timeout_s = float(opts.get("timeout_s", 120.0))
+        # records per yield: each yield is one durable cache transaction
+        self.flush_every = max(1, int(opts.get("flush_every", 1)))
+        # Headers the client might log at DEBUG carry the key; keep those loggers quiet.
+        for name in ("openai", "httpx", "httpcore"):
+            logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.WARNING))
+        self.client = openai.OpenAI(
+            api_key=self._key,
+            base_url=opts.get("base_url") or None,
+            max_retries=0,
+            timeout=self.timeout_s,
+        )
+        self.retries = 0  # across the backend's life; read by the caller for per-cell totals
+        self._lock = threading.Lock()
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def _retryable(self, exc: Exception) -> tuple[bool, str, float | None]:
+        """(retry?, short description without secrets, server-suggested delay)."""
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError):
+            return True, "timeout", None
+        if isinstance(exc, o.APIConnectionError):
+            return True, "connection error", None
+        if isinstance(exc, o.APIStatusError):
+            status = exc.status_code
+            after = None
+            header = exc.response.headers.get("retry-after") if exc.response is not None else None
+            if header:
+                try:
+                    after = float(header)
+                except ValueError:
+                    after = None
+            return status in RETRY_STATUS or status >= 500, f"HTTP {status}", after
+        return False, type(exc).__name__, None
+
+    def _request(self, chat: Chat, sampling: Sampling) -> dict:
+        body: dict = {
+            "model": self.spec.source,
+            "messages": chat,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_new_tokens,
+            "frequency_penalty": sampling.frequency_penalty,
+            "presence_penalty": sampling.presence_penalty,
+            "seed": sampling.seed,
+        }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        return body
+
+    def complete(self, chat: Chat, sampling: Sampling, label: str = "") -> Completion:
+        """One item, retried as the module docstring says; latency is the successful call's."""
+        body = self._request(chat, sampling)
+        for attempt in range(self.max_retries + 1):
+            began = time.perf_counter()
+            try:
+                resp = self.client.chat.completions.create(**body)
+            except self._openai.OpenAIError as exc:
+                retry, what, after = self._retryable(exc)
+                if not retry or attempt == self.max_retries:
+                    raise ApiError(
+                        f"llm {self.spec.name!r}: request {label or '?'} failed ({what}) after "
+                        f"{attempt + 1} attempt(s): {self._redact(str(exc))[:300]}"
+                    ) from None
+                delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * random.uniform(0.5, 1.0)
+                if after is not None:
+                    delay = max(delay, min(after, self.max_backoff_s))
+                with self._lock:
+                    self.retries += 1
+                log.warning(
+                    "llm %s: request %s got %s (attempt %d of %d); retrying in %.2f s",
+                    self.spec.name, label or "?", what, attempt + 1, self.max_retries + 1, delay,
+                )
+                time.sleep(delay)
+                continue
+            latency = time.perf_counter() - began
+            choice = resp.choices[0] if resp.choices else None
+            usage = resp.usage
+            return Completion(
+                text=(choice.message.content or "") if choice else "",
+                prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                latency_s=latency,
+                finish_reason=str(choice.finish_reason or "") if choice else "",
+            )
+        raise AssertionError("unreachable")
+
+    def generate(
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[int, Completion]]]:
+        """Completions as they finish, at most `max_concurrency` requests in flight.
+
+        Requests are submitted lazily (a window of max_concurrency), so stopping the
+        iteration leaves nothing queued behind it. When an item fails for good, nothing new
+        is sent, the requests already in flight are awaited and their answers yielded (they
+        are paid for), and then the error is raised.
+        """
+        labels = list(labels) if labels is not None else [str(i) for i in range(len(chats))]
+        pending: dict[Future, int] = {}
+        next_index = 0
+        ready: list[tuple[int, Completion]] = []
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="openai") as pool:
+            try:
+                while pending or (failure is None and next_index < len(chats)):
+                    while failure is None and next_index < len(chats) and len(pending) < self.max_concurrency:
+                        fut = pool.submit(self.complete, chats[next_index], sampling, labels[next_index])
+                        pending[fut] = next_index
+                        next_index += 1
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        index = pending.pop(fut)
+                        exc = fut.exception()
+                        if exc is None:
+                            ready.append((index, fut.result()))
+                        elif failure is None:
+                            failure = exc
+                    finished = not pending and (failure is not None or next_index >= len(chats))
+                    if ready and (len(ready) >= self.flush_every or finished):
+                        yield ready
+                        ready = []
+            finally:
+                for fut in pending:
+                    fut.cancel()
+        if failure is not None:
+            raise failure
+
+    def close(self) -> None:
+        self.client.close()

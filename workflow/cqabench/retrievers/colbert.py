@@ -1,0 +1,168 @@
+"""ColBERTv2 late interaction through colbert-ai 0.2.22 (PLAID index, residual compression).
+
+colbert-ai runs its work in spawned ranks and a multiprocessing manager; when a rank dies the
+parent can wait forever. So every colbert-ai call here runs in a child Python process
+(`python -m cqabench.retrievers.colbert index|search REQUEST.json`) with one rank and
+`avoid_fork_if_possible`, i.e. no further processes, under a wall-clock `timeout_s`. A crash,
+a non-zero exit or a timeout becomes a `ColbertError` carrying the tail of the child's log.
+
+On CPU (`device: cpu`, the default) colbert-ai compiles its C++ helpers (segmented_maxsim,
+decompress_residuals, ...) with ninja on first use and caches them under
+~/.cache/torch_extensions: the first index/search on a machine takes ~2 minutes longer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cqabench.errors import ConfigError, CqaError
+from cqabench.retrievers.base import Doc, QueryText, Results, rank
+
+SEARCH_ONLY_KEYS = frozenset({"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size"})
+PLAID_DIR = "plaid"
+_DEFAULTS: dict[str, Any] = {
+    "nbits": 2,
+    "doc_maxlen": 180,
+    "query_maxlen": 32,
+    "kmeans_niters": 4,
+    "doc_format": "{title} | {text}",
+}
+_KNOWN = {"type", "model", "device", "threads", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", *_DEFAULTS}
+_LOG_TAIL = 25
+
+
+class ColbertError(CqaError):
+    """colbert-ai failed, crashed or timed out in its worker process."""
+
+
+def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(settings) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"colbert retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+    if not settings.get("model"):
+        raise ConfigError("colbert retriever: set `model` (a ColBERTv2 checkpoint, e.g. colbert-ir/colbertv2.0)")
+    out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS}, "model": settings["model"]}
+    if out["nbits"] not in (1, 2, 4, 8):
+        raise ConfigError(f"colbert nbits must be 1, 2, 4 or 8, got {out['nbits']!r}")
+    for key in ("doc_maxlen", "query_maxlen", "kmeans_niters"):
+        if not isinstance(out[key], int) or out[key] < 1:
+            raise ConfigError(f"colbert setting {key} must be a positive integer, got {out[key]!r}")
+    if settings.get("device", "cpu") not in ("cpu", "cuda"):
+        raise ConfigError(f"colbert device must be cpu or cuda, got {settings.get('device')!r}")
+    return out
+
+
+def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], workdir: Path) -> None:
+    """Run one colbert-ai job in a child process; never hang, never fail silently."""
+    req = workdir / f"{action}-request.json"
+    req.write_text(json.dumps(request), encoding="utf-8")
+    log_path = workdir / f"{action}.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    if settings.get("device", "cpu") == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    if settings.get("threads"):
+        env["OMP_NUM_THREADS"] = str(int(settings["threads"]))
+    timeout = float(settings.get("timeout_s", 6 * 3600))
+    cmd = [sys.executable, "-m", "cqabench.retrievers.colbert", action, str(req)]
+    with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=workdir)
+        except subprocess.TimeoutExpired:
+            raise ColbertError(f"colbert {action} ran past timeout_s={timeout:g}; log tail:\n{_tail(log_path)}") from None
+    if proc.returncode != 0:
+        raise ColbertError(f"colbert {action} failed (exit {proc.returncode}); log tail:\n{_tail(log_path)}")
+
+
+def _tail(path: Path) -> str:
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-_LOG_TAIL:])
+
+
+def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
+    s = resolve(settings)
+    index_dir = Path(index_dir)
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
+        collection = Path(tmp) / "collection.tsv"
+        with open(collection, "w", encoding="utf-8") as col, open(index_dir / "docids.txt", "w", encoding="utf-8") as ids:
+            for docid, title, text in docs:
+                if "\n" in docid:
+                    raise ConfigError(f"colbert index: docid {docid!r} holds a newline")
+                body = s["doc_format"].format(title=title, text=text) if title.strip() else text
+                col.write(f"{count}\t{' '.join(body.split())}\n")  # TSV: no tabs/newlines inside
+                ids.write(docid + "\n")
+                count += 1
+        if not count:
+            raise ConfigError("colbert index: the corpus is empty")
+        request = {**s, "device": settings.get("device", "cpu"), "collection": str(collection),
+                   "index_path": str(index_dir / PLAID_DIR), "root": tmp}
+        _run_worker("index", request, settings, Path(tmp))
+
+
+def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
+    s = resolve(settings)
+    index_dir = Path(index_dir)
+    if not (index_dir / PLAID_DIR / "metadata.json").is_file():
+        raise ConfigError(f"index {index_dir} holds no colbert PLAID index ({PLAID_DIR}/); rebuild it")
+    results: Results = {qid: [] for qid, _ in queries}
+    todo = [(qid, text) for qid, text in queries if text.strip()]
+    if not todo:
+        return results
+    docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
+        out = Path(tmp) / "ranking.json"
+        request = {**s, "device": settings.get("device", "cpu"), "index_path": str(index_dir / PLAID_DIR),
+                   "root": tmp, "queries": [text for _, text in todo], "k": k, "out": str(out),
+                   **{key: settings[key] for key in ("ncells", "centroid_score_threshold", "ndocs") if key in settings}}
+        _run_worker("search", request, settings, Path(tmp))
+        ranked = json.loads(out.read_text(encoding="utf-8"))
+    for (qid, _), hits in zip(todo, ranked):
+        results[qid] = rank(((docids[pid], score) for pid, score in hits), k)
+    return results
+
+
+# --- the worker side: runs in the child process only ---------------------------------------
+
+def _colbert_config(req: dict[str, Any], **extra: Any) -> Any:
+    from colbert.infra import ColBERTConfig
+
+    return ColBERTConfig(
+        nbits=req["nbits"], doc_maxlen=req["doc_maxlen"], query_maxlen=req["query_maxlen"],
+        kmeans_niters=req["kmeans_niters"], gpus=0 if req["device"] == "cpu" else 1,
+        avoid_fork_if_possible=True, **extra,
+    )
+
+
+def _worker(action: str, req: dict[str, Any]) -> None:
+    from colbert import Indexer, Searcher
+    from colbert.infra import Run, RunConfig
+
+    from cqabench.retrievers.encoders import resolve_model
+
+    checkpoint = resolve_model(req["model"])
+    gpus = 0 if req["device"] == "cpu" else 1
+    run = RunConfig(nranks=1, gpus=gpus, root=req["root"], experiment="cqabench", avoid_fork_if_possible=True)
+    with Run().context(run):
+        if action == "index":
+            path = Path(req["index_path"])
+            indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))
+            indexer.index(name=path.name, collection=req["collection"], overwrite=True)
+            return
+        extra = {k: req[k] for k in ("ncells", "centroid_score_threshold", "ndocs") if k in req}
+        searcher = Searcher(index=req["index_path"], checkpoint=checkpoint, config=_colbert_config(req, **extra),
+                            collection=["(not loaded)"], verbose=0)
+        k = int(req["k"])
+        ranking = searcher.search_all({i: q for i, q in enumerate(req["queries"])}, k=k).todict()
+        out = [[(int(pid), float(score)) for pid, _rank, score in ranking.get(i, [])] for i in range(len(req["queries"]))]
+        Path(req["out"]).write_text(json.dumps(out), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], json.loads(Path(sys.argv[2]).read_text(encoding="utf-8")))

@@ -1,0 +1,180 @@
+"""SPLADE: learned sparse term weights in a Lucene impact index (never a dense matrix).
+
+A text's weight for vocabulary term v is max over its tokens t of log(1 + ReLU(logit[t, v])),
+padding masked out (SPLADE v2 "max" pooling). Weights are scaled by `quantization` and rounded
+to integers, written as Anserini's JsonVectorCollection and indexed with `-impact
+-pretokenized`, so a document's score is the integer dot product of query and document weights,
+computed by Lucene over posting lists. Queries are encoded here and given to Anserini's
+SimpleImpactSearcher as {term: weight} maps: no second copy of the model runs in Java.
+
+Lengths: `doc_max_length` / `query_max_length` default to the model's limit (512 for BERT);
+the original DEXTER toolkit cut documents at 64 tokens (set `doc_max_length: 64` to match).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cqabench.errors import ConfigError
+from cqabench.retrievers.base import Doc, QueryText, Results, rank
+from cqabench.retrievers.encoders import length_sorted_batches, resolve_model, set_threads
+from cqabench.retrievers.java import autoclass, start_jvm
+
+log = logging.getLogger(__name__)
+
+LUCENE_DIR = "lucene"
+# Lucene's BooleanQuery clause limit: a query with more terms fails inside Anserini's thread
+# pool with no useful message. Trained SPLADE queries have tens of terms; past the limit we keep
+# the heaviest ones and say so.
+MAX_QUERY_TERMS = 1024
+SEARCH_ONLY_KEYS = frozenset({"threads", "batch_size", "query_batch_size", "device"})
+_DEFAULTS: dict[str, Any] = {
+    "doc_max_length": None,
+    "query_max_length": None,
+    "quantization": 100,
+    "doc_format": "{title} {text}",
+}
+_KNOWN = {"type", "model", "query_model", "threads", "batch_size", "query_batch_size", "device", *_DEFAULTS}
+
+
+def resolve(settings: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(settings) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"splade retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+    if not settings.get("model"):
+        raise ConfigError("splade retriever: set `model` (e.g. naver/splade_v2_max)")
+    out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS and v is not None}}
+    out["model"] = settings["model"]
+    out["query_model"] = settings.get("query_model") or settings["model"]
+    for key in ("doc_max_length", "query_max_length", "quantization"):
+        if out[key] is not None and (not isinstance(out[key], int) or out[key] < 1):
+            raise ConfigError(f"splade setting {key} must be a positive integer, got {out[key]!r}")
+    if "{text}" not in out["doc_format"]:
+        raise ConfigError(f"splade doc_format {out['doc_format']!r} must contain {{text}}")
+    return out
+
+
+class SpladeEncoder:
+    """A masked-LM checkpoint turned into {term: integer weight} maps."""
+
+    def __init__(self, spec: str, threads: int | None = None) -> None:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        set_threads(threads)
+        path = resolve_model(spec)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModelForMaskedLM.from_pretrained(path).eval()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot load SPLADE model {spec!r} offline ({type(exc).__name__}: {exc})") from None
+        self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        self.vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.model.config.vocab_size)))
+
+    def weights(self, texts: list[str], max_length: int | None, batch_size: int) -> np.ndarray:
+        """Float32 [n, vocab]: max over unmasked tokens of log(1 + relu(MLM logits))."""
+        import torch
+
+        length = min(max_length or self.limit, self.limit)
+        enc = self.tokenizer(texts, truncation=True, max_length=length)
+        out = np.zeros((len(texts), len(self.vocab)), dtype=np.float32)
+        for idx in length_sorted_batches([len(x) for x in enc["input_ids"]], batch_size):
+            batch = self.tokenizer.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
+            with torch.inference_mode():
+                logits = self.model(**batch).logits
+                act = torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)
+                out[idx] = act.max(dim=1).values.float().numpy()
+        return out
+
+    def term_maps(self, texts: list[str], max_length: int | None, batch_size: int, quantization: int) -> list[dict[str, int]]:
+        maps = []
+        dense = self.weights(texts, max_length, batch_size)
+        for row in dense:
+            q = np.rint(row * quantization).astype(np.int64)
+            nz = np.nonzero(q > 0)[0]
+            maps.append({self.vocab[i]: int(q[i]) for i in nz})
+        return maps
+
+
+def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
+    s = resolve(settings)
+    encoder = SpladeEncoder(s["model"], settings.get("threads"))
+    batch_size = int(settings.get("batch_size", 8))
+    start_jvm()
+    count = 0
+    with tempfile.TemporaryDirectory(prefix="cqabench-splade-") as tmp:
+        with open(Path(tmp) / "vectors.jsonl", "w", encoding="utf-8") as fh:
+            chunk: list[Doc] = []
+
+            def flush() -> None:
+                texts = [s["doc_format"].format(title=t, text=x).strip() if t.strip() else x for _, t, x in chunk]
+                for (docid, _, _), vec in zip(chunk, encoder.term_maps(texts, s["doc_max_length"], batch_size, s["quantization"])):
+                    fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
+                chunk.clear()
+
+            for doc in docs:
+                chunk.append(doc)
+                count += 1
+                if len(chunk) >= 1024:
+                    flush()
+            if chunk:
+                flush()
+        if not count:
+            raise ConfigError("splade index: the corpus is empty")
+        autoclass("io.anserini.index.IndexCollection").main([
+            "-collection", "JsonVectorCollection",
+            "-generator", "DefaultLuceneDocumentGenerator",
+            "-input", tmp,
+            "-index", str(Path(index_dir) / LUCENE_DIR),
+            "-threads", str(int(settings.get("threads") or 1)),
+            "-impact", "-pretokenized",
+        ])  # fmt: skip
+    searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(Path(index_dir) / LUCENE_DIR))
+    try:
+        total = int(searcher.get_total_num_docs())
+    finally:
+        searcher.close()
+    if total != count:
+        raise ConfigError(f"splade: Lucene indexed {total} of {count} documents (duplicate ids or all-zero vectors?)")
+    log.info("splade: indexed %d documents into %s", count, index_dir)
+
+
+def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
+    s = resolve(settings)
+    path = Path(index_dir) / LUCENE_DIR
+    if not path.is_dir():
+        raise ConfigError(f"index {index_dir} holds no Lucene impact index ({LUCENE_DIR}/); rebuild it")
+    results: Results = {qid: [] for qid, _ in queries}
+    if not queries:
+        return results
+    encoder = SpladeEncoder(s["query_model"], settings.get("threads"))
+    maps = encoder.term_maps([t for _, t in queries], s["query_max_length"], int(settings.get("query_batch_size", 32)), s["quantization"])
+    start_jvm()
+    hash_map, array_list, jint = autoclass("java.util.HashMap"), autoclass("java.util.ArrayList"), autoclass("java.lang.Integer")
+    searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
+    try:
+        jq, jids = array_list(), array_list()
+        for (qid, _), weights in zip(queries, maps):
+            if not weights:
+                continue  # no positive weight: matches nothing
+            if len(weights) > MAX_QUERY_TERMS:
+                log.warning("splade: query %s has %d terms; keeping the %d heaviest", qid, len(weights), MAX_QUERY_TERMS)
+                weights = dict(sorted(weights.items(), key=lambda p: (-p[1], p[0]))[:MAX_QUERY_TERMS])
+            m = hash_map()
+            for term, w in weights.items():
+                m.put(term, jint(w))
+            jq.add(m)
+            jids.add(qid)
+        if jq.size():
+            hits = searcher.batch_search(jq, jids, int(k), int(settings.get("threads") or 1))
+            for entry in hits.entrySet().toArray():
+                results[entry.getKey()] = rank(((h.docid, h.score) for h in entry.getValue()), k)
+    finally:
+        searcher.close()
+    return results
