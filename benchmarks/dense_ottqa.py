@@ -140,9 +140,12 @@ def child(variant: str, n_docs: int | None, n_queries: int | None, out: Path) ->
     ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100"})
     per = ev.evaluate({q: {d: float(s) for d, s in r.items()} for q, r in run.items()})
     ndcg = sum(v["ndcg_cut_10"] for v in per.values()) / len(qrels)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    # CPU seconds (user+sys, whole process incl. data loading) are less sensitive than wall
+    # time to other jobs sharing the cores; both are reported.
     out.write_text(json.dumps({"variant": variant, "docs": len(docs), "queries": len(queries), "wall_s": wall,
-                               "encode_s": enc, "ndcg10": ndcg, "peak_rss_mib": rss}))
+                               "encode_s": enc, "cpu_s": use.ru_utime + use.ru_stime, "ndcg10": ndcg,
+                               "peak_rss_mib": use.ru_maxrss / 1024}))
 
 
 def run_child(variant: str, n_docs, n_queries) -> dict:
@@ -161,28 +164,41 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--growth", default="", help="comma list of corpus sizes for the peak-memory curve")
     ap.add_argument("--growth-variants", default="ours-onnx-int8,dexter")
+    ap.add_argument("--from-json", type=Path, help="print the table for JSON lines a run printed")
     ap.add_argument("--child")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if a.child:
         child(a.child, a.docs, a.queries, a.out)
         return
+    if a.from_json:
+        lines = a.from_json.read_text().splitlines()
+        table([json.loads(line) for line in lines if line.startswith("{")])
+        return
     rows = []
     for v in a.variants.split(","):
         rows.append(run_child(v, a.docs, a.queries))
         print(json.dumps(rows[-1]), flush=True)
-    base = next((r for r in rows if r["variant"] == "dexter"), rows[0])
-    print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'x dexter':>8} {'enc docs/s':>10} {'nDCG@10':>8} {'dNDCG':>7} {'peak MiB':>9}")
-    for r in rows:
-        dps = r["docs"] / r["encode_s"] if r["encode_s"] == r["encode_s"] else float("nan")
-        print(f"{r['variant']:18} {r['docs']:6d} {r['wall_s']:8.1f} {base['wall_s'] / r['wall_s']:8.2f} "
-              f"{dps:10.1f} {r['ndcg10']:8.4f} {r['ndcg10'] - base['ndcg10']:+7.4f} {r['peak_rss_mib']:9.0f}")
+    table(rows)
     if a.growth:
         print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'peak MiB':>9}")
         for v in a.growth_variants.split(","):
             for n in [int(x) for x in a.growth.split(",")]:
                 r = run_child(v, n, a.queries)
                 print(f"{v:18} {r['docs']:6d} {r['wall_s']:8.1f} {r['peak_rss_mib']:9.0f}", flush=True)
+
+
+def table(rows: list[dict]) -> None:
+    """Ratios are against DEXTER (the first row when DEXTER was not run)."""
+    base = next((r for r in rows if r["variant"] == "dexter"), rows[0])
+    print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'x dexter':>8} {'cpu s':>8} {'x dexter':>8} "
+          f"{'enc docs/s':>10} {'nDCG@10':>8} {'dNDCG':>7} {'peak MiB':>9}")
+    for r in rows:
+        dps = r["docs"] / r["encode_s"] if r["encode_s"] == r["encode_s"] else float("nan")
+        cpu, bcpu = r.get("cpu_s", float("nan")), base.get("cpu_s", float("nan"))
+        print(f"{r['variant']:18} {r['docs']:6d} {r['wall_s']:8.1f} {base['wall_s'] / r['wall_s']:8.2f} "
+              f"{cpu:8.1f} {bcpu / cpu:8.2f} {dps:10.1f} {r['ndcg10']:8.4f} {r['ndcg10'] - base['ndcg10']:+7.4f} "
+              f"{r['peak_rss_mib']:9.0f}")
 
 
 if __name__ == "__main__":

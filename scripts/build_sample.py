@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OTTQA_QUESTIONS = 60
-OTTQA_TABLES = 150
+OTTQA_QUESTIONS = 40
+OTTQA_TABLES = 80
 TATQA_CONTEXTS = 40
 
 
@@ -33,7 +33,6 @@ def build(shared: Path, out: Path) -> None:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
     for rel in (
-        "2wikimultihopqa/distractor_corpus.json",
         "strategyqa/dev.json",
         "strategyqa/bart_decomp_dev_predictions.jsonl",
         "finqa/dev.json",
@@ -41,6 +40,7 @@ def build(shared: Path, out: Path) -> None:
     ):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shared / rel, out / rel)
+    (out / "2wikimultihopqa").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shared / "2wikimultihopqa/dev_2.json", out / "2wikimultihopqa/dev.json")
 
     # AmbigQA: the 11-question fixture, its passages cast to DPR's psgs_w100.tsv shape.

@@ -21,12 +21,7 @@ RAW = ROOT / "resources" / "raw"
 SAMPLE = {
     # dataset: (split, {role: file}, queries, corpus documents)
     "musique": ("train", {"questions": "musique/musique_train_100.jsonl"}, 100, 1890),
-    "2wikimultihopqa": (
-        "dev",
-        {"questions": "2wikimultihopqa/dev.json", "passages": "2wikimultihopqa/distractor_corpus.json"},
-        2,
-        6138,
-    ),
+    "2wikimultihopqa": ("dev", {"questions": "2wikimultihopqa/dev.json"}, 2, 20),
     "strategyqa": (
         "dev",
         {"questions": "strategyqa/dev.json", "decompositions": "strategyqa/bart_decomp_dev_predictions.jsonl"},
@@ -41,8 +36,8 @@ SAMPLE = {
             "tables": "ottqa/dev_tables.sample.json",
             "passages": "ottqa/dev_passages.sample.json",
         },
-        60,
-        150 + 3406,
+        40,
+        80 + 1844,
     ),
     "tatqa": ("dev", {"questions": "tatqa/tatqa_dataset_dev.sample.json"}, 240, None),
     "finqa": ("dev", {"questions": "finqa/dev.json"}, 1, None),
@@ -117,17 +112,13 @@ def test_unknown_dataset_and_role_are_rejected_with_valid_values(tmp_path: Path,
 
 def test_pooled_corpus_deduplicates_shared_paragraphs(tmp_path: Path) -> None:
     prepare("musique", "train", {"questions": RAW / "musique/musique_train_100.jsonl"}, tmp_path / "m")
-    prepare(
-        "2wikimultihopqa", "dev",
-        {"questions": RAW / "2wikimultihopqa/dev.json", "passages": RAW / "2wikimultihopqa/distractor_corpus.json"},
-        tmp_path / "w",
-    )
+    prepare("2wikimultihopqa", "dev", {"questions": RAW / "2wikimultihopqa/dev.json"}, tmp_path / "w")
     m = set(pq.read_table(tmp_path / "m/corpus.parquet").column("docid").to_pylist())
     w = set(pq.read_table(tmp_path / "w/corpus.parquet").column("docid").to_pylist())
     # MuSiQue listed twice (two splits of one corpus, say): its paragraphs count once.
     parts = [tmp_path / "m/corpus.parquet", tmp_path / "w/corpus.parquet", tmp_path / "m/corpus.parquet"]
     pooled = pool(parts, tmp_path / "pooled.parquet")
-    assert pooled.num_rows == len(m | w) == 1890 + 6138
+    assert pooled.num_rows == len(m | w) == 1890 + 20
     assert pooled.column("docid").to_pylist() == sorted(m | w)
 
 

@@ -6,6 +6,9 @@ RETRIEVER_CONFIGS = config.get("retrievers", {}) or {}
 RETRIEVAL = config.get("retrieval", {}) or {}
 RETRIEVAL_K = int(RETRIEVAL.get("k", 100))
 RETRIEVAL_RETRIEVERS = list(RETRIEVAL.get("retrievers", []))
+# Datasets searched by the configured retrievers (default: all; a dataset without a corpus, such
+# as the sample's TANQ, is left out here rather than indexed empty).
+RETRIEVAL_DATASETS = list(RETRIEVAL.get("datasets") or DATASETS)
 DECOMPOSITION = RETRIEVAL.get("decomposition", {}) or {}
 EXTERNAL_RUNS = config.get("external_runs", {}) or {}
 # IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
@@ -66,7 +69,8 @@ def external_runs_of(dataset, split):
 
 def run_names(dataset, split):
     """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
-    return RETRIEVAL_RETRIEVERS + decomposition_runs(dataset) + external_runs_of(dataset, split)
+    ours = RETRIEVAL_RETRIEVERS if dataset in RETRIEVAL_DATASETS else []
+    return ours + decomposition_runs(dataset) + external_runs_of(dataset, split)
 
 
 def _run_settings(run):

@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help='JSON: {"llm": <llms.NAME entry>, "sampling": {...}, "max_questions": int|null, '
         '"max_doc_chars": int|null, "models_dir": "results/models"}',
     )
+    g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
     g.add_argument("--cache", required=True, type=Path, help="item cache (SQLite); keep it outside rule outputs")
     g.add_argument("--out", required=True, type=Path, help="predictions.parquet")
     g.add_argument("--summary", type=Path, help="summary.json: per-cell totals")
@@ -94,6 +95,7 @@ def run_check_keys(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.llm.hf: before torch starts OpenMP
     from cqabench.generate import Cell, run_cell
     from cqabench.llm import llm_spec, sampling_for
     from cqabench.llm.openai_backend import read_api_key
@@ -107,6 +109,8 @@ def run_generate(args: argparse.Namespace) -> int:
     if not isinstance(llm_cfg, dict):
         raise ConfigError('--settings needs "llm": the llms.<name> config entry')
     spec = llm_spec(args.llm, llm_cfg, settings.get("models_dir", "results/models"))
+    if args.threads > 0:
+        spec.options.setdefault("threads", args.threads)
     if spec.backend == "openai":
         read_api_key(spec)  # before any data is read: a missing key fails the job at once
     sampling = sampling_for(settings.get("sampling"), llm_cfg)

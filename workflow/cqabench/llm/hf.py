@@ -36,15 +36,45 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def _stop_criteria(tokenizer, stop: Sequence[str], prompt_width: int):
+    """Per-row stop on text, looking only at the tail of what was generated.
+
+    transformers' own `stop_strings` precomputes tables over the whole vocabulary on every
+    `generate` call (about a minute per batch for SmolLM2 on 2 CPU cores); decoding the last
+    few generated tokens of each row per step costs microseconds and stops the same rows.
+    The prompt is excluded, since few-shot prompts contain the stop strings themselves.
+    """
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    # a stop string needs at most one token per character, plus one token straddling its start
+    window = max(len(s) for s in stop) + 1
+
+    class StopOnText(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            tails = input_ids[:, prompt_width:][:, -window:].tolist()
+            texts = tokenizer.batch_decode(tails, skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stop) for t in texts], device=input_ids.device)
+
+    return StoppingCriteriaList([StopOnText()])
+
+
 class HfBackend:
     name = "hf"
 
     def __init__(self, spec: LlmSpec) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        # OpenMP threads that spin while waiting make a small model 5-20x slower as soon as
+        # another process shares the cores (measured on 2 cores: 1.6 s vs 0.15 s per decoding
+        # step). Passive waiting costs little when the machine is idle. Takes effect only if
+        # torch's OpenMP runtime has not started yet, hence also set by `cqabench generate`.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
+        if spec.options.get("threads"):
+            torch.set_num_threads(int(spec.options["threads"]))
         self.batch_size = max(1, int(spec.batch_size))
         device = spec.options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(device)
@@ -82,8 +112,6 @@ class HfBackend:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
-        if sampling.stop:
-            kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
         return kwargs
 
     def _output_length(self, ids: list[int]) -> tuple[int, str]:
@@ -112,16 +140,19 @@ class HfBackend:
             batch = texts[start:start + self.batch_size]
             enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special).to(self.device)
             began = time.perf_counter()
-            with torch.inference_mode():
-                out = self.model.generate(**enc, **kwargs)
-            elapsed = time.perf_counter() - began
             width = enc["input_ids"].shape[1]
+            extra = {"stopping_criteria": _stop_criteria(self.tokenizer, sampling.stop, width)} if sampling.stop else {}
+            with torch.inference_mode():
+                out = self.model.generate(**enc, **kwargs, **extra)
+            elapsed = time.perf_counter() - began
             prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
             results = []
             for row, ids in enumerate(out[:, width:].tolist()):
                 n, finish = self._output_length(ids)
                 text = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
                 text, stopped = cut_at_stop(text, sampling.stop)
+                if stopped and finish == "stop":
+                    n -= 1  # rows halted on a stop string are padded with the pad (= eos) token
                 results.append(
                     (
                         start + row,

@@ -87,18 +87,28 @@ class HFEncoder:
         threads: int | None = None,
     ) -> None:
         import torch
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
         self.spec, self.pooling, self.normalize = spec, pooling, normalize
         path = resolve_model(spec)
         set_threads(threads)
+        reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
+            if reuse:  # an index's exported graph: the torch weights are not needed at all
+                config = AutoConfig.from_pretrained(path)
+                self.limit = int(getattr(config, "max_position_embeddings", 512))
+                self.default_length = min(512, self.limit)
+                self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads)
+                self._run = self._run_onnx
+                return
             model = _model_class(path).from_pretrained(path)
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
+        if getattr(model.config, "projection_dim", 0):
+            raise ConfigError(f"model {spec!r}: DPR encoders with projection_dim > 0 are not supported")
         # DPR checkpoints wrap a BertModel; their own pooler is the CLS vector, so we use the
         # inner model and pool here, which also lets ONNX export one graph for every family.
         inner = getattr(getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None)
@@ -108,13 +118,15 @@ class HFEncoder:
         self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
         if backend == "torch":
             if quantize == "int8":
-                self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+                qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+                self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
             self._run = self._run_torch
         elif backend == "onnx":
             if onnx_path is None:
                 raise ConfigError("backend onnx needs a place to keep the exported model")
             self._session = _onnx_session(self.model, self.tokenizer, Path(onnx_path), quantize, threads)
             self._run = self._run_onnx
+            del self.model  # the torch weights are not needed once onnxruntime holds the graph
         else:
             raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
 
@@ -215,7 +227,8 @@ def _onnx_session(model: Any, tokenizer: Any, path: Path, quantize: str, threads
         if quantize == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+            # Per-channel scales: per-tensor ones cost ~0.015 nDCG@10 on OTT-QA with MiniLM.
+            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True)
             fp32.unlink()
     options = ort.SessionOptions()
     if threads:

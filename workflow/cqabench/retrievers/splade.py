@@ -87,8 +87,10 @@ class SpladeEncoder:
         for idx in length_sorted_batches([len(x) for x in enc["input_ids"]], batch_size):
             batch = self.tokenizer.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
             with torch.inference_mode():
-                logits = self.model(**batch).logits
-                act = torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)
+                # In place: the [batch, tokens, vocab] logits are the big tensor (8 x 512 x 30522
+                # floats = 500 MB); no second copy of it is made.
+                act = self.model(**batch).logits.relu_().log1p_()
+                act.mul_(batch["attention_mask"].unsqueeze(-1).to(act.dtype))
                 out[idx] = act.max(dim=1).values.float().numpy()
         return out
 

