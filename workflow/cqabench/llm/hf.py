@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from cqabench.errors import ConfigError
 from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
@@ -73,6 +74,11 @@ class HfBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec = spec
+        if spec.model_path and not Path(spec.model_path).is_dir():
+            raise ConfigError(
+                f"llm {spec.name!r}: converted model folder {spec.model_path} is missing; "
+                "run `cqabench convert-model` (the workflow's convert_model rule) first"
+            )
         if spec.options.get("threads"):
             torch.set_num_threads(int(spec.options["threads"]))
         self.batch_size = max(1, int(spec.batch_size))

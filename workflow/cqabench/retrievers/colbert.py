@@ -65,6 +65,9 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
     req.write_text(json.dumps(request), encoding="utf-8")
     log_path = workdir / f"{action}.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # torch compiles colbert-ai's C++ helpers with `ninja` from PATH: the pip-installed one
+    # sits next to this interpreter even when the virtualenv is not activated.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if settings.get("device", "cpu") == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if settings.get("threads"):

@@ -1,0 +1,148 @@
+"""`cqabench generate` / `check-api-keys` end to end, with the model behind the loopback
+OpenAI TEST DOUBLE (the external boundary), so every other piece is the real one:
+documents from run/qrels, table serialization, templates, cache, extraction, Parquet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cqabench.cli import main
+from cqabench.io import write_parquet
+from cqabench.prompts import file_hash
+from cqabench.runs import write_parquet_run
+from cqabench.schema import CanonicalData, Document, Qrel, Query
+from test_openai_backend import ENV, KEY, OpenAITestDouble, api_llm_config
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "resources/prompts/few-shot/multihop.txt"
+
+
+@pytest.fixture
+def split(tmp_path: Path) -> dict[str, Path]:
+    data = CanonicalData(
+        queries=[Query("q1", "Which city hosts the tower alpha?"), Query("q2", "Which river runs past bravo?"),
+                 Query("q3", "In what year was the structure named charlie?")],
+        corpus=[
+            Document("d1", "Tower", "The tower stands in Paris."),
+            Document("d2", "River", "The Seine runs through Paris."),
+            Document("t1", "Heights", "Tall structures", kind="table", table_header=["Name", "Metres"],
+                     table_rows=[["Tower", "330"]]),
+            Document("d4", "Unused", "Never retrieved."),
+        ],
+        qrels=[Qrel("q1", "d2"), Qrel("q1", "d1"), Qrel("q1", "d1", annotator="b"), Qrel("q2", "t1"),
+               Qrel("q3", "d4", relevance=0)],
+    )
+    paths = {}
+    for name, table in data.tables().items():
+        paths[name] = tmp_path / f"{name}.parquet"
+        write_parquet(table, paths[name])
+    paths["run"] = tmp_path / "bm25.parquet"
+    write_parquet_run({"q1": [("d1", 9.0), ("t1", 7.5), ("d2", 3.0)], "q2": [("t1", 4.0), ("d2", 5.0)]}, paths["run"])
+    return paths
+
+
+def _generate(split: dict[str, Path], tmp_path: Path, base_url: str, setting: str, *, retriever="none", k=0,
+              serialization="markdown", extra=()) -> int:
+    settings = {"llm": api_llm_config(base_url), "sampling": {"max_new_tokens": 32}, "max_questions": None}
+    return main([
+        "generate", "--dataset", "musique", "--split", "dev", "--serialization", serialization,
+        "--llm", "api", "--prompt", "few-shot", "--setting", setting, "--retriever", retriever, "--k", str(k),
+        "--queries", str(split["queries"]), "--corpus", str(split["corpus"]), "--qrels", str(split["qrels"]),
+        "--run", str(split["run"]), "--template", str(TEMPLATE), "--settings", json.dumps(settings),
+        "--cache", str(tmp_path / "cache" / "api.sqlite"), "--out", str(tmp_path / setting / "predictions.parquet"),
+        "--summary", str(tmp_path / setting / "summary.json"), *extra,
+    ])
+
+
+def _user_prompts(api: OpenAITestDouble) -> dict[str, str]:
+    """Prompt text the double received, by the question's last word."""
+    return {b["messages"][-1]["content"].split()[-1].rstrip("?"): b["messages"][-1]["content"] for b in api.bodies}
+
+
+def test_rag_cell_uses_the_top_k_of_the_run_in_rank_order(split, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    with OpenAITestDouble() as api:
+        assert _generate(split, tmp_path, api.base_url, "rag", retriever="bm25", k=2) == 0
+        prompts = _user_prompts(api)
+    rows = {r["qid"]: r for r in pq.read_table(tmp_path / "rag" / "predictions.parquet").to_pylist()}
+    assert rows["q1"]["context_docids"] == ["d1", "t1"]  # top 2 by score
+    assert rows["q2"]["context_docids"] == ["d2", "t1"]
+    assert rows["q3"]["context_docids"] == []  # the run has nothing for q3
+    assert prompts["alpha"].endswith(
+        "Context:\n[1] Tower\nThe tower stands in Paris.\n\n[2] Heights\nTall structures\n"
+        "| Name | Metres |\n| --- | --- |\n| Tower | 330 |\n\nQuestion: Which city hosts the tower alpha?"
+    )
+    assert "Context:" not in prompts["charlie"]
+    row = rows["q1"]
+    assert (row["prediction"], row["parse_ok"], row["parse_reason"]) == ("alpha", True, "")
+    assert row["raw_output"] == "Final Answer: alpha" and not row["cached"]
+    assert (row["setting"], row["k"], row["retriever"], row["serialization"], row["backend"]) == ("rag", 2, "bm25", "markdown", "openai")
+    assert row["template_hash"] == file_hash(TEMPLATE) and row["prompt"] == "few-shot"
+    assert json.loads(row["sampling"])["stop"] == ["\nQuestion:"]  # the template's stop joins the sampling
+    assert row["prompt_tokens"] == len(prompts["alpha"].split()) and row["output_tokens"] == 3
+    summary = json.loads((tmp_path / "rag" / "summary.json").read_text())
+    assert summary["n_items"] == 3 and summary["n_generated"] == 3
+    assert summary["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows.values())
+
+
+def test_oracle_uses_gold_documents_and_a_rerun_needs_no_model(split, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    with OpenAITestDouble() as api:
+        assert _generate(split, tmp_path, api.base_url, "oracle", serialization="pipe") == 0
+        prompts = _user_prompts(api)
+    first = pq.read_table(tmp_path / "oracle" / "predictions.parquet").to_pylist()
+    by_qid = {r["qid"]: r for r in first}
+    assert by_qid["q1"]["context_docids"] == ["d2", "d1"]  # qrels order, each gold doc once
+    assert by_qid["q3"]["context_docids"] == []  # relevance 0 is not gold
+    assert "[1] Heights\nTall structures\nName|Metres\nTower|330" in prompts["bravo"]
+    # the double is gone: a second run can only succeed from the cache
+    assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", "oracle", serialization="pipe") == 0
+    second = pq.read_table(tmp_path / "oracle" / "predictions.parquet").to_pylist()
+    assert all(r["cached"] for r in second)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "cached"} for r in rows]  # noqa: E731
+    assert strip(second) == strip(first)
+
+
+def test_max_questions_takes_the_first_questions_in_file_order(split, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    settings = {"llm": api_llm_config("x"), "max_questions": 2}
+    with OpenAITestDouble() as api:
+        settings["llm"]["base_url"] = api.base_url
+        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+                   "--prompt", "few-shot", "--setting", "closed", "--queries", str(split["queries"]),
+                   "--template", str(TEMPLATE), "--settings", json.dumps(settings),
+                   "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "p.parquet")])
+    assert rc == 0
+    assert pq.read_table(tmp_path / "p.parquet").column("qid").to_pylist() == ["q1", "q2"]
+
+
+def test_missing_api_key_fails_first_naming_the_variable(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    settings = {"llm": api_llm_config("http://127.0.0.1:9/v1")}
+    rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+               "--prompt", "few-shot", "--setting", "closed", "--queries", str(tmp_path / "absent.parquet"),
+               "--template", str(TEMPLATE), "--settings", json.dumps(settings),
+               "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "p.parquet")])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"environment variable {ENV}" in err and "absent.parquet" not in err
+    llms = json.dumps({"api": {"backend": "openai", "source": "m", "api_key_env": ENV}, "local": {"backend": "hf", "source": "x"}})
+    assert main(["check-api-keys", "--llms", llms]) == 1
+    assert f"${ENV}, which is not set" in capsys.readouterr().err
+    monkeypatch.setenv(ENV, KEY)
+    assert main(["check-api-keys", "--llms", llms]) == 0
+    assert KEY not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("setting", "retriever", "k", "message"),
+    [("closed", "bm25", 0, "takes retriever 'none' and k 0"), ("oracle", "none", 5, "takes retriever 'none' and k 0"),
+     ("rag", "none", 5, "needs a retriever and k >= 1"), ("rag", "bm25", 0, "needs a retriever and k >= 1")],
+)
+def test_inconsistent_cells_are_rejected(split, tmp_path: Path, monkeypatch, capsys, setting, retriever, k, message) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", setting, retriever=retriever, k=k) == 1
+    assert message in capsys.readouterr().err
