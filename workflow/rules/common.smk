@@ -10,13 +10,18 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 RESULTS = "results"
 
-# Rules run the package from this checkout, with the Python of the environment they run in: the
-# project venv's (the one running Snakemake), or a per-rule conda env's under `--sdm conda`
-# (those envs hold dependencies only). Cluster jobs see the same checkout on the shared filesystem.
+# Rules call `cqabench`, defined for every job's shell as the package of this checkout run with
+# the Python of the environment the job runs in: the project venv's (the one running Snakemake),
+# or a per-rule conda env's under `--sdm conda` (those envs hold dependencies only). Cluster jobs
+# see the same checkout on the shared filesystem.
 _CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.deployment_method)
-CQABENCH = "PYTHONPATH={} {} -m cqabench.cli".format(
-    shlex.quote(str(Path(workflow.basedir) / "workflow")), "python" if _CONDA else shlex.quote(sys.executable)
+_PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
+_PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
+# (The prefix is formatted like a shell command, hence the doubled braces.)
+shell.prefix(
+    "set -euo pipefail; cqabench() {{ PYTHONPATH=%s %s -m cqabench.cli \"$@\"; }}; " % (_PACKAGE_DIR, _PYTHON)
 )
+CQABENCH = "cqabench"  # TEMP: until generation.smk uses the shell function directly
 RAW_DIR = config["raw_dir"]
 DATASETS = list(config["datasets"])
 SERIALIZATIONS = list(config["serializations"])
@@ -132,3 +137,111 @@ def prepare_inputs(w):
 
 def prepare_file_args(w, input):
     return " ".join(f"--file {shlex.quote(f'{role}={path}')}" for role, path in input.items())
+
+
+# ---- retrieval stage ----
+
+RETRIEVER_CONFIGS = config.get("retrievers", {}) or {}
+RETRIEVAL = config.get("retrieval", {}) or {}
+RETRIEVAL_K = int(RETRIEVAL.get("k", 100))
+RETRIEVAL_RETRIEVERS = list(RETRIEVAL.get("retrievers", []))
+# Datasets searched by the configured retrievers (default: all; a dataset without a corpus, such
+# as the sample's TANQ, is left out here rather than indexed empty).
+RETRIEVAL_DATASETS = list(RETRIEVAL.get("datasets") or DATASETS)
+DECOMPOSITION = RETRIEVAL.get("decomposition", {}) or {}
+EXTERNAL_RUNS = config.get("external_runs", {}) or {}
+# IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
+DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird-pred"}
+_SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
+for _kind in DECOMPOSITION.get("queries", []):
+    if _kind not in DECOMPOSITION_SUFFIX:
+        raise ValueError(f"retrieval.decomposition.queries: {_kind!r} is not one of {list(DECOMPOSITION_SUFFIX)}")
+_NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
+def _check_retrieval_config():
+    named = set(RETRIEVAL_RETRIEVERS) | set(DECOMPOSITION.get("retrievers", []))
+    unknown = sorted(named - set(RETRIEVER_CONFIGS))
+    if unknown:
+        raise ValueError(f"retrieval: retrievers {unknown} are not defined under `retrievers:`")
+    clash = sorted(set(EXTERNAL_RUNS) & set(RETRIEVER_CONFIGS))
+    if clash:
+        raise ValueError(f"external_runs: names {clash} are also retriever names; rename them")
+    for name, spec in EXTERNAL_RUNS.items():
+        if spec["dataset"] not in DATASETS or spec["split"] not in splits(spec["dataset"]):
+            raise ValueError(f"external_runs.{name}: {spec['dataset']}/{spec['split']} is not configured")
+_check_retrieval_config()
+def _names(names):
+    return _one_of(names) if names else _NEVER
+def is_neural(retriever):
+    return RETRIEVER_CONFIGS[retriever]["type"] != "bm25"
+def index_dir(corpus, serialization, retriever):
+    return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
+def run_file(dataset, split, serialization, run, ext="parquet"):
+    return f"{RESULTS}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+DECOMPOSITION_RUNS = {
+    f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
+    for r in DECOMPOSITION.get("retrievers", [])
+    for kind in DECOMPOSITION.get("queries", list(DECOMPOSITION_SUFFIX))
+}
+def decomposition_runs(dataset):
+    return list(DECOMPOSITION_RUNS) if dataset in DECOMPOSITION.get("datasets", []) else []
+def external_runs_of(dataset, split):
+    return [n for n, spec in EXTERNAL_RUNS.items() if spec["dataset"] == dataset and spec["split"] == split]
+def run_names(dataset, split):
+    """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
+    ours = RETRIEVAL_RETRIEVERS if dataset in RETRIEVAL_DATASETS else []
+    return ours + decomposition_runs(dataset) + external_runs_of(dataset, split)
+def _run_settings(run):
+    """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
+    if run in EXTERNAL_RUNS:
+        return {"external": True, **EXTERNAL_RUNS[run]}
+    if run in RETRIEVER_CONFIGS:
+        return {**RETRIEVER_CONFIGS[run], "k": RETRIEVAL_K}
+    retriever, kind = DECOMPOSITION_RUNS[run]
+    return {**RETRIEVER_CONFIGS[retriever], "queries": kind, "k": int(DECOMPOSITION.get("k", 10))}
+def _resources(retriever, neural_mb, bm25_mb, neural_min, bm25_min):
+    neural = is_neural(retriever)
+    return {"gpu": 1 if neural else 0, "mem_mb": neural_mb if neural else bm25_mb,
+            "runtime": neural_min if neural else bm25_min}  # fmt: skip
+ALL_RUN_NAMES = sorted({n for ds in DATASETS for sp in splits(ds) for n in run_names(ds, sp)})
+def _external_input(w):
+    spec = EXTERNAL_RUNS[w.name]
+    if (spec["dataset"], spec["split"]) != (w.dataset, w.split):
+        raise ValueError(f"external run {w.name} belongs to {spec['dataset']}/{spec['split']}, not {w.dataset}/{w.split}")
+    return spec["path"]
+def retrieval_targets():
+    return [
+        f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/metrics.json"
+        for ds in DATASETS
+        for sp in splits(ds)
+        for ser in SERIALIZATIONS
+        for run in run_names(ds, sp)
+    ]
+
+
+# ---- report stage ----
+
+# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
+# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
+# workflow/report/*.rst.
+import glob
+import yaml
+REPORT = config.get("report", {})
+EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
+REPORT_DIR = f"{RESULTS}/report"
+def _expected_table_ids():
+    ids = []
+    for path in EXPECTED_FILES:
+        with open(path, encoding="utf-8") as fh:
+            ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
+    return ids
+TABLE_IDS = _expected_table_ids()
+PLOTS = {"k_effect": "k_effect.rst", "retriever_heatmap": "heatmap.rst", "tanq_skills": "skills.rst"}
+def _metric_files():
+    """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
+    return sorted({t for t in retrieval_targets() + evaluation_targets() if Path(t).name == "metrics.json"})
+def report_targets():
+    return (
+        [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
+        + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
+        + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
+    )

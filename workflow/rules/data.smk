@@ -12,7 +12,7 @@ rule download:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{CQABENCH} download --name {wildcards.path:q} --spec {params.spec} "
+        "cqabench download --name {wildcards.path:q} --spec {params.spec} "
         "--raw-dir {params.raw_dir:q} --out {output:q} 2> {log:q}"
 
 
@@ -34,7 +34,7 @@ rule prepare:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{CQABENCH} prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "{params.files} {params.limit} --out-dir {params.out_dir:q} 2> {log:q}"
 
 
@@ -50,7 +50,7 @@ rule pool_corpus:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{CQABENCH} pool-corpus {params.corpora} --out {output:q} 2> {log:q}"
+        "cqabench pool-corpus {params.corpora} --out {output:q} 2> {log:q}"
 
 
 rule export_beir:
@@ -67,6 +67,6 @@ rule export_beir:
     conda:
         "../../envs/data.yaml"
     shell:
-        "{CQABENCH} export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
+        "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "
         "--out-dir results/beir/{wildcards.dataset}/{wildcards.serialization}/{wildcards.split} 2> {log:q}"

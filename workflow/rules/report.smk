@@ -1,40 +1,3 @@
-# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
-# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
-# workflow/report/*.rst.
-import glob
-
-import yaml
-
-REPORT = config.get("report", {})
-EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
-REPORT_DIR = f"{RESULTS}/report"
-
-
-def _expected_table_ids():
-    ids = []
-    for path in EXPECTED_FILES:
-        with open(path, encoding="utf-8") as fh:
-            ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
-    return ids
-
-
-TABLE_IDS = _expected_table_ids()
-PLOTS = {"k_effect": "k_effect.rst", "retriever_heatmap": "heatmap.rst", "tanq_skills": "skills.rst"}
-
-
-def _metric_files():
-    """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
-    return sorted({t for t in retrieval_targets() + evaluation_targets() if t.endswith("/metrics.json")})
-
-
-def report_targets():
-    return (
-        [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
-        + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
-        + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
-    )
-
-
 rule aggregate:
     input:
         metrics=lambda w: _metric_files(),
@@ -47,7 +10,7 @@ rule aggregate:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "{CQABENCH} aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
+        "cqabench aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
 
 
@@ -73,7 +36,7 @@ rule report_tables:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "{CQABENCH} report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {REPORT_DIR}/tables > {log:q} 2>&1"
 
 
@@ -91,6 +54,6 @@ rule report_plots:
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "{CQABENCH} report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
+        "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
         "--skills {output.tanq_skills:q} 2> {log:q}"
