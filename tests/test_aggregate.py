@@ -120,7 +120,7 @@ def test_readers_other_than_pandas(results: Path) -> None:
         if module == "polars":
             assert lib.read_parquet(results / "m.parquet").height == 3
         else:
-            assert lib.sql(f"select count(*) from '{results / 'm.parquet'}'").fetchone()[0] == 3
+            assert lib.sql(f"select count(*) from '{results / 'm.parquet'}'").fetchall()[0][0] == 3
 
 
 def test_malformed_metric_file_names_path(tmp_path: Path) -> None:

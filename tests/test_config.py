@@ -75,3 +75,13 @@ def test_workflow_lints_clean() -> None:
     proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> None:
+    config = _config()
+    config["retrievers"]["minilm"]["similarity"] = "cosin"
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr

@@ -146,3 +146,15 @@ def test_inconsistent_cells_are_rejected(split, tmp_path: Path, monkeypatch, cap
     monkeypatch.setenv(ENV, KEY)
     assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", setting, retriever=retriever, k=k) == 1
     assert message in capsys.readouterr().err
+
+
+def test_choosing_vllm_where_it_is_not_installed_fails_clearly() -> None:
+    import importlib.util
+
+    from cqabench.errors import ConfigError
+    from cqabench.llm import llm_spec, make_backend
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here; the missing-package path cannot be exercised")
+    with pytest.raises(ConfigError, match="vllm backend needs the vllm package"):
+        make_backend(llm_spec("m", {"backend": "vllm", "source": "some/model"}))

@@ -57,7 +57,7 @@ def test_conversion_records_the_gguf_hash_and_fixes_special_tokens(smollm2_dir: 
 
 
 def test_batched_left_padded_greedy_equals_unbatched(backend) -> None:
-    sampling = Sampling(temperature=0, max_new_tokens=20)
+    sampling = Sampling(temperature=0, max_new_tokens=16)
     batched = dict(pair for batch in backend.generate(CHATS, sampling) for pair in batch)
     assert backend.tokenizer.padding_side == "left"
     for i, chat in enumerate(CHATS):
@@ -80,3 +80,17 @@ def test_stop_strings_cut_the_text_and_end_only_their_row(backend) -> None:
     assert stopped[0].finish_reason == "stop" and stopped[0].output_tokens < free[0].output_tokens
     if word not in free[1].text:
         assert stopped[1].text == free[1].text  # the other row ran on unchanged
+
+
+def test_vllm_backend_gives_the_hf_greedy_answers(smollm2_dir: Path, backend) -> None:
+    """On a machine with vllm (envs/vllm.yaml, a GPU), the converted folder serves both backends alike."""
+    pytest.importorskip("vllm", reason="vllm is not importable here (it lives in envs/vllm.yaml, GPU only)")
+    from cqabench.llm.vllm_backend import VllmBackend
+
+    spec = llm_spec("smollm2-135m", {"backend": "vllm", "source": DEFAULT_SOURCE, "dtype": "float32"},
+                    models_dir=smollm2_dir.parent)
+    sampling = Sampling(temperature=0, max_new_tokens=12)
+    vllm_out = dict(pair for batch in VllmBackend(spec).generate(CHATS, sampling) for pair in batch)
+    hf_out = dict(pair for batch in backend.generate(CHATS, sampling) for pair in batch)
+    assert [vllm_out[i].prompt_tokens for i in range(len(CHATS))] == [hf_out[i].prompt_tokens for i in range(len(CHATS))]
+    assert sum(vllm_out[i].text == hf_out[i].text for i in range(len(CHATS))) >= len(CHATS) - 1  # kernels differ

@@ -158,6 +158,17 @@ for _kind in DECOMPOSITION.get("queries", []):
         raise ValueError(f"retrieval.decomposition.queries: {_kind!r} is not one of {list(DECOMPOSITION_SUFFIX)}")
 _NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
 def _check_retrieval_config():
+    # Each retriever family validates its own settings (unknown keys, enums, sizes) at planning
+    # time, so a typo stops the workflow before any job starts.
+    sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+    from cqabench.errors import ConfigError
+    from cqabench.retrievers import resolve
+
+    for name, settings in RETRIEVER_CONFIGS.items():
+        try:
+            resolve(settings)
+        except ConfigError as exc:
+            raise ValueError(f"retrievers.{name}: {exc}") from None
     named = set(RETRIEVAL_RETRIEVERS) | set(DECOMPOSITION.get("retrievers", []))
     unknown = sorted(named - set(RETRIEVER_CONFIGS))
     if unknown:

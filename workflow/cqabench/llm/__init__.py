@@ -24,6 +24,7 @@ __all__ = [
     "LlmSpec",
     "Sampling",
     "api_key_env",
+    "identity_hash",
     "llm_spec",
     "make_backend",
     "model_identity",
