@@ -141,6 +141,15 @@ def test_evaluate_generation(tmp_path: Path):
     per_q = pq.read_table(out_pq).to_pandas()
     assert set(per_q["metric"]) == {"em_tol", "parse_ok"}
 
+    # A cell capped by max_questions asked only p and y: n was never asked and is not scored.
+    pq.write_table(pa.Table.from_pandas(preds.iloc[:2], preserve_index=False), pred_path)
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
+               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
+               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    assert rc == 0
+    rows = {(r["metric"], r["variant"]): r for r in json.loads(out_json.read_text())["metrics"]}
+    assert rows[("em_tol", "default")]["n"] == 2 and rows[("em_tol", "default")]["value"] == pytest.approx(100.0)
+
 
 def test_evaluate_generation_bad_cell(tmp_path: Path, capsys):
     rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", "x", "--queries", "q",

@@ -1,3 +1,8 @@
+# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
+# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
+# workflow/report/*.rst. Helpers and target lists are in common.smk.
+
+
 rule aggregate:
     input:
         metrics=lambda w: _metric_files(),
@@ -5,12 +10,14 @@ rule aggregate:
     output:
         metrics=report(f"{RESULTS}/metrics.parquet", caption="../report/fact_table.rst", category="Fact tables"),
         per_question=f"{RESULTS}/per_question.parquet",
+    params:
+        results=lambda w, output: Path(output.metrics).parent,
     log:
         f"{RESULTS}/logs/report/aggregate.log",
     conda:
         "../../envs/evaluation.yaml"
     shell:
-        "cqabench aggregate --metrics {input.metrics:q} --results-dir {RESULTS} --data-dir {RESULTS}/data "
+        "cqabench aggregate --metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
 
 
@@ -31,13 +38,15 @@ rule report_tables:
             )
             for t in TABLE_IDS
         ],
+    params:
+        out_dir=lambda w, output: Path(output.summary).parent,
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
         "../../envs/evaluation.yaml"
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
-        "--expected {input.expected:q} --out-dir {REPORT_DIR}/tables > {log:q} 2>&1"
+        "--expected {input.expected:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule report_plots:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cqabench.datasets import DATASETS
 from cqabench.datasets.common import read_jsonl
@@ -157,6 +158,11 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
     preds = preds_table.to_pandas()
     queries = _read_table(args.queries, "queries")
     answers = _read_table(args.answers, "answers")
+    # A generation cell holds a row for every question it was asked (failures included), so its
+    # questions are exactly the scored set; questions left out by an explicit `max_questions`
+    # cap were never asked and must not count as wrong.
+    asked = pa.array(preds["qid"].astype(str).unique())
+    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
     keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
     summary, per_question = score_predictions(
         args.dataset, queries, answers, preds[keep], source=str(args.predictions)
