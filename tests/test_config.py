@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,21 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> N
     proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
+
+
+def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None:
+    config = _config()
+    config["raw_dir"] = str(ROOT / "resources/raw")
+    config["llms"]["remote"] = {"backend": "openai", "source": "gpt-3.5-turbo", "api_key_env": "CQABENCH_TEST_KEY"}
+    config["generation"]["llms"] = ["remote"]
+    path = tmp_path / "remote.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "CQABENCH_TEST_KEY"}
+    cmd = SNAKEMAKE + ["results/data/finqa/dev/queries.parquet", "--cores", "1", "-s", str(ROOT / "Snakefile"),
+                       "--directory", str(tmp_path / "work"), "--configfile", str(path)]
+    plan = subprocess.run(cmd + ["-n"], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert plan.returncode == 0, plan.stderr[-2000:]  # planning needs no credentials
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode != 0
+    assert "llms.remote: backend openai reads its API key from $CQABENCH_TEST_KEY, which is not set" in proc.stderr
+    assert not (tmp_path / "work/results").exists()

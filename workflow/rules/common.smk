@@ -1,10 +1,19 @@
 # Config validation, matrix expansion and path helpers shared by every stage's rules.
+import glob
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
 
+import yaml
 from snakemake.utils import validate
+
+# The package of this checkout, for planning-time checks (it need not be installed).
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from cqabench.errors import ConfigError
+from cqabench.prompts import FAMILIES, SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.retrievers import resolve as resolve_retriever
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -21,6 +30,8 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 shell.prefix(
     "set -euo pipefail; cqabench() {{ PYTHONPATH=%s %s -m cqabench.cli \"$@\"; }}; " % (_PACKAGE_DIR, _PYTHON)
 )
+
+
 RAW_DIR = config["raw_dir"]
 DATASETS = list(config["datasets"])
 SERIALIZATIONS = list(config["serializations"])
@@ -155,17 +166,17 @@ _SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
 for _kind in DECOMPOSITION.get("queries", []):
     if _kind not in DECOMPOSITION_SUFFIX:
         raise ValueError(f"retrieval.decomposition.queries: {_kind!r} is not one of {list(DECOMPOSITION_SUFFIX)}")
+
+
 _NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
+
+
 def _check_retrieval_config():
     # Each retriever family validates its own settings (unknown keys, enums, sizes) at planning
     # time, so a typo stops the workflow before any job starts.
-    sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-    from cqabench.errors import ConfigError
-    from cqabench.retrievers import resolve
-
     for name, settings in RETRIEVER_CONFIGS.items():
         try:
-            resolve(settings)
+            resolve_retriever(settings)
         except ConfigError as exc:
             raise ValueError(f"retrievers.{name}: {exc}") from None
     named = set(RETRIEVAL_RETRIEVERS) | set(DECOMPOSITION.get("retrievers", []))
@@ -178,28 +189,48 @@ def _check_retrieval_config():
     for name, spec in EXTERNAL_RUNS.items():
         if spec["dataset"] not in DATASETS or spec["split"] not in splits(spec["dataset"]):
             raise ValueError(f"external_runs.{name}: {spec['dataset']}/{spec['split']} is not configured")
+
+
 _check_retrieval_config()
+
+
 def _names(names):
     return _one_of(names) if names else _NEVER
+
+
 def is_neural(retriever):
     return RETRIEVER_CONFIGS[retriever]["type"] != "bm25"
+
+
 def index_dir(corpus, serialization, retriever):
     return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
+
+
 def run_file(dataset, split, serialization, run, ext="parquet"):
     return f"{RESULTS}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+
+
 DECOMPOSITION_RUNS = {
     f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
     for r in DECOMPOSITION.get("retrievers", [])
     for kind in DECOMPOSITION.get("queries", list(DECOMPOSITION_SUFFIX))
 }
+
+
 def decomposition_runs(dataset):
     return list(DECOMPOSITION_RUNS) if dataset in DECOMPOSITION.get("datasets", []) else []
+
+
 def external_runs_of(dataset, split):
     return [n for n, spec in EXTERNAL_RUNS.items() if spec["dataset"] == dataset and spec["split"] == split]
+
+
 def run_names(dataset, split):
     """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
     ours = RETRIEVAL_RETRIEVERS if dataset in RETRIEVAL_DATASETS else []
     return ours + decomposition_runs(dataset) + external_runs_of(dataset, split)
+
+
 def _run_settings(run):
     """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
     if run in EXTERNAL_RUNS:
@@ -208,16 +239,24 @@ def _run_settings(run):
         return {**RETRIEVER_CONFIGS[run], "k": RETRIEVAL_K}
     retriever, kind = DECOMPOSITION_RUNS[run]
     return {**RETRIEVER_CONFIGS[retriever], "queries": kind, "k": int(DECOMPOSITION.get("k", 10))}
+
+
 def _resources(retriever, neural_mb, bm25_mb, neural_min, bm25_min):
     neural = is_neural(retriever)
     return {"gpu": 1 if neural else 0, "mem_mb": neural_mb if neural else bm25_mb,
             "runtime": neural_min if neural else bm25_min}  # fmt: skip
+
+
 ALL_RUN_NAMES = sorted({n for ds in DATASETS for sp in splits(ds) for n in run_names(ds, sp)})
+
+
 def _external_input(w):
     spec = EXTERNAL_RUNS[w.name]
     if (spec["dataset"], spec["split"]) != (w.dataset, w.split):
         raise ValueError(f"external run {w.name} belongs to {spec['dataset']}/{spec['split']}, not {w.dataset}/{w.split}")
     return spec["path"]
+
+
 def retrieval_targets():
     return [
         f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/metrics.json"
@@ -230,25 +269,28 @@ def retrieval_targets():
 
 # ---- report stage ----
 
-# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
-# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
-# workflow/report/*.rst.
-import glob
-import yaml
 REPORT = config.get("report", {})
 EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
 REPORT_DIR = f"{RESULTS}/report"
+
+
 def _expected_table_ids():
     ids = []
     for path in EXPECTED_FILES:
         with open(path, encoding="utf-8") as fh:
             ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
     return ids
+
+
 TABLE_IDS = _expected_table_ids()
 PLOTS = {"k_effect": "k_effect.rst", "retriever_heatmap": "heatmap.rst", "tanq_skills": "skills.rst"}
+
+
 def _metric_files():
     """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
     return sorted({t for t in retrieval_targets() + evaluation_targets() if Path(t).name == "metrics.json"})
+
+
 def report_targets():
     return (
         [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
@@ -263,9 +305,6 @@ def report_targets():
 # A cell is (dataset, split, serialization, retriever|none, llm, prompt, setting, k). Finished items
 # live in the item cache (generation.cache_dir, outside every declared output), so a failed or
 # killed job that is started again only generates what is missing.
-import os
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from cqabench.prompts import FAMILIES, SETTINGS, STRATEGIES, family_of  # noqa: E402
 GENERATION = config.get("generation", {}) or {}
 LLMS = config.get("llms", {}) or {}
 GEN_LLMS = list(GENERATION.get("llms", []))
@@ -277,11 +316,15 @@ PROMPTS_DIR = GENERATION.get("prompts_dir", "resources/prompts")
 LLM_CACHE_DIR = GENERATION.get("cache_dir", f"{RESULTS}/cache/llm")
 MODELS_DIR = f"{RESULTS}/models"
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
+
+
 def _is_gguf(llm):
     return str(LLMS[llm]["source"]).startswith(("gguf-package:", "gguf:"))
+
+
 GGUF_LLMS = [n for n in LLMS if _is_gguf(n)]
-def _dry_run():
-    return any(a in ("--dry-run", "--dryrun") or (a.startswith("-") and not a.startswith("--") and "n" in a[1:]) for a in sys.argv[1:])
+
+
 def _check_generation_config():
     unknown = sorted(set(GEN_LLMS) - set(LLMS))
     if unknown:
@@ -296,16 +339,29 @@ def _check_generation_config():
         raise ValueError("generation.settings has rag: set generation.rag_retrievers and generation.k")
     for ds in DATASETS:
         family_of(ds, GENERATION.get("families"))  # every dataset must map to a template family
-    # A missing API key fails here, before any job starts; the key itself is never read into logs.
-    # Dry runs skip the check, so a paper-config DAG can be inspected without credentials
-    # (Snakemake decides dry-run only after parsing, hence the look at the command line).
-    if not _dry_run():
-        for name in GEN_LLMS:
-            if LLMS[name]["backend"] == "openai":
-                env = LLMS[name].get("api_key_env") or "OPENAI_API_KEY"
-                if not os.environ.get(env):
-                    raise ValueError(f"llms.{name}: backend openai reads its API key from ${env}, which is not set")
+
+
 _check_generation_config()
+
+
+def check_api_keys():
+    """Called from `onstart:`: a missing API key stops a real run before any job starts.
+
+    Planning (`-n`, `--lint`, `--touch`) needs no credentials; the key itself is never read
+    into a log, only whether its variable is set.
+    """
+    missing = [
+        (name, LLMS[name].get("api_key_env") or "OPENAI_API_KEY")
+        for name in GEN_LLMS
+        if LLMS[name]["backend"] == "openai"
+    ]
+    missing = [(name, env) for name, env in missing if not os.environ.get(env)]
+    if missing:
+        for name, env in missing:
+            print(f"llms.{name}: backend openai reads its API key from ${env}, which is not set", file=sys.stderr)
+        raise SystemExit(1)
+
+
 def generation_cells():
     """(dataset, split, serialization, retriever, llm, prompt, setting, k) of every configured cell.
 
@@ -325,12 +381,20 @@ def generation_cells():
                             else:
                                 cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
     return cells
+
+
 def cell_dir(ds, sp, ser, retriever, llm, prompt, setting, k):
     return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
+
+
 def generation_targets():
     return [f"{RESULTS}/generation/{cell_dir(*c)}/predictions.parquet" for c in generation_cells()]
+
+
 def template_file(dataset, prompt):
     return f"{PROMPTS_DIR}/{prompt}/{family_of(dataset, GENERATION.get('families'))}.txt"
+
+
 def _generation_inputs(w):
     inputs = {
         "queries": data_path(w.dataset, w.split, "queries"),
@@ -345,9 +409,13 @@ def _generation_inputs(w):
     if w.setting == "rag":
         inputs["run"] = run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
     return inputs
+
+
 def _generation_args(w, input):
     flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
     return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())
+
+
 def _generation_settings(w):
     """Everything besides the cell that decides the answers; a change reruns the job (params)."""
     return {
@@ -357,6 +425,8 @@ def _generation_settings(w):
         "max_doc_chars": GENERATION.get("max_doc_chars"),
         "models_dir": MODELS_DIR,
     }
+
+
 def _uses_gpu(llm):
     backend = LLMS[llm]["backend"]
     return backend == "vllm" or (backend == "hf" and LLMS[llm].get("device", "cpu") != "cpu")
@@ -366,9 +436,12 @@ def _uses_gpu(llm):
 
 # Evaluation of generation: one job per generation cell -> metrics.json + per_question.parquet
 # (answer metrics of cqabench.scoring, via `cqabench evaluate-generation`).
-from cqabench.prompts import file_hash  # noqa: E402  (sys.path set in generation.smk)
+
+
 def evaluation_targets():
     return [f"{RESULTS}/metrics/{cell_dir(*c)}/metrics.json" for c in generation_cells()]
+
+
 def _generation_cell(w):
     """The cell as recorded in metrics.json (docs/architecture.md), everything that names it."""
     llm = LLMS[w.llm]

@@ -53,3 +53,7 @@ rule generate:
         "--queries {input.queries:q} --template {input.template:q} {params.files} "
         "--settings {params.settings} --threads {threads} --cache {params.cache:q} "
         "--out {output.predictions:q} --summary {output.summary:q} > {log:q} 2>&1"
+
+
+onstart:
+    check_api_keys()
