@@ -416,12 +416,18 @@ def _generation_args(w, input):
     return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())
 
 
+def max_questions_of(dataset):
+    """The explicit question cap of a dataset: its own entry, else the general one (None = all)."""
+    by_dataset = GENERATION.get("max_questions_by_dataset") or {}
+    return by_dataset[dataset] if dataset in by_dataset else GENERATION.get("max_questions")
+
+
 def _generation_settings(w):
     """Everything besides the cell that decides the answers; a change reruns the job (params)."""
     return {
         "llm": LLMS[w.llm],
         "sampling": GENERATION.get("sampling", {}),
-        "max_questions": GENERATION.get("max_questions"),
+        "max_questions": max_questions_of(w.dataset),
         "max_doc_chars": GENERATION.get("max_doc_chars"),
         "models_dir": MODELS_DIR,
     }
@@ -460,6 +466,6 @@ def _generation_cell(w):
         "template_hash": file_hash(template_file(w.dataset, w.prompt)),
         "setting": w.setting,
         "k": int(w.k),
-        "max_questions": GENERATION.get("max_questions"),
+        "max_questions": max_questions_of(w.dataset),
     }
     return cell
