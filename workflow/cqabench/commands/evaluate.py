@@ -11,7 +11,6 @@ Both write metrics.json in docs/architecture.md's shape and per_question.parquet
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cqabench.commands import json_object
 from cqabench.datasets import DATASETS
 from cqabench.datasets.common import read_jsonl
-from cqabench.errors import ConfigError, DataError
+from cqabench.errors import DataError
 from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.scoring import format_summary, score_predictions
 
@@ -126,14 +126,6 @@ def run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cell(text: str) -> dict[str, Any]:
-    try:
-        cell = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--cell is not valid JSON: {exc}") from None
-    if not isinstance(cell, dict):
-        raise ConfigError(f"--cell must be a JSON object, got {type(cell).__name__}")
-    return cell
 
 
 def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
@@ -150,7 +142,7 @@ def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
 
 
 def run_evaluate_generation(args: argparse.Namespace) -> int:
-    cell = _cell(args.cell)
+    cell = json_object(args.cell, "--cell")
     preds_table = _read_table(args.predictions, "predictions")
     for col in ("qid", "prediction"):
         if col not in preds_table.column_names:

@@ -8,22 +8,12 @@ check-api-keys fail, naming the variable, when an openai-backend model has no ke
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from cqabench.commands import json_object
 from cqabench.errors import ConfigError
-
-
-def _json_object(text: str, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,7 +74,7 @@ def missing_api_keys(llms: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def run_check_keys(args: argparse.Namespace) -> int:
-    missing = missing_api_keys(_json_object(args.llms, "--llms"))
+    missing = missing_api_keys(json_object(args.llms, "--llms"))
     if missing:
         raise ConfigError(
             "API key(s) missing: "
@@ -101,7 +91,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from cqabench.llm.openai_backend import read_api_key
     from cqabench.prompts import load_template
 
-    settings = _json_object(args.settings, "--settings")
+    settings = json_object(args.settings, "--settings")
     unknown = sorted(set(settings) - {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir"})
     if unknown:
         raise ConfigError(f"--settings: unknown key(s) {unknown}")

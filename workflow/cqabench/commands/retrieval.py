@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError
-
-
-def _json_object(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{flag}: not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
-    return value
+from cqabench.commands import json_object
 
 
 def _bool(text: str) -> bool:
@@ -29,7 +18,7 @@ def _bool(text: str) -> bool:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    return _json_object(args.retriever_settings, "--retriever-settings")
+    return json_object(args.retriever_settings, "--retriever-settings")
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -69,7 +58,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from cqabench.metrics.retrieval import evaluate_files
 
     evaluate_files(
-        args.run, args.qrels, args.queries, _json_object(args.cell, "--cell"), args.out_json,
+        args.run, args.qrels, args.queries, json_object(args.cell, "--cell"), args.out_json,
         args.out_per_query, args.drop_identical_ids, args.strategyqa_recall,
     )  # fmt: skip
     return 0

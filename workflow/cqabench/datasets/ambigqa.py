@@ -21,7 +21,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, limited, ordered_unique, read_json
+from cqabench.datasets.common import (
+    field,
+    limited,
+    ordered_unique,
+    read_json_list,
+)
 from cqabench.errors import DataError
 from cqabench.schema import Annotation, Answer, CanonicalData, Document, Qrel, Query
 
@@ -95,9 +100,7 @@ def read_dpr_passages(path: Path) -> list[Document]:
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
-    raw = read_json(path)
-    if not isinstance(raw, list):
-        raise DataError(path, None, "-", f"expected a JSON list of questions, got {type(raw).__name__}")
+    raw = read_json_list(path, "questions")
     records = limited(raw, limit)
 
     data = CanonicalData()

@@ -21,6 +21,14 @@ def read_json(path: Path) -> Any:
         raise DataError(path, f"line {exc.lineno}", "-", f"not valid JSON ({exc.msg}, char {exc.pos})") from None
 
 
+def read_json_list(path: Path, what: str = "questions") -> list[Any]:
+    """A raw file that must hold a JSON list (of questions, records, passages)."""
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise DataError(path, None, "-", f"expected a JSON list of {what}, got {type(data).__name__}")
+    return data
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each non-empty line."""
     try:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, limited, read_json
+from cqabench.datasets.common import field, limited, read_json_list
 from cqabench.datasets.tatqa import header_and_rows
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
@@ -94,9 +94,7 @@ def _gold(qa: dict[str, Any], filename: str, n_sentences: int, path: Path, qid: 
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise DataError(path, None, "-", f"expected a JSON list of records, got {type(records).__name__}")
+    records = read_json_list(path, "records")
     data = CanonicalData()
     pages: dict[str, tuple[list[str], list[list[str]], list[str]]] = {}
     seen: set[str] = set()

@@ -14,7 +14,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, limited, ordered_unique, read_json, read_jsonl, text_docid
+from cqabench.datasets.common import (
+    field,
+    limited,
+    ordered_unique,
+    read_json_list,
+    read_jsonl,
+    text_docid,
+)
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -33,9 +40,7 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     except FileNotFoundError:
         raise DataError(path, None, "-", "file not found") from None
     if head.startswith("["):
-        data = read_json(path)
-        if not isinstance(data, list):
-            raise DataError(path, None, "-", f"expected a JSON list of records, got {type(data).__name__}")
+        data = read_json_list(path, "records")
         for i, rec in enumerate(data):
             yield f"index {i}", rec
     else:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from cqabench.datasets.common import field, limited, read_json
+from cqabench.datasets.common import field, limited, read_json, read_json_list
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -72,9 +72,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
     if not isinstance(passages, dict):
         raise DataError(ppath, None, "-",
                         f"expected a JSON object {{'/wiki/Title': text}}, got {type(passages).__name__}")
-    questions = read_json(qpath)
-    if not isinstance(questions, list):
-        raise DataError(qpath, None, "-", f"expected a JSON list of questions, got {type(questions).__name__}")
+    questions = read_json_list(qpath, "questions")
 
     data = CanonicalData()
     data.corpus.extend(_table_doc(tid, t, tpath) for tid, t in tables.items())

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, limited, read_json, read_jsonl
+from cqabench.datasets.common import (
+    field,
+    limited,
+    read_json,
+    read_json_list,
+    read_jsonl,
+)
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -83,9 +89,7 @@ def _predicted(path: Path) -> dict[str, list[str]]:
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
-    raw = read_json(path)
-    if not isinstance(raw, list):
-        raise DataError(path, None, "-", f"expected a JSON list of questions, got {type(raw).__name__}")
+    raw = read_json_list(path, "questions")
     records = limited(raw, limit)
 
     data = CanonicalData()

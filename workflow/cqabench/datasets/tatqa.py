@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, read_json
+from cqabench.datasets.common import field, read_json_list
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -94,9 +94,7 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
-    contexts = read_json(path)
-    if not isinstance(contexts, list):
-        raise DataError(path, None, "-", f"expected a JSON list of contexts, got {type(contexts).__name__}")
+    contexts = read_json_list(path, "contexts")
     data = CanonicalData()
     seen_qids: set[str] = set()
     for c, ctx in enumerate(contexts):

@@ -13,18 +13,18 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from cqabench.datasets.common import field, limited, read_json, text_docid
+from cqabench.datasets.common import (
+    field,
+    limited,
+    read_json_list,
+    text_docid,
+)
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}
 
 
-def _json_list(path: Path) -> list:
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise DataError(path, None, "-", f"expected a JSON list, got {type(data).__name__}")
-    return data
 
 
 def _add(data: CanonicalData, seen: set[str], title: str, text: str) -> str:
@@ -37,7 +37,7 @@ def _add(data: CanonicalData, seen: set[str], title: str, text: str) -> str:
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
-    records = limited(_json_list(path), limit)
+    records = limited(read_json_list(path), limit)
     data = CanonicalData()
     seen_docs: set[str] = set()
     seen_qids: set[str] = set()
@@ -89,7 +89,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
 
     if files.get("passages"):
         ppath = Path(files["passages"])
-        for i, rec in enumerate(_json_list(ppath)):
+        for i, rec in enumerate(read_json_list(ppath)):
             title = field(rec, "title", str, ppath, f"index {i}")
             text = field(rec, "text", str, ppath, f"index {i}")
             _add(data, seen_docs, title, text)
