@@ -146,3 +146,13 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
                                                                                   "report_plots", "all"))
     finally:
         template.write_text(text_before[template])
+
+
+def test_one_run_file_builds_only_that_run(work: Path) -> None:
+    target = "results/runs/musique/train/pipe/bm25.trec"
+    text = _snakemake(work, "-n", "--forceall", target)
+    # Its ancestors only: the two datasets of the pooled corpus, the corpus, one index, one search.
+    assert job_table(text) == Counter({"prepare": 2, "pool_corpus": 1, "index": 1, "search": 1})
+    made = [o for _, outs in _jobs(text) for o in outs]
+    assert "results/index/wiki-multihop/pipe/bm25" in made
+    assert not [o for o in made if o.startswith("results/runs/") and not o.startswith("results/runs/musique/train/pipe/bm25.")]
