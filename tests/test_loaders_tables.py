@@ -115,6 +115,16 @@ def test_ottqa_small_ok(tmp_path):
     _check_closed(data)
 
 
+def test_ottqa_plain_tables_of_the_open_domain_corpus(tmp_path):
+    """all_plain_tables.json (the full open-domain corpus) holds cells as plain text."""
+    plain = dict(_TABLE, header=[c[0] for c in _TABLE["header"]], data=[[c[0] for c in row] for row in _TABLE["data"]])
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "plain").mkdir()
+    linked = ottqa.load(_ott_tmp(tmp_path / "linked"), "dev")
+    data = ottqa.load(_ott_tmp(tmp_path / "plain", tables={"T_0": plain}), "dev")
+    assert data.corpus[0] == linked.corpus[0]
+
+
 @pytest.mark.parametrize(
     "kwargs, which, record, fieldname",
     [

@@ -36,9 +36,12 @@ def passage_title(key: str) -> str:
 
 
 def _cell_text(cell: Any, path: Path, rec: str, name: str) -> str:
-    """A cell is [text, [links]]; only the text is kept."""
+    """A cell is [text, [links]] (traindev_tables_tok) or plain text (the open-domain corpus's
+    all_plain_tables.json); only the text is kept."""
+    if isinstance(cell, str):
+        return cell
     if not isinstance(cell, list) or not cell or not isinstance(cell[0], str):
-        raise DataError(path, rec, name, "expected a cell [text, [links]]")
+        raise DataError(path, rec, name, "expected a cell: text, or [text, [links]]")
     return cell[0]
 
 
