@@ -70,6 +70,15 @@ def _matches(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.Series:
     return mask
 
 
+def _dimension_text(value: Any) -> str:
+    """A dimension value as text; integer columns read back as floats when some rows are null."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "None"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def select(frame: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     """The rows a table is about: its metrics, variant and filters; dimension columns as text."""
     if frame.empty or "metric" not in frame.columns:
@@ -82,7 +91,7 @@ def select(frame: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     for dim in spec.dimensions:
         if dim not in chosen.columns:
             chosen[dim] = None
-        chosen[dim] = chosen[dim].map(lambda v: "None" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+        chosen[dim] = chosen[dim].map(_dimension_text)
     return chosen
 
 
