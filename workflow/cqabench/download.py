@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import logging
 import shutil
 import urllib.request
@@ -11,17 +10,10 @@ import zipfile
 from pathlib import Path
 
 from cqabench.errors import CqaError
-from cqabench.io import atomic_path
+from cqabench.io import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch(url: str | None, out: Path, name: str, raw_dir: str, sha256: str | None = None,
@@ -44,7 +36,7 @@ def fetch(url: str | None, out: Path, name: str, raw_dir: str, sha256: str | Non
             with gzip.open(tmp) as src:
                 data = src.read()
             tmp.write_bytes(data)
-        actual = sha256_of(tmp)
+        actual = sha256_file(tmp)
         if sha256 and actual != sha256:
             raise CqaError(f"{name}: checksum mismatch for {url}: expected {sha256}, got {actual}")
         if not sha256:

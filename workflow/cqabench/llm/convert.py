@@ -8,18 +8,16 @@ carries the GGUF's sha256 into every cache key and result row.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError
+from cqabench.io import atomic_dir, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +61,6 @@ def locate_gguf(source: str) -> Path:
         raise ConfigError(f"model source {source!r}: file {path} not found")
     return path
 
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _gguf_special_tokens(path: Path) -> dict[str, str]:
@@ -124,10 +115,7 @@ def convert_gguf(source: str, out_dir: Path, dtype: str = "float32") -> dict[str
         setattr(model.config, key, value)
         setattr(model.generation_config, key, value)
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         provenance = {
@@ -142,12 +130,6 @@ def convert_gguf(source: str, out_dir: Path, dtype: str = "float32") -> dict[str
             "convert_seconds": round(time.perf_counter() - started, 2),
         }
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     log.info("converted %s (sha256 %s) into %s in %.1f s", gguf_path.name, digest[:12], out_dir, provenance["convert_seconds"])
     return provenance
 

@@ -26,14 +26,6 @@ def config_hash(config: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def file_hash(path: str | Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file (a model weight file, a raw download), read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def package_versions(names: tuple[str, ...] | list[str] = DEFAULT_PACKAGES) -> dict[str, str]:
     """Installed versions of the named distributions; absent ones are left out."""

@@ -7,15 +7,13 @@ fails only for the configs that ask for it.
 from __future__ import annotations
 
 import importlib
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from cqabench.errors import ConfigError
+from cqabench.io import atomic_dir
 from cqabench.retrievers.base import (
     Doc,
     QueryText,
@@ -65,18 +63,9 @@ def build_index(docs: Iterable[Doc], index_dir: str | Path, settings: Mapping[st
     """Build into a temporary sibling, record settings.json, then rename: no half-built index."""
     module = family(settings)
     settings = resolve(settings)
-    index_dir = Path(index_dir)
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{index_dir.name}.", suffix=".tmp", dir=index_dir.parent))
-    try:
+    with atomic_dir(index_dir) as tmp:
         module.build_index(docs, tmp, settings)
         write_settings(tmp, settings)
-        if index_dir.exists():
-            shutil.rmtree(index_dir)
-        os.replace(tmp, index_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
 
 def search(
