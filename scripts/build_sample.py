@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OTTQA_QUESTIONS = 40
 OTTQA_TABLES = 80
 TATQA_CONTEXTS = 40
+AMBIGQA_QUESTIONS = 40  # the first 11 are the DEXTER fixture whose passages are bundled
 
 
 def _dump(obj: object, path: Path) -> None:
@@ -45,7 +46,7 @@ def build(shared: Path, out: Path) -> None:
 
     # AmbigQA: the 11-question fixture, its passages cast to DPR's psgs_w100.tsv shape.
     (out / "ambigqa").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shared / "ambigqa/fixture_dev_11.json", out / "ambigqa/dev_light_11.json")
+    _dump(json.loads((shared / "ambigqa/dev_light.json").read_text())[:AMBIGQA_QUESTIONS], out / "ambigqa/dev_light_40.json")
     fixture = json.loads((shared / "ambigqa/fixture_passages.json").read_text())
     with open(out / "ambigqa/psgs_w100_sample.tsv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, delimiter="\t", lineterminator="\n")

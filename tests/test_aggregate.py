@@ -29,15 +29,15 @@ RETRIEVAL = {
     "cell": {"stage": "retrieval", "dataset": "musique", "split": "dev", "corpus": "wiki-multihop",
              "serialization": "pipe", "retriever": "bm25", "retriever_settings": {"k1": 0.9, "b": 0.4},
              "identical_id_policy": "drop"},
-    "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.41, "n": 3},
-                {"metric": "recall_100", "variant": "trec_eval", "value": 0.8, "n": 3}],
+    "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.41, "n": 3, "unit": "fraction"},
+                {"metric": "recall_100", "variant": "trec_eval", "value": 0.8, "n": 3, "unit": "fraction"}],
     "provenance": {"wall_time_s": 1.5, "git_commit": "abc", "package_versions": {"pyserini": "1.6.0"}},
 }
 GENERATION = {
     "cell": {"stage": "generation", "dataset": "musique", "split": "dev", "retriever": "bm25", "llm": "smollm2",
              "backend": "hf", "dtype": "float32", "prompt": "cot", "template_hash": "h1", "setting": "rag",
              "k": 5, "temperature": 0.0, "stop": ["\n\n"]},
-    "metrics": [{"metric": "cover_em", "variant": "dexter", "value": 0.5, "n": 2}],
+    "metrics": [{"metric": "cover_em", "variant": "dexter", "value": 0.5, "n": 2, "unit": "fraction"}],
     "provenance": {"prompt_tokens": 120, "output_tokens": 30, "model_hash": "deadbeef", "seed": 7},
 }
 
@@ -103,9 +103,9 @@ def test_per_question_joins_question_type_and_skills(results: Path) -> None:
 
 def test_mixed_types_in_unknown_column_fall_back_to_text(tmp_path: Path) -> None:
     a = _write_cell(tmp_path, "metrics/a", {"cell": {"stage": "generation", "shots": 3},
-                                            "metrics": [{"metric": "em", "value": 1}]})
+                                            "metrics": [{"metric": "em", "value": 1, "unit": "fraction"}]})
     b = _write_cell(tmp_path, "metrics/b", {"cell": {"stage": "generation", "shots": "auto"},
-                                            "metrics": [{"metric": "em", "value": None}]})
+                                            "metrics": [{"metric": "em", "value": None, "unit": "fraction"}]})
     table = build_metrics_table([a, b], tmp_path)
     assert table.schema.field("shots").type == pa.string()
     assert table.column("shots").to_pylist() == ["3", "auto"]
@@ -140,3 +140,58 @@ def test_cli_aggregate_scans_results_dir(results: Path, capsys) -> None:
                "--out-metrics", str(out), "--out-per-question", str(results / "per_question.parquet")])
     assert rc == 0 and "2 metric files -> 3 metric rows" in capsys.readouterr().out
     assert pd.read_parquet(out)["metric"].tolist() == ["cover_em", "ndcg_cut_10", "recall_100"]
+
+
+def test_one_unit_fraction_and_legacy_percent_files(tmp_path: Path) -> None:
+    """Every value is a fraction: explicit units converted once; unit-less files read as written then."""
+    files = [
+        _write_cell(tmp_path, "metrics/new", {"cell": {"stage": "generation", "setting": "closed"},
+                    "metrics": [{"metric": "rms_f1", "variant": "tanq", "value": 0.0187, "n": 10, "unit": "fraction"}]}),
+        _write_cell(tmp_path, "metrics/pct", {"cell": {"stage": "generation", "setting": "closed"},
+                    "metrics": [{"metric": "rms_f1", "variant": "tanq", "value": 1.87, "n": 10, "unit": "percent"}]}),
+        # Written before units were recorded: answer metrics were percentages, retrieval fractions.
+        _write_cell(tmp_path, "metrics/old", {"cell": {"stage": "generation", "setting": "closed"},
+                    "metrics": [{"metric": "rms_f1", "variant": "tanq", "value": 1.87, "n": 10}]}),
+        _write_cell(tmp_path, "retrieval/old", {"cell": {"stage": "retrieval"},
+                    "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.41, "n": 3}]}),
+    ]
+    frame = build_metrics_table(files, tmp_path).to_pandas().set_index("cell_id")
+    assert frame.loc["metrics/new", "value"] == pytest.approx(0.0187)
+    assert frame.loc["metrics/pct", "value"] == pytest.approx(0.0187)
+    assert frame.loc["metrics/old", "value"] == pytest.approx(0.0187)
+    assert frame.loc["retrieval/old", "value"] == pytest.approx(0.41)
+    assert set(frame["unit"]) == {"fraction"} and frame["reason"].isna().all()
+    bad = _write_cell(tmp_path, "metrics/bad", {"cell": {"stage": "generation"},
+                      "metrics": [{"metric": "em", "value": 3, "unit": "per mille"}]})
+    with pytest.raises(DataError, match="unknown unit 'per mille'"):
+        build_metrics_table([bad], tmp_path)
+
+
+def test_null_values_keep_their_reason(tmp_path: Path) -> None:
+    reason = "no query of the split has a relevant qrel (qrels empty): nothing to evaluate"
+    f = _write_cell(tmp_path, "retrieval/ambigqa/dev/pipe/bm25", {
+        "cell": {"stage": "retrieval", "dataset": "ambigqa", "retriever": "bm25"},
+        "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": None, "n": 0, "unit": "fraction",
+                     "reason": reason},
+                    {"metric": "P_1", "variant": "trec_eval", "value": None, "n": 0}]})
+    rows = build_metrics_table([f], tmp_path).to_pylist()
+    assert rows[0]["value"] is None and rows[0]["reason"] == reason and rows[0]["n"] == 0
+    assert rows[1]["value"] is None and rows[1]["reason"] == "no value in the metric file"
+
+
+def test_closed_and_oracle_cells_have_retriever_none_and_k_0(tmp_path: Path) -> None:
+    files = [_write_cell(tmp_path, f"metrics/{s}", {"cell": {"stage": "generation", "setting": s, **extra},
+                                                    "metrics": [{"metric": "em", "value": 0.5, "unit": "fraction"}]})
+             for s, extra in (("closed", {}), ("oracle", {"retriever": "none", "k": 0}), ("rag", {"retriever": "bm25", "k": 5}))]
+    frame = build_metrics_table(files, tmp_path).to_pandas().set_index("setting")
+    assert frame.loc["closed", "retriever"] == "none" and frame.loc["closed", "k"] == 0
+    assert frame.loc["oracle", "retriever"] == "none" and frame.loc["oracle", "k"] == 0
+    assert frame.loc["rag", "retriever"] == "bm25" and frame.loc["rag", "k"] == 5
+
+
+def test_per_question_rows_carry_the_unit(results: Path) -> None:
+    aggregate(find_metric_files(results), results / "m.parquet", results / "q.parquet", results_dir=results)
+    frame = pd.read_parquet(results / "q.parquet")
+    assert set(frame["unit"]) == {"fraction"}
+    metrics = pd.read_parquet(results / "m.parquet")
+    assert list(metrics.columns[metrics.columns.get_loc("value"):][:4]) == ["value", "unit", "n", "reason"]

@@ -215,12 +215,12 @@ def test_score_text_dataset_counts_missing_predictions_as_wrong():
     summary, per_q = score_predictions("musique", queries, answers, preds)
     s = _summary(summary)
     # q1 covered, q2 failed extraction (scored wrong), q3 wrong, q4 missing -> 1/4
-    assert s[("cover_em", "default")] == (25.0, 4)
+    assert s[("cover_em", "default")] == (0.25, 4)
     # EM: none exact ("it is paris" != "paris") -> 0
     assert s[("em", "default")] == (0.0, 4)
     # F1: q1 pred [it, is, paris] vs [paris] -> P 1/3, R 1 -> 0.5; others 0 -> mean 0.125
-    assert s[("f1", "default")] == (pytest.approx(12.5), 4)
-    assert s[("parse_ok", "default")] == (50.0, 4)
+    assert s[("f1", "default")] == (pytest.approx(0.125), 4)
+    assert s[("parse_ok", "default")] == (0.5, 4)
     assert set(per_q.columns) == {"qid", "metric", "variant", "value"}
     assert len(per_q) == 4 * 4  # 4 questions x (cover_em, em, f1, parse_ok)
     assert per_q.query("qid == 'q4' and metric == 'cover_em'")["value"].item() == 0.0
@@ -233,8 +233,8 @@ def test_score_strategyqa_and_tatqa_multispan():
     )
     preds = pd.DataFrame({"qid": ["a", "b"], "prediction": ["Yes, it is.", "True"]})
     s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
-    assert s[("accuracy", "default")] == (50.0, 2)  # a right, b wrong
-    assert s[("cover_em", "default")] == (50.0, 2)  # "yes" in "yes it is"; "no" not in "true"
+    assert s[("accuracy", "default")] == (0.5, 2)  # a right, b wrong
+    assert s[("cover_em", "default")] == (0.5, 2)  # "yes" in "yes it is"; "no" not in "true"
 
     queries, answers = _tables([Query("m", "?")], [Answer("m", "aliases", ["2019", "2018"], numeric_type="multi-span")])
     s = _summary(score_predictions("tatqa", queries, answers, pd.DataFrame({"qid": ["m"], "prediction": ["2019"]}))[0])
@@ -250,13 +250,13 @@ def test_score_ambigqa_all_and_multi():
     )
     preds = pd.DataFrame({"qid": ["m", "s"], "prediction": ["- Tina Turner\n- Fishburne\n- Angela Bassett", "Tina Turner"]})
     s = _summary(score_predictions("ambigqa", queries, answers, preds)[0])
-    # m: 0.8 (see test_f1_ans_takes_the_best_annotation); s: 1.0 -> all 90, multi (m only) 80
-    assert s[("f1_ans", "official")] == (pytest.approx(90.0), 2)
-    assert s[("f1_ans_multi", "official")] == (pytest.approx(80.0), 1)
+    # m: 0.8 (see test_f1_ans_takes_the_best_annotation); s: 1.0 -> all 0.9, multi (m only) 0.8
+    assert s[("f1_ans", "official")] == (pytest.approx(0.9), 2)
+    assert s[("f1_ans_multi", "official")] == (pytest.approx(0.8), 1)
     # dexter m: golds [fishburne, laurence fishburne, tina turner]; preds [tina turner, fishburne,
     # angela bassett]: fishburne->pred2, laurence fishburne->none, tina turner->pred1
-    # R 2/3, P 2/3 -> 2/3; s -> 1.0; mean (2/3+1)/2 = 83.33
-    assert s[("f1_ans", "dexter")] == (pytest.approx(250 / 3), 2)
+    # R 2/3, P 2/3 -> 2/3; s -> 1.0; mean (2/3+1)/2 = 0.8333
+    assert s[("f1_ans", "dexter")] == (pytest.approx(2.5 / 3), 2)
 
 
 def test_score_finqa_both_variants():
@@ -267,9 +267,9 @@ def test_score_finqa_both_variants():
     )
     preds = pd.DataFrame({"qid": ["p", "y"], "prediction": ["0.052", "yes"]})
     s = _summary(score_predictions("finqa", queries, answers, preds)[0])
-    assert s[("em_tol", "default")] == (100.0, 2)
-    # dexter: 0.052 vs gold string 5.2 fails; yes matches -> 50
-    assert s[("em_tol", "dexter")] == (50.0, 2)
+    assert s[("em_tol", "default")] == (1.0, 2)
+    # dexter: 0.052 vs gold string 5.2 fails; yes matches -> 0.5
+    assert s[("em_tol", "dexter")] == (0.5, 2)
 
 
 def test_score_tanq_with_breakdowns():
@@ -283,14 +283,14 @@ def test_score_tanq_with_breakdowns():
     summary, per_q = score_predictions("tanq", queries, answers, preds)
     s = _summary(summary)
     # t1: P 1, R 0.5, F1 2/3 (test_rms.test_partial_table); t2: 0.95 each
-    assert s[("rms_precision", "tanq")] == (pytest.approx(97.5), 2)
-    assert s[("rms_recall", "tanq")] == (pytest.approx(72.5), 2)
-    assert s[("rms_f1", "tanq")] == (pytest.approx(100 * (2 / 3 + 0.95) / 2), 2)
-    assert s[("rms_f1/question_type=composition", "tanq")] == (pytest.approx(100 * 2 / 3), 1)
-    assert s[("rms_f1/skill=filtering", "tanq")] == (pytest.approx(100 * 2 / 3), 1)
-    assert s[("rms_f1/skill=none", "tanq")] == (pytest.approx(95.0), 1)
+    assert s[("rms_precision", "tanq")] == (pytest.approx(0.975), 2)
+    assert s[("rms_recall", "tanq")] == (pytest.approx(0.725), 2)
+    assert s[("rms_f1", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
+    assert s[("rms_f1/question_type=composition", "tanq")] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/skill=filtering", "tanq")] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/skill=none", "tanq")] == (pytest.approx(0.95), 1)
     assert s[("rms_f1/n_skills=2", "tanq")][1] == 1
-    assert s[("rms_f1/n_columns=1-2", "tanq")] == (pytest.approx(100 * (2 / 3 + 0.95) / 2), 2)
+    assert s[("rms_f1/n_columns=1-2", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
     assert s[("rms_f1/n_rows=2-3", "tanq")][1] == 1 and s[("rms_f1/n_rows=1", "tanq")][1] == 1
     # breakdowns are summary-only: per question has 4 rows each (P, R, F1, parse_ok)
     assert len(per_q) == 8
@@ -329,11 +329,11 @@ def test_real_ambigqa_gold_answers_score_full_f1_ans(shared_data):
         "prediction": ["\n".join(item["aliases"][0] for item in a.annotations[0].answers) for a in data.answers],
     })
     s = _summary(score_predictions("ambigqa", t["queries"], t["answers"], preds)[0])
-    assert s[("f1_ans", "official")] == (pytest.approx(100.0), 2002)
+    assert s[("f1_ans", "official")] == (pytest.approx(1.0), 2002)
     # the official multi subset (no singleAnswer annotation) of AmbigNQ light dev
     assert s[("f1_ans_multi", "official")][1] == 1002
     # the toolkit's pooled-alias variant cannot reach 100 on the same answers (aliases count as golds)
-    assert s[("f1_ans", "dexter")][0] < 100.0
+    assert s[("f1_ans", "dexter")][0] < 1.0
 
 
 def test_real_tatqa_gold_answers_score_full_marks(shared_data):
@@ -346,4 +346,4 @@ def test_real_tatqa_gold_answers_score_full_marks(shared_data):
                           "prediction": [" and ".join(reversed(a.aliases)) for a in data.answers]})
     s = _summary(score_predictions("tatqa", t["queries"], t["answers"], preds)[0])
     for metric in ("cover_em", "em", "f1"):
-        assert s[(metric, "default")] == (pytest.approx(100.0), 1668)
+        assert s[(metric, "default")] == (pytest.approx(1.0), 1668)

@@ -104,3 +104,27 @@ def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None
     assert proc.returncode != 0
     assert "llms.remote: backend openai reads its API key from $CQABENCH_TEST_KEY, which is not set" in proc.stderr
     assert not (tmp_path / "work/results").exists()
+
+
+def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents() -> None:
+    """An "oracle" cell without gold documents would be closed-book renamed: it is never planned."""
+    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=ROOT, capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    out = plan.stdout
+    cell = "results/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
+    for ds in ("musique/train", "ottqa/dev", "tatqa/dev", "2wikimultihopqa/dev", "finqa/dev"):
+        assert cell.format(ds) in out, ds
+    for ds in ("tanq/test", "ambigqa/dev", "strategyqa/dev"):  # no proofs / viewed_doc_titles / paragraphs
+        assert cell.format(ds) not in out, ds
+        assert cell.format(ds).replace("oracle", "closed") in out, ds
+    assert "rag-k1" in out and "rag-k3" in out and "rag-k5" in out
+
+
+def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path) -> None:
+    config = _config()
+    config["generation"]["rag_retrievers"] = ["bm25", "minilmm"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr

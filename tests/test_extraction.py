@@ -50,6 +50,10 @@ def test_missing_marker_fails_for_marker_prompts_but_not_for_free_text():
     free = final_answer("Paris", None)
     assert free.ok and free.answer == "Paris"
     assert final_answer("Paris", "zero-shot").ok
+    # a direct-answer prompt asks for the answer alone: without a marker the reply is the answer
+    direct = final_answer(" The answer to the question is: Bayern Munich\n", "few-shot")
+    assert direct.ok and direct.answer == "The answer to the question is: Bayern Munich"
+    assert not final_answer("I think it is Paris", "self-ask").ok
 
 
 def test_empty_output_and_empty_after_marker():
@@ -166,6 +170,81 @@ def test_html_entities_are_decoded():
 def test_no_table():
     assert parse_table("I could not find any such films.") is None
     assert parse_table("") is None
+
+
+def test_blank_line_inside_a_markdown_table_does_not_end_it():
+    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n\n"
+            "| Life Stinks | comedy drama |\n")
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+    # plain pipe rows (TANQ's gold format) with blank lines, several of them
+    text = "entity|genre\n\nSpaceballs|comedy film, parody film\n\n\nLife Stinks|comedy drama"
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+
+
+def test_a_line_without_separator_inside_a_table_is_skipped_not_the_end():
+    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+            "(Mel Brooks also stars in it)\n| Life Stinks | comedy drama |\n\nHope this helps.")
+    t = parse_table(text)
+    assert t.source == "pipe" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
+    # a stray line, then a blank line, then more rows: still one table
+    text = "entity|genre\nSpaceballs|comedy film, parody film\nnote\n\nLife Stinks|comedy drama"
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+
+
+def test_a_paragraph_ends_the_table():
+    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+            "| Life Stinks | comedy drama |\n\nI left out these because I am not sure:\n"
+            "they may be TV films.\n| Dracula | horror |")
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+    # lines without separators before the table are not part of it either
+    text = "Sure.\nHere is the table:\n\n" + text
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+
+
+def test_a_second_markdown_table_is_not_merged_into_the_first():
+    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+            "| Life Stinks | comedy drama |\n\n| film | year |\n|---|---|\n| Spaceballs | 1987 |")
+    assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
+    # a caption row above the header is its own one-row block; the table under it is returned
+    text = "| **Films** |\n| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |"
+    assert _cells(parse_table(text)) == (["entity", "genre"], [EXPECTED.rows[0]])
+
+
+def test_tsv_rows_across_a_blank_line():
+    t = parse_table("entity\tgenre\n\nSpaceballs\tcomedy film, parody film\nLife Stinks\tcomedy drama")
+    assert t.source == "tsv" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
+
+
+@pytest.mark.parametrize("text", [
+    # two lines of prose with commas: same cell count, but the first line is no header
+    "The films are Spaceballs, Life Stinks and Dracula.\nAll of them were directed by Mel Brooks, who produced them.",
+    "Mel Brooks directed several films, including Spaceballs\nMost of them were comedies, and some were musicals",
+    "Well, I am not sure\nMaybe, but it could be Spaceballs",
+    "Yes, the film is a comedy.\nNo, it is not a drama.",
+    # prose with a different number of commas per line
+    "Spaceballs, a comedy, came out in 1987\nIt was directed by Mel Brooks, a comedian",
+    # a single comma line is no table
+    "entity,genre",
+])
+def test_prose_with_commas_is_not_a_csv_table(text):
+    assert parse_table(text) is None
+
+
+def test_csv_needs_a_consistent_cell_count():
+    assert parse_table("entity,genre\nSpaceballs,comedy,1987\nLife Stinks,comedy drama") is None
+    # quoted commas stay in their cell, so the count is consistent
+    t = parse_table('entity,genre\n"Spaceballs","comedy film, parody film"')
+    assert t.source == "csv" and t.rows == [["Spaceballs", "comedy film, parody film"]]
+
+
+def test_csv_after_an_intro_line_with_commas():
+    text = ('Here are the films, with their genres:\nentity,genre\nSpaceballs,"comedy film, parody film"\n'
+            "Life Stinks,comedy drama")
+    t = parse_table(text)
+    assert t.source == "csv" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
+    # TANQ-style headers of up to four words are labels
+    t = parse_table("entity,member of political party\nX,Labour")
+    assert t.header == ["entity", "member of political party"]
 
 
 def test_format_table_round_trips():

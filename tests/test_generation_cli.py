@@ -97,7 +97,9 @@ def test_oracle_uses_gold_documents_and_a_rerun_needs_no_model(split, tmp_path: 
     first = pq.read_table(tmp_path / "oracle" / "predictions.parquet").to_pylist()
     by_qid = {r["qid"]: r for r in first}
     assert by_qid["q1"]["context_docids"] == ["d2", "d1"]  # qrels order, each gold doc once
-    assert by_qid["q3"]["context_docids"] == []  # relevance 0 is not gold
+    assert "q3" not in by_qid  # relevance 0 is not gold: no evidence, so not asked (never a closed-book "oracle")
+    summary = json.loads((tmp_path / "oracle" / "summary.json").read_text())
+    assert (summary["n_items"], summary["n_without_evidence"]) == (2, 1)
     assert "[1] Heights\nTall structures\nName|Metres\nTower|330" in prompts["bravo"]
     # the double is gone: a second run can only succeed from the cache
     assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", "oracle", serialization="pipe") == 0
@@ -158,3 +160,71 @@ def test_choosing_vllm_where_it_is_not_installed_fails_clearly() -> None:
         pytest.skip("vllm is installed here; the missing-package path cannot be exercised")
     with pytest.raises(ConfigError, match="vllm backend needs the vllm package"):
         make_backend(llm_spec("m", {"backend": "vllm", "source": "some/model"}))
+
+
+def test_an_oracle_cell_without_any_gold_document_is_refused(split, tmp_path: Path, monkeypatch, capsys) -> None:
+    """An "oracle" cell whose questions have no gold documents would be the closed-book cell renamed."""
+    monkeypatch.setenv(ENV, KEY)
+    empty = tmp_path / "no_qrels.parquet"
+    write_parquet(CanonicalData(queries=[Query("q1", "x")]).tables()["qrels"], empty)
+    rc = _generate({**split, "qrels": empty}, tmp_path, "http://127.0.0.1:9/v1", "oracle")
+    assert rc == 1
+    assert "musique/dev has no gold evidence for setting oracle" in capsys.readouterr().err
+    assert not (tmp_path / "oracle" / "predictions.parquet").exists()
+
+
+def test_oracle_distractors_are_other_questions_gold_documents(split, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    settings = {"llm": None, "sampling": {"max_new_tokens": 8}, "oracle_distractors": 1, "oracle_seed": 0}
+    with OpenAITestDouble() as api:
+        settings["llm"] = api_llm_config(api.base_url)
+        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+                   "--prompt", "few-shot", "--setting", "oracle", "--queries", str(split["queries"]),
+                   "--corpus", str(split["corpus"]), "--qrels", str(split["qrels"]), "--template", str(TEMPLATE),
+                   "--settings", json.dumps(settings), "--cache", str(tmp_path / "c.sqlite"),
+                   "--out", str(tmp_path / "p.parquet"), "--summary", str(tmp_path / "s.json")])
+    assert rc == 0
+    rows = {r["qid"]: r["context_docids"] for r in pq.read_table(tmp_path / "p.parquet").to_pylist()}
+    # q2's only gold document is t1; its one distractor must be one of q1's gold documents
+    assert set(rows["q1"]) == {"d1", "d2", "t1"} and sorted(rows["q2"])[0] in {"d1", "d2"} and "t1" in rows["q2"]
+    assert json.loads((tmp_path / "s.json").read_text())["options"]["oracle_distractors"] == 1
+
+
+def test_a_batch_fills_the_cache_so_each_cell_job_needs_no_model(split, tmp_path: Path, monkeypatch) -> None:
+    """generate-batch: one engine session for several cells; the per-cell jobs then run from the cache."""
+    monkeypatch.setenv(ENV, KEY)
+    cache = tmp_path / "cache.sqlite"
+    with OpenAITestDouble() as api:
+        settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
+        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
+                  "qrels": str(split["qrels"]), "run": str(split["run"])}
+        members = [
+            {"cell": "musique/dev/pipe/none/api/few-shot/closed-k0", "inputs": {k: inputs[k] for k in ("queries", "template")}},
+            {"cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1", "inputs": inputs, "settings": {"max_questions": None}},
+        ]
+        rc = main(["generate-batch", "--llm", "api", "--settings", json.dumps(settings), "--cells", json.dumps(members),
+                   "--cache", str(cache), "--out", str(tmp_path / "batch.json")])
+        assert rc == 0
+        asked = len(api.bodies)
+    manifest = json.loads((tmp_path / "batch.json").read_text())
+    # closed q1..q3 and rag q1, q2 (q3 has no ranking: its rag prompt equals the closed one)
+    assert (manifest["n_cells"], manifest["n_items"], manifest["n_unique_prompts"], manifest["n_generated"]) == (2, 6, 5, 5)
+    assert asked == 5
+    settings["llm"]["base_url"] = "http://127.0.0.1:9/v1"  # no model behind it: the cells must come from the cache
+    rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+               "--prompt", "few-shot", "--setting", "rag", "--retriever", "bm25", "--k", "1",
+               "--queries", inputs["queries"], "--corpus", inputs["corpus"], "--run", inputs["run"],
+               "--template", inputs["template"], "--settings", json.dumps(settings), "--cache", str(cache),
+               "--out", str(tmp_path / "rag.parquet")])
+    assert rc == 0
+    assert all(pq.read_table(tmp_path / "rag.parquet").column("cached").to_pylist())
+
+
+def test_a_batch_rejects_a_malformed_cell_label(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    rc = main(["generate-batch", "--llm", "api", "--settings", json.dumps({"llm": api_llm_config("x")}),
+               "--cells", json.dumps([{"cell": "musique/dev/rag-k1", "inputs": {}}]),
+               "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "b.json")])
+    assert rc == 1
+    assert "--cells[0]: 'musique/dev/rag-k1' is not '<dataset>/<split>/" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()

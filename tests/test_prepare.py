@@ -28,7 +28,7 @@ SAMPLE = {
         229,
         0,
     ),
-    "ambigqa": ("dev", {"questions": "ambigqa/dev_light_11.json", "passages": "ambigqa/psgs_w100_sample.tsv"}, 11, 1100),
+    "ambigqa": ("dev", {"questions": "ambigqa/dev_light_40.json", "passages": "ambigqa/psgs_w100_sample.tsv"}, 40, 1100),
     "ottqa": (
         "dev",
         {

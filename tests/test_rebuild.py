@@ -85,9 +85,23 @@ def _answer_cells(forced: str) -> list[str]:
     return sorted(o for o in outputs(forced) if o.startswith("results/metrics/") and o.endswith("/metrics.json"))
 
 
+def _unbatched_config(work: Path) -> str:
+    """The default config without engine batches: every cell is its own job from scratch."""
+    import yaml
+
+    config = yaml.safe_load(Path(CONFIG).read_text())
+    config["generation"]["batch_llms"] = []
+    path = work / "unbatched.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
 def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
     target = _answer_cells(forced)[0]
-    text = _snakemake(work, "-n", "--forceall", target)
+    # With engine batches (the default), a cell built from nothing waits for its model's batch.
+    batched = _jobs(_snakemake(work, "-n", "--forceall", target))
+    assert [outs for rule, outs in batched if rule == "generate_batch"] == [["results/generation/_batches/smollm2-135m.json"]]
+    text = _snakemake(work, "-n", "--forceall", target, "--configfile", _unbatched_config(work))
     jobs = _jobs(text)
     made = [o for _, outs in jobs for o in outs]
     assert target in made
@@ -114,6 +128,16 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
     assert sum(job_table(_snakemake(work, "-n")).values()) == 0, "stand-ins are not up to date"
 
     cells = _answer_cells(forced)
+    # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
+    lost = cells[0].replace("results/metrics/", "results/generation/").replace("metrics.json", "predictions.parquet")
+    (work / lost).unlink()
+    alone = job_table(_snakemake(work, "-n"))
+    assert alone == Counter({"generate": 1, "evaluate_generation": 1, "aggregate": 1, "report_tables": 1,
+                             "report_plots": 1, "all": 1}), alone
+    # Per-cell semantics for the template edit: with a batch, the rerun batch also reassembles every
+    # other cell of its model from the cache, so the exact count holds without batches.
+    unbatched = _unbatched_config(work)
+    _snakemake(work, "--touch", "--configfile", unbatched)
     # results/metrics/{dataset}/{split}/{serialization}/{retriever|none}/{llm}/{prompt}/{setting}-k{k}/metrics.json
     prompt = cells[0].split("/")[7]
     using = [c for c in cells if c.split("/")[7] == prompt]
@@ -125,7 +149,7 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
     edited = None
     for template in templates:
         template.write_text(text_before[template] + "\n")
-        run = _snakemake(work, "-n")
+        run = _snakemake(work, "-n", "--configfile", unbatched)
         if any(c in outputs(run) for c in using if c.split("/")[2] == dataset):
             edited = (template, run)
             break

@@ -162,3 +162,88 @@ def test_evaluate_files_writes_contract(tmp_path: Path):
     per_query = pq.read_table(tmp_path / "pq.parquet")
     assert per_query.column_names == ["qid", "metric", "variant", "value"]
     assert per_query.num_rows == 2 * 11 + 2
+
+
+def _split(tmp_path: Path, queries: list[Query], qrels: list[dict], run_text: str) -> tuple[Path, Path, Path]:
+    q = _write([asdict(x) for x in queries], QUERY_SCHEMA, tmp_path / "queries.parquet")
+    r = _write(qrels, QREL_SCHEMA, tmp_path / "qrels.parquet")
+    run = tmp_path / "run.trec"
+    run.write_text(run_text)
+    return run, r, q
+
+
+def test_every_entry_is_a_fraction_with_its_unit(tmp_path: Path):
+    run, qrels, queries = _split(tmp_path, [Query("q1", "?")], [{"qid": "q1", "docid": "d1", "relevance": 1,
+                                                                 "annotator": ""}], "q1 Q0 d1 1 2.5 bm25\n")
+    doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet")
+    assert {m["unit"] for m in doc["metrics"]} == {"fraction"}
+    assert all(0.0 <= m["value"] <= 1.0 for m in doc["metrics"])
+    assert [m["metric"] for m in doc["metrics"]][:3] == ["ndcg_cut_1", "ndcg_cut_3", "ndcg_cut_5"]
+
+
+def test_empty_qrels_make_every_measure_null_with_reason(tmp_path: Path):
+    """AmbigQA light sample / StrategyQA without paragraphs: nothing to evaluate is n/a, not 0."""
+    evidence = [[["Greed-10"], ["Theft-1"]], [["Obesity-4"]]]
+    run, qrels, queries = _split(tmp_path, [Query("q1", "?", evidence=evidence), Query("q2", "?")], [],
+                                 "q1 Q0 Greed-10 1 2.5 bm25\nq2 Q0 x 1 1.0 bm25\n")
+    doc = evaluate_files(run, qrels, queries, {"dataset": "strategyqa"}, tmp_path / "m.json", tmp_path / "pq.parquet",
+                         with_strategyqa_recall=True)
+    trec = [m for m in doc["metrics"] if m["variant"] == "trec_eval"]
+    assert len(trec) == 11 and all(m["value"] is None and m["n"] == 0 for m in trec)
+    assert all("qrels empty" in m["reason"] for m in trec)
+    [recall] = [m for m in doc["metrics"] if m["variant"] == "strategyqa_best_annotator"]
+    # Greed-10 was even retrieved, but no gold id is a document of the split: not evaluable.
+    assert recall["metric"] == "recall_10" and recall["value"] is None and recall["n"] == 0
+    assert recall["reason"].startswith("no gold evidence paragraph of the split is in the searched corpus")
+    assert doc["provenance"]["queries_evaluated"] == 0
+    assert doc["provenance"]["strategyqa_questions_gold_not_in_corpus"] == 1  # q1; q2 names no id
+    assert doc["provenance"]["strategyqa_questions_without_evidence"] == 1
+    assert pq.read_table(tmp_path / "pq.parquet").num_rows == 0
+    assert json.loads((tmp_path / "m.json").read_text())["metrics"][0]["value"] is None  # JSON null
+
+
+def test_gold_outside_the_searched_corpus_is_not_evaluable(tmp_path: Path):
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"docid": ["a", "b"], "text": ["", ""]}), corpus)
+    evidence = [[["g1"]]]
+    run, qrels, queries = _split(tmp_path, [Query("q1", "?", evidence=evidence)],
+                                 [{"qid": "q1", "docid": "g1", "relevance": 1, "annotator": "0"}],
+                                 "q1 Q0 a 1 2.5 bm25\n")
+    # Without the corpus the qrels decide: q1 is evaluable and scores 0.
+    doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet",
+                         with_strategyqa_recall=True)
+    by = {(m["metric"], m["variant"]): m for m in doc["metrics"]}
+    assert by[("ndcg_cut_10", "trec_eval")]["value"] == 0.0 and by[("recall_10", "strategyqa_best_annotator")]["n"] == 1
+    # With it, g1 is not in the corpus that was searched: every measure n/a.
+    doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet",
+                         with_strategyqa_recall=True, corpus_path=corpus)
+    by = {(m["metric"], m["variant"]): m for m in doc["metrics"]}
+    assert by[("ndcg_cut_10", "trec_eval")]["value"] is None
+    assert "searched corpus" in by[("ndcg_cut_10", "trec_eval")]["reason"]
+    assert by[("recall_10", "strategyqa_best_annotator")]["value"] is None
+
+
+def test_best_annotator_recall_with_known_ids():
+    evidence = [[["a", "b"]], [["x"]]]
+    # Annotator 2's only id is unknown: skipped; annotator 1 finds a of {a, b}.
+    assert best_annotator_recall(["a"], evidence, 10, known={"a", "b"}) == 0.5
+    # No annotator keeps a known id although ids were named: not evaluable.
+    assert best_annotator_recall(["a"], evidence, 10, known=set()) is None
+    # A question naming no id at all still scores 0 (kept in the mean, as without `known`).
+    assert best_annotator_recall(["a"], [[[]]], 10, known={"a"}) == 0.0
+    assert strategyqa_recall({"q": {"a": 1.0}}, {"q": evidence, "r": [[["x"]]]}, known={"a", "b"}) == {"q": 0.5}
+
+
+def test_cli_eval_retrieval_takes_the_corpus(tmp_path: Path):
+    from cqabench.cli import main
+
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"docid": ["d1"]}), corpus)
+    run, qrels, queries = _split(tmp_path, [Query("q1", "?")], [{"qid": "q1", "docid": "d1", "relevance": 1,
+                                                                 "annotator": ""}], "q1 Q0 d1 1 2.5 bm25\n")
+    out = tmp_path / "m.json"
+    assert main(["eval-retrieval", "--run", str(run), "--qrels", str(qrels), "--queries", str(queries),
+                 "--cell", "{}", "--corpus", str(corpus), "--out-json", str(out),
+                 "--out-per-query", str(tmp_path / "pq.parquet")]) == 0
+    by = {m["metric"]: m for m in json.loads(out.read_text())["metrics"]}
+    assert by["P_1"]["value"] == 1.0 and by["P_1"]["unit"] == "fraction"

@@ -11,6 +11,7 @@ from cqabench.metrics.tables import (
     RmsScore,
     anls,
     datapoints_prf,
+    normalize_cell,
     rms,
     table_datapoints,
     transpose,
@@ -148,3 +149,24 @@ def test_real_tanq_gold_tables_score_perfectly_through_the_parser(shared_data):
         assert rms(header, rows, parsed.header, parsed.rows).f1 == pytest.approx(1.0)
         th, tr = transpose(header, rows)
         assert rms(header, rows, th, tr).f1 == pytest.approx(1.0)
+
+
+def test_gold_and_prediction_cells_get_the_same_normalization():
+    # the parser collapses spaces and drops markdown in predicted cells; gold cells get the same
+    assert normalize_cell("  Mel\u00a0 Brooks ") == "mel brooks"
+    assert normalize_cell("**Spaceballs**") == normalize_cell("Spaceballs") == "spaceballs"
+    assert normalize_cell("comedy<br>drama") == "comedy drama"
+    gold_h, gold_r = ["entity", "composer"], [["Spaceballs", "John  Morris"], ["**Life Stinks**", "John Morris"]]
+    pred = parse_table("| entity | composer |\n|---|---|\n| Spaceballs | John Morris |\n| Life Stinks | John Morris |")
+    # before: "john  morris" vs "john morris" = ANLS 1 - 1/12, and "**life stinks** composer" a worse key
+    approx(rms(gold_h, gold_r, pred.header, pred.rows), 1, 1, 1)
+    # and the other way round: decoration and spacing in raw predicted cells passed directly
+    approx(rms(["entity", "a"], [["x", "1 2"]], ["*entity*", "`a`"], [["**x**", "1   2"]]), 1, 1, 1)
+
+
+def test_rows_after_a_blank_line_count_as_tanq_counts_them():
+    """TANQ's evaluation reads every line of the prediction; the parser keeps rows after a
+    blank or stray line too, so they score (before: only the rows above the gap)."""
+    text = "| entity | a | b |\n|---|---|---|\n| x | 1 | foo |\n\nthe other one:\n| y | 2 | bar |\n"
+    t = parse_table(text)
+    approx(rms(GOLD_H, GOLD_R, t.header, t.rows), 1, 1, 1)

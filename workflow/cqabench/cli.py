@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import signal
 import sys
+import threading
 
 from cqabench.errors import CqaError
 
@@ -26,7 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (Snakemake or SLURM cancelling a job) as an exit that runs `finally` blocks.
+
+    Python's default SIGTERM ends the process at once; an engine such as vLLM's EngineCore
+    then outlives its job and keeps the CPU or GPU busy. Raising SystemExit lets the
+    backends' close() run; finished items are already in the item cache.
+    """
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

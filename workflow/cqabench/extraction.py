@@ -84,9 +84,9 @@ def _prompt_kind(prompt: str | None) -> str:
     p = (prompt or "").lower().replace("_", "-").replace(" ", "-")
     if "self-ask" in p or "selfask" in p:
         return "self-ask"
-    if "cot" in p or "few-shot" in p or "fewshot" in p:
+    if "cot" in p:
         return "marked"
-    return "free"
+    return "free"  # direct-answer prompts (few-shot, zero-shot): the reply is the answer
 
 
 def _clean_answer(text: str) -> str:
@@ -100,10 +100,10 @@ def final_answer(text: str | None, prompt: str | None = None) -> Extracted:
     Markers are tried in order (self-ask: "So the final answer is" first; all strategies:
     "[Final Answer]:", then "Final Answer:", then "answer is"); the first marker kind that
     occurs wins and its last occurrence is used, because CoT text can quote the marker earlier.
-    Prompts whose template asks for a marker (names containing "cot", "few-shot", "self-ask")
-    fail without one: scoring the whole rationale by substring match would reward verbosity.
-    Any other prompt (e.g. "zero-shot", or None for text that is already the answer) takes the
-    whole text when no marker is present.
+    Reasoning prompts (names containing "cot", or "self-ask") fail without a marker: scoring
+    the whole rationale by substring match would reward verbosity. Direct-answer prompts
+    ("few-shot", "zero-shot", or None for text that is already the answer) ask for the answer
+    alone, so without a marker the whole reply is the answer, as the original toolkit reads it.
     """
     if text is None or not str(text).strip():
         return Extracted("", False, "empty output")
@@ -193,11 +193,13 @@ _UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
 
 def clean_cell(cell: str) -> str:
-    """Markdown decoration off a cell: **bold**, __bold__, `code`, *italic*, <br>; spaces collapsed."""
+    """Markdown decoration off a cell: **bold**, __bold__, `code`, *italic*, <br>; spaces collapsed.
+
+    Idempotent: RMS applies it again to gold and predicted cells alike (`metrics.tables.normalize_cell`)."""
     s = _BR.sub(" ", str(cell)).replace("\\|", "|")
     s = s.replace("**", "").replace("__", "").replace("`", "")
     s = " ".join(s.split())
-    if len(s) >= 2 and s[0] == s[-1] and s[0] in "*_":
+    while len(s) >= 2 and s[0] == s[-1] and s[0] in "*_":
         s = s[1:-1].strip()
     return s
 
@@ -282,6 +284,40 @@ def _blocks(lines: list[str], keep) -> list[list[str]]:
     return blocks
 
 
+# A table's rows may be separated by blank lines and by at most this many other lines (a
+# stray note, a row the model wrote without separators); those lines are skipped. More such
+# lines in a row (a paragraph) end the table.
+MAX_STRAY_LINES = 1
+
+
+def _table_runs(lines: list[str], is_row, split, is_separator=None) -> list[list[list[str]]]:
+    """Tables (lists of rows of cells) in reading order; see `parse_table` for the rule."""
+    runs: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    stray = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        if not is_row(line):
+            if current:
+                stray += 1
+                if stray > MAX_STRAY_LINES:
+                    runs.append(current)
+                    current, stray = [], 0
+            continue
+        stray = 0
+        cells = split(line)
+        if is_separator is not None and is_separator(cells):
+            if len(current) >= 2:  # a header + separator after rows: a new table starts
+                runs.append(current[:-1])
+                current = current[-1:]
+            continue
+        current.append(cells)
+    if current:
+        runs.append(current)
+    return runs
+
+
 def _pipe_row(line: str) -> list[str]:
     s = line.strip()
     if s.startswith("|"):
@@ -305,6 +341,42 @@ def _first_table(blocks: list[list[list[str]]]) -> list[list[str]] | None:
     return nonempty[0] if nonempty else None
 
 
+MAX_HEADER_WORDS = 4
+_SENTENCE_END = ".!?:;"
+_CONNECTIVES = frozenset(
+    "and but or so which who whom whose that including because while although though however then "
+    "if when where since".split()
+)
+
+
+def _label_like(cell: str) -> bool:
+    """A CSV header cell that reads as a column label, not as a piece of a sentence."""
+    words = cell.split()
+    return (0 < len(words) <= MAX_HEADER_WORDS and cell[-1] not in _SENTENCE_END
+            and words[0].lower() not in _CONNECTIVES)
+
+
+def _csv_table(block: list[str]) -> list[list[str]] | None:
+    """The CSV table of a run of comma lines (leading lines that do not fit are dropped), or None."""
+    for start in range(len(block) - 1):
+        try:
+            rows = [[clean_cell(c) for c in r]
+                    for r in csv.reader(io.StringIO("\n".join(block[start:])), skipinitialspace=True)]
+        except csv.Error:
+            continue
+        rows = [r for r in rows if any(r)]
+        if len(rows) < 2 or len(rows[0]) < 2:
+            continue
+        if any(len(r) != len(rows[0]) for r in rows):
+            continue
+        if not all(_label_like(c) for c in rows[0]):
+            continue
+        if any(c.split()[0] in _CONNECTIVES for r in rows[1:] for c in r[1:] if c.strip()):
+            continue  # ", but ...", ", which ...": a clause after a comma, not a cell
+        return rows
+    return None
+
+
 def parse_table(text: str) -> ParsedTable | None:
     """A table out of model text: HTML, markdown/pipe rows, TSV or CSV; the first row is the header.
 
@@ -312,6 +384,22 @@ def parse_table(text: str) -> ParsedTable | None:
     prose with commas is only read as CSV when nothing else looks like a table. Markdown
     separator rows and code fences are skipped and decoration is removed from cells
     (`clean_cell`). None when the text holds no table.
+
+    Pipe and TSV tables: a table starts at the first line with a separator (`|`, a tab) and
+    keeps every such line as a row, across blank lines and across at most `MAX_STRAY_LINES`
+    other non-blank line at a time (skipped, not a row), as TANQ's own evaluation reads every
+    line of the prediction. It ends at the end of the text, at two or more consecutive
+    non-blank lines without a separator (a paragraph), or where a new markdown table starts
+    (a separator row after the table already has a header and a row: the line above it is the
+    new table's header). The first table with a header and a data row is returned.
+
+    CSV (only when there is no pipe or TSV table): a run of consecutive lines with a comma is a
+    table when, from some line on (leading lines that do not fit are dropped), it has at least
+    two rows, every row has the same number (>= 2) of cells, and the first row reads as column
+    labels: every cell non-empty, at most `MAX_HEADER_WORDS` words, not ending in . ! ? : ;
+    and not starting with a connective (and, but, which, who, including, ...); and no later
+    cell after a comma starts with a lower-case connective (", but it ..."). Prose with commas
+    fails the labels, the connectives or the consistent cell count.
     """
     text = text or ""
     if re.search(r"<table\b", text, re.IGNORECASE):
@@ -320,28 +408,18 @@ def parse_table(text: str) -> ParsedTable | None:
             return ParsedTable(rows[0], rows[1:], "html")
     lines = [ln for ln in text.replace("\r\n", "\n").split("\n") if not ln.strip().startswith("```")]
 
-    pipe_blocks = [
-        [r for r in (_pipe_row(ln) for ln in block) if not _is_separator(r)]
-        for block in _blocks(lines, lambda ln: "|" in ln)
-    ]
-    found = _first_table(pipe_blocks)
+    found = _first_table(_table_runs(lines, lambda ln: "|" in ln, _pipe_row, _is_separator))
     if found:
         return ParsedTable(found[0], found[1:], "pipe")
 
-    tsv_blocks = [[[clean_cell(c) for c in ln.split("\t")] for ln in block] for block in _blocks(lines, lambda ln: "\t" in ln)]
-    found = _first_table([b for b in tsv_blocks if len(b) >= 2])
+    tsv_runs = _table_runs(lines, lambda ln: "\t" in ln, lambda ln: [clean_cell(c) for c in ln.split("\t")])
+    found = _first_table([b for b in tsv_runs if len(b) >= 2])
     if found:
         return ParsedTable(found[0], found[1:], "tsv")
 
-    for block in _blocks(lines, lambda ln: "," in ln):
-        if len(block) < 2:
-            continue
-        try:
-            rows = [[clean_cell(c) for c in r] for r in csv.reader(io.StringIO("\n".join(block)), skipinitialspace=True)]
-        except csv.Error:
-            continue
-        rows = [r for r in rows if any(r)]
-        if len(rows) >= 2 and len(rows[0]) >= 2:
+    for block in _blocks(lines, lambda ln: "," in ln and ln.strip() != ""):
+        rows = _csv_table(block)
+        if rows:
             return ParsedTable(rows[0], rows[1:], "csv")
     return None
 

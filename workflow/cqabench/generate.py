@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cqabench import oracle
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
@@ -75,6 +76,15 @@ class Cell:
     prompt: str
     setting: str
     k: int  # 0 for closed and oracle (oracle = all gold documents)
+
+    @classmethod
+    def from_label(cls, label: Any, where: str = "cell") -> Cell:
+        """The cell a path label names: '{dataset}/{split}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}'."""
+        parts = str(label).split("/")
+        setting, _, k = parts[-1].rpartition("-k") if parts else ("", "", "")
+        if len(parts) != 7 or not setting or not k.isdigit():
+            raise ConfigError(f"{where}: {label!r} is not '<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>'")
+        return cls(*parts[:6], setting=setting, k=int(k))
 
     def check(self) -> None:
         if self.setting not in SETTINGS:
@@ -148,100 +158,182 @@ def build_items(
     return items
 
 
+def longest_first(item: Item) -> Any:
+    """Padding-friendly order for static batches (hf): prompts of similar length together."""
+    return -len(json.dumps(item.chat))
+
+
+def shared_prefix_first(item: Item) -> Any:
+    """Prefix-cache-friendly order (vLLM): prompts that share a prefix run back to back.
+
+    Sorted text puts a question's RAG prompts at k = 1, 3, 5 (one extends the other's first
+    documents) and every prompt of a template (the demonstrations) next to each other, so
+    the KV blocks of the shared prefix are still cached when the next prompt needs them.
+    """
+    return json.dumps(item.chat, ensure_ascii=False, sort_keys=True)
+
+
+def order_for(spec: LlmSpec) -> Callable[[Item], Any]:
+    return shared_prefix_first if spec.backend == "vllm" else longest_first
+
+
 def generate_missing(
     backend_factory: Callable[[], Backend],
-    items: Sequence[Item],
-    sampling: Sampling,
+    groups: Sequence[tuple[Sampling, Sequence[Item]]],
     cache: ItemCache,
     label: str,
     order_key: Callable[[Item], Any] | None = None,
 ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """(cached, generated, API retries): completions by key; a backend is made only if something is missing.
 
-    Items with the same key (the same prompt twice in a cell) are generated once. Missing
-    items go to the model longest prompt first, so batches hold prompts of similar length
-    (less padding), and each finished batch is committed before the next one starts.
+    `groups` pairs each sampling (a template's stop strings join it) with its items; one
+    backend serves every group, so a batch of many cells pays one engine start. Items with
+    the same key (the same prompt twice) are generated once. Missing items go to the model
+    longest prompt first, so batches hold prompts of similar length (less padding), and each
+    finished batch is committed before the next one starts.
     """
-    first: dict[str, Item] = {}
-    for it in items:
-        first.setdefault(it.key, it)
-    cached = cache.get_many(list(first))
-    todo = [it for key, it in first.items() if key not in cached]
+    cached: dict[str, Completion] = {}
+    merged: dict[str, tuple[Sampling, dict[str, Item]]] = {}  # cells with equal sampling share calls
+    for sampling, items in groups:
+        _, first = merged.setdefault(sampling.to_json(), (sampling, {}))
+        for it in items:
+            first.setdefault(it.key, it)
+    todo_groups: list[tuple[Sampling, list[Item]]] = []
+    n_unique = 0
+    for sampling, first in merged.values():
+        n_unique += len(first)
+        found = cache.get_many(list(first))
+        cached.update(found)
+        todo = [it for key, it in first.items() if key not in found]
+        if todo:
+            todo.sort(key=order_key or longest_first)
+            todo_groups.append((sampling, todo))
     generated: dict[str, Completion] = {}
-    log.info("%s: %d item(s), %d cached, %d to generate", label, len(first), len(cached), len(todo))
-    if not todo:
+    n_todo = sum(len(t) for _, t in todo_groups)
+    log.info("%s: %d item(s), %d cached, %d to generate", label, n_unique, len(cached), n_todo)
+    if not todo_groups:
         return cached, generated, 0
-    todo.sort(key=order_key or (lambda i: -len(json.dumps(i.chat))))
     backend = backend_factory()
     try:
-        for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
-            rows = [(todo[idx].key, comp, f"{label} {todo[idx].qid}") for idx, comp in batch]
-            cache.put_many(rows)
-            for idx, comp in batch:
-                generated[todo[idx].key] = comp
-                log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
+        for sampling, todo in todo_groups:
+            for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
+                rows = [(todo[idx].key, comp, f"{label} {todo[idx].qid}") for idx, comp in batch]
+                cache.put_many(rows)
+                for idx, comp in batch:
+                    generated[todo[idx].key] = comp
+                    log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
     finally:
         retries = int(getattr(backend, "retries", 0))
         backend.close()
     return cached, generated, retries
 
 
-def run_cell(
+@dataclass(frozen=True)
+class CellInputs:
+    """The files one cell reads (corpus for rag/oracle, qrels for oracle, run for rag)."""
+
+    queries: Path
+    template: Path
+    corpus: Path | None = None
+    qrels: Path | None = None
+    run: Path | None = None
+
+
+@dataclass(frozen=True)
+class CellOptions:
+    """Per-cell switches besides the cell's name; each one is recorded in summary.json."""
+
+    max_questions: int | None = None
+    max_doc_chars: int | None = None
+    oracle_distractors: int = 0
+    oracle_seed: int = 0
+
+
+@dataclass
+class PreparedCell:
+    """A cell's prompts, keyed for the item cache, before any model runs."""
+
+    cell: Cell
+    template: Template
+    sampling: Sampling
+    items: list[Item]
+    without_evidence: list[str]  # oracle: selected questions left out for lack of gold documents
+
+
+def prepare_cell(
     cell: Cell,
     spec: LlmSpec,
     sampling: Sampling,
     template: Template,
-    queries_path: Path,
-    out_path: Path,
-    cache_path: Path,
-    corpus_path: Path | None = None,
-    qrels_path: Path | None = None,
-    run_path: Path | None = None,
-    max_questions: int | None = None,
-    max_doc_chars: int | None = None,
-    summary_path: Path | None = None,
-    backend_factory: Callable[[], Backend] | None = None,
-) -> dict[str, Any]:
-    """Generate one cell and write predictions.parquet (and summary.json); returns the summary."""
-    started = time.perf_counter()
+    inputs: CellInputs,
+    options: CellOptions,
+    identity: Mapping[str, Any] | None = None,
+) -> PreparedCell:
+    """Questions, documents and chats of one cell; the same code serves one cell and a batch."""
     cell.check()
     if cell.llm != spec.name:
         raise ConfigError(f"cell llm {cell.llm!r} does not match the model spec {spec.name!r}")
     # Template stop strings join the sampling parameters, so they are part of every cache key.
     sampling = Sampling(**{**asdict(sampling), "stop": tuple(dict.fromkeys([*sampling.stop, *template.stop]))})
-    identity = model_identity(spec)
-    questions = select_questions(read_parquet(queries_path), max_questions)
+    identity = identity if identity is not None else model_identity(spec)
+    questions = select_questions(read_parquet(inputs.queries), options.max_questions)
     qids = {q["qid"] for q in questions}
+    without_evidence: list[str] = []
 
     if cell.setting == "closed":
         docs_for: dict[str, list[str]] = {q: [] for q in qids}
     elif cell.setting == "oracle":
-        if qrels_path is None:
+        if inputs.qrels is None:
             raise ConfigError("setting oracle needs --qrels")
-        docs_for = gold_docids(read_parquet(qrels_path), qids)
+        qrels = read_parquet(inputs.qrels)
+        gold = gold_docids(qrels, set(qrels.column("qid").to_pylist()) | qids)
+        without_evidence = oracle.questions_without_evidence(cell.dataset, cell.split, [q["qid"] for q in questions], gold)
+        if without_evidence:
+            log.warning("%s/%s oracle: %d of %d question(s) have no gold document and are left out, e.g. %s",
+                        cell.dataset, cell.split, len(without_evidence), len(questions), without_evidence[0])
+        questions = [q for q in questions if q["qid"] not in set(without_evidence)]
+        docs_for = oracle.oracle_contexts([q["qid"] for q in questions], gold, options.oracle_distractors, options.oracle_seed)
     else:
-        if run_path is None:
+        if inputs.run is None:
             raise ConfigError("setting rag needs --run")
-        docs_for = retrieved_docids(run_path, qids, cell.k)
+        docs_for = retrieved_docids(inputs.run, qids, cell.k)
     needed = {d for ids in docs_for.values() for d in ids}
-    if needed and corpus_path is None:
+    if needed and inputs.corpus is None:
         raise ConfigError(f"setting {cell.setting} needs --corpus")
-    documents = load_documents(corpus_path, needed) if needed else {}
+    documents = load_documents(inputs.corpus, needed) if needed else {}
 
     def key_of(chat: Chat) -> str:
         return item_key(identity, spec.backend, spec.dtype, sampling, chat)
 
-    items = build_items(cell, questions, template, docs_for, documents, key_of, max_doc_chars)
-    label = "/".join([cell.dataset, cell.split, cell.serialization, cell.retriever, cell.llm, cell.prompt, f"{cell.setting}-k{cell.k}"])
-    with ItemCache(cache_path) as cache:
-        cached, generated, retries = generate_missing(backend_factory or (lambda: make_backend(spec)), items, sampling, cache, label)
+    items = build_items(cell, questions, template, docs_for, documents, key_of, options.max_doc_chars)
+    if cell.setting == "oracle" and any(not it.docids for it in items):
+        raise DataError(inputs.qrels, next(it.qid for it in items if not it.docids), "docid",
+                        "an oracle prompt without context documents would be a closed-book prompt")
+    return PreparedCell(cell, template, sampling, items, without_evidence)
 
+
+def cell_label(cell: Cell) -> str:
+    return "/".join([cell.dataset, cell.split, cell.serialization, cell.retriever, cell.llm, cell.prompt, f"{cell.setting}-k{cell.k}"])
+
+
+def write_cell(
+    prepared: PreparedCell,
+    spec: LlmSpec,
+    identity: Mapping[str, Any],
+    completions: Mapping[str, Completion],
+    cached_keys: set[str],
+    options: CellOptions,
+    out_path: Path,
+    summary_path: Path | None,
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """predictions.parquet (and summary.json) of one prepared cell from its completions."""
+    cell, sampling, template = prepared.cell, prepared.sampling, prepared.template
     sampling_json = sampling.to_json()
     model_hash = identity_hash(identity)
     rows = []
-    for it in items:
-        from_cache = it.key in cached
-        comp = cached[it.key] if from_cache else generated[it.key]
+    for it in prepared.items:
+        comp = completions[it.key]
         ext = extract_answer(cell.dataset, comp.text, cell.prompt)
         rows.append(
             {
@@ -254,7 +346,7 @@ def run_cell(
                 "prompt_tokens": comp.prompt_tokens,
                 "output_tokens": comp.output_tokens,
                 "latency_s": comp.latency_s,
-                "cached": from_cache,
+                "cached": it.key in cached_keys,
                 "finish_reason": comp.finish_reason,
                 "context_docids": it.docids,
                 "dataset": cell.dataset,
@@ -273,23 +365,54 @@ def run_cell(
             }
         )
     write_parquet(pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA), out_path)
-
     summary = {
         "cell": {**asdict(cell), "backend": spec.backend, "dtype": spec.dtype, "template_hash": template.hash},
-        "model": identity,
+        "model": dict(identity),
         "sampling": sampling.to_dict(),
+        "options": asdict(options),
         "n_items": len(rows),
         "n_cached": sum(r["cached"] for r in rows),
         "n_generated": sum(not r["cached"] for r in rows),
+        "n_without_evidence": len(prepared.without_evidence),
         "parse_failures": sum(not r["parse_ok"] for r in rows),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
         "output_tokens": sum(r["output_tokens"] for r in rows),
         "latency_s": round(sum(r["latency_s"] for r in rows), 3),
         "generated_latency_s": round(sum(r["latency_s"] for r in rows if not r["cached"]), 3),
-        "api_retries": retries,
-        "wall_time_s": round(time.perf_counter() - started, 3),
-        "cache": str(cache_path),
+        **extra,
     }
+    if summary_path is not None:
+        write_json(summary, summary_path)
+    return summary
+
+
+def run_cell(
+    cell: Cell,
+    spec: LlmSpec,
+    sampling: Sampling,
+    template: Template,
+    inputs: CellInputs,
+    out_path: Path,
+    cache_path: Path,
+    options: CellOptions = CellOptions(),
+    summary_path: Path | None = None,
+    backend_factory: Callable[[], Backend] | None = None,
+) -> dict[str, Any]:
+    """Generate one cell and write predictions.parquet (and summary.json); returns the summary."""
+    started = time.perf_counter()
+    identity = model_identity(spec)
+    prepared = prepare_cell(cell, spec, sampling, template, inputs, options, identity)
+    label = cell_label(cell)
+    with ItemCache(cache_path) as cache:
+        cached, generated, retries = generate_missing(
+            backend_factory or (lambda: make_backend(spec)), [(prepared.sampling, prepared.items)], cache, label,
+            order_for(spec),
+        )
+    summary = write_cell(
+        prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path, None,
+        {"api_retries": retries, "cache": str(cache_path)},
+    )
+    summary["wall_time_s"] = round(time.perf_counter() - started, 3)
     if summary_path is not None:
         write_json(summary, summary_path)
     log.info(
@@ -297,3 +420,64 @@ def run_cell(
         label, summary["n_items"], summary["n_cached"], summary["prompt_tokens"], summary["output_tokens"], summary["wall_time_s"],
     )
     return summary
+
+
+@dataclass(frozen=True)
+class BatchCell:
+    """One member of an engine batch: the cell, its files and its switches."""
+
+    cell: Cell
+    inputs: CellInputs
+    options: CellOptions
+    template: Template
+
+
+def run_batch(
+    members: Sequence[BatchCell],
+    spec: LlmSpec,
+    sampling: Sampling,
+    cache_path: Path,
+    manifest_path: Path,
+    backend_factory: Callable[[], Backend] | None = None,
+) -> dict[str, Any]:
+    """Fill the item cache for many cells of one model in one engine session.
+
+    An engine start (about 20-45 s for vLLM on CPU) costs more than a sample cell's 30
+    questions, so the workflow can let one job generate every missing item of a model's
+    cells; each cell's own job then finds its items cached and only assembles its
+    predictions. The manifest says what was generated, per cell, for the log and the tests.
+    """
+    started = time.perf_counter()
+    if not members:
+        raise ConfigError("an engine batch needs at least one cell")
+    identity = model_identity(spec)
+    prepared = [prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity) for m in members]
+    with ItemCache(cache_path) as cache:
+        cached, generated, retries = generate_missing(
+            backend_factory or (lambda: make_backend(spec)), [(p.sampling, p.items) for p in prepared], cache,
+            f"batch {spec.name}", order_for(spec),
+        )
+    manifest = {
+        "llm": spec.name,
+        "backend": spec.backend,
+        "model": dict(identity),
+        "cells": [
+            {"cell": cell_label(p.cell), "n_items": len(p.items), "n_without_evidence": len(p.without_evidence),
+             "n_generated": sum(1 for it in p.items if it.key in generated)}
+            for p in prepared
+        ],
+        "n_cells": len(prepared),
+        "n_items": sum(len(p.items) for p in prepared),
+        "n_unique_prompts": len(cached) + len(generated),
+        "n_cached": len(cached),
+        "n_generated": len(generated),
+        "prompt_tokens_generated": sum(c.prompt_tokens for c in generated.values()),
+        "output_tokens_generated": sum(c.output_tokens for c in generated.values()),
+        "api_retries": retries,
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "cache": str(cache_path),
+    }
+    write_json(manifest, manifest_path)
+    log.info("batch %s: %d cells, %d unique prompts, %d generated, %.1f s", spec.name, manifest["n_cells"],
+             manifest["n_unique_prompts"], manifest["n_generated"], manifest["wall_time_s"])
+    return manifest

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from cqabench.datasets import loader
 from cqabench.errors import ConfigError, DataError
 from cqabench.io import write_parquet
-from cqabench.schema import ANSWER_TYPES, DOC_KINDS, CanonicalData
+from cqabench.schema import ANSWER_TYPES, DOC_KINDS, CanonicalData, Query
 
 log = logging.getLogger(__name__)
 TABLES = ("queries", "corpus", "qrels", "answers")
@@ -45,7 +46,53 @@ def validate(data: CanonicalData, source: Path) -> None:
             raise DataError(source, a.qid, "answer_type", f"unknown answer type {a.answer_type!r}")
 
 
-def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, limit: int | None = None) -> CanonicalData:
+# Question filters a dataset supports beyond `limit` (the paper's selections, e.g. DEXTER's
+# "MuSiQue answerable dev, 2-hop only"), by dataset.
+HOP_DATASETS = ("musique",)  # the hop count is in the question id ("2hop1__...") -> question_type "2hop"
+
+
+def _answerable(q: Query) -> bool:
+    try:
+        return bool(json.loads(q.meta or "{}").get("answerable", True))
+    except ValueError:
+        return True
+
+
+def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = None, hops: list[int] | None = None,
+                     answerable_only: bool = False) -> CanonicalData:
+    """The questions a config asks for, in file order: `hops` (MuSiQue: keep these hop counts),
+    `answerable_only` (MuSiQue: drop unanswerable records), then the first `limit` of what is
+    left. Qrels and answers follow the kept questions; the corpus stays that of the whole file,
+    so which questions are evaluated never changes what is searched (DEXTER searched one pooled
+    corpus whatever subset it evaluated: the first 1,200 2Wiki questions, MuSiQue's 2-hop ones)."""
+    if (hops or answerable_only) and dataset not in HOP_DATASETS:
+        raise ConfigError(f"{dataset}: hops / answerable_only select MuSiQue questions only "
+                          f"(datasets: {', '.join(HOP_DATASETS)})")
+    queries = list(data.queries)
+    if hops:
+        wanted = {f"{int(h)}hop" for h in hops}
+        queries = [q for q in queries if q.question_type in wanted]
+    if answerable_only:
+        queries = [q for q in queries if _answerable(q)]
+    if limit is not None:
+        queries = queries[:limit]
+    if len(queries) == len(data.queries):
+        return data
+    kept = {q.qid for q in queries}
+    return CanonicalData(
+        queries=queries,
+        corpus=data.corpus,
+        qrels=[r for r in data.qrels if r.qid in kept],
+        answers=[a for a in data.answers if a.qid in kept],
+    )
+
+
+def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, limit: int | None = None,
+            hops: list[int] | None = None, answerable_only: bool = False) -> CanonicalData:
+    """Load one (dataset, split), select its questions (`select_questions`), check, write.
+
+    The loader reads the whole file (no limit), so the corpus is the file's whatever `limit`,
+    `hops` or `answerable_only` select."""
     module = loader(dataset)
     missing = [role for role, required in module.RAW_FILES.items() if required and role not in files]
     unknown = sorted(set(files) - set(module.RAW_FILES))
@@ -54,7 +101,11 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
             f"{dataset}/{split}: raw files missing roles {missing} / unknown roles {unknown}; "
             f"valid roles: {sorted(module.RAW_FILES)}"
         )
-    data = module.load(files, split, limit=limit)
+    loaded = module.load(files, split, limit=None)
+    data = select_questions(loaded, dataset, limit=limit, hops=hops, answerable_only=answerable_only)
+    if data is not loaded:
+        log.info("%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); the corpus is the whole file's",
+                 dataset, split, len(data.queries), len(loaded.queries), limit, hops, answerable_only)
     main_file = files.get("questions", next(iter(files.values())))
     validate(data, Path(main_file))
     tables = data.tables()

@@ -3,8 +3,11 @@
 Every question of the split (every row of answers.parquet) is scored; a question without a
 prediction, or whose prediction failed extraction (`parse_ok` False), scores 0 on every
 metric and stays in the mean, so systems that answer fewer questions are not flattered.
-Per-question values (0..1) are returned for significance tests; summary values are
-100 x the mean of the per-question values (percent), for every metric alike.
+Per-question values and summary values are both fractions in 0..1 (`UNIT`): a summary value is
+the mean of the per-question values, for every metric alike, and every summary row says so in
+its `unit` key. A summary row with no question to average (e.g. `f1_ans_multi` on a split
+without multi-answer questions, or a cell with no questions) has value None and a `reason`;
+it is shown as "n/a", never as 0.
 """
 
 from __future__ import annotations
@@ -36,6 +39,24 @@ METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ)),
 }
 PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
+UNIT = "fraction"  # every value, per question and summary: 0..1
+
+# dataset -> the (metric, variant) rows the report judges it by (answers_by_setting, k-effect plot,
+# Table 3): DEXTER's choices; StrategyQA is reported with accuracy and cover-EM.
+PRIMARY: dict[str, tuple[tuple[str, str], ...]] = {
+    **{ds: (("cover_em", DEFAULT),) for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+    "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
+    "ambigqa": (("f1_ans", OFFICIAL),),
+    "finqa": (("em_tol", DEFAULT),),
+    "tanq": (("rms_f1", TANQ),),
+}
+NO_QUESTIONS = "no question was scored (the cell asked none)"
+NO_MULTI = "no multi-answer question (every question has a singleAnswer annotation)"
+
+
+def not_evaluable_reason(metric: str) -> str:
+    """Why a summary row of `metric` has no question to average."""
+    return NO_MULTI if metric.startswith("f1_ans_multi") else NO_QUESTIONS
 
 
 def records(table: pa.Table | pd.DataFrame | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,9 +223,10 @@ def score_predictions(
 
     `prediction` is final-answer text (what `extract_answer(...).answer` gives); with `prompt`
     set it is raw model output and the prompt's marker is looked for first. Returns the summary
-    ([{"metric", "variant", "value" (percent), "n"}]) and the per-question table
-    (qid, metric, variant, value in 0..1). TANQ adds breakdown rows named
-    "<metric>/<dimension>=<bucket>" (see `tanq_groups`) to the summary only.
+    ([{"metric", "variant", "value" (fraction 0..1, or None), "n", "unit"[, "reason"]}]) and the
+    per-question table (qid, metric, variant, value in 0..1). Every metric of the dataset has a
+    summary row; one with no question to average has value None, n 0 and a `reason`. TANQ adds
+    breakdown rows named "<metric>/<dimension>=<bucket>" (see `tanq_groups`) to the summary only.
     """
     if dataset not in _SCORERS:
         raise ConfigError(f"unknown dataset {dataset!r}; valid: {', '.join(_SCORERS)}")
@@ -228,18 +250,27 @@ def score_predictions(
                             groups[(f"{metric}/{dim}={bucket}", variant)].append(float(value))
 
     order = [*METRICS[dataset], PARSE_METRIC]
-    keys = [k for k in order if k in groups] + sorted(k for k in groups if k not in order)
-    summary = [
-        {"metric": m, "variant": v, "value": 100.0 * sum(groups[(m, v)]) / len(groups[(m, v)]),
-         "n": len(groups[(m, v)])}
-        for m, v in keys
-    ]
+    keys = order + sorted(k for k in groups if k not in order)
+    summary = [summary_row(m, v, groups.get((m, v), [])) for m, v in keys]
     frame = pd.DataFrame(per_question, columns=["qid", "metric", "variant", "value"])
     return summary, frame
 
 
+def summary_row(metric: str, variant: str, values: Sequence[float]) -> dict[str, Any]:
+    """One metrics.json entry: the mean of `values` (fraction), or None with the reason when empty."""
+    if not values:
+        return {"metric": metric, "variant": variant, "value": None, "n": 0, "unit": UNIT,
+                "reason": not_evaluable_reason(metric)}
+    return {"metric": metric, "variant": variant, "value": sum(values) / len(values), "n": len(values), "unit": UNIT}
+
+
 def format_summary(summary: Sequence[dict[str, Any]]) -> str:
-    """A plain text table of the summary rows, for the terminal."""
-    lines = [f"{'metric':<40} {'variant':<10} {'value':>8} {'n':>7}"]
-    lines += [f"{r['metric']:<40} {r['variant']:<10} {r['value']:>8.2f} {r['n']:>7}" for r in summary]
+    """A plain text table of the summary rows (fractions; n/a with the reason), for the terminal."""
+    lines = [f"{'metric':<40} {'variant':<10} {'value':>8} {'n':>7}   (unit: {UNIT})"]
+    for r in summary:
+        value = "n/a" if r.get("value") is None else f"{r['value']:.4f}"
+        line = f"{r['metric']:<40} {str(r.get('variant')):<10} {value:>8} {r.get('n', 0):>7}"
+        if r.get("value") is None and r.get("reason"):
+            line += f"   {r['reason']}"
+        lines.append(line)
     return "\n".join(lines)

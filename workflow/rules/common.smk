@@ -5,6 +5,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 from snakemake.utils import validate
@@ -13,6 +14,8 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cqabench.errors import ConfigError
 from cqabench.prompts import FAMILIES, SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.datasets import has_gold_evidence
+from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.retrievers import resolve as resolve_retriever
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -27,8 +30,11 @@ _CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.dep
 _PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 # (The prefix is formatted like a shell command, hence the doubled braces.)
+# CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
+# vLLM needs transformers 5 and lives in its own environment, see `python_for`).
 shell.prefix(
-    "set -euo pipefail; cqabench() {{ PYTHONPATH=%s %s -m cqabench.cli \"$@\"; }}; " % (_PACKAGE_DIR, _PYTHON)
+    "set -euo pipefail; cqabench() {{ PYTHONPATH=%s \"${{CQABENCH_PYTHON:-%s}}\" -m cqabench.cli \"$@\"; }}; "
+    % (_PACKAGE_DIR, _PYTHON)
 )
 
 
@@ -136,6 +142,38 @@ def data_targets():
         for ser in SERIALIZATIONS
     ]
     return targets
+
+
+def corpus_splits(dataset):
+    """The splits whose documents make up a dataset's corpus: `corpus_splits` (e.g. train + dev,
+    as DEXTER pooled every paragraph of MuSiQue and 2WikiMultihopQA), else the evaluated splits."""
+    return list(config["datasets"][dataset].get("corpus_splits") or splits(dataset))
+
+
+def _check_corpus_splits():
+    for ds in DATASETS:
+        missing = [sp for sp in corpus_splits(ds) if sp not in config["datasets"][ds]["files"]]
+        if missing:
+            raise ValueError(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
+
+
+_check_corpus_splits()
+
+
+def question_selection_args(dataset, split):
+    """`cqabench prepare` flags of a dataset's explicit question selection (limit, hops,
+    answerable_only), for the splits it evaluates; a corpus-only split is prepared whole."""
+    spec = config["datasets"][dataset]
+    args = []
+    if split not in splits(dataset):
+        return ""
+    if spec.get("limit") is not None:
+        args.append(f"--limit {int(spec['limit'])}")
+    if spec.get("hops"):
+        args.append("--hops " + " ".join(str(int(h)) for h in spec["hops"]))
+    if spec.get("answerable_only"):
+        args.append("--answerable-only")
+    return " ".join(args)
 
 
 def prepare_inputs(w):
@@ -318,6 +356,16 @@ MODELS_DIR = f"{RESULTS}/models"
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
 
 
+GEN_BATCH_LLMS = list(GENERATION.get("batch_llms", []))
+ORACLE_DISTRACTORS = dict(GENERATION.get("oracle_distractors") or {})
+GEN_SEED = int(GENERATION.get("seed", 0))
+# The vLLM environment (Makefile: `make setup`); conda runs use envs/vllm.yaml instead.
+# (Beside the real checkout, also when the Snakefile is reached through a symlink.)
+VLLM_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
+    Path(workflow.main_snakefile).resolve().parent / ".venv-vllm" / "bin" / "python"
+)
+
+
 def _is_gguf(llm):
     return str(LLMS[llm]["source"]).startswith(("gguf-package:", "gguf:"))
 
@@ -339,9 +387,53 @@ def _check_generation_config():
         raise ValueError("generation.settings has rag: set generation.rag_retrievers and generation.k")
     for ds in DATASETS:
         family_of(ds, GENERATION.get("families"))  # every dataset must map to a template family
+    bad = sorted(set(GEN_BATCH_LLMS) - set(LLMS))
+    if bad:
+        raise ValueError(f"generation.batch_llms: {bad} are not defined under `llms:`; defined: {sorted(LLMS)}")
+    bad = sorted(set(GEN_RAG_RUNS) - set(ALL_RUN_NAMES))
+    if "rag" in GEN_SETTINGS and bad:
+        raise ValueError(f"generation.rag_retrievers: {bad} name no run; runs: {ALL_RUN_NAMES}")
+    bad = sorted(set(ORACLE_DISTRACTORS) - set(DATASETS))
+    if bad:
+        raise ValueError(f"generation.oracle_distractors: datasets {bad} are not configured; configured: {DATASETS}")
+    if not _CONDA and any(LLMS[n]["backend"] == "vllm" for n in GEN_LLMS) and not Path(VLLM_PYTHON).exists():
+        raise ValueError(
+            f"backend vllm runs in its own environment, {VLLM_PYTHON} is missing: run `make setup` "
+            "(or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
+        )
 
 
 _check_generation_config()
+
+
+def python_for(llm):
+    """The interpreter of an LLM's generation jobs: vLLM's own environment, else this one."""
+    if LLMS[llm]["backend"] == "vllm":
+        return "python" if _CONDA else VLLM_PYTHON
+    return _PYTHON
+
+
+def _evidence_of(ds, sp):
+    """(bool, reason): whether the split has gold documents an oracle prompt can show."""
+    files = {role: Path(raw_input(spec["path"])) for role, spec in config["datasets"][ds]["files"][sp].items()}
+    return has_gold_evidence(ds, files)
+
+
+GOLD_EVIDENCE = {(ds, sp): _evidence_of(ds, sp) for ds in DATASETS for sp in splits(ds)}
+
+
+def not_planned_cells():
+    """Configured cells left out of the plan, with the reason the report prints."""
+    out = []
+    for ds in DATASETS:
+        for sp in splits(ds):
+            has, reason = GOLD_EVIDENCE[(ds, sp)]
+            if "oracle" in GEN_SETTINGS and not has:
+                out.append({"dataset": ds, "split": sp, "setting": "oracle", "reason": reason})
+            if "rag" in GEN_SETTINGS and not [r for r in GEN_RAG_RUNS if r in run_names(ds, sp)]:
+                out.append({"dataset": ds, "split": sp, "setting": "rag",
+                            "reason": "no run of generation.rag_retrievers exists for it (not in retrieval.datasets)"})
+    return out
 
 
 def check_api_keys():
@@ -378,6 +470,8 @@ def generation_cells():
                         for setting in GEN_SETTINGS:
                             if setting == "rag":
                                 cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in GEN_K]
+                            elif setting == "oracle" and not GOLD_EVIDENCE[(ds, sp)][0]:
+                                continue  # no gold documents: an "oracle" cell would be closed-book
                             else:
                                 cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
     return cells
@@ -411,6 +505,55 @@ def _generation_inputs(w):
     return inputs
 
 
+def _cell_inputs(w):
+    inputs = _generation_inputs(w)
+    if w.llm in GEN_BATCH_LLMS and w.llm in GEN_LLMS:
+        # a rerun batch reassembles every cell of its model from the cache (seconds each)
+        inputs["batch"] = batch_manifest(w.llm)
+    return inputs
+
+
+def batch_manifest(llm):
+    return f"{RESULTS}/generation/_batches/{llm}.json"
+
+
+_CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+
+
+def _batch_cells(llm):
+    """The model's cells as the generate rule's wildcards would name them (k as text)."""
+    return [
+        SimpleNamespace(**dict(zip(_CELL_FIELDS, (*c[:7], str(c[7]))))) for c in generation_cells() if c[4] == llm
+    ]
+
+
+def batch_inputs(w):
+    """Every file any cell of the batch reads."""
+    return sorted({str(p) for c in _batch_cells(w.llm) for p in _generation_inputs(c).values()})
+
+
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors")
+
+
+def batch_members(w):
+    """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
+    members = []
+    for c in _batch_cells(w.llm):
+        settings = _generation_settings(c)
+        members.append({
+            "cell": cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
+            "inputs": {k: str(v) for k, v in _generation_inputs(c).items() if k != "model"},
+            "settings": {k: settings[k] for k in PER_CELL_SETTINGS},
+        })
+    return as_arg(members)
+
+
+def batch_settings(w):
+    """What every cell of a batch shares (the model, sampling, document cut)."""
+    settings = _generation_settings(_batch_cells(w.llm)[0])
+    return as_arg({k: v for k, v in settings.items() if k not in PER_CELL_SETTINGS})
+
+
 def _generation_args(w, input):
     flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
     return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())
@@ -430,6 +573,8 @@ def _generation_settings(w):
         "max_questions": max_questions_of(w.dataset),
         "max_doc_chars": GENERATION.get("max_doc_chars"),
         "models_dir": MODELS_DIR,
+        "oracle_distractors": int(ORACLE_DISTRACTORS.get(w.dataset, 0)) if w.setting == "oracle" else 0,
+        "oracle_seed": GEN_SEED,
     }
 
 
@@ -467,5 +612,8 @@ def _generation_cell(w):
         "setting": w.setting,
         "k": int(w.k),
         "max_questions": max_questions_of(w.dataset),
+        "max_doc_chars": GENERATION.get("max_doc_chars"),
+        "oracle_distractors": int(ORACLE_DISTRACTORS.get(w.dataset, 0)) if w.setting == "oracle" else 0,
+        "sampling": {**(GENERATION.get("sampling") or {}), **(llm.get("sampling") or {})},
     }
     return cell

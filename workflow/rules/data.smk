@@ -23,11 +23,7 @@ rule prepare:
         **{t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")},
     params:
         files=lambda w, input: prepare_file_args(w, input),
-        limit=lambda w: (
-            f"--limit {config['datasets'][w.dataset]['limit']}"
-            if config["datasets"][w.dataset].get("limit") is not None
-            else ""
-        ),
+        limit=lambda w: question_selection_args(w.dataset, w.split),
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
     log:
         f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
@@ -40,7 +36,7 @@ rule prepare:
 
 rule pool_corpus:
     input:
-        lambda w: [data_path(ds, split, "corpus") for ds in corpus_members(w.corpus) for split in splits(ds)],
+        lambda w: [data_path(ds, split, "corpus") for ds in corpus_members(w.corpus) for split in corpus_splits(ds)],
     output:
         corpus_path("{corpus}"),
     params:

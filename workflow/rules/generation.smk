@@ -11,6 +11,7 @@ rule convert_model:
     params:
         source=lambda w: LLMS[w.llm]["source"],
         dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
+        converter=CONVERTER_VERSION,  # a new converter (tokenizer fix) re-converts the folder
     resources:
         mem_mb=lambda w: int(LLMS[w.llm].get("convert_mem_mb", 4000)),
     log:
@@ -21,9 +22,39 @@ rule convert_model:
         "cqabench convert-model --source {params.source:q} --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"
 
 
+# Cells of the LLMs in generation.batch_llms are generated in one engine session first (an
+# engine start costs more than a sample cell); each cell's own job then assembles its
+# predictions from the item cache. docs/generation.md says when to use it.
+rule generate_batch:
+    input:
+        batch_inputs,
+    output:
+        batch_manifest("{llm}"),
+    wildcard_constraints:
+        llm=_names(GEN_BATCH_LLMS),
+    params:
+        cells=batch_members,
+        settings=batch_settings,
+        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
+        python=lambda w: python_for(w.llm),
+    threads: int(GENERATION.get("threads", 2))
+    resources:
+        gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
+        mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
+        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
+    log:
+        f"{RESULTS}/logs/generate_batch/{{llm}}.log",
+    conda:
+        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
+    shell:
+        "CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
+        "--cells {params.cells} "
+        "--threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule generate:
     input:
-        unpack(_generation_inputs),
+        unpack(_cell_inputs),
     output:
         predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
         summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
@@ -37,9 +68,10 @@ rule generate:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
-    threads: int(GENERATION.get("threads", 2))
+        python=lambda w: python_for(w.llm),
+    threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
     resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
+        gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
         mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     log:
@@ -47,7 +79,7 @@ rule generate:
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     shell:
-        "cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "
         "--llm {wildcards.llm:q} --prompt {wildcards.prompt:q} --setting {wildcards.setting:q} --k {wildcards.k} "
         "--queries {input.queries:q} --template {input.template:q} {params.files} "

@@ -21,6 +21,9 @@ rule aggregate:
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
 
 
+# The paper tables and answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
+# Holm-corrected paired tests) come from one job: both read the same fact tables. Cells the
+# configuration does not plan (not_planned_cells(), common.smk) are listed with their reason.
 rule report_tables:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
@@ -28,6 +31,14 @@ rule report_tables:
         expected=EXPECTED_FILES,
     output:
         summary=f"{REPORT_DIR}/tables/summary.json",
+        answers_md=f"{REPORT_DIR}/tables/answers_by_setting.md",
+        answers_json=f"{REPORT_DIR}/tables/answers_by_setting.json",
+        answers_html=report(
+            f"{REPORT_DIR}/tables/answers_by_setting.html",
+            caption="../report/answers.rst",
+            category="Tables",
+            labels={"table": "answers_by_setting"},
+        ),
         markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
         html=[
             report(
@@ -40,13 +51,15 @@ rule report_tables:
         ],
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
+        not_planned=lambda w: as_arg(not_planned_cells()),
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
         "../../envs/evaluation.yaml"
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
-        "--expected {input.expected:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
+        "> {log:q} 2>&1"
 
 
 rule report_plots:
@@ -58,6 +71,8 @@ rule report_plots:
             name: report(f"{REPORT_DIR}/plots/{name}.png", caption=f"../report/{caption}", category="Plots")
             for name, caption in PLOTS.items()
         },
+    params:
+        k_values=" ".join(str(k) for k in GEN_K),
     log:
         f"{RESULTS}/logs/report/plots.log",
     conda:
@@ -65,4 +80,4 @@ rule report_plots:
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
-        "--skills {output.tanq_skills:q} 2> {log:q}"
+        "--skills {output.tanq_skills:q} --k-values {params.k_values} 2> {log:q}"

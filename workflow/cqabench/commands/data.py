@@ -30,7 +30,8 @@ def _download(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from cqabench.prepare import prepare
 
-    prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit)
+    prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit,
+            hops=args.hops, answerable_only=args.answerable_only)
     return 0
 
 
@@ -61,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", required=True)
     p.add_argument("--file", action="append", default=[], metavar="ROLE=PATH")
     p.add_argument("--limit", type=int, default=None, help="explicit cap on the number of questions")
+    p.add_argument("--hops", type=int, nargs="+", default=None, help="MuSiQue: keep questions with these hop counts")
+    p.add_argument("--answerable-only", action="store_true", help="MuSiQue: drop unanswerable questions")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=_prepare)
 

@@ -8,6 +8,7 @@ check-api-keys fail, naming the variable, when an openai-backend model has no ke
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--settings",
         default="{}",
         help='JSON: {"llm": <llms.NAME entry>, "sampling": {...}, "max_questions": int|null, '
-        '"max_doc_chars": int|null, "models_dir": "results/models"}',
+        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
     g.add_argument("--cache", required=True, type=Path, help="item cache (SQLite); keep it outside rule outputs")
     g.add_argument("--out", required=True, type=Path, help="predictions.parquet")
     g.add_argument("--summary", type=Path, help="summary.json: per-cell totals")
     g.set_defaults(func=run_generate)
+
+    b = sub.add_parser("generate-batch", help="fill the item cache for many cells of one model in one engine session")
+    b.add_argument("--llm", required=True)
+    b.add_argument("--settings", required=True, help="JSON: what every cell shares, as generate --settings")
+    b.add_argument("--cells", required=True,
+                   help='JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
+                        '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}')
+    b.add_argument("--threads", type=int, default=0)
+    b.add_argument("--cache", required=True, type=Path)
+    b.add_argument("--out", required=True, type=Path, help="manifest.json: what the batch generated, per cell")
+    b.set_defaults(func=run_generate_batch)
 
     k = sub.add_parser("check-api-keys", help="exit 1 naming the variable if an openai model's key is unset")
     k.add_argument("--llms", required=True, help="JSON: the llms config section (or the used part of it)")
@@ -83,27 +95,51 @@ def run_check_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed"}
+
+
+def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: str):
+    """The model spec and sampling of a `--settings` object (one cell's, or a batch member's)."""
+    from cqabench.llm import llm_spec, sampling_for
+    from cqabench.llm.openai_backend import read_api_key
+
+    unknown = sorted(set(settings) - SETTINGS_KEYS)
+    if unknown:
+        raise ConfigError(f"{flag}: unknown key(s) {unknown}; valid: {sorted(SETTINGS_KEYS)}")
+    llm_cfg = settings.get("llm")
+    if not isinstance(llm_cfg, dict):
+        raise ConfigError(f'{flag} needs "llm": the llms.<name> config entry')
+    spec = llm_spec(llm, llm_cfg, settings.get("models_dir", "results/models"))
+    if threads > 0:
+        spec.options.setdefault("threads", threads)
+    if spec.backend == "openai":
+        read_api_key(spec)  # before any data is read: a missing key fails the job at once
+    return spec, sampling_for(settings.get("sampling"), llm_cfg)
+
+
+def _options(settings: dict[str, Any]):
+    from cqabench.generate import CellOptions
+
+    return CellOptions(
+        max_questions=settings.get("max_questions"),
+        max_doc_chars=settings.get("max_doc_chars"),
+        oracle_distractors=int(settings.get("oracle_distractors") or 0),
+        oracle_seed=int(settings.get("oracle_seed") or 0),
+    )
+
+
+def _path(value: Any) -> Path | None:
+    return None if value in (None, "") else Path(value)
+
+
 def run_generate(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.llm.hf: before torch starts OpenMP
-    from cqabench.generate import Cell, run_cell
-    from cqabench.llm import llm_spec, sampling_for
-    from cqabench.llm.openai_backend import read_api_key
+    from cqabench.generate import Cell, CellInputs, run_cell
     from cqabench.prompts import load_template
 
     settings = json_object(args.settings, "--settings")
-    unknown = sorted(set(settings) - {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir"})
-    if unknown:
-        raise ConfigError(f"--settings: unknown key(s) {unknown}")
-    llm_cfg = settings.get("llm")
-    if not isinstance(llm_cfg, dict):
-        raise ConfigError('--settings needs "llm": the llms.<name> config entry')
-    spec = llm_spec(args.llm, llm_cfg, settings.get("models_dir", "results/models"))
-    if args.threads > 0:
-        spec.options.setdefault("threads", args.threads)
-    if spec.backend == "openai":
-        read_api_key(spec)  # before any data is read: a missing key fails the job at once
-    sampling = sampling_for(settings.get("sampling"), llm_cfg)
+    spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--settings")
     cell = Cell(
         dataset=args.dataset,
         split=args.split,
@@ -114,23 +150,51 @@ def run_generate(args: argparse.Namespace) -> int:
         setting=args.setting,
         k=args.k,
     )
+    inputs = CellInputs(queries=args.queries, template=args.template, corpus=args.corpus, qrels=args.qrels, run=args.run)
     summary = run_cell(
-        cell,
-        spec,
-        sampling,
-        load_template(args.template),
-        queries_path=args.queries,
-        out_path=args.out,
-        cache_path=args.cache,
-        corpus_path=args.corpus,
-        qrels_path=args.qrels,
-        run_path=args.run,
-        max_questions=settings.get("max_questions"),
-        max_doc_chars=settings.get("max_doc_chars"),
-        summary_path=args.summary,
+        cell, spec, sampling, load_template(args.template), inputs,
+        out_path=args.out, cache_path=args.cache, options=_options(settings), summary_path=args.summary,
     )
     print(
         f"{args.out}: {summary['n_items']} items, {summary['n_cached']} cached, {summary['n_generated']} generated, "
         f"{summary['parse_failures']} parse failures, {summary['wall_time_s']} s"
     )
+    return 0
+
+
+def run_generate_batch(args: argparse.Namespace) -> int:
+    """Every member cell's missing items in one engine session (see cqabench.generate.run_batch)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from cqabench.generate import BatchCell, Cell, CellInputs, run_batch
+    from cqabench.prompts import load_template
+
+    shared = json_object(args.settings, "--settings")
+    try:
+        members_raw = json.loads(args.cells)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--cells: not valid JSON ({exc.msg})") from None
+    if not isinstance(members_raw, list) or not members_raw:
+        raise ConfigError("--cells: expected a non-empty JSON list of {cell, inputs, settings}")
+    spec, sampling = _spec_and_sampling(args.llm, shared, args.threads, "--settings")
+    members = []
+    for i, raw in enumerate(members_raw):
+        where = f"--cells[{i}]"
+        if not isinstance(raw, dict) or set(raw) - {"cell", "inputs", "settings"} or not {"cell", "inputs"} <= set(raw):
+            raise ConfigError(f"{where}: expected an object with cell, inputs (and settings)")
+        cell = Cell.from_label(raw["cell"], where)
+        if cell.llm != args.llm:
+            raise ConfigError(f"{where}.cell: llm {cell.llm!r} is not the batch's llm {args.llm!r}")
+        settings = {**shared, **(raw.get("settings") or {})}
+        if _spec_and_sampling(args.llm, settings, args.threads, f"{where}.settings") != (spec, sampling):
+            raise ConfigError(f"{where}.settings: model or sampling differ from --settings; one batch is one engine")
+        files = raw["inputs"]
+        unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run"})
+        if unknown or "queries" not in files or "template" not in files:
+            raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run optional); unknown {unknown}")
+        inputs = CellInputs(**{k: _path(v) for k, v in files.items()})
+        members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
+    manifest = run_batch(members, spec, sampling, args.cache, args.out)
+    print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
+          f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['wall_time_s']} s")
     return 0

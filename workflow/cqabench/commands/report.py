@@ -1,10 +1,13 @@
-"""`cqabench` subcommands of the report stage: aggregate, report-tables, report-plots, significance."""
+"""`cqabench` subcommands of the report stage: aggregate, report-tables, report-answers, report-plots,
+significance."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from cqabench.errors import ConfigError
 
@@ -26,15 +29,55 @@ def _aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
+def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
+    """--not-planned: a JSON list [{dataset, split, setting, reason}, ...], or a path to a file holding one."""
+    from cqabench.report.answers import validate_not_planned
+
+    if text is None or not text.strip():
+        return []
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(f"--not-planned: neither JSON ({exc.msg}) nor an existing file: {text[:80]!r}") from None
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc2:
+            raise ConfigError(f"--not-planned: {path} is not valid JSON ({exc2.msg})") from None
+    return validate_not_planned(value)
+
+
+def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
+    from cqabench.report.answers import render_answers
+    from cqabench.report.tables import read_fact_table
+
+    metrics = read_fact_table(args.metrics) if metrics is None else metrics
+    per_question = read_fact_table(args.per_question) if per_question is None else per_question
+    doc = render_answers(metrics, per_question, not_planned_arg(args.not_planned), args.out_dir, seed=args.seed,
+                         bootstrap_resamples=args.bootstrap_resamples, test_resamples=args.test_resamples)
+    groups = {tuple(c[k] for k in ("dataset", "split", "serialization", "llm", "prompt")) for c in doc["cells"]}
+    print(f"answers_by_setting: {len(groups)} groups, {len({c['cell_id'] for c in doc['cells']})} cells, "
+          f"{len(doc['comparisons'])} comparisons, {len(doc['not_planned'])} not planned")
+
+
 def _tables(args: argparse.Namespace) -> int:
     from cqabench.report.expected import load_expected
     from cqabench.report.tables import read_fact_table, render_tables
 
     specs = [spec for path in args.expected for spec in load_expected(path)]
-    summaries = render_tables(read_fact_table(args.metrics), read_fact_table(args.per_question), specs,
-                              args.out_dir)
+    not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
+    metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
+    summaries = render_tables(metrics, per_question, specs, args.out_dir)
     for s in summaries:
-        print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, ours only {s['ours_only']}")
+        print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
+              f"ours only {s['ours_only']}")
+    _answers(args, metrics, per_question)
+    return 0
+
+
+def _report_answers(args: argparse.Namespace) -> int:
+    _answers(args)
     return 0
 
 
@@ -45,7 +88,7 @@ def _plots(args: argparse.Namespace) -> int:
     metrics = read_fact_table(args.metrics)
     per_question = read_fact_table(args.per_question)
     if args.k_effect:
-        plots.plot_k_effect(metrics, args.k_effect)
+        plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values, seed=args.seed)
     if args.heatmap:
         plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric)
     if args.skills:
@@ -69,6 +112,15 @@ def _significance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _answer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--not-planned", default=None,
+                   help='JSON list [{"dataset", "split", "setting", "reason"}, ...] of cells the workflow did not '
+                        "plan (or a path to a JSON file); listed with their reason")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the randomization test")
+    p.add_argument("--bootstrap-resamples", type=int, default=9999)
+    p.add_argument("--test-resamples", type=int, default=10000)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
     p = sub.add_parser("aggregate", help="every metrics.json -> results/metrics.parquet + per_question.parquet")
@@ -80,12 +132,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-per-question", default="results/per_question.parquet")
     p.set_defaults(func=_aggregate)
 
-    p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected")
+    p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "
+                                              "and answers_by_setting.{md,html,json}")
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--per-question", default="results/per_question.parquet")
     p.add_argument("--expected", nargs="+", required=True, help="config/expected/*.yaml")
     p.add_argument("--out-dir", default="results/report/tables")
+    _answer_args(p)
     p.set_defaults(func=_tables)
+
+    p = sub.add_parser("report-answers", help="answers_by_setting.{md,html,json}: closed-book vs RAG@k vs oracle, "
+                                              "bootstrap intervals, paired tests with Holm correction")
+    p.add_argument("--metrics", default="results/metrics.parquet")
+    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--out-dir", default="results/report/tables")
+    _answer_args(p)
+    p.set_defaults(func=_report_answers)
 
     p = sub.add_parser("report-plots", help="PNG figures: effect of k, retriever heatmap, TANQ skills")
     p.add_argument("--metrics", default="results/metrics.parquet")
@@ -95,6 +157,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
     p.add_argument("--skills")
     p.add_argument("--skills-metric", default="rms_f1")
+    p.add_argument("--k-values", type=int, nargs="*", default=None,
+                   help="x ticks of the k-effect plot (the configured k); default: every k that ran")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the error bars")
     p.set_defaults(func=_plots)
 
     p = sub.add_parser("significance", help="paired test between two cells on the same questions")

@@ -59,7 +59,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     evaluate_files(
         args.run, args.qrels, args.queries, json_object(args.cell, "--cell"), args.out_json,
-        args.out_per_query, args.drop_identical_ids, args.strategyqa_recall,
+        args.out_per_query, args.drop_identical_ids, args.strategyqa_recall, args.corpus,
     )  # fmt: skip
     return 0
 
@@ -112,6 +112,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cell", required=True, help="JSON: the cell this evaluation belongs to")
     p.add_argument("--drop-identical-ids", type=_bool, default=True, help="true (BEIR default) | false")
     p.add_argument("--strategyqa-recall", action="store_true", help="add StrategyQA Recall@10 (best annotator)")
+    p.add_argument("--corpus", default=None,
+                   help="corpus.parquet the run searched: gold documents outside it are not evaluable "
+                        "(metrics n/a with the reason); omitted: the qrels alone decide")
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-per-query", required=True)
     p.set_defaults(func=_evaluate)

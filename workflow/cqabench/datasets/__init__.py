@@ -1,12 +1,15 @@
 """Registry of dataset loaders: one module per dataset, raw files → `CanonicalData`.
 
-Each module defines `RAW_FILES` (role → required?) and
-`load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData`.
+Each module defines `RAW_FILES` (role → required?),
+`load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData` and
+`gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]` (see `has_gold_evidence`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
 LOADERS: dict[str, str] = {
@@ -28,3 +31,21 @@ def loader(dataset: str) -> ModuleType:
     if dataset not in LOADERS:
         raise ConfigError(f"unknown dataset {dataset!r}; valid: {', '.join(DATASETS)}")
     return importlib.import_module(f"cqabench.datasets.{LOADERS[dataset]}")
+
+
+def has_gold_evidence(dataset: str, files: Mapping[str, Path | str | None]) -> tuple[bool, str]:
+    """Whether a (dataset, split) with these raw files (role -> path; an unconfigured role
+    absent or None) will have gold evidence (qrels), and why not: (True, "") or (False, reason).
+
+    Cheap enough for every `snakemake` planning run: nothing is loaded; at most the question
+    file is streamed until its first record with evidence. A raw file that does not exist yet
+    counts as evidence, since the download provides the full release; `prepare` (and
+    `oracle.questions_without_evidence` at generation) still check the real thing.
+    - tanq: some record has a non-empty answer_list with proofs (the 10-question sample has none);
+    - strategyqa: the `paragraphs` role is configured (without it there are no qrels);
+    - ambigqa: the `passages` role is configured and some question has viewed_doc_titles;
+    - musique, 2wikimultihopqa, ottqa, tatqa, finqa: gold comes from the question file: True.
+    Unknown dataset: ConfigError.
+    """
+    clean = {role: Path(p) for role, p in files.items() if p}
+    return loader(dataset).gold_evidence(clean)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,28 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
         pooled = ordered_unique([alias for a in annotations for item in a.answers for alias in item["aliases"]])
         data.answers.append(Answer(qid=qid, answer_type="interpretations", aliases=pooled, annotations=annotations))
     return data
+
+
+_VIEWED = re.compile(r'"viewed_doc_titles"\s*:\s*\[\s*"')
+
+
+def gold_evidence(files: Mapping[str, Path], chunk_size: int = 1 << 20) -> tuple[bool, str]:
+    """Planning-time: gold passages need the DPR passages (role `passages`) and questions with
+    a non-empty `viewed_doc_titles`, which the light release lacks. The question file is read
+    in chunks and only until the first non-empty `"viewed_doc_titles": ["` (not parsed as
+    JSON, so a malformed file is left for `prepare` to report). A file not there yet will be
+    downloaded: (True, ""). Whether the viewed titles match passages is not checked here."""
+    if not files.get("passages"):
+        return False, "AmbigQA's gold passages need the DPR passages file (role `passages`), which is not configured"
+    path = Path(files["questions"]) if files.get("questions") else None
+    if path is None or not path.exists():
+        return True, ""
+    tail = ""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        while chunk := fh.read(chunk_size):
+            window = tail + chunk
+            if _VIEWED.search(window):
+                return True, ""
+            tail = window[-64:]
+    return False, (f"AmbigQA questions in {path.name} carry no viewed_doc_titles (the light release lacks them), "
+                   "so no passage is gold")

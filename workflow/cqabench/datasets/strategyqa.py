@@ -140,3 +140,13 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             Answer(qid=qid, answer_type="boolean", boolean=answer, aliases=["yes" if answer else "no"])
         )
     return data
+
+
+def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
+    """Planning-time: the evidence ids resolve to documents (qrels) only through the paragraph
+    file; without the role `load` writes no corpus and no qrels. A configured paragraph file
+    that is not there yet will be downloaded, so it counts."""
+    if not files.get("paragraphs"):
+        return False, ("StrategyQA's gold paragraphs resolve only with the `paragraphs` file "
+                       "(strategyqa_train_paragraphs.json), which is not configured for this split")
+    return True, ""

@@ -8,15 +8,24 @@ split into header (first line) and rows; a row whose width differs from the head
 error, since TANQ's RMS metric pairs cells by column.
 
 Corpus and gold come from the proofs of the full release (README of google-deepmind/tanq):
-each answer's `init_answer_proof` items ({proof_text, found_in_url}) and every
-`extension_answer[*].proof` item, typed by `proof_type`:
-- text -> kind "text", docid = common.text_docid(page title, text), the id every other
-  Wikipedia passage gets, so a paragraph shared with another dataset is one document;
+each answer's `init_answer_proof` items ({proof_text, found_in_url}, QAMPARI's, no section)
+and every `extension_answer[*].proof` item, typed by `proof_type`:
+- text -> kind "text", text = the proof's text;
 - table -> kind "table", rows of cell_value, first row as header, caption as text;
 - infobox -> kind "infobox", header [key], one row [value].
-Table and infobox docids are "tanq-" + a hash of (kind, page URL, section, index, cells), so
-the same proof cited by two questions is one document. Titles are the page title taken from
-found_in_url. Every proof is gold (relevance 1), whatever its `eval_result`.
+Title = where the proof sits, as retrievers and prompts show it before the document:
+the page title taken from found_in_url, then parent_section and section when present,
+joined by " - " as OTT-QA titles its tables ("X (director) - Career - Films"); a
+parent_section equal to the section is not repeated.
+Docids do not depend on the title, so adding the sections changed none:
+- text: common.text_docid(page title, text), the id every other Wikipedia passage gets, so a
+  paragraph shared with another dataset is one document. The same paragraph can be cited
+  under two titles (an init_answer_proof has no section, an extension proof has one); the
+  document keeps the most specific title (the most parts, then the alphabetically first), so
+  its title does not depend on which question cited it first;
+- table / infobox: "tanq-" + a hash of (kind, page URL, section, index, cells),
+so the same proof cited by two questions is one document. Every proof is gold (relevance 1),
+whatever its `eval_result` and its answer's `filter_pass`.
 Records without answer_list (the 10-question sample) add no documents and no qrels.
 """
 
@@ -27,7 +36,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from cqabench.datasets.common import field, limited, read_jsonl, text_docid
 from cqabench.datasets.tatqa import header_and_rows
@@ -53,8 +62,12 @@ def parse_answer_table(text: str, path: Path, qid: str) -> tuple[list[str], list
 
 
 def page_title(url: str) -> str:
-    """'https://en.wikipedia.org/wiki/Spaceballs' -> 'Spaceballs'."""
-    tail = urlparse(url).path.rsplit("/", 1)[-1]
+    """'https://en.wikipedia.org/wiki/Spaceballs' -> 'Spaceballs' (also '.../index.php?title=Spaceballs');
+    a '#fragment' is not part of the title."""
+    parsed = urlparse(url)
+    tail = parsed.path.rsplit("/", 1)[-1]
+    if tail == "index.php":
+        tail = (parse_qs(parsed.query).get("title") or [""])[0]
     return unquote(tail).replace("_", " ")
 
 
@@ -71,17 +84,35 @@ def _str(proof: dict[str, Any], key: str, path: Path, rec: str) -> str:
     return value
 
 
+def _title_parts(page: str, parent_section: str = "", section: str = "") -> list[str]:
+    parent = parent_section.strip() if parent_section.strip() != section.strip() else ""
+    return [p for p in (page.strip(), parent, section.strip()) if p]
+
+
+def proof_title(page: str, parent_section: str = "", section: str = "") -> str:
+    """('X', 'Career', 'Films') -> 'X - Career - Films'; empty parts and a repeated parent are left out."""
+    return " - ".join(_title_parts(page, parent_section, section))
+
+
+def _title_key(proof: dict[str, Any], title: str) -> tuple[int, str]:
+    """Of two titles of one document the smaller key is kept: more parts first, then alphabetical."""
+    page = page_title(proof.get("found_in_url") or "")
+    parts = _title_parts(page, proof.get("parent_section") or "", proof.get("section") or "")
+    return (-len(parts), title)
+
+
 def _proof_doc(proof: Any, path: Path, rec: str) -> Document:
     if not isinstance(proof, dict):
         raise DataError(path, rec, "-", f"proof: expected an object, got {type(proof).__name__}")
     kind = proof.get("proof_type", "text" if "proof_text" in proof else None)
     url = _str(proof, "found_in_url", path, rec)
-    title = page_title(url) if url else ""
+    page = page_title(url) if url else ""
     section = _str(proof, "section", path, rec)
+    title = proof_title(page, _str(proof, "parent_section", path, rec), section)
     index = proof.get("index")
     if kind == "text":
         text = field(proof, "proof_text" if "proof_text" in proof else "text", str, path, rec)
-        return Document(docid=text_docid(title, text), title=title, text=text, kind="text")
+        return Document(docid=text_docid(page, text), title=title, text=text, kind="text")
     if kind == "table":
         grid = []
         for i, row in enumerate(field(proof, "rows", list, path, rec)):
@@ -134,7 +165,7 @@ def _question(rec: dict[str, Any], path: Path, qid: str) -> str:
 def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
     path = Path(files["questions"])
     data = CanonicalData()
-    seen_docs: set[str] = set()
+    docs: dict[str, tuple[int, tuple[int, str]]] = {}  # docid -> (position in data.corpus, title key)
     seen_qids: set[str] = set()
     for lineno, rec in limited(list(read_jsonl(path)), limit):
         qid = field(rec, "init_qid", str, path, f"line {lineno}")
@@ -154,9 +185,14 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
         gold: list[str] = []
         for where, proof in _proofs(rec, path, qid):
             doc = _proof_doc(proof, path, where)
-            if doc.docid not in seen_docs:
-                seen_docs.add(doc.docid)
+            key = _title_key(proof, doc.title)
+            if doc.docid not in docs:
+                docs[doc.docid] = (len(data.corpus), key)
                 data.corpus.append(doc)
+            elif key < docs[doc.docid][1]:
+                pos = docs[doc.docid][0]
+                data.corpus[pos].title = doc.title
+                docs[doc.docid] = (pos, key)
             if doc.docid not in gold:
                 gold.append(doc.docid)
         data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
@@ -166,3 +202,40 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                   meta=json.dumps({k: rec[k] for k in _META_KEYS if k in rec}, ensure_ascii=False))
         )
     return data
+
+
+def _has_proof(rec: Any) -> bool:
+    """Some answer of the record has a non-empty init_answer_proof or extension proof list."""
+    answers = rec.get("answer_list") if isinstance(rec, dict) else None
+    for ans in answers if isinstance(answers, list) else []:
+        if not isinstance(ans, dict):
+            continue
+        if isinstance(ans.get("init_answer_proof"), list) and ans["init_answer_proof"]:
+            return True
+        exts = ans.get("extension_answer")
+        for ext in exts if isinstance(exts, list) else []:
+            if isinstance(ext, dict) and isinstance(ext.get("proof"), list) and ext["proof"]:
+                return True
+    return False
+
+
+def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
+    """Planning-time: some record has an answer_list with proofs. Reads line by line and stops
+    at the first such record (the first line of the full release); lines that do not parse are
+    skipped here and left for `prepare` to report. A file not there yet will be downloaded
+    (the full release has proofs): (True, "")."""
+    path = Path(files["questions"]) if files.get("questions") else None
+    if path is None or not path.exists():
+        return True, ""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if '"answer_list"' not in line:  # cheap: no JSON parse for the sample's lines
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if _has_proof(rec):
+                return True, ""
+    return False, (f"the TANQ sample's questions carry no proofs (answer_list) in {path.name}; "
+                   "the full release (dev.jsonl / test.jsonl) has them")

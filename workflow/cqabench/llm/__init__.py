@@ -102,6 +102,8 @@ def model_identity(spec: LlmSpec) -> dict[str, Any]:
             )
         identity["gguf_sha256"] = prov["gguf_sha256"]
         identity["converted_dtype"] = prov.get("dtype", "")
+        # the converter decides the tokenizer, so a re-conversion may decode the same ids differently
+        identity["converter_version"] = int(prov.get("converter_version", 1))
     elif spec.backend != "openai" and Path(spec.source).is_dir():
         identity["folder_sha256"] = _folder_fingerprint(Path(spec.source))
     elif not spec.revision:

@@ -37,6 +37,22 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def render_chat(tokenizer, chat: Chat) -> str:
+    """The exact text the model reads: the model's own chat template when it has one.
+
+    Shared with the vllm backend, which tokenizes this text itself so that both engines
+    see the same token ids.
+    """
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in chat) + "\n"
+
+
+def adds_special_tokens(tokenizer) -> bool:
+    """Whether tokenizing a rendered prompt adds BOS/EOS: not when a chat template wrote its own."""
+    return not bool(tokenizer.chat_template)
+
+
 def _stop_criteria(tokenizer, stop: Sequence[str], prompt_width: int):
     """Per-row stop on text, looking only at the tail of what was generated.
 
@@ -99,9 +115,7 @@ class HfBackend:
 
     def render(self, chat: Chat) -> str:
         """The exact text the model reads: the model's own chat template when it has one."""
-        if self.tokenizer.chat_template:
-            return self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        return "\n\n".join(m["content"] for m in chat) + "\n"
+        return render_chat(self.tokenizer, chat)
 
     def _generate_kwargs(self, sampling: Sampling) -> dict:
         if sampling.frequency_penalty or sampling.presence_penalty:
@@ -141,7 +155,7 @@ class HfBackend:
         if not sampling.greedy:
             torch.manual_seed(sampling.seed)
         texts = [self.render(c) for c in chats]
-        add_special = not bool(self.tokenizer.chat_template)  # a chat template writes its own specials
+        add_special = adds_special_tokens(self.tokenizer)  # a chat template writes its own specials
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start:start + self.batch_size]
             enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special).to(self.device)

@@ -11,12 +11,27 @@ Every choice that moves a number is a switch recorded in the metrics.json cell:
   trec_eval does; their count is reported.
 * ties: pytrec_eval orders by score, then docid descending (trec_eval's rule, checked in
   tests/test_retrieval_metrics.py); our run files are ranked the same way.
+
+Values are fractions in 0..1 (every metrics.json entry carries `"unit": "fraction"`). A measure
+with no evaluable query is not 0 but null, with the reason (shown as "n/a" by the report):
+
+* trec_eval measures: not evaluable when no query of the split has a relevant qrel (qrels empty,
+  e.g. the AmbigQA light sample), or, when the searched corpus is given, when no relevant
+  qrel's document is in it.
+* StrategyQA Recall@10: a gold paragraph id counts only if it is a document of the split's
+  qrels (the loader writes a qrel for every evidence id it found in the paragraphs file) and,
+  when the searched corpus is given, also a document of that corpus. Annotators are scored on
+  those ids; a question whose annotators name ids but none of them counts is not evaluable and
+  left out of the mean (counted in `strategyqa_questions_gold_not_in_corpus`); a question with
+  no evidence id at all (only operation / no_evidence steps) scores 0 and stays in the mean, as
+  before. When no question is evaluable (the sample: no StrategyQA paragraphs, qrels empty)
+  Recall@10 is null with the reason.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +61,11 @@ POLICIES = {
     "no_qrels_policy": "excluded_from_mean",
     "tie_policy": "trec_eval_score_desc_docid_desc",
 }
+UNIT = "fraction"
+NO_RELEVANT_QRELS = "no query of the split has a relevant qrel (qrels empty): nothing to evaluate"
+QRELS_NOT_IN_CORPUS = "no relevant qrel's document is in the searched corpus"
+NO_GOLD_IN_CORPUS = ("no gold evidence paragraph of the split is in the searched corpus "
+                     "(StrategyQA paragraphs not loaded: qrels empty)")
 
 
 def measure_names(cutoffs: Mapping[str, Sequence[int]] = CUTOFFS) -> list[str]:
@@ -100,22 +120,31 @@ def evaluate(
     return Evaluation(per_query, counts)
 
 
-def best_annotator_recall(ranking: Sequence[str], evidence: Sequence[Sequence[Sequence[str]]], k: int = 10) -> float:
+def best_annotator_recall(ranking: Sequence[str], evidence: Sequence[Sequence[Sequence[str]]], k: int = 10,
+                          known: Container[str] | None = None) -> float | None:
     """StrategyQA Recall@k for one question.
 
-    Per annotator the gold set is every paragraph id named in any of that annotator's steps;
-    recall is the share of that set found among the first k retrieved ids. The question gets
-    its best annotator's recall. An annotator with no paragraph ids (only "operation" /
-    "no_evidence" steps) has no recall and is skipped; a question with no annotator left scores 0.
+    Per annotator the gold set is every paragraph id named in any of that annotator's steps
+    (only ids in `known`, when given: the documents that exist in the searched corpus); recall
+    is the share of that set found among the first k retrieved ids. The question gets its best
+    annotator's recall. An annotator with no paragraph ids (only "operation" / "no_evidence"
+    steps) has no recall and is skipped; a question with no annotator left scores 0. A question
+    whose annotators name ids but none of them is `known` is not evaluable: None.
     """
     top = set(ranking[:k])
     best: float | None = None
+    named = False
     for steps in evidence:
         gold = {pid for step in steps for pid in step}
+        named = named or bool(gold)
+        if known is not None:
+            gold = {pid for pid in gold if pid in known}
         if not gold:
             continue
         recall = len(gold & top) / len(gold)
         best = recall if best is None else max(best, recall)
+    if best is None and named and known is not None:
+        return None
     return best if best is not None else 0.0
 
 
@@ -124,14 +153,21 @@ def strategyqa_recall(
     evidence: Mapping[str, Sequence[Sequence[Sequence[str]]]],
     k: int = 10,
     drop_identical_ids: bool = True,
+    known: Container[str] | None = None,
 ) -> dict[str, float]:
-    """Recall@k per question of `evidence` (every question, retrieved or not, with or without gold)."""
+    """Recall@k per evaluable question of `evidence` (retrieved or not; see `best_annotator_recall`).
+
+    With `known` (the gold paragraph ids present in the searched corpus), questions whose gold ids
+    are all absent are left out; without it every question is scored.
+    """
     if drop_identical_ids:
         run, _ = drop_identical(run)
     out = {}
     for qid, annotators in evidence.items():
         ranking = [docid for docid, _ in rank(run.get(qid, {}).items(), k)]
-        out[qid] = best_annotator_recall(ranking, annotators, k)
+        value = best_annotator_recall(ranking, annotators, k, known)
+        if value is not None:
+            out[qid] = value
     return out
 
 
@@ -153,14 +189,31 @@ def metric_rows(per_query: Mapping[str, Mapping[str, float]], variant: str) -> l
     ]
 
 
-def summary(per_query: Mapping[str, Mapping[str, float]], variant: str) -> list[dict[str, Any]]:
-    """metrics.json entries: the mean of each measure over the queries in `per_query`."""
-    n = len(per_query)
-    names = sorted({m for values in per_query.values() for m in values})
-    return [
-        {"metric": m, "variant": variant, "value": sum(v[m] for v in per_query.values()) / n, "n": n}
-        for m in names
-    ]
+def summary(per_query: Mapping[str, Mapping[str, float]], variant: str,
+            names: Sequence[str] | None = None, reason: str = NO_RELEVANT_QRELS) -> list[dict[str, Any]]:
+    """metrics.json entries: the mean of each measure over the queries that have it (fractions).
+
+    Every measure of `names` gets an entry (a measure no query has is null, n 0, with `reason`),
+    then any other measure found, sorted.
+    """
+    found = sorted({m for values in per_query.values() for m in values})
+    wanted = list(names) if names is not None else []
+    out = []
+    for m in wanted + [m for m in found if m not in wanted]:
+        values = [v[m] for v in per_query.values() if m in v]
+        if values:
+            out.append({"metric": m, "variant": variant, "value": sum(values) / len(values), "n": len(values),
+                        "unit": UNIT})
+        else:
+            out.append({"metric": m, "variant": variant, "value": None, "n": 0, "unit": UNIT, "reason": reason})
+    return out
+
+
+def corpus_docids(corpus_path: str | Path) -> set[str]:
+    """The document ids of a corpus.parquet (only that column is read)."""
+    import pyarrow.parquet as pq
+
+    return {str(d) for d in pq.read_table(corpus_path, columns=["docid"]).column("docid").to_pylist()}
 
 
 def evaluate_files(
@@ -172,8 +225,13 @@ def evaluate_files(
     out_per_query: str | Path,
     drop_identical_ids: bool = True,
     with_strategyqa_recall: bool = False,
+    corpus_path: str | Path | None = None,
 ) -> dict[str, Any]:
-    """One retrieval cell: metrics.json (means + policies) and per_query.parquet (qid, metric, variant, value)."""
+    """One retrieval cell: metrics.json (means + policies) and per_query.parquet (qid, metric, variant, value).
+
+    `corpus_path` (optional): the corpus the run searched; qrels / gold paragraphs outside it are
+    not evaluable (see the module docstring). Without it the qrels alone decide.
+    """
     from cqabench.io import read_parquet, write_json, write_parquet
     from cqabench.runs import read_run
 
@@ -184,17 +242,28 @@ def evaluate_files(
     unknown = sorted(set(run) - {q["qid"] for q in queries})
     if unknown:
         raise DataError(run_path, unknown[0], "qid", f"{len(unknown)} run query id(s) are not in {queries_path}")
+    in_corpus = corpus_docids(corpus_path) if corpus_path is not None else None
+    reason = NO_RELEVANT_QRELS
+    if in_corpus is not None and judged_queries(qrels):
+        relevant = {d for docs in qrels.values() for d, r in docs.items() if r > 0}
+        if not relevant & in_corpus:
+            reason = QRELS_NOT_IN_CORPUS
+            qrels = {}
     result = evaluate(run, qrels, drop_identical_ids)
-    entries = summary(result.per_query, TREC_VARIANT)
+    entries = summary(result.per_query, TREC_VARIANT, measure_names(), reason)
     rows = metric_rows(result.per_query, TREC_VARIANT)
     if with_strategyqa_recall:
-        recall = strategyqa_recall(run, {q["qid"]: q["evidence"] or [] for q in queries}, 10, drop_identical_ids)
+        known = {d for docs in qrels.values() for d in docs}
+        if in_corpus is not None:
+            known &= in_corpus
+        evidence = {q["qid"]: q["evidence"] or [] for q in queries}
+        has_ids = {qid for qid, ann in evidence.items() if any(p for steps in ann for step in steps for p in step)}
+        recall = strategyqa_recall(run, evidence, 10, drop_identical_ids, known) if known else {}
         per_question = {qid: {"recall_10": value} for qid, value in recall.items()}
-        entries += summary(per_question, STRATEGYQA_VARIANT)
+        entries += summary(per_question, STRATEGYQA_VARIANT, ["recall_10"], NO_GOLD_IN_CORPUS)
         rows += metric_rows(per_question, STRATEGYQA_VARIANT)
-        result.counts["strategyqa_questions_without_evidence"] = sum(
-            1 for q in queries if not any(p for steps in (q["evidence"] or []) for step in steps for p in step)
-        )
+        result.counts["strategyqa_questions_without_evidence"] = len(evidence) - len(has_ids)
+        result.counts["strategyqa_questions_gold_not_in_corpus"] = len(has_ids - set(recall))
     full_cell = {
         **cell,
         "stage": "retrieval",

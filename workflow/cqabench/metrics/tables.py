@@ -1,7 +1,10 @@
 """TANQ's table metric: DePlot's relative mapping similarity (RMS) as TANQ's evaluate_tanq.py runs it.
 
 Checked against google-deepmind/tanq tanq_utils.py (@5c3c6c1b) and pix2struct's anls_metric:
-- the table is lower-cased; the first row is the header; cells are stripped;
+- the table is lower-cased; the first row is the header; cells are stripped. Gold and
+  predicted cells get the same normalization (`normalize_cell`): the parser's markdown and
+  whitespace clean-up (`extraction.clean_cell`), then TANQ's lower-casing and stripping, so a
+  gold cell "Mel  Brooks" or "**x**" meets the prediction as the parser wrote it;
 - datapoints: for every data row and every column *after the first*, key
   "<first cell of the row> <column header>" -> cell (the row-header column itself is not a
   datapoint; a table with one column, or no data rows, has none); a repeated key keeps the
@@ -31,6 +34,8 @@ from dataclasses import dataclass
 import Levenshtein
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+
+from cqabench.extraction import clean_cell
 
 TEXT_THETA = 0.5
 NUMBER_THETA = 0.1
@@ -72,8 +77,15 @@ def value_similarity(target: str, prediction: str, text_theta: float = TEXT_THET
     return anls(target, prediction, text_theta)
 
 
+def normalize_cell(cell: object) -> str:
+    """The one normalization of gold and predicted cells: the decoration and spacing that
+    `parse_table` takes off a predicted cell (`extraction.clean_cell`: markdown, <br>, runs of
+    whitespace), then TANQ's lower-casing and stripping."""
+    return clean_cell(str(cell)).lower().strip()
+
+
 def _lower(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
-    return [str(c).lower().strip() for c in header], [[str(c).lower().strip() for c in r] for r in rows]
+    return [normalize_cell(c) for c in header], [[normalize_cell(c) for c in r] for r in rows]
 
 
 def transpose(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:

@@ -5,6 +5,12 @@ they like, so they hold plain columns only: strings, int64, float64, bool. Neste
 become JSON strings. A metric file that lacks a key yields a null, and a switch we did not know
 about when this was written becomes one more column, so a new stage or switch never breaks the
 report.
+
+Units: every `value` is a fraction in 0..1 (`unit` column: "fraction"). A metric file entry
+says its unit (`"unit": "fraction"` or `"percent"`, converted here once); an entry without one
+is from before units were recorded: answer metrics (stage generation) were then percentages and
+are divided by 100, retrieval metrics were already fractions. A null value (nothing evaluable)
+keeps its `reason` column; a value that is present has reason null.
 """
 
 from __future__ import annotations
@@ -46,8 +52,13 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "metric": pa.string(),
     "variant": pa.string(),
     "value": pa.float64(),
+    "unit": pa.string(),
     "n": pa.int64(),
+    "reason": pa.string(),
 }
+UNIT = "fraction"
+UNIT_FACTORS = {"fraction": 1.0, "percent": 0.01}
+SETTINGS_WITHOUT_RETRIEVAL = ("closed", "oracle")
 PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
     "config_hash": pa.string(),
     "package_versions": pa.string(),  # JSON {package: version}
@@ -64,6 +75,7 @@ PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
     "metric": pa.string(),
     "variant": pa.string(),
     "value": pa.float64(),
+    "unit": pa.string(),
 }
 # Joined from the prepared queries so reports can break scores down by type or skill.
 QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skills": pa.string()}
@@ -138,8 +150,31 @@ def _as_number(value: Any, kind: type) -> Any:
     return int(number) if kind is int else number
 
 
+def to_fraction(value: Any, unit: Any, stage: Any, where: Path, index: int) -> float | None:
+    """A metric value in 0..1: `unit` converted once; files without a unit read as they were written."""
+    number = _as_number(value, float)
+    if unit is None or unit == "":
+        unit = "percent" if stage == "generation" else "fraction"  # the convention before units were recorded
+        if unit == "percent" and index == 0:
+            log.warning("%s: no unit recorded (written before units were); answer metrics read as percent "
+                        "and divided by 100", where)
+    factor = UNIT_FACTORS.get(str(unit))
+    if factor is None:
+        raise DataError(where, index, "metrics.unit", f"unknown unit {unit!r}; known: {sorted(UNIT_FACTORS)}")
+    return None if number is None else number * factor
+
+
+def _normalize_setting(row: dict[str, Any]) -> None:
+    """Closed-book and oracle cells retrieve nothing: retriever "none" and k 0 in every row."""
+    if row.get("stage") == "generation" and row.get("setting") in SETTINGS_WITHOUT_RETRIEVAL:
+        if row.get("retriever") in (None, ""):
+            row["retriever"] = "none"
+        if row.get("k") in (None, ""):
+            row["k"] = 0
+
+
 def fact_rows(path: str | Path, results_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """One row per (cell, metric) of one metric file."""
+    """One row per (cell, metric) of one metric file; values as fractions, nulls with their reason."""
     path = Path(path)
     doc = read_metric_file(path)
     cell, prov = doc["cell"], doc["provenance"]
@@ -152,13 +187,20 @@ def fact_rows(path: str | Path, results_dir: str | Path | None = None) -> list[d
     for key, value in prov.items():
         name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
         base[name] = _plain(value)
+    _normalize_setting(base)
     rows = []
-    for m in doc["metrics"]:
+    for i, m in enumerate(doc["metrics"]):
         row = dict(base)
         row["metric"] = str(m["metric"])
         row["variant"] = None if m.get("variant") is None else str(m.get("variant"))
-        row["value"] = _as_number(m.get("value"), float)
+        row["value"] = to_fraction(m.get("value"), m.get("unit"), base.get("stage"), path, i)
+        row["unit"] = UNIT
         row["n"] = _as_number(m.get("n"), int)
+        reason = m.get("reason")
+        if row["value"] is None:
+            row["reason"] = str(reason) if reason else "no value in the metric file"
+        else:
+            row["reason"] = None
         rows.append(row)
     return rows
 
@@ -249,12 +291,14 @@ def per_question_rows(
         raise DataError(pq_path, None, ",".join(sorted(missing)), "per-question file lacks these columns")
     info = _question_info(Path(data_dir) if data_dir else None, cell.get("dataset"), cell.get("split"),
                           _cache if _cache is not None else {})
+    _normalize_setting(base)
     rows = []
     for r in table.to_pylist():
         row = dict(base)
         for key, value in r.items():
             row[key if key not in base else f"pq_{key}"] = _plain(value)
         row["qid"] = str(r["qid"])
+        row["unit"] = UNIT  # per-question scores are 0..1 in every stage
         qtype, skills = info.get(row["qid"], (None, None))
         row.setdefault("question_type", qtype)
         if row.get("question_type") is None:

@@ -1,12 +1,16 @@
 """Figures of the report: effect of k (DEXTER Figure 2), retriever × dataset heatmap, TANQ by skill.
 
-Every function writes a PNG even when there is nothing to draw (it then says so in the image),
-so the report rule's outputs always exist and a partial matrix still renders.
+Every value plotted is a fraction in 0..1 and each figure says so on its axis or colour bar. A
+cell that ran but had nothing to evaluate (null value with a reason) is drawn as "n/a" / a dash
+with the reason in the figure's notes, never as 0. Every function writes a PNG even when there is
+nothing to draw (it then says so in the image), so the report rule's outputs always exist and a
+partial matrix still renders.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -16,11 +20,16 @@ matplotlib.use("Agg")  # headless: cluster nodes and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from cqabench.io import atomic_path  # noqa: E402
+from cqabench.report.answers import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank  # noqa: E402
+from cqabench.scoring import PRIMARY  # noqa: E402
 
-# Which answer metric a dataset is judged by in DEXTER (first one present wins).
-PRIMARY_METRICS = ("cover_em", "accuracy", "f1_ans", "em_tol", "rms_f1", "f1", "em")
+UNIT_LABEL = "fraction 0–1"
+# tab10 without its grey (kept for reference lines) and olive (too pale on white).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+REFERENCES = {"closed": ("closed-book", "--"), "oracle": ("oracle (gold evidence)", ":")}
 
 
 def _save(fig, path: str | Path) -> None:
@@ -37,84 +46,209 @@ def _empty(path: str | Path, title: str, why: str) -> None:
     _save(fig, path)
 
 
-def primary_metric(frame: pd.DataFrame, dataset: str) -> str | None:
-    present = set(frame.loc[frame["dataset"] == dataset, "metric"].dropna().astype(str))
-    return next((m for m in PRIMARY_METRICS if m in present), None)
+def primary_metric(dataset: str) -> tuple[str, str] | None:
+    """The (metric, variant) the k-effect plot shows for a dataset: its first primary metric."""
+    metrics = PRIMARY.get(dataset)
+    return metrics[0] if metrics else None
 
 
-def k_effect_data(metrics: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per dataset: rows (series, k, value) for its primary metric, series = llm/prompt/retriever/setting."""
-    need = {"stage", "dataset", "metric", "k", "value"}
-    if metrics.empty or not need <= set(metrics.columns):
-        return {}
-    gen = metrics[(metrics["stage"] == "generation") & metrics["k"].notna()].copy()
-    out = {}
-    for dataset in sorted(gen["dataset"].dropna().unique()):
-        metric = primary_metric(gen, dataset)
-        part = gen[(gen["dataset"] == dataset) & (gen["metric"] == metric)].copy()
-        parts = [c for c in ("llm", "prompt", "retriever", "setting") if c in part.columns]
-        part["series"] = part[parts].astype(str).agg(" / ".join, axis=1) if parts else "all"
-        part["k"] = part["k"].astype(int)
-        part = part.groupby(["series", "k"], as_index=False)["value"].mean()
-        part.attrs["metric"] = metric
-        out[dataset] = part
-    return out
+def retriever_colours(retrievers) -> dict[str, str]:
+    """One colour per retriever, the same in every panel (sorted names -> palette, cycling)."""
+    names = sorted({str(r) for r in retrievers if r not in (None, "none")})
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
-def plot_k_effect(metrics: pd.DataFrame, path: str | Path) -> None:
-    data = k_effect_data(metrics)
+def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = None, seed: int = 0,
+                  resamples: int = BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
+    """The points of the k-effect figure: one row per generation cell, its dataset's primary metric.
+
+    Columns: dataset, metric, variant, series (llm / prompt, plus the serialization when there are
+    several), setting, retriever ("none" for closed / oracle), k (0 for closed / oracle), mean,
+    ci_low, ci_high (95 % percentile bootstrap over questions; null without per-question scores
+    or for n < 2), n, reason (why mean is null), unit ("fraction").
+    """
+    cells = cell_summaries(metrics, per_question, seed=seed, resamples=resamples)
+    columns = ["dataset", "metric", "variant", "series", "llm", "prompt", "serialization", "setting", "retriever",
+               "k", "mean", "ci_low", "ci_high", "n", "reason", "unit"]
+    if cells.empty:
+        return pd.DataFrame(columns=columns)
+    keep = [(ds, *primary_metric(ds)) for ds in cells["dataset"].dropna().unique() if primary_metric(ds)]
+    wanted = pd.DataFrame(keep, columns=["dataset", "metric", "variant"])
+    part = cells.merge(wanted, on=["dataset", "metric", "variant"])
+    several = part["serialization"].nunique(dropna=True) > 1
+    part["series"] = part["llm"].astype(str) + " / " + part["prompt"].astype(str)
+    if several:
+        part["series"] += " / " + part["serialization"].astype(str)
+    part["k"] = part["k"].astype(int)
+    part = part.sort_values(["dataset", "series", "setting", "retriever", "k"], key=None).reset_index(drop=True)
+    return part[columns]
+
+
+def _top(values) -> float:
+    """The y-axis top: 1 for big values, else the next tenth above the largest (at least 0.1)."""
+    finite = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    high = max(finite, default=0.0)
+    return 1.0 if high > 0.75 else max(0.1, math.ceil((high * 1.1 + 1e-9) * 10) / 10)
+
+
+def _yerr(frame: pd.DataFrame) -> np.ndarray | None:
+    lo = pd.to_numeric(frame["ci_low"], errors="coerce")
+    hi = pd.to_numeric(frame["ci_high"], errors="coerce")
+    mean = pd.to_numeric(frame["mean"], errors="coerce")
+    if lo.isna().all():
+        return None
+    return np.vstack([(mean - lo).fillna(0).clip(lower=0).to_numpy(), (hi - mean).fillna(0).clip(lower=0).to_numpy()])
+
+
+def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.DataFrame | None = None,
+                  k_values: list[int] | None = None, seed: int = 0) -> None:
+    """DEXTER Figure 2: per dataset (and LLM / prompt), the primary metric against k.
+
+    One line per retriever (bootstrap 95 % error bars), closed-book and oracle as horizontal
+    reference lines (dashed / dotted, with a light band for their interval), one legend for the
+    whole figure, x ticks at the configured k values (`k_values`, else every k that ran).
+    """
+    data = k_effect_data(metrics, per_question, seed)
     title = "Effect of the number of retrieved documents k on answer quality"
-    if not data or all(len(d["k"].unique()) == 0 for d in data.values()):
-        _empty(path, title, "no generation cells with k yet")
+    if data.empty:
+        _empty(path, title, "no generation cells yet")
         return
-    n = len(data)
-    cols = min(3, n)
-    rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
-    for ax, (dataset, part) in zip(axes.flat, data.items()):
-        for series, line in part.groupby("series"):
+    rag = data[data["setting"] == "rag"]
+    ks = sorted({int(k) for k in (k_values or [])} | {int(k) for k in rag["k"]}) or [1]
+    colours = retriever_colours(rag["retriever"])
+    panels = []
+    for series in sorted(data["series"].unique()):
+        for dataset in sorted(data.loc[data["series"] == series, "dataset"].unique(), key=dataset_rank):
+            panels.append((series, dataset, data[(data["series"] == series) & (data["dataset"] == dataset)]))
+    ncols = min(4, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.7 * ncols, 3.1 * nrows + 0.9), squeeze=False,
+                             layout="constrained")
+    notes: list[str] = []
+    pad = max(0.6, 0.06 * (ks[-1] - ks[0]))
+    gap = min((b - a for a, b in zip(ks, ks[1:])), default=2)
+    dodge = min(0.25, 0.5 * gap / max(1, len(colours)))
+    for ax, (series, dataset, part) in zip(axes.flat, panels):
+        metric, variant = part.iloc[0]["metric"], part.iloc[0]["variant"]
+        tops = list(part["mean"]) + list(part["ci_high"])
+        for setting, (label, style) in REFERENCES.items():
+            ref = part[part["setting"] == setting]
+            if ref.empty:
+                continue
+            row = ref.iloc[0]
+            if row["mean"] is None or pd.isna(row["mean"]):
+                notes.append(f"{dataset}, {series}: {label} n/a ({row['reason']})")
+                continue
+            ax.axhline(row["mean"], color="black", linestyle=style, linewidth=1.6, zorder=2, clip_on=False)
+            if row["ci_low"] is not None and not pd.isna(row["ci_low"]):
+                ax.axhspan(row["ci_low"], row["ci_high"], color="black", alpha=0.05, linewidth=0, zorder=1)
+        for retriever, line in part[part["setting"] == "rag"].groupby("retriever"):
+            # Retrievers side by side around each k, so their error bars do not hide each other.
+            shift = dodge * (sorted(colours).index(retriever) - (len(colours) - 1) / 2)
             line = line.sort_values("k")
-            ax.plot(line["k"], line["value"], marker="o", label=series)
-        ax.set_title(dataset)
-        ax.set_xlabel("k")
-        ax.set_ylabel(part.attrs.get("metric") or "value")
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[n:]:
+            shown = line[line["mean"].notna()]
+            for _, row in line[line["mean"].isna()].iterrows():
+                notes.append(f"{dataset}, {series}: {retriever} k={row['k']} n/a ({row['reason']})")
+            if shown.empty:
+                continue
+            bars = ax.errorbar(shown["k"] + shift, shown["mean"].astype(float), yerr=_yerr(shown),
+                               color=colours[retriever], marker="o", markersize=5, linewidth=1.8, capsize=3, zorder=3)
+            for artist in bars.lines[0:1] + tuple(bars.lines[2]):
+                artist.set_clip_on(False)  # an all-zero line stays visible on the axis
+        if part["mean"].isna().all():
+            ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", fontsize=12, color="0.4")
+        if part[part["setting"] == "rag"].empty:
+            ax.text(0.5, 0.92, "no RAG cells", transform=ax.transAxes, ha="center", va="top", fontsize=8,
+                    color="0.35")
+        label = metric if variant in ("default", None) else f"{metric} ({variant})"
+        ax.set_title(f"{dataset}\n{series}", fontsize=9)
+        ax.set_xlabel("k (retrieved documents)", fontsize=8)
+        ax.set_ylabel(f"{label}, {UNIT_LABEL}", fontsize=8)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlim(ks[0] - pad, ks[-1] + pad)
+        ax.set_ylim(0, _top(tops))
+        ax.tick_params(labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(title)
+    handles = [Line2D([], [], color=c, marker="o", linewidth=1.8, label=f"RAG: {r}") for r, c in colours.items()]
+    handles += [Line2D([], [], color="black", linestyle=style, linewidth=1.6, label=label)
+                for label, style in REFERENCES.values()]
+    handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=10,
+                          label="error bars / band: 95% bootstrap CI"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}\n(primary answer metric per dataset, {UNIT_LABEL})", fontsize=11)
+    if notes:
+        fig.text(0.0, -0.01, "\n".join(dict.fromkeys(notes)), fontsize=7, va="top", ha="left")
     _save(fig, path)
 
 
-def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10") -> pd.DataFrame:
-    """retriever × dataset means of one retrieval metric (NaN where not run)."""
+def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10", reasons: bool = False):
+    """retriever × dataset means of one retrieval metric (NaN where not run or n/a).
+
+    With `reasons`, also the retriever × dataset reasons of the n/a cells (None elsewhere).
+    """
     need = {"stage", "dataset", "retriever", "metric", "value"}
+    empty = (pd.DataFrame(), pd.DataFrame()) if reasons else pd.DataFrame()
     if metrics.empty or not need <= set(metrics.columns):
-        return pd.DataFrame()
+        return empty
     part = metrics[(metrics["stage"] == "retrieval") & (metrics["metric"] == metric)]
     if part.empty:
-        return pd.DataFrame()
-    return part.pivot_table(index="retriever", columns="dataset", values="value", aggfunc="mean")
+        return empty
+    index = sorted(part["retriever"].dropna().unique())
+    columns = sorted(part["dataset"].dropna().unique(), key=dataset_rank)
+    values = part.assign(value=pd.to_numeric(part["value"], errors="coerce"))
+    grid = values.pivot_table(index="retriever", columns="dataset", values="value", aggfunc="mean", dropna=False)
+    grid = grid.reindex(index=index, columns=columns)
+    if not reasons:
+        return grid
+    why = pd.DataFrame([[None] * len(columns) for _ in index], index=index, columns=columns, dtype=object)
+    if "reason" in part.columns:
+        for record in part[part["value"].isna()].to_dict("records"):
+            if isinstance(record.get("reason"), str) and pd.isna(grid.loc[record["retriever"], record["dataset"]]):
+                why.loc[record["retriever"], record["dataset"]] = record["reason"]
+    return grid, why
+
+
+def text_colour(rgba) -> str:
+    """Black on light cells, white on dark ones (relative luminance of the cell colour)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
 def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10") -> None:
-    grid = heatmap_data(metrics, metric)
-    title = f"{metric}: retriever × dataset"
+    grid, why = heatmap_data(metrics, metric, reasons=True)
+    title = f"{metric}: retriever × dataset ({UNIT_LABEL})"
     if grid.empty:
         _empty(path, title, "no retrieval cells yet")
         return
-    fig, ax = plt.subplots(figsize=(1.3 * grid.shape[1] + 2.5, 0.6 * grid.shape[0] + 1.8))
-    image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", aspect="auto", vmin=0)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
+    norm = matplotlib.colors.Normalize(vmin=0.0, vmax=1.0)
+    values = grid.to_numpy(dtype=float)
+    fig, ax = plt.subplots(figsize=(1.2 * grid.shape[1] + 3.0, 0.55 * grid.shape[0] + 2.2), layout="constrained")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto")
     ax.set_xticks(range(grid.shape[1]), grid.columns, rotation=30, ha="right")
     ax.set_yticks(range(grid.shape[0]), grid.index)
-    for (i, j), v in np.ndenumerate(grid.to_numpy(dtype=float)):
-        ax.text(j, i, "—" if np.isnan(v) else f"{v:.3f}", ha="center", va="center", color="w", fontsize=8)
-    fig.colorbar(image, ax=ax)
+    notes = []
+    for (i, j), v in np.ndenumerate(values):
+        if np.isnan(v):
+            reason = why.iat[i, j]
+            if isinstance(reason, str):
+                ax.text(j, i, "–", ha="center", va="center", color="black", fontsize=11)
+                notes.append(f"{grid.columns[j]}: {reason}")
+            continue
+        ax.text(j, i, f"{v:.3f}", ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=8)
+    fig.colorbar(image, ax=ax, label=f"{metric} ({UNIT_LABEL})")
     ax.set_title(title)
+    legend = "– = n/a (ran, nothing evaluable); blank = not run"
+    if notes:
+        legend += "\n" + "\n".join(f"n/a: {n}" for n in dict.fromkeys(notes))
+    ax.set_xlabel(legend, fontsize=7, loc="left")
     _save(fig, path)
 
 
 def skill_data(per_question: pd.DataFrame, dataset: str = "tanq", metric: str = "rms_f1") -> pd.DataFrame:
-    """Mean score per (skill, cell series): a question with several skills counts for each."""
+    """Mean score (fraction) per (skill, cell series): a question with several skills counts for each."""
     need = {"dataset", "metric", "value", "skills"}
     if per_question.empty or not need <= set(per_question.columns):
         return pd.DataFrame()
@@ -130,13 +264,22 @@ def skill_data(per_question: pd.DataFrame, dataset: str = "tanq", metric: str = 
 
 def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "tanq", metric: str = "rms_f1") -> None:
     grid = skill_data(per_question, dataset, metric)
-    title = f"{dataset}: {metric} by skill"
+    title = f"{dataset}: mean per-question {metric} by skill ({UNIT_LABEL})"
     if grid.empty:
         _empty(path, title, f"no per-question {metric} scores for {dataset} yet")
         return
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * grid.shape[0] + 2), 4))
-    grid.plot.bar(ax=ax)
-    ax.set_ylabel(metric)
-    ax.set_title(title)
-    ax.legend(fontsize=6)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * grid.shape[0] + 3), 4.2), layout="constrained")
+    grid.plot.bar(ax=ax, legend=False)
+    for (i, j), v in np.ndenumerate(grid.to_numpy(dtype=float)):
+        if np.isnan(v):  # a series without questions of this skill
+            width = 0.5 / max(1, grid.shape[1])
+            ax.text(i - 0.25 + width * (j + 0.5), 0.01, "n/a", ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel(f"{metric} ({UNIT_LABEL})")
+    ax.set_xlabel("skill (a question with several skills counts for each)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.legend(loc="outside lower center", fontsize=7, title="llm / prompt / setting", title_fontsize=7,
+               ncols=min(3, grid.shape[1]), frameon=False)
     _save(fig, path)

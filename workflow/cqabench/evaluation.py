@@ -1,0 +1,131 @@
+"""What `cqabench evaluate` and `evaluate-generation` do: score predictions against a prepared split.
+
+Kept apart from `cqabench.commands.evaluate` (which only declares the arguments) because it
+imports pandas, pyarrow and scipy: every `cqabench` command builds the whole parser, and a
+job that does not score anything should not pay those imports (about a second per job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cqabench.commands import json_object
+from cqabench.datasets.common import read_jsonl
+from cqabench.errors import DataError
+from cqabench.io import read_parquet, write_json, write_parquet
+from cqabench.scoring import format_summary, score_predictions
+
+PER_QUESTION_SCHEMA = pa.schema(
+    [("qid", pa.string()), ("metric", pa.string()), ("variant", pa.string()), ("value", pa.float64())]
+)
+
+
+def read_predictions_jsonl(path: Path) -> pd.DataFrame:
+    """qid + prediction per line; a list prediction (AmbigQA answers) is joined one per line."""
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in read_jsonl(path):
+        rec = f"line {lineno}"
+        if "qid" not in obj:
+            raise DataError(path, rec, "qid", "missing")
+        qid = obj["qid"]
+        if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+            raise DataError(path, rec, "qid", f"expected a string, got {type(qid).__name__}")
+        qid = str(qid)
+        if qid in seen:
+            raise DataError(path, rec, "qid", f"duplicate qid {qid!r} (first on line {seen[qid]})")
+        seen[qid] = lineno
+        if "prediction" not in obj:
+            raise DataError(path, rec, "prediction", "missing")
+        pred = obj["prediction"]
+        if isinstance(pred, list) and all(isinstance(p, str) for p in pred):
+            pred = "\n".join(pred)
+        elif isinstance(pred, (int, float)) and not isinstance(pred, bool):
+            pred = str(pred)
+        elif pred is not None and not isinstance(pred, str):
+            raise DataError(path, rec, "prediction", f"expected a string, got {type(pred).__name__}")
+        rows.append({"qid": qid, "prediction": pred, "line": lineno})
+    return pd.DataFrame(rows, columns=["qid", "prediction", "line"])
+
+
+def _read_table(path: Path, name: str) -> pa.Table:
+    if not Path(path).exists():
+        raise DataError(path, None, "-", f"{name} file not found")
+    return read_parquet(path)
+
+
+def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
+    known = set(answers.column("qid").to_pylist())
+    for row in preds.itertuples():
+        if row.qid not in known:
+            raise DataError(path, f"line {row.line}", "qid", f"{row.qid!r} is not a question of this split")
+
+
+def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict[str, Any],
+           provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None) -> None:
+    if out_pq is not None:
+        write_parquet(pa.Table.from_pandas(per_question, schema=PER_QUESTION_SCHEMA, preserve_index=False), out_pq)
+    if out_json is not None:
+        write_json({"cell": cell, "metrics": summary, "provenance": provenance}, out_json)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    split_dir = Path(args.data_dir) / args.dataset / args.split
+    queries = _read_table(split_dir / "queries.parquet", "queries")
+    answers = _read_table(split_dir / "answers.parquet", "answers")
+    preds = read_predictions_jsonl(args.predictions)
+    _check_unknown(preds, answers, args.predictions)
+    summary, per_question = score_predictions(
+        args.dataset, queries, answers, preds.drop(columns=["line"]), prompt=args.prompt, source=str(args.predictions)
+    )
+    print(format_summary(summary))
+    cell = {"stage": "generation", "dataset": args.dataset, "split": args.split,
+            "predictions": str(args.predictions), "prompt": args.prompt or ""}
+    provenance = {"wall_time_s": round(time.monotonic() - start, 3), "n_predictions": len(preds)}
+    _write(summary, per_question, cell, provenance, args.out, args.out_per_question)
+    return 0
+
+
+def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
+    """Totals of the generation job's cost columns, where the predictions table has them."""
+    out: dict[str, Any] = {"n_predictions": int(len(preds))}
+    for col in ("prompt_tokens", "output_tokens", "wall_time_s"):
+        if col in preds.columns:
+            out[col] = float(pd.to_numeric(preds[col], errors="coerce").fillna(0).sum())
+            if col != "wall_time_s":
+                out[col] = int(out[col])
+    if "parse_ok" in preds.columns:
+        out["parse_failures"] = int((~preds["parse_ok"].astype(bool)).sum())
+    return out
+
+
+def run_evaluate_generation(args: argparse.Namespace) -> int:
+    cell = json_object(args.cell, "--cell")
+    preds_table = _read_table(args.predictions, "predictions")
+    for col in ("qid", "prediction"):
+        if col not in preds_table.column_names:
+            raise DataError(args.predictions, None, col, "column missing")
+    preds = preds_table.to_pandas()
+    queries = _read_table(args.queries, "queries")
+    answers = _read_table(args.answers, "answers")
+    # A generation cell holds a row for every question it was asked (failures included), so its
+    # questions are exactly the scored set; questions left out by an explicit `max_questions`
+    # cap were never asked and must not count as wrong.
+    asked = pa.array(preds["qid"].astype(str).unique())
+    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
+    keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
+    summary, per_question = score_predictions(
+        args.dataset, queries, answers, preds[keep], source=str(args.predictions)
+    )
+    print(format_summary(summary))
+    cell = {"stage": "generation", "dataset": args.dataset, **cell}
+    _write(summary, per_question, cell, generation_provenance(preds), args.out_json, args.out_per_question)
+    return 0
