@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,36 @@ def test_committed_batches_survive_sigkill_and_parallel_writers_share_the_file(t
     with ItemCache(db) as cache:
         got = cache.get_many([f"{t}{j}" for t in "ab" for j in range(50)])
     assert len(got) == 100 and got["b49"].text == "b49"
+
+
+_OPENER = textwrap.dedent(
+    """
+    import sys, time
+    start = float(sys.argv[2])
+    while time.time() < start:
+        pass
+    from cqabench.llm.base import Completion
+    from cqabench.llm.cache import ItemCache
+    cache = ItemCache(sys.argv[1])
+    tag = sys.argv[3]
+    for i in range(0, 20, 5):
+        cache.put_many([(f"{tag}{j}", Completion(f"{tag}{j}", 1, 1, 0.0), "") for j in range(i, i + 5)])
+    print("done", flush=True)
+    """
+)
+
+
+def test_processes_opening_a_fresh_file_at_the_same_instant_all_get_in(tmp_path: Path) -> None:
+    """Switching a new file to WAL answers 'database is locked' without the busy timeout (seen in CI)."""
+    for round_ in range(3):
+        db = tmp_path / f"fresh{round_}.sqlite"
+        start = time.time() + 1.0
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _OPENER, str(db), str(start), tag],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for tag in "abcd"
+        ]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert [o.strip() for o, _ in outs] == ["done"] * 4, [e for _, e in outs]
+        with ItemCache(db) as cache:
+            assert len(cache) == 80

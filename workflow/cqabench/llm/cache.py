@@ -52,15 +52,36 @@ class ItemCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._retry_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"), timeout_s)
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS items ("
-            " key TEXT PRIMARY KEY,"
-            " completion TEXT NOT NULL,"
-            " created REAL NOT NULL,"
-            " label TEXT NOT NULL DEFAULT '')"
+        self._retry_busy(
+            lambda: self._db.execute(
+                "CREATE TABLE IF NOT EXISTS items ("
+                " key TEXT PRIMARY KEY,"
+                " completion TEXT NOT NULL,"
+                " created REAL NOT NULL,"
+                " label TEXT NOT NULL DEFAULT '')"
+            ),
+            timeout_s,
         )
+
+    def _retry_busy(self, step: Any, timeout_s: float) -> None:
+        """Run a schema step, retrying while another process holds the file.
+
+        SQLite answers SQLITE_BUSY at once, without its busy handler, when two connections
+        switch a fresh file to WAL at the same moment; the busy timeout does not cover it.
+        """
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                step()
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Completion]:
         found: dict[str, Completion] = {}
