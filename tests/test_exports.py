@@ -21,7 +21,6 @@ from cqabench.cli import main
 from cqabench.corpora import pool
 from cqabench.metrics.retrieval import qrels_from_rows
 from cqabench.prepare import prepare
-from cqabench.runs import read_run
 from cqabench.tables import document_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,27 +113,42 @@ def _assert_same_bm25(paths: dict[str, Path], pyserini_run: Path) -> None:
     assert ndcg == pytest.approx(0.5905, abs=5e-4)  # the number docs/data.md quotes for this sample
 
 
-def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path]) -> None:
+def _indexer_problems(log: str) -> list[str]:
+    """Lines where Anserini's indexer reports a document it could not read (it still exits 0)."""
+    return [line for line in log.splitlines() if "Exception" in line or "ERROR" in line]
+
+
+def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     export_dir = musique["export"]
     n_docs = _pyserini_index_and_search(
         "JsonCollection", export_dir / "pyserini", musique["base"] / "pyserini-json",
         export_dir / "pyserini" / "topics.tsv", musique["base"] / "pyserini-json.trec",
     )
     manifest = json.loads((export_dir / MANIFEST).read_text())
-    # every document indexed (a JsonCollection without `id` gives an index of 0 documents, exit 0)
+    # every document indexed (a JsonCollection without `id` gives an index of 0 documents, exit 0),
+    # and none refused: topics.tsv beside the collection is not read as documents
     assert n_docs == manifest["counts"]["documents"] == 1890
+    assert _indexer_problems(capfd.readouterr().err) == []
     _assert_same_bm25(musique, musique["base"] / "pyserini-json.trec")
 
 
-def test_beir_multifield_recipe_on_the_beir_folder_reproduces_our_bm25(musique: dict[str, Path]) -> None:
+def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
+    """docs/data.md's second recipe: BEIR's corpus.jsonl, alone in a folder (BeirMultifieldCollection
+    reads every file under --input, queries.jsonl and export.json included), indexed with --fields title."""
+    import shutil
+
     export_dir = musique["export"]
     manifest = json.loads((export_dir / MANIFEST).read_text())
     assert manifest["beir_multifield_reproduces_bm25"] is True  # no document with empty text here
+    alone = musique["base"] / "beir-corpus"
+    alone.mkdir()
+    shutil.copy(export_dir / "corpus.jsonl", alone / "corpus.jsonl")
     n_docs = _pyserini_index_and_search(
-        "BeirMultifieldCollection", export_dir, musique["base"] / "pyserini-beir",
+        "BeirMultifieldCollection", alone, musique["base"] / "pyserini-beir",
         export_dir / "pyserini" / "topics.tsv", musique["base"] / "pyserini-beir.trec",
     )
-    assert n_docs == 1890  # corpus.jsonl only: queries.jsonl beside it is not read as documents
+    assert n_docs == 1890
+    assert _indexer_problems(capfd.readouterr().err) == []
     _assert_same_bm25(musique, musique["base"] / "pyserini-beir.trec")
 
 
@@ -249,3 +263,79 @@ def test_every_export_of_the_default_config_opens_in_beirs_loader(tmp_path: Path
     assert skipped == {"tanq": NO_DOCUMENTS, "ambigqa": NO_RELEVANT, "strategyqa": NO_RELEVANT}
     assert set(loaded) == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa"}
     assert loaded["musique"] == loaded["2wikimultihopqa"] == 1910  # the pooled wiki-multihop corpus
+
+
+# ---- the export's own rules, on small hand-made tables ----
+
+
+def _tables(tmp_path: Path, queries: list, corpus: list, qrels: list) -> tuple[Path, Path, Path]:
+    from cqabench.schema import CanonicalData
+
+    tables = CanonicalData(queries=queries, corpus=corpus, qrels=qrels).tables()
+    paths = []
+    for name in ("corpus", "queries", "qrels"):
+        pq.write_table(tables[name], tmp_path / f"{name}.parquet")
+        paths.append(tmp_path / f"{name}.parquet")
+    return paths[0], paths[1], paths[2]
+
+
+def test_annotators_merge_to_the_highest_grade_as_our_metrics_merge_them(tmp_path: Path) -> None:
+    from cqabench.schema import Document, Qrel, Query
+
+    corpus, queries, qrels = _tables(
+        tmp_path, [Query("q1", "Which\tteam\nwon?")], [Document("d1", "Club", "A club."), Document("d2", "Title only", "")],
+        [Qrel("q1", "d1", 1, "0"), Qrel("q1", "d1", 2, "1"), Qrel("q1", "d2", 0, "0")],
+    )
+    manifest = export(corpus, queries, qrels, "dev", "pipe", tmp_path / "out")
+    assert (tmp_path / "out/qrels/dev.trec").read_text() == "q1 0 d1 2\nq1 0 d2 0\n"
+    assert (tmp_path / "out/qrels/dev.tsv").read_text().splitlines()[1:] == ["q1\td1\t2", "q1\td2\t0"]
+    # a tab or newline inside a question would cut Pyserini's TSV topic short: whitespace collapsed
+    assert (tmp_path / "out/pyserini/topics.tsv").read_text() == "q1\tWhich team won?\n"
+    # a title-only document: our BM25 (and the JsonCollection) index the title as contents;
+    # BeirMultifieldCollection would skip it, and the manifest says so
+    docs = [json.loads(line) for line in (tmp_path / "out/pyserini/corpus.jsonl").read_text().splitlines()]
+    assert docs[1] == {"id": "d2", "contents": "Title only", "title": "Title only"}
+    assert manifest["counts"]["documents_with_empty_text"] == 1
+    assert manifest["beir_multifield_reproduces_bm25"] is False
+    assert json.loads((tmp_path / "out" / MANIFEST).read_text()) == manifest
+
+
+def test_no_export_for_qrels_without_a_relevant_judgment_and_a_rerun_replaces_the_folder(tmp_path: Path) -> None:
+    from cqabench.schema import Document, Qrel, Query
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/corpus.jsonl").write_text("stale\n")
+    corpus, queries, qrels = _tables(tmp_path, [Query("q1", "Which team?")], [Document("d1", "Club", "A club.")],
+                                     [Qrel("q1", "d1", 0, "0")])  # fmt: skip
+    manifest = export(corpus, queries, qrels, "dev", "pipe", tmp_path / "out")
+    assert manifest["status"] == "skipped" and manifest["reason"] == NO_RELEVANT
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST]
+
+
+def test_a_judged_query_missing_from_the_queries_is_named(tmp_path: Path) -> None:
+    from cqabench.errors import DataError
+    from cqabench.schema import Document, Qrel, Query
+
+    corpus, _, qrels = _tables(tmp_path, [Query("q1", "Which team?")], [Document("d1", "Club", "A club.")],
+                               [Qrel("q1", "d1", 1, "0")])  # fmt: skip
+    (tmp_path / "other").mkdir()
+    _, other, _ = _tables(tmp_path / "other", [Query("q2", "Other?")], [Document("d1", "Club", "A club.")], [])
+    with pytest.raises(DataError) as err:
+        export(corpus, other, qrels, "dev", "pipe", tmp_path / "out")
+    assert str(qrels) in str(err.value) and "'q1'" in str(err.value) and "'qid'" in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_id_trec_cannot_hold_is_named(tmp_path: Path) -> None:
+    from cqabench.errors import DataError
+    from cqabench.schema import Document, Qrel, Query
+
+    corpus, queries, qrels = _tables(tmp_path, [Query("q1", "Which team?")], [Document("d 1", "Club", "A club.")],
+                                     [Qrel("q1", "d 1", 1, "0")])  # fmt: skip
+    with pytest.raises(DataError, match=r"field 'docid': id 'd 1' is empty or contains whitespace"):
+        export(corpus, queries, qrels, "dev", "pipe", tmp_path / "out")
+
+
+def test_pyserini_command_names_an_unknown_module(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pyserini", "index.nosuch", "--input", "x"]) == 1
+    assert "pyserini has no module 'pyserini.index.nosuch' to run" in capsys.readouterr().err

@@ -124,14 +124,14 @@ def run_pyserini_module(module: str, args: list[str]) -> None:
     import runpy
 
     name = module if module.startswith("pyserini.") else f"pyserini.{module}"
-    if importlib.util.find_spec("pyserini") is None:
+    spec = importlib.util.find_spec("pyserini")  # finds the package without importing it
+    if spec is None or spec.origin is None:
         raise ConfigError("pyserini is not installed; the Pyserini commands need pyserini==1.6.0 (see requirements.txt)")
-    try:
-        found = importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        found = False
-    if not found:
-        raise ConfigError(f"pyserini has no module {name!r} (e.g. index.lucene, search.lucene)")
+    # Looked up on disk: importing a pyserini subpackage before our JVM runs would start
+    # pyjnius on whatever Java it finds first.
+    where = Path(spec.origin).parent.joinpath(*name.split(".")[1:])
+    if not ((where / "__main__.py").is_file() or where.with_suffix(".py").is_file()):
+        raise ConfigError(f"pyserini has no module {name!r} to run (e.g. index.lucene, search.lucene)")
     start_jvm()
     saved = sys.argv
     sys.argv = [name, *args]
