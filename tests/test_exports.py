@@ -312,6 +312,22 @@ def test_no_export_for_qrels_without_a_relevant_judgment_and_a_rerun_replaces_th
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST]
 
 
+def test_beirs_loader_fails_on_what_a_skipped_export_would_have_been(tmp_path: Path) -> None:
+    """Why those splits get no export: BEIR 2.2.0 cannot open a header-only qrels file or an empty corpus."""
+    pytest.importorskip("beir")
+    from beir.datasets.data_loader import GenericDataLoader
+
+    for corpus_line in ('{"_id": "d1", "title": "Club", "text": "A club."}\n', ""):
+        folder = tmp_path / ("header-only-qrels" if corpus_line else "empty-corpus")
+        (folder / "qrels").mkdir(parents=True)
+        (folder / "corpus.jsonl").write_text(corpus_line)
+        (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "Which team?"}\n')
+        header = "query-id\tcorpus-id\tscore\n"
+        (folder / "qrels" / "dev.tsv").write_text(header + ("" if corpus_line else "q1\td1\t1\n"))
+        with pytest.raises(IndexError):
+            GenericDataLoader(data_folder=str(folder)).load(split="dev")
+
+
 def test_a_judged_query_missing_from_the_queries_is_named(tmp_path: Path) -> None:
     from cqabench.errors import DataError
     from cqabench.schema import Document, Qrel, Query
