@@ -147,5 +147,10 @@ def test_beir_export_is_plain_beir(tmp_path: Path) -> None:
     corpus = [json.loads(line) for line in (tmp_path / "beir/corpus.jsonl").read_text().splitlines()]
     assert corpus[1] == {"_id": "t1", "title": "Results", "text": "Year|Team\n1911|Notre Dame", "metadata": {"kind": "table"}}
     assert (tmp_path / "beir/queries.jsonl").read_text() == '{"_id": "q1", "text": "Which team?"}\n'
-    # two annotators naming the same document give one BEIR qrel
+    # two annotators naming the same document give one BEIR qrel, and the same TREC qrel beside it
     assert (tmp_path / "beir/qrels/dev.tsv").read_text() == "query-id\tcorpus-id\tscore\nq1\tt1\t1\n"
+    assert (tmp_path / "beir/qrels/dev.trec").read_text() == "q1 0 t1 1\n"
+    # the Pyserini collection holds what our BM25 indexes: id, contents (the serialized table), title
+    pyserini = [json.loads(line) for line in (tmp_path / "beir/pyserini/corpus.jsonl").read_text().splitlines()]
+    assert pyserini[1] == {"id": "t1", "contents": "Year|Team\n1911|Notre Dame", "title": "Results"}
+    assert (tmp_path / "beir/pyserini/topics.tsv").read_text() == "q1\tWhich team?\n"

@@ -94,6 +94,11 @@ def corpus_path(corpus):
     return f"{RESULTS}/corpora/{corpus}/corpus.parquet"
 
 
+def beir_dir(dataset, serialization, split):
+    """The export folder of one split (BEIR, TREC qrels, Pyserini collection, export.json)."""
+    return f"{RESULTS}/beir/{dataset}/{serialization}/{split}"
+
+
 def raw_spec(dataset, split, role):
     return config["datasets"][dataset]["files"][split][role]
 
@@ -137,12 +142,7 @@ def data_targets():
         for table in ("queries", "corpus", "qrels", "answers")
     ]
     targets += [corpus_path(c) for c in CORPORA]
-    targets += [
-        f"{RESULTS}/beir/{ds}/{ser}/{split}/qrels/{split}.tsv"
-        for ds in DATASETS
-        for split in splits(ds)
-        for ser in SERIALIZATIONS
-    ]
+    targets += [beir_dir(ds, ser, split) for ds in DATASETS for split in splits(ds) for ser in SERIALIZATIONS]
     return targets
 
 

@@ -54,10 +54,12 @@ rule export_beir:
         corpus=lambda w: corpus_path(corpus_of(w.dataset)),
         queries=data_path("{dataset}", "{split}", "queries"),
         qrels=data_path("{dataset}", "{split}", "qrels"),
+    # One folder: BEIR (corpus.jsonl, queries.jsonl, qrels/{split}.tsv), TREC qrels
+    # (qrels/{split}.trec), the Pyserini JsonCollection (pyserini/) and export.json. Which files
+    # it holds depends on the data (a split with an empty corpus or no relevant qrel gets only
+    # export.json saying why), so the folder is the declared output; see cqabench/beir.py.
     output:
-        corpus=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/corpus.jsonl",
-        queries=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/queries.jsonl",
-        qrels=f"{RESULTS}/beir/{{dataset}}/{{serialization}}/{{split}}/qrels/{{split}}.tsv",
+        directory(beir_dir("{dataset}", "{serialization}", "{split}")),
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
     conda:
@@ -65,4 +67,4 @@ rule export_beir:
     shell:
         "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "
-        "--out-dir results/beir/{wildcards.dataset}/{wildcards.serialization}/{wildcards.split} 2> {log:q}"
+        "--out-dir {output:q} 2> {log:q}"

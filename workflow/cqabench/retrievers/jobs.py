@@ -26,8 +26,12 @@ from cqabench.tables import document_text
 log = logging.getLogger(__name__)
 
 
-def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
-    """(docid, title, text) of every corpus row, tables serialized; one pass, batch by batch."""
+def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str, str, str, str]]:
+    """(docid, title, text, kind) of every corpus row, tables serialized; one pass, batch by batch.
+
+    The one reader of corpus documents for indexing and for the exports (`cqabench.beir`), so an
+    exported document is exactly the one our retrievers index, checked the same way.
+    """
     corpus = Path(corpus)
     if not corpus.is_file():
         raise DataError(corpus, None, "-", "corpus file not found")
@@ -44,7 +48,13 @@ def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
             title = row.get("title") or ""
             if not text.strip() and not title.strip():
                 raise DataError(corpus, docid, "text", "title and text are both empty")
-            yield docid, title, text
+            yield docid, title, text, row.get("kind") or "text"
+
+
+def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
+    """(docid, title, text) of every corpus row, tables serialized; one pass, batch by batch."""
+    for docid, title, text, _kind in iter_documents(corpus, serialization):
+        yield docid, title, text
 
 
 def read_query_rows(path: str | Path) -> list[dict[str, Any]]:
