@@ -310,6 +310,8 @@ def retrieval_targets():
 REPORT = config.get("report", {})
 EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
 REPORT_DIR = f"{RESULTS}/report"
+# The run is on the papers' full data (config/dexter.yaml, config/tanq.yaml): no sample caveat.
+PAPER_DATA = bool(REPORT.get("paper_data", False))
 
 
 def _expected_table_ids():

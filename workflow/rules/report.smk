@@ -40,10 +40,12 @@ rule report_tables:
             labels={"table": "answers_by_setting"},
         ),
         markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
+        # Each table's own caption (what it compares, n, split, unit, caveat), written by the job.
+        captions=[f"{REPORT_DIR}/tables/{t}.caption.rst" for t in TABLE_IDS],
         html=[
             report(
                 f"{REPORT_DIR}/tables/{t}.html",
-                caption="../report/tables.rst",
+                caption=f"../../{REPORT_DIR}/tables/{t}.caption.rst",
                 category="Tables",
                 labels={"table": t},
             )
@@ -52,6 +54,8 @@ rule report_tables:
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
+        run=shlex.quote(str(config.get("name", "unnamed"))),
+        paper_data="--paper-data" if PAPER_DATA else "",
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
@@ -59,6 +63,7 @@ rule report_tables:
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
+        "--run {params.run} {params.paper_data} "
         "> {log:q} 2>&1"
 
 
@@ -66,6 +71,7 @@ rule report_plots:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
+        expected=EXPECTED_FILES,
     output:
         **{
             name: report(f"{REPORT_DIR}/plots/{name}.png", caption=f"../report/{caption}", category="Plots")
@@ -80,4 +86,4 @@ rule report_plots:
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
-        "--skills {output.tanq_skills:q} --k-values {params.k_values} 2> {log:q}"
+        "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} 2> {log:q}"

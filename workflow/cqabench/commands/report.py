@@ -68,7 +68,7 @@ def _tables(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected for spec in load_expected(path)]
     not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    summaries = render_tables(metrics, per_question, specs, args.out_dir)
+    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=args.paper_data)
     for s in summaries:
         print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
               f"ours only {s['ours_only']}")
@@ -90,7 +90,11 @@ def _plots(args: argparse.Namespace) -> int:
     if args.k_effect:
         plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values, seed=args.seed)
     if args.heatmap:
-        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric)
+        from cqabench.report.expected import load_expected
+
+        specs = [spec for path in args.expected or [] for spec in load_expected(path)]
+        paper, name = plots.heatmap_paper(specs, args.heatmap_metric)
+        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric, paper=paper, paper_name=name)
     if args.skills:
         plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
     return 0
@@ -138,6 +142,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-question", default="results/per_question.parquet")
     p.add_argument("--expected", nargs="+", required=True, help="config/expected/*.yaml")
     p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
+    p.add_argument("--paper-data", action="store_true",
+                   help="the run is on the paper's full data: the captions leave out the sample caveat")
     _answer_args(p)
     p.set_defaults(func=_tables)
 
@@ -155,6 +162,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k-effect")
     p.add_argument("--heatmap")
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
+    p.add_argument("--expected", nargs="*", default=None,
+                   help="config/expected/*.yaml: the heatmap shows Δ to the paper table of its metric")
     p.add_argument("--skills")
     p.add_argument("--skills-metric", default="rms_f1")
     p.add_argument("--k-values", type=int, nargs="*", default=None,
