@@ -336,6 +336,7 @@ def report_targets():
         [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
         + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
+        + [f"{REPORT_DIR}/index.html"]
     )
 
 

@@ -1,6 +1,7 @@
-# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
-# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
-# workflow/report/*.rst. Helpers and target lists are in common.smk.
+# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots -> the
+# report page (results/report/index.html, one self-contained file). `snakemake --report
+# report.html` bundles the outputs marked report(...) with the captions in workflow/report/*.rst
+# (each paper table's caption is written by report_tables). Helpers and targets: common.smk.
 
 
 rule aggregate:
@@ -8,10 +9,14 @@ rule aggregate:
         metrics=lambda w: _metric_files(),
         queries=lambda w: [data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)],
     output:
-        metrics=report(f"{RESULTS}/metrics.parquet", caption="../report/fact_table.rst", category="Fact tables"),
+        # Not report(): Snakemake shows Parquet as a blank text/plain page; report_page writes the
+        # CSV and HTML views of it that the report bundles instead.
+        metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
     params:
         results=lambda w, output: Path(output.metrics).parent,
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate.tsv"
     log:
         f"{RESULTS}/logs/report/aggregate.log",
     conda:
@@ -56,6 +61,8 @@ rule report_tables:
         not_planned=lambda w: as_arg(not_planned_cells()),
         run=shlex.quote(str(config.get("name", "unnamed"))),
         paper_data="--paper-data" if PAPER_DATA else "",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_tables.tsv"
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
@@ -79,6 +86,8 @@ rule report_plots:
         },
     params:
         k_values=" ".join(str(k) for k in GEN_K),
+    benchmark:
+        f"{RESULTS}/benchmarks/report_plots.tsv"
     log:
         f"{RESULTS}/logs/report/plots.log",
     conda:
@@ -87,3 +96,55 @@ rule report_plots:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
         "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} 2> {log:q}"
+
+
+# One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ
+# breakdowns, parse rates, answers by setting, wall time / peak RSS per rule (benchmark: files)
+# and the fact table as CSV + HTML. It takes the BEIR exports as input only so that it runs last
+# and its benchmark table covers every rule. Logic: cqabench.report.page.
+rule report_page:
+    input:
+        metrics=f"{RESULTS}/metrics.parquet",
+        summary=f"{REPORT_DIR}/tables/summary.json",
+        tables=[f"{REPORT_DIR}/tables/{t}.html" for t in TABLE_IDS],
+        answers=f"{REPORT_DIR}/tables/answers_by_setting.json",
+        answers_html=f"{REPORT_DIR}/tables/answers_by_setting.html",
+        plots=[f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS],
+        expected=EXPECTED_FILES,
+        exports=lambda w: data_targets(),
+    output:
+        page=report(
+            f"{REPORT_DIR}/index.html",
+            caption="../report/page.rst",
+            category="Report page",
+        ),
+        csv=report(
+            f"{REPORT_DIR}/metrics.csv",
+            caption="../report/fact_table.rst",
+            category="Fact tables",
+        ),
+        html=report(
+            f"{REPORT_DIR}/fact_table.html",
+            caption="../report/fact_table.rst",
+            category="Fact tables",
+        ),
+    params:
+        config=lambda w: as_arg(config),
+        tables=" ".join(TABLE_IDS),
+        rules=lambda w: " ".join(
+            sorted(r.name for r in workflow.rules if r.name != "all")
+        ),
+        tables_dir=f"{REPORT_DIR}/tables",
+        plots_dir=f"{REPORT_DIR}/plots",
+        benchmarks_dir=f"{RESULTS}/benchmarks",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_page.tsv"
+    log:
+        f"{RESULTS}/logs/report/page.log",
+    conda:
+        "../../envs/evaluation.yaml"
+    shell:
+        "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
+        "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
+        "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
+        "--fact-csv {output.csv:q} --fact-html {output.html:q} --out {output.page:q} > {log:q} 2>&1"

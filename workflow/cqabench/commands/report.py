@@ -100,6 +100,29 @@ def _plots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _page(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import os
+
+    from cqabench.report.expected import load_expected
+    from cqabench.report.page import write_fact_table_views, write_page
+    from cqabench.report.tables import read_fact_table
+
+    config = json.loads(args.config)
+    metrics = read_fact_table(args.metrics)
+    write_fact_table_views(metrics, args.fact_csv, args.fact_html)
+    page_dir = Path(args.out).parent
+    specs = [spec for path in args.expected for spec in load_expected(path)]
+    written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
+    sections = write_page(args.out, config=config, metrics=metrics, tables_dir=args.tables_dir,
+                          plots_dir=args.plots_dir, table_ids=args.table_ids, specs=specs,
+                          benchmarks_dir=args.benchmarks_dir, rules=args.rules,
+                          fact_csv=os.path.relpath(args.fact_csv, page_dir),
+                          fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written)
+    print(f"{args.out}: {len(sections)} sections")
+    return 0
+
+
 def _significance(args: argparse.Namespace) -> int:
     from cqabench.io import write_json
     from cqabench.report.significance import compare, format_result, parse_spec
@@ -170,6 +193,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="x ticks of the k-effect plot (the configured k); default: every k that ran")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the error bars")
     p.set_defaults(func=_plots)
+
+    p = sub.add_parser("report-page", help="results/report/index.html: one self-contained report page, and the "
+                                            "fact table as CSV and HTML")
+    p.add_argument("--config", required=True, help="the run's configuration as JSON")
+    p.add_argument("--metrics", default="results/metrics.parquet")
+    p.add_argument("--tables-dir", default="results/report/tables")
+    p.add_argument("--plots-dir", default="results/report/plots")
+    p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
+    p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
+    p.add_argument("--benchmarks-dir", default="results/benchmarks")
+    p.add_argument("--rules", nargs="*", default=[], help="every rule of the workflow (those without benchmarks "
+                                                          "are listed as such)")
+    p.add_argument("--fact-csv", default="results/report/metrics.csv")
+    p.add_argument("--fact-html", default="results/report/fact_table.html")
+    p.add_argument("--out", default="results/report/index.html")
+    p.set_defaults(func=_page)
 
     p = sub.add_parser("significance", help="paired test between two cells on the same questions")
     p.add_argument("--per-question", default="results/per_question.parquet")
