@@ -336,10 +336,13 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     sections.append(Section("parse-rates", "Parse rates of generation cells",
                             '<p class="caption">Share of a cell\'s questions whose final answer could be extracted '
                             "(fraction 0–1), per dataset and setting; a low rate means the score counts unparsed "
-                            "answers as wrong.</p>"
+                            "answers as wrong. A blank cell is a setting not planned for that dataset (e.g. no "
+                            "oracle without gold evidence, no RAG without a corpus).</p>"
                             + (_table(rates, numeric=set(rates.columns) - {"dataset", "split", "llm / prompt"},
                                       table_id="parse-rate-table") if not rates.empty else "<p>No generation cells.</p>")))
     fragment = html_fragment(tables_dir / "answers_by_setting.html")
+    if fragment:  # its own <h2> repeats the section heading
+        fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
     sections.append(Section("answers", "Answers by setting: closed-book, RAG@k, oracle",
                             f'<div class="scroll">{fragment}</div>' if fragment else
                             '<p class="warn">answers_by_setting.html not written.</p>'))

@@ -333,7 +333,7 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
             lines.append(f"n={int(record['n'])}")
         if record["delta"] is not None and not pd.isna(record["delta"]):
             lines.append(f"Δ{record['delta']:+.3f}")
-        ax.text(j, i, "\n".join(lines), ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=8.5,
+        ax.text(j, i, "\n".join(lines), ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=10,
                 linespacing=1.15)
     fig.colorbar(image, ax=ax, label=f"{name} ({UNIT_LABEL})")
     ax.set_title(title + "\ncell: our value, n = queries evaluated, Δ = ours − " + paper_name, fontsize=10)
