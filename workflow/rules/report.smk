@@ -134,8 +134,8 @@ rule report_page:
         rules=lambda w: " ".join(
             sorted(r.name for r in workflow.rules if r.name != "all")
         ),
-        tables_dir=f"{REPORT_DIR}/tables",
-        plots_dir=f"{REPORT_DIR}/plots",
+        tables_dir=lambda w, input: Path(input.summary).parent,
+        plots_dir=lambda w, input: Path(input.plots[0]).parent,
         benchmarks_dir=f"{RESULTS}/benchmarks",
     benchmark:
         f"{RESULTS}/benchmarks/report_page.tsv"
