@@ -228,7 +228,7 @@ def test_parse_rates_and_resources(rendered: _Dom) -> None:
     resources = rendered.text("resources")
     assert "index 1 12.500 12.500 123.400 index/musique/bm25" in resources
     assert "report_plots 1 3.250 3.250 210.000" in resources
-    assert "search 0" in resources and "no benchmark file" in resources
+    assert "search 0" in resources and "not in a Snakemake log" in resources
 
 
 def test_fact_table_views_are_linked_and_complete(built: dict, rendered: _Dom) -> None:
@@ -275,3 +275,54 @@ def test_html_fragment_drops_the_doctype(tmp_path: Path) -> None:
     path.write_text("<!DOCTYPE html><meta charset='utf-8'>\n<h3>T</h3>")
     assert page.html_fragment(path) == "<h3>T</h3>"
     assert page.html_fragment(tmp_path / "absent.html") is None
+
+
+_LOG = """Building DAG of jobs...
+[Tue Dec  1 10:34:25 2026]
+localrule index:
+    input: results/corpora/finqa/corpus.parquet
+    output: results/index/finqa/pipe/minilm
+    jobid: 66
+    wildcards: corpus=finqa, serialization=pipe, retriever=minilm
+[Tue Dec  1 10:34:25 2026]
+rule prepare:
+    jobid: 2
+[Tue Dec  1 10:34:27 2026]
+Finished jobid: 2 (Rule: prepare)
+[Tue Dec  1 10:34:56 2026]
+Finished jobid: 66 (Rule: index)
+[Tue Dec  1 10:35:00 2026]
+localrule search:
+    jobid: 70
+[Tue Dec  1 10:35:01 2026]
+localrule all:
+    jobid: 0
+[Tue Dec  1 10:35:01 2026]
+Finished jobid: 0 (Rule: all)
+"""
+
+
+def test_wall_times_from_snakemake_logs_fill_rules_without_benchmarks(tmp_path: Path) -> None:
+    """Jobs that ran before benchmark: existed get their wall time from the run log; a newer log
+    replaces an older one for the same rule; an unfinished job counts nowhere."""
+    logs = tmp_path / "log"
+    logs.mkdir()
+    (logs / "2026-12-01T103421.000000.snakemake.log").write_text(_LOG)
+    (logs / "2026-11-30T090000.000000.snakemake.log").write_text(
+        "[Mon Nov 30 09:00:00 2026]\nlocalrule index:\n    jobid: 1\n[Mon Nov 30 09:10:00 2026]\n"
+        "Finished jobid: 1 (Rule: index)\n")
+    runs = page.read_run_logs(logs)
+    assert sorted(runs.itertuples(index=False, name=None)) == [
+        ("all", "2026-12-01T103421.000000.snakemake.log", 0.0),
+        ("index", "2026-12-01T103421.000000.snakemake.log", 31.0),
+        ("prepare", "2026-12-01T103421.000000.snakemake.log", 2.0)]
+    bench = tmp_path / "bench"
+    (bench / "prepare").mkdir(parents=True)
+    (bench / "prepare" / "d.tsv").write_text("s\tmax_rss\n2.5\t50\n")
+    summary = page.benchmark_summary(page.read_benchmarks(bench), ["index", "prepare", "search"], runs)
+    rows = {r["rule"]: r for r in summary.to_dict("records")}
+    assert rows["prepare"]["wall s (total)"] == 2.5 and rows["prepare"]["peak RSS MB (largest job)"] == 50
+    assert rows["index"]["wall s (total)"] == 31.0 and np.isnan(rows["index"]["peak RSS MB (largest job)"])
+    assert "Snakemake's log" in rows["index"]["largest job"]
+    assert rows["search"]["jobs"] == 0  # started, never finished
+    assert "all" not in rows  # not one of the workflow's rules the page lists

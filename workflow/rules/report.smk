@@ -137,6 +137,8 @@ rule report_page:
         tables_dir=lambda w, input: Path(input.summary).parent,
         plots_dir=lambda w, input: Path(input.plots[0]).parent,
         benchmarks_dir=f"{RESULTS}/benchmarks",
+        # Wall times of jobs that ran before their rule declared benchmark: (no memory there).
+        snakemake_logs=".snakemake/log",
     benchmark:
         f"{RESULTS}/benchmarks/report_page.tsv"
     log:
@@ -147,4 +149,5 @@ rule report_page:
         "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
         "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
         "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
+        "--snakemake-logs {params.snakemake_logs:q} "
         "--fact-csv {output.csv:q} --fact-html {output.html:q} --out {output.page:q} > {log:q} 2>&1"

@@ -118,7 +118,8 @@ def _page(args: argparse.Namespace) -> int:
                           plots_dir=args.plots_dir, table_ids=args.table_ids, specs=specs,
                           benchmarks_dir=args.benchmarks_dir, rules=args.rules,
                           fact_csv=os.path.relpath(args.fact_csv, page_dir),
-                          fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written)
+                          fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
+                          snakemake_logs=args.snakemake_logs)
     print(f"{args.out}: {len(sections)} sections")
     return 0
 
@@ -205,6 +206,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmarks-dir", default="results/benchmarks")
     p.add_argument("--rules", nargs="*", default=[], help="every rule of the workflow (those without benchmarks "
                                                           "are listed as such)")
+    p.add_argument("--snakemake-logs", default=None,
+                   help="Snakemake's run logs (.snakemake/log): wall times of jobs without a benchmark file")
     p.add_argument("--fact-csv", default="results/report/metrics.csv")
     p.add_argument("--fact-html", default="results/report/fact_table.html")
     p.add_argument("--out", default="results/report/index.html")

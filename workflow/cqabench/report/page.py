@@ -201,11 +201,51 @@ def read_benchmarks(root: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rule", "job", *BENCHMARK_COLUMNS])
 
 
-def benchmark_summary(benchmarks: pd.DataFrame, rules: list[str] | None = None) -> pd.DataFrame:
+_STAMP = re.compile(r"^\[(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]$")
+_RULE = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+_JOBID = re.compile(r"^\s+jobid: (\d+)$")
+_FINISHED = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
+
+
+def read_run_logs(log_dir: str | Path) -> pd.DataFrame:
+    """Wall time per finished job from Snakemake's own run logs (.snakemake/log/*.snakemake.log).
+
+    The fallback for jobs that ran before their rule declared `benchmark:`: a job's start is the
+    timestamp above its "rule X:" block, its end the one above "Finished jobid: N (Rule: X)"
+    (one-second resolution; no memory). Per rule only the newest log that finished one of its
+    jobs counts, so a rerun does not add to an older run. Rows: rule, job (log name), s.
+    """
+    log_dir = Path(log_dir)
+    rows: list[dict[str, Any]] = []
+    for path in sorted(log_dir.glob("*.snakemake.log")) if log_dir.is_dir() else []:
+        stamp: dt.datetime | None = None
+        pending: str | None = None
+        started: dict[str, tuple[str, dt.datetime]] = {}
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if m := _STAMP.match(line):
+                stamp = dt.datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
+            elif m := _RULE.match(line):
+                pending = m.group(1)
+            elif (m := _JOBID.match(line)) and pending and stamp:
+                started[m.group(1)] = (pending, stamp)
+                pending = None
+            elif (m := _FINISHED.match(line)) and stamp and m.group(1) in started:
+                rule, begin = started.pop(m.group(1))
+                rows.append({"rule": rule, "job": path.name, "s": (stamp - begin).total_seconds()})
+    frame = pd.DataFrame(rows, columns=["rule", "job", "s"])
+    if frame.empty:
+        return frame
+    newest = frame.groupby("rule")["job"].transform("max")
+    return frame[frame["job"] == newest].reset_index(drop=True)
+
+
+def benchmark_summary(benchmarks: pd.DataFrame, rules: list[str] | None = None,
+                      run_logs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rule: jobs, total and longest wall time (s), peak RSS (MB) of its largest job.
 
-    Rules named in `rules` without any benchmark file are kept as rows with 0 jobs, so the
-    page says which rules ran before `benchmark:` was declared (or have not run).
+    A rule without benchmark files takes its wall times from `run_logs` (read_run_logs; no
+    RSS there); rules named in `rules` with neither are kept as rows with 0 jobs, so the page
+    says which rules have not run or left no record.
     """
     columns = ["rule", "jobs", "wall s (total)", "wall s (longest job)", "peak RSS MB (largest job)", "largest job"]
     out = []
@@ -217,8 +257,16 @@ def benchmark_summary(benchmarks: pd.DataFrame, rules: list[str] | None = None) 
                     "peak RSS MB (largest job)": float(rss.max()) if rss.notna().any() else math.nan,
                     "largest job": biggest})
     seen = {r["rule"] for r in out}
+    for rule, part in run_logs.groupby("rule", sort=True) if run_logs is not None and not run_logs.empty else []:
+        if rule in seen or (rules and rule not in rules):  # e.g. the target rule `all`
+            continue
+        out.append({"rule": rule, "jobs": len(part), "wall s (total)": float(part["s"].sum()),
+                    "wall s (longest job)": float(part["s"].max()), "peak RSS MB (largest job)": math.nan,
+                    "largest job": f"wall time from Snakemake's log {part['job'].iloc[0]} (no RSS: no benchmark file)"})
+        seen.add(rule)
+    out.sort(key=lambda r: r["rule"])
     out += [{"rule": r, "jobs": 0, "wall s (total)": math.nan, "wall s (longest job)": math.nan,
-             "peak RSS MB (largest job)": math.nan, "largest job": "no benchmark file (ran without benchmark:)"}
+             "peak RSS MB (largest job)": math.nan, "largest job": "no benchmark file and not in a Snakemake log"}
             for r in rules or [] if r not in seen]
     return pd.DataFrame(out, columns=columns)
 
@@ -285,6 +333,7 @@ def heatmap_table(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10
 def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir: str | Path,
                    plots_dir: str | Path, table_ids: list[str], specs: list, benchmarks_dir: str | Path,
                    rules: list[str], fact_csv: str, fact_html: str, repo: str | Path = ".",
+                   snakemake_logs: str | Path | None = None,
                    now: dt.datetime | None = None, results_at: dt.datetime | None = None) -> list[Section]:
     """The page's sections in reading order (see the module docstring)."""
     tables_dir, plots_dir = Path(tables_dir), Path(plots_dir)
@@ -346,12 +395,15 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     sections.append(Section("answers", "Answers by setting: closed-book, RAG@k, oracle",
                             f'<div class="scroll">{fragment}</div>' if fragment else
                             '<p class="warn">answers_by_setting.html not written.</p>'))
-    summary = benchmark_summary(read_benchmarks(benchmarks_dir), rules)
+    logs = read_run_logs(snakemake_logs) if snakemake_logs else None
+    summary = benchmark_summary(read_benchmarks(benchmarks_dir), rules, logs)
     sections.append(Section("resources", "Wall time and peak memory per rule",
                             '<p class="caption">From Snakemake\'s <code>benchmark:</code> files '
                             "(results/benchmarks/): wall-clock seconds summed over a rule's jobs and of its longest "
-                            "job, and the peak resident set size (MB) of its largest job. A rule with 0 jobs ran "
-                            "before its benchmark: directive existed or has not run.</p>"
+                            "job, and the peak resident set size (MB) of its largest job. A rule whose jobs ran "
+                            "before it declared benchmark: has its wall times from Snakemake's run log "
+                            "(.snakemake/log, newest run of that rule; whole seconds, no memory); 0 jobs: not "
+                            "run.</p>"
                             + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
                                                        "peak RSS MB (largest job)"}, table_id="benchmark-table")))
     sections.append(Section("fact-table", "Fact table",
