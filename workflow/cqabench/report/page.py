@@ -302,7 +302,8 @@ def write_fact_table_views(metrics: pd.DataFrame, csv_path: str | Path, html_pat
     write_text(text, csv_path)
     body = metrics.to_html(index=False, na_rep="", border=1, classes="fact-table", escape=True)
     write_text("<!DOCTYPE html><meta charset='utf-8'><title>cqabench fact table</title>"
-               f"<style>{_CSS}</style><h1>Fact table: results/metrics.parquet</h1>"
+               f"<style>{_CSS} body {{ max-width: none; }} .fact-table td {{ white-space: nowrap; }}</style>"
+               "<h1>Fact table: results/metrics.parquet</h1>"
                f"<p>{len(metrics)} rows × {len(metrics.columns)} columns: one row per (cell, metric). "
                "Every value is a fraction 0–1; a null value has its reason.</p>"
                f'<div class="scroll">{body}</div>\n', html_path)
