@@ -13,6 +13,9 @@ if not config:
     configfile: "config/config.yaml"
 
 
+# The landing page of `snakemake --report`: what was run, and where the report page is.
+report: "workflow/report/workflow.rst"
+
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"

@@ -9,11 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from cqabench.errors import ConfigError
 from cqabench.report import plots
 from cqabench.report.expected import load_expected
-from cqabench.report.tables import build_grid, format_cell, render_tables, to_markdown
+from cqabench.report.tables import (
+    build_grid,
+    caption,
+    format_cell,
+    render_tables,
+    to_markdown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -280,3 +285,58 @@ def test_k_effect_axis_range() -> None:
     assert plots._top([0.0, 0.0, None]) == 0.1  # all zero: [0, 0.1], not ±0.04
     assert plots._top([0.31]) == 0.4 and plots._top([0.9]) == 1.0
     assert plots.retriever_colours(["dense", "bm25", "none"]) == {"bm25": plots.PALETTE[0], "dense": plots.PALETTE[1]}
+
+
+def test_heatmap_cells_keep_unsearched_datasets_with_n_and_delta(tmp_path: Path) -> None:
+    """A dataset with no retrieval cell stays as a dash, every value carries its n, Δ uses the paper."""
+    frame = pd.concat([METRICS.assign(n=[30, 30, 1, 1]), pd.DataFrame([
+        {"cell_id": "g/tanq", "stage": "generation", "dataset": "tanq", "metric": "rms_f1", "value": 0.1}])],
+        ignore_index=True)
+    cells = plots.heatmap_cells(frame, paper={("bm25", "musique"): 0.30})
+    assert list(dict.fromkeys(cells["dataset"])) == ["musique", "finqa", "tanq"]
+    by = {(r["retriever"], r["dataset"]): r for r in cells.to_dict("records")}
+    assert by[("bm25", "finqa")]["n"] == 1 and by[("bm25", "finqa")]["value"] == pytest.approx(0.15)
+    assert by[("bm25", "musique")]["delta"] == pytest.approx(0.012)
+    assert pd.isna(by[("bm25", "finqa")]["delta"])  # no paper number for that pair
+    assert np.isnan(by[("dpr", "tanq")]["value"]) and by[("dpr", "tanq")]["reason"] == plots.NOT_SEARCHED
+    assert plots.metric_name("ndcg_cut_10") == "nDCG@10" and plots.metric_name("recall_100") == "Recall@100"
+
+
+def test_heatmap_paper_numbers_come_from_the_shipped_table2() -> None:
+    specs = load_expected(REPO / "config" / "expected" / "dexter.yaml")
+    paper, name = plots.heatmap_paper(specs, "ndcg_cut_10")
+    assert name == "DEXTER Table 2"
+    assert paper[("bm25", "2wikimultihopqa")] == pytest.approx(0.327)
+
+
+def test_text_colour_follows_wcag_contrast() -> None:
+    """Black on every viridis colour lighter than mid-teal, white on the dark purples; each pick
+    has the higher contrast ratio of the two."""
+    import matplotlib
+
+    viridis = matplotlib.colormaps["viridis"]
+    for x in np.linspace(0, 1, 21):
+        colour = viridis(x)
+        lum = plots.luminance(colour)
+        best = "black" if plots.contrast(lum, 0.0) >= plots.contrast(lum, 1.0) else "white"
+        assert plots.text_colour(colour) == best
+        assert max(plots.contrast(lum, 0.0), plots.contrast(lum, 1.0)) >= 4.5  # WCAG AA for small text
+    assert plots.text_colour((1.0, 1.0, 0.0)) == "black" and plots.text_colour((0.27, 0.0, 0.33)) == "white"
+    assert plots.luminance((1, 1, 1)) == pytest.approx(1.0) and plots.luminance((0, 0, 0)) == 0.0
+
+
+def test_each_table_caption_is_its_own(tmp_path: Path) -> None:
+    """The caption names the table, our n and split per dataset, and explains only the formats shown."""
+    frame = METRICS.assign(n=[30, 30, 1, 1], split=["train", "train", "dev", "dev"])
+    [spec] = load_expected(_expected(tmp_path, [TABLE2]))
+    grid = build_grid(frame, None, spec)
+    text = " ".join(caption(grid, run="sample"))
+    assert text.startswith("nDCG@10. Compares our ndcg_cut_10 (one value per cell)")
+    assert "finqa dev n=1" in text and "musique train n=30" in text
+    assert "OK when |Δ| ≤ 0.02" in text and "(missing)" in text
+    assert "'paper x'" not in text and "n/a [i]" not in text  # formats this table does not show
+    assert "config 'sample', not from the paper's data" in text
+    assert "Caveat" not in " ".join(caption(grid, run="dexter", paper_data=True))
+    render_tables(frame, None, [spec], tmp_path / "out", run="sample")
+    rst = (tmp_path / "out" / "t2.caption.rst").read_text()
+    assert "finqa dev n=1" in rst and "OK\\|FAIL" in rst  # reST markup characters escaped

@@ -315,6 +315,8 @@ def retrieval_targets():
 REPORT = config.get("report", {})
 EXPECTED_FILES = list(REPORT.get("expected") or sorted(glob.glob("config/expected/*.yaml")))
 REPORT_DIR = f"{RESULTS}/report"
+# The run is on the papers' full data (config/dexter.yaml, config/tanq.yaml): no sample caveat.
+PAPER_DATA = bool(REPORT.get("paper_data", False))
 
 
 def _expected_table_ids():
@@ -339,6 +341,7 @@ def report_targets():
         [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
         + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
+        + [f"{REPORT_DIR}/index.html"]
     )
 
 

@@ -7,6 +7,8 @@ rule download:
     params:
         spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
         raw_dir=RAW_DIR,
+    benchmark:
+        f"{RESULTS}/benchmarks/download/{{path}}.tsv"
     log:
         f"{RESULTS}/logs/download/{{path}}.log",
     conda:
@@ -25,6 +27,8 @@ rule prepare:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare/{{dataset}}/{{split}}.tsv"
     log:
         f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
     conda:
@@ -41,6 +45,8 @@ rule pool_corpus:
         corpus_path("{corpus}"),
     params:
         corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
+    benchmark:
+        f"{RESULTS}/benchmarks/pool_corpus/{{corpus}}.tsv"
     log:
         f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
     conda:
@@ -60,6 +66,8 @@ rule export_beir:
     # export.json saying why), so the folder is the declared output; see cqabench/beir.py.
     output:
         directory(beir_dir("{dataset}", "{serialization}", "{split}")),
+    benchmark:
+        f"{RESULTS}/benchmarks/export_beir/{{dataset}}/{{serialization}}/{{split}}.tsv"
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
     conda:

@@ -17,6 +17,8 @@ rule evaluate_generation:
         k=r"\d+",
     params:
         cell=lambda w: as_arg(_generation_cell(w)),
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate_generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
     log:
         f"{RESULTS}/logs/evaluate_generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     conda:

@@ -14,6 +14,8 @@ rule convert_model:
         converter=CONVERTER_VERSION,  # a new converter (tokenizer fix) re-converts the folder
     resources:
         mem_mb=lambda w: int(LLMS[w.llm].get("convert_mem_mb", 4000)),
+    benchmark:
+        f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
     log:
         f"{RESULTS}/logs/convert_model/{{llm}}.log",
     conda:
@@ -42,6 +44,8 @@ rule generate_batch:
         gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
         mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
+    benchmark:
+        f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
     log:
         f"{RESULTS}/logs/generate_batch/{{llm}}.log",
     conda:
@@ -74,6 +78,8 @@ rule generate:
         gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
         mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
+    benchmark:
+        f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
     log:
         f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     conda:

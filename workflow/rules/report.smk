@@ -1,6 +1,7 @@
-# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots.
-# `snakemake --report report.html` bundles the outputs marked report(...) with the captions in
-# workflow/report/*.rst. Helpers and target lists are in common.smk.
+# Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots -> the
+# report page (results/report/index.html, one self-contained file). `snakemake --report
+# report.html` bundles the outputs marked report(...) with the captions in workflow/report/*.rst
+# (each paper table's caption is written by report_tables). Helpers and targets: common.smk.
 
 
 rule aggregate:
@@ -8,10 +9,14 @@ rule aggregate:
         metrics=lambda w: _metric_files(),
         queries=lambda w: [data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)],
     output:
-        metrics=report(f"{RESULTS}/metrics.parquet", caption="../report/fact_table.rst", category="Fact tables"),
+        # Not report(): Snakemake shows Parquet as a blank text/plain page; report_page writes the
+        # CSV and HTML views of it that the report bundles instead.
+        metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
     params:
         results=lambda w, output: Path(output.metrics).parent,
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate.tsv"
     log:
         f"{RESULTS}/logs/report/aggregate.log",
     conda:
@@ -40,10 +45,12 @@ rule report_tables:
             labels={"table": "answers_by_setting"},
         ),
         markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
+        # Each table's own caption (what it compares, n, split, unit, caveat), written by the job.
+        captions=[f"{REPORT_DIR}/tables/{t}.caption.rst" for t in TABLE_IDS],
         html=[
             report(
                 f"{REPORT_DIR}/tables/{t}.html",
-                caption="../report/tables.rst",
+                caption=f"../../{REPORT_DIR}/tables/{t}.caption.rst",
                 category="Tables",
                 labels={"table": t},
             )
@@ -52,6 +59,10 @@ rule report_tables:
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
+        run=shlex.quote(str(config.get("name", "unnamed"))),
+        paper_data="--paper-data" if PAPER_DATA else "",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_tables.tsv"
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
@@ -59,6 +70,7 @@ rule report_tables:
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
+        "--run {params.run} {params.paper_data} "
         "> {log:q} 2>&1"
 
 
@@ -66,6 +78,7 @@ rule report_plots:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
+        expected=EXPECTED_FILES,
     output:
         **{
             name: report(f"{REPORT_DIR}/plots/{name}.png", caption=f"../report/{caption}", category="Plots")
@@ -73,6 +86,8 @@ rule report_plots:
         },
     params:
         k_values=" ".join(str(k) for k in GEN_K),
+    benchmark:
+        f"{RESULTS}/benchmarks/report_plots.tsv"
     log:
         f"{RESULTS}/logs/report/plots.log",
     conda:
@@ -80,4 +95,59 @@ rule report_plots:
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
-        "--skills {output.tanq_skills:q} --k-values {params.k_values} 2> {log:q}"
+        "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} 2> {log:q}"
+
+
+# One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ
+# breakdowns, parse rates, answers by setting, wall time / peak RSS per rule (benchmark: files)
+# and the fact table as CSV + HTML. It takes the BEIR exports as input only so that it runs last
+# and its benchmark table covers every rule. Logic: cqabench.report.page.
+rule report_page:
+    input:
+        metrics=f"{RESULTS}/metrics.parquet",
+        summary=f"{REPORT_DIR}/tables/summary.json",
+        tables=[f"{REPORT_DIR}/tables/{t}.html" for t in TABLE_IDS],
+        answers=f"{REPORT_DIR}/tables/answers_by_setting.json",
+        answers_html=f"{REPORT_DIR}/tables/answers_by_setting.html",
+        plots=[f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS],
+        expected=EXPECTED_FILES,
+        exports=lambda w: data_targets(),
+    output:
+        page=report(
+            f"{REPORT_DIR}/index.html",
+            caption="../report/page.rst",
+            category="Report page",
+        ),
+        csv=report(
+            f"{REPORT_DIR}/metrics.csv",
+            caption="../report/fact_table.rst",
+            category="Fact tables",
+        ),
+        html=report(
+            f"{REPORT_DIR}/fact_table.html",
+            caption="../report/fact_table.rst",
+            category="Fact tables",
+        ),
+    params:
+        config=lambda w: as_arg(config),
+        tables=" ".join(TABLE_IDS),
+        rules=lambda w: " ".join(
+            sorted(r.name for r in workflow.rules if r.name != "all")
+        ),
+        tables_dir=lambda w, input: Path(input.summary).parent,
+        plots_dir=lambda w, input: Path(input.plots[0]).parent,
+        benchmarks_dir=f"{RESULTS}/benchmarks",
+        # Wall times of jobs that ran before their rule declared benchmark: (no memory there).
+        snakemake_logs=".snakemake/log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_page.tsv"
+    log:
+        f"{RESULTS}/logs/report/page.log",
+    conda:
+        "../../envs/evaluation.yaml"
+    shell:
+        "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
+        "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
+        "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
+        "--snakemake-logs {params.snakemake_logs:q} "
+        "--fact-csv {output.csv:q} --fact-html {output.html:q} --out {output.page:q} > {log:q} 2>&1"

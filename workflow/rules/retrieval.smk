@@ -16,6 +16,8 @@ rule index:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
         mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"],
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+    benchmark:
+        f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     log:
         f"{RESULTS}/logs/index/{{corpus}}/{{serialization}}/{{retriever}}.log",
     conda:
@@ -41,6 +43,8 @@ rule search:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["gpu"],
         mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"],
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["runtime"],
+    benchmark:
+        f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
     log:
         f"{RESULTS}/logs/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.log",
     conda:
@@ -70,6 +74,8 @@ rule decompose_search:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["gpu"],
         mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"],
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["runtime"],
+    benchmark:
+        f"{RESULTS}/benchmarks/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.tsv"
     log:
         f"{RESULTS}/logs/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.log",
     conda:
@@ -93,6 +99,8 @@ rule import_run:
     params:
         spec=lambda w: as_arg(EXTERNAL_RUNS[w.name]),
         format=lambda w: EXTERNAL_RUNS[w.name].get("format", "trec"),
+    benchmark:
+        f"{RESULTS}/benchmarks/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     log:
         f"{RESULTS}/logs/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
     conda:
@@ -119,6 +127,8 @@ rule eval_retrieval:
         ),  # fmt: skip
         drop=str(bool(RETRIEVAL.get("drop_identical_ids", True))).lower(),
         strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
+    benchmark:
+        f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
     log:
         f"{RESULTS}/logs/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.log",
     conda:

@@ -68,7 +68,7 @@ def _tables(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected for spec in load_expected(path)]
     not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    summaries = render_tables(metrics, per_question, specs, args.out_dir)
+    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=args.paper_data)
     for s in summaries:
         print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
               f"ours only {s['ours_only']}")
@@ -90,9 +90,37 @@ def _plots(args: argparse.Namespace) -> int:
     if args.k_effect:
         plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values, seed=args.seed)
     if args.heatmap:
-        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric)
+        from cqabench.report.expected import load_expected
+
+        specs = [spec for path in args.expected or [] for spec in load_expected(path)]
+        paper, name = plots.heatmap_paper(specs, args.heatmap_metric)
+        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric, paper=paper, paper_name=name)
     if args.skills:
         plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+    return 0
+
+
+def _page(args: argparse.Namespace) -> int:
+    import datetime as dt
+    import os
+
+    from cqabench.report.expected import load_expected
+    from cqabench.report.page import write_fact_table_views, write_page
+    from cqabench.report.tables import read_fact_table
+
+    config = json.loads(args.config)
+    metrics = read_fact_table(args.metrics)
+    write_fact_table_views(metrics, args.fact_csv, args.fact_html)
+    page_dir = Path(args.out).parent
+    specs = [spec for path in args.expected for spec in load_expected(path)]
+    written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
+    sections = write_page(args.out, config=config, metrics=metrics, tables_dir=args.tables_dir,
+                          plots_dir=args.plots_dir, table_ids=args.table_ids, specs=specs,
+                          benchmarks_dir=args.benchmarks_dir, rules=args.rules,
+                          fact_csv=os.path.relpath(args.fact_csv, page_dir),
+                          fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
+                          snakemake_logs=args.snakemake_logs)
+    print(f"{args.out}: {len(sections)} sections")
     return 0
 
 
@@ -138,6 +166,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-question", default="results/per_question.parquet")
     p.add_argument("--expected", nargs="+", required=True, help="config/expected/*.yaml")
     p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
+    p.add_argument("--paper-data", action="store_true",
+                   help="the run is on the paper's full data: the captions leave out the sample caveat")
     _answer_args(p)
     p.set_defaults(func=_tables)
 
@@ -155,12 +186,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k-effect")
     p.add_argument("--heatmap")
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
+    p.add_argument("--expected", nargs="*", default=None,
+                   help="config/expected/*.yaml: the heatmap shows Δ to the paper table of its metric")
     p.add_argument("--skills")
     p.add_argument("--skills-metric", default="rms_f1")
     p.add_argument("--k-values", type=int, nargs="*", default=None,
                    help="x ticks of the k-effect plot (the configured k); default: every k that ran")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the error bars")
     p.set_defaults(func=_plots)
+
+    p = sub.add_parser("report-page", help="results/report/index.html: one self-contained report page, and the "
+                                            "fact table as CSV and HTML")
+    p.add_argument("--config", required=True, help="the run's configuration as JSON")
+    p.add_argument("--metrics", default="results/metrics.parquet")
+    p.add_argument("--tables-dir", default="results/report/tables")
+    p.add_argument("--plots-dir", default="results/report/plots")
+    p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
+    p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
+    p.add_argument("--benchmarks-dir", default="results/benchmarks")
+    p.add_argument("--rules", nargs="*", default=[], help="every rule of the workflow (those without benchmarks "
+                                                          "are listed as such)")
+    p.add_argument("--snakemake-logs", default=None,
+                   help="Snakemake's run logs (.snakemake/log): wall times of jobs without a benchmark file")
+    p.add_argument("--fact-csv", default="results/report/metrics.csv")
+    p.add_argument("--fact-html", default="results/report/fact_table.html")
+    p.add_argument("--out", default="results/report/index.html")
+    p.set_defaults(func=_page)
 
     p = sub.add_parser("significance", help="paired test between two cells on the same questions")
     p.add_argument("--per-question", default="results/per_question.parquet")

@@ -9,6 +9,7 @@ partial matrix still renders.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -17,14 +18,14 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: cluster nodes and CI have no display
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
 
-from cqabench.io import atomic_path  # noqa: E402
-from cqabench.report.answers import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank  # noqa: E402
-from cqabench.scoring import PRIMARY  # noqa: E402
+from cqabench.io import atomic_path
+from cqabench.report.answers import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
+from cqabench.scoring import PRIMARY
 
 UNIT_LABEL = "fraction 0–1"
 # tab10 without its grey (kept for reference lines) and olive (too pale on white).
@@ -126,7 +127,7 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
                              layout="constrained")
     notes: list[str] = []
     pad = max(0.6, 0.06 * (ks[-1] - ks[0]))
-    gap = min((b - a for a, b in zip(ks, ks[1:])), default=2)
+    gap = min((b - a for a, b in itertools.pairwise(ks)), default=2)
     dodge = min(0.25, 0.5 * gap / max(1, len(colours)))
     for ax, (series, dataset, part) in zip(axes.flat, panels):
         metric, variant = part.iloc[0]["metric"], part.iloc[0]["variant"]
@@ -183,6 +184,18 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
     _save(fig, path)
 
 
+NOT_SEARCHED = "not searched: no retrieval cell for this dataset (no corpus or qrels in this configuration)"
+
+
+def metric_name(metric: str) -> str:
+    """A retrieval metric in words as papers print it: ndcg_cut_10 -> nDCG@10, recall_100 -> Recall@100."""
+    names = {"ndcg_cut": "nDCG", "recall": "Recall", "map_cut": "MAP", "P": "P", "recip_rank": "MRR"}
+    head, _, cut = metric.rpartition("_")
+    if head in names and cut.isdigit():
+        return f"{names[head]}@{cut}"
+    return names.get(metric, metric)
+
+
 def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10", reasons: bool = False):
     """retriever × dataset means of one retrieval metric (NaN where not run or n/a).
 
@@ -210,39 +223,123 @@ def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10", reasons: bo
     return grid, why
 
 
-def text_colour(rgba) -> str:
-    """Black on light cells, white on dark ones (relative luminance of the cell colour)."""
-    r, g, b = rgba[:3]
-    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
+def heatmap_cells(metrics: pd.DataFrame, metric: str = "ndcg_cut_10",
+                  paper: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """The heatmap as one row per (retriever, dataset): value, n, reason, paper, delta.
 
-
-def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10") -> None:
+    Columns are every dataset of the fact table, not only those searched: a dataset without a
+    retrieval cell (TANQ in the sample: no corpus, no qrels) is a row with value NaN and the
+    reason NOT_SEARCHED, so the figure shows it as a dash instead of dropping it. `n` is the
+    number of queries behind the value (FinQA's 1.000 from one query reads n=1); `paper` maps
+    (retriever, dataset) to the published number (a fraction), `delta` is ours − paper.
+    """
+    columns = ["retriever", "dataset", "value", "n", "reason", "paper", "delta"]
     grid, why = heatmap_data(metrics, metric, reasons=True)
-    title = f"{metric}: retriever × dataset ({UNIT_LABEL})"
     if grid.empty:
+        return pd.DataFrame(columns=columns)
+    datasets = sorted(set(grid.columns) | set(metrics["dataset"].dropna().astype(str)), key=dataset_rank)
+    part = metrics[(metrics["stage"] == "retrieval") & (metrics["metric"] == metric)]
+    counts: dict[tuple[str, str], int] = {}
+    if "n" in part.columns:
+        for record in part.to_dict("records"):
+            n = pd.to_numeric(record.get("n"), errors="coerce")
+            if not pd.isna(n):
+                key = (str(record["retriever"]), str(record["dataset"]))
+                counts[key] = max(counts.get(key, 0), int(n))
+    paper = paper or {}
+    rows = []
+    for retriever in grid.index:
+        for dataset in datasets:
+            searched = dataset in grid.columns
+            value = float(grid.loc[retriever, dataset]) if searched else math.nan
+            reason = why.loc[retriever, dataset] if searched else NOT_SEARCHED
+            published = paper.get((str(retriever), str(dataset)))
+            delta = value - published if published is not None and not math.isnan(value) else None
+            rows.append({"retriever": retriever, "dataset": dataset, "value": value,
+                         "n": counts.get((str(retriever), str(dataset))),
+                         "reason": reason if isinstance(reason, str) else None,
+                         "paper": published, "delta": delta})
+    return pd.DataFrame(rows, columns=columns).astype({"reason": object, "paper": float, "delta": float})
+
+
+def _linear(channel: float) -> float:
+    """sRGB channel (0..1) to linear light, as WCAG's relative luminance defines it."""
+    return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
+
+
+def luminance(rgba) -> float:
+    """WCAG 2 relative luminance of a colour (0 black .. 1 white)."""
+    r, g, b = (_linear(float(c)) for c in rgba[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(lum_a: float, lum_b: float) -> float:
+    """WCAG contrast ratio of two luminances (1 .. 21)."""
+    high, low = max(lum_a, lum_b), min(lum_a, lum_b)
+    return (high + 0.05) / (low + 0.05)
+
+
+def text_colour(rgba) -> str:
+    """Black or white, whichever has the higher WCAG contrast against the cell colour."""
+    lum = luminance(rgba)
+    return "black" if contrast(lum, 0.0) >= contrast(lum, 1.0) else "white"
+
+
+def heatmap_paper(specs: list, metric: str = "ndcg_cut_10") -> tuple[dict[tuple[str, str], float], str]:
+    """The published (retriever, dataset) -> value of the first paper table laid out like the
+    heatmap (rows retriever, columns dataset, this one metric), and that table's short name."""
+    for spec in specs:
+        if spec.metric == [metric] and spec.rows == ["retriever"] and spec.columns == ["dataset"] and spec.cells:
+            cells = {(r[0], c[0]): v for (r, c), v in spec.published().items()}
+            return cells, spec.title.split(":")[0].strip() or spec.id
+    return {}, "paper"
+
+
+def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10",
+                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper") -> None:
+    """Retriever × dataset heatmap: value, n queries and Δ to the paper in every cell.
+
+    Datasets without a retrieval cell and cells with nothing to evaluate are dashes (the reason
+    under the plot), never dropped; a cell not run is blank grey. Text is black or white by the
+    WCAG contrast against its cell, so it stays readable on viridis' yellow and purple.
+    """
+    name = metric_name(metric)
+    title = f"{name} of each retriever on each dataset ({UNIT_LABEL})"
+    cells = heatmap_cells(metrics, metric, paper)
+    if cells.empty:
         _empty(path, title, "no retrieval cells yet")
         return
+    retrievers = list(dict.fromkeys(cells["retriever"]))
+    datasets = list(dict.fromkeys(cells["dataset"]))
+    values = cells.pivot(index="retriever", columns="dataset", values="value").reindex(
+        index=retrievers, columns=datasets).to_numpy(dtype=float)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
     norm = matplotlib.colors.Normalize(vmin=0.0, vmax=1.0)
-    values = grid.to_numpy(dtype=float)
-    fig, ax = plt.subplots(figsize=(1.2 * grid.shape[1] + 3.0, 0.55 * grid.shape[0] + 2.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(1.45 * len(datasets) + 3.2, 0.85 * len(retrievers) + 2.6), layout="constrained")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, aspect="auto")
-    ax.set_xticks(range(grid.shape[1]), grid.columns, rotation=30, ha="right")
-    ax.set_yticks(range(grid.shape[0]), grid.index)
+    ax.set_xticks(range(len(datasets)), datasets, rotation=30, ha="right")
+    ax.set_yticks(range(len(retrievers)), retrievers)
     notes = []
-    for (i, j), v in np.ndenumerate(values):
+    for record in cells.to_dict("records"):
+        i, j = retrievers.index(record["retriever"]), datasets.index(record["dataset"])
+        v = record["value"]
         if np.isnan(v):
-            reason = why.iat[i, j]
-            if isinstance(reason, str):
-                ax.text(j, i, "–", ha="center", va="center", color="black", fontsize=11)
-                notes.append(f"{grid.columns[j]}: {reason}")
+            if isinstance(record["reason"], str):
+                ax.text(j, i, "–", ha="center", va="center", color="black", fontsize=12)
+                notes.append(f"{record['dataset']}: {record['reason']}")
             continue
-        ax.text(j, i, f"{v:.3f}", ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=8)
-    fig.colorbar(image, ax=ax, label=f"{metric} ({UNIT_LABEL})")
-    ax.set_title(title)
-    legend = "– = n/a (ran, nothing evaluable); blank = not run"
+        lines = [f"{v:.3f}"]
+        if record["n"] is not None and not pd.isna(record["n"]):
+            lines.append(f"n={int(record['n'])}")
+        if record["delta"] is not None and not pd.isna(record["delta"]):
+            lines.append(f"Δ{record['delta']:+.3f}")
+        ax.text(j, i, "\n".join(lines), ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=10,
+                linespacing=1.15)
+    fig.colorbar(image, ax=ax, label=f"{name} ({UNIT_LABEL})")
+    ax.set_title(title + "\ncell: our value, n = queries evaluated, Δ = ours − " + paper_name, fontsize=10)
+    legend = "– = nothing to evaluate or not searched (reason below); blank = not run"
     if notes:
-        legend += "\n" + "\n".join(f"n/a: {n}" for n in dict.fromkeys(notes))
+        legend += "\n" + "\n".join(f"– {n}" for n in dict.fromkeys(notes))
     ax.set_xlabel(legend, fontsize=7, loc="left")
     _save(fig, path)
 

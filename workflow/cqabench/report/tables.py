@@ -1,5 +1,9 @@
 """Paper-layout tables: our number beside the paper's, the difference, and OK / FAIL.
 
+Each table carries its own caption (`caption`): what it compares, our n and split per dataset,
+the unit, the cell formats that actually occur in it, and, for a run that is not on the paper's
+data, that caveat. One shared caption for every table described formats a table did not show.
+
 Modelled on a reproduction matrix: a reader sees at a glance which published cells we match
 within the stated tolerance, which we miss, and which we have not run (shown as missing, never
 as zero). Every number is a fraction in 0..1 (ours from the fact tables, the paper's converted
@@ -59,6 +63,8 @@ class Grid:
     col_keys: list[tuple[str, ...]]
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], Cell]
     notes: list[str] = field(default_factory=list)  # e.g. a dimension our fact table cannot give
+    # (dataset, split) -> (fewest, most) questions behind one of our cells there, for the caption.
+    coverage: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
     def reasons(self) -> list[str]:
         """The distinct n/a reasons, in the order of the table (footnote i is reasons()[i-1])."""
@@ -236,6 +242,7 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
             prev = ours.get(key)
             ours[key] = (float(value), 1) if prev is None else (prev[0], prev[1] + 1)
     keys = set(ours) | set(published) | set(na)
+    coverage = _coverage(chosen, spec.source == "per_question")
     rows = _ordered({k[0] for k in keys}, spec.rows, spec)
     cols = _ordered({k[1] for k in keys}, spec.columns, spec)
     cells = {}
@@ -244,7 +251,34 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
         values = dict(zip(spec.rows, key[0])) | dict(zip(spec.columns, key[1]))
         cells[key] = Cell(ours=value, paper=published.get(key), n_cells=count,
                           reason=None if value is not None else na.get(key), reference=spec.is_reference(values))
-    return Grid(spec, rows, cols, cells, notes)
+    return Grid(spec, rows, cols, cells, notes, coverage)
+
+
+def _coverage(chosen: pd.DataFrame, per_question: bool) -> dict[tuple[str, str], tuple[int, int]]:
+    """(dataset, split) -> (min, max) questions per cell among the rows a table shows.
+
+    Metric rows carry `n` (questions evaluated); per-question rows are counted by distinct qid
+    per cell. Rows without a dataset or count are skipped: the caption then says n is unknown.
+    """
+    if chosen.empty or "dataset" not in chosen.columns:
+        return {}
+    frame = chosen.assign(split=chosen["split"] if "split" in chosen.columns else "?")
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    if per_question:
+        if "qid" not in frame.columns:
+            return {}
+        by = ["dataset", "split"] + (["cell_id"] if "cell_id" in frame.columns else [])
+        counts = frame.groupby(by, dropna=False)["qid"].nunique()
+        pairs = [((str(k[0]), str(k[1])), int(v)) for k, v in counts.items()]
+    else:
+        if "n" not in frame.columns:
+            return {}
+        values = frame.assign(n=pd.to_numeric(frame["n"], errors="coerce")).dropna(subset=["n"])
+        pairs = [((str(r["dataset"]), str(r["split"])), int(r["n"])) for r in values.to_dict("records")]
+    for key, n in pairs:
+        low, high = out.get(key, (n, n))
+        out[key] = (min(low, n), max(high, n))
+    return out
 
 
 def _label(spec: TableSpec, key: tuple[str, ...], dims: list[str]) -> str:
@@ -270,29 +304,78 @@ def format_cell(cell: Cell | None, spec: TableSpec, footnote: int | None = None)
     return f"{ours} / {cell.paper:.{d}f} (Δ{cell.diff:+.{d}f}) {status}"
 
 
-def _legend(grid: Grid) -> str:
-    s = grid.summary()
-    spec = grid.spec
-    parts = [
-        UNIT_NOTE,
-        f"Cells: ours / paper (Δ = ours − paper) OK when |Δ| ≤ {spec.tolerance:g}.",
-        f"OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']} (paper has it, we did not run it), "
-        f"n/a {s['not_available']} (we ran it, nothing was evaluable: see the notes), ours only {s['ours_only']}.",
-    ]
+def _n_text(grid: Grid) -> str:
+    if not grid.coverage:
+        return "n: none of our cells in this table (only the paper's numbers are shown)."
+    parts = []
+    for (dataset, split), (low, high) in sorted(grid.coverage.items()):
+        count = (f"{low}" if low == high else f"{low}–{high}") + (" (nothing evaluable)" if high == 0 else "")
+        parts.append(f"{dataset} {split} n={count}")
+    return "Ours (questions per cell, dataset and split): " + ", ".join(parts) + "."
+
+
+def _formats(grid: Grid) -> list[str]:
+    """The cell formats that occur in this table, each explained once (and only those)."""
+    spec, cells = grid.spec, list(grid.cells.values())
+    out = []
+    if any(c.ours is not None and c.paper is not None for c in cells):
+        out.append(f"'ours / paper (Δ = ours − paper) OK|FAIL': OK when |Δ| ≤ {spec.tolerance:g}")
+    if any(c.ours is not None and c.paper is None for c in cells):
+        out.append("a number alone: ours, the paper has no such cell")
+    if any(c.status(spec.tolerance) == MISSING for c in cells):
+        out.append("'— / paper (missing)': the paper reports it, this run did not produce it")
+    if any(c.reference and c.ours is None and c.paper is not None for c in cells):
+        out.append("'paper x': a row only the paper has (its models or baselines), for reference")
+    if any(c.not_available for c in cells):
+        out.append("'n/a [i]': we ran it and nothing was evaluable, reason in note i")
+    return out
+
+
+def caption(grid: Grid, run: str | None = None, paper_data: bool = False) -> list[str]:
+    """This table's caption as sentences: what is compared, n and split, unit, formats, caveat.
+
+    `run` names the configuration the numbers come from; unless `paper_data` says the run is on
+    the paper's full data, the caption says that the sample is not the paper's data.
+    """
+    spec, s = grid.spec, grid.summary()
+    metrics = ", ".join(spec.label("metric", m) for m in spec.metric)
+    how = "mean over questions of each cell" if spec.source == "per_question" else "one value per cell"
+    source = spec.title.split(":")[0].strip() or spec.id  # "DEXTER Table 2", "TANQ Table 5"
+    parts = [f"{spec.title}. Compares our {metrics} ({how}), by {' / '.join(spec.rows)} (rows) and "
+             f"{' / '.join(spec.columns)} (columns), with the paper's published numbers "
+             f"({source}: {len(spec.cells)} recorded)." if spec.cells else
+             f"{spec.title}. Our {metrics} ({how}); no published numbers are recorded for this table.",
+             _n_text(grid),
+             UNIT_NOTE if spec.paper_unit == "fraction" else UNIT_NOTE[:-1] + f" ({spec.paper_unit})."]
+    formats = _formats(grid)
+    if formats:
+        parts.append("Cells: " + "; ".join(formats) + ".")
+    parts.append(f"OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
+                 f"ours only {s['ours_only']}.")
     if s["ambiguous"]:
         parts.append(f"{s['ambiguous']} cells matched several of our runs (×N): narrow the table's filters; "
                      "the first by cell_id is shown.")
-    reference = sum(1 for c in grid.cells.values() if c.reference and c.ours is None and c.paper is not None)
-    if reference:
-        parts.append(f"'paper x' ({reference} cells): rows only the paper has (its models or baselines), "
-                     "printed for reference; our rows sit beside them.")
-    if not spec.cells:
-        parts.append("No published numbers are recorded for this table (see the YAML comments).")
+    if not paper_data:
+        where = f"config '{run}'" if run else "this run"
+        parts.append(f"Caveat: our numbers come from {where}, not from the paper's data (other questions, "
+                     "far smaller n); OK / FAIL only speaks to fidelity on a full run.")
     names = _names(grid)
     if names:
         parts.append("Names: " + "; ".join(f"{label} = {ours}" for label, ours in names) + ".")
-    parts += grid.notes
-    return " ".join(parts)
+    return parts + grid.notes
+
+
+def _legend(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+    return " ".join(caption(grid, run, paper_data))
+
+
+def caption_rst(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+    """The caption as reStructuredText for `snakemake --report` (one per table, written beside it)."""
+    text = "\n\n".join(caption(grid, run, paper_data))
+    # Escape the characters reST would read as markup in numbers and names.
+    for char in ("\\", "*", "`", "|", "_"):
+        text = text.replace(char, "\\" + char)
+    return text + "\n"
 
 
 def _names(grid: Grid) -> list[tuple[str, str]]:
@@ -307,7 +390,7 @@ def _names(grid: Grid) -> list[tuple[str, str]]:
     return out
 
 
-def to_markdown(grid: Grid) -> str:
+def to_markdown(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
     spec = grid.spec
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
     header = [corner] + [_label(spec, c, spec.columns) for c in grid.col_keys]
@@ -324,7 +407,7 @@ def to_markdown(grid: Grid) -> str:
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
     if not grid.row_keys:
         lines.append("| (no cells) |")
-    lines += ["", _legend(grid)]
+    lines += ["", _legend(grid, run, paper_data)]
     lines += [""] + [f"[{i}] n/a: {reason}" for i, reason in enumerate(notes, 1)] if notes else []
     return "\n".join(lines) + "\n"
 
@@ -339,7 +422,7 @@ _CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "back
         NA: "background:#fff4d6"}
 
 
-def to_html(grid: Grid) -> str:
+def to_html(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
     spec = grid.spec
     esc = html.escape
     out = [f"<h3>{esc(spec.title)}</h3>"]
@@ -347,7 +430,7 @@ def to_html(grid: Grid) -> str:
         out.append(f"<p>Paper: {esc(spec.paper)}</p>")
     if spec.note:
         out.append("".join(f"<p><em>{esc(para)}</em></p>" for para in spec.note.split("\n\n") if para.strip()))
-    out.append('<table border="1" cellspacing="0" cellpadding="4">')
+    out.append(f'<table class="paper-table" id="{esc(spec.id)}" border="1" cellspacing="0" cellpadding="4">')
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
     out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in grid.col_keys) + "</tr>")
     notes = grid.reasons()
@@ -360,22 +443,30 @@ def to_html(grid: Grid) -> str:
             tds.append(f'<td style="{style}">{esc(_formatted(grid, r, c, notes))}</td>')
         out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
     out.append("</table>")
-    out.append(f"<p>{esc(_legend(grid))}</p>")
+    out.append('<div class="caption">' + "".join(f"<p>{esc(part)}</p>" for part in caption(grid, run, paper_data))
+               + "</div>")
     if notes:
         out.append("<ol>" + "".join(f"<li>n/a: {esc(reason)}</li>" for reason in notes) + "</ol>")
     return "\n".join(out) + "\n"
 
 
 def render_tables(
-    metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path
+    metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path,
+    run: str | None = None, paper_data: bool = False,
 ) -> list[dict[str, Any]]:
-    """Write <id>.md and <id>.html per table plus summary.json; returns the summaries."""
+    """Write <id>.md, <id>.html and <id>.caption.rst per table plus summary.json; returns the summaries.
+
+    The .caption.rst is the table's own caption for `snakemake --report` (report.smk points each
+    table's report() caption at it), so the bundled report says what each table shows.
+    """
     out_dir = Path(out_dir)
     summaries = []
     for spec in specs:
         grid = build_grid(metrics, per_question, spec)
-        write_text(to_markdown(grid), out_dir / f"{spec.id}.md")
-        write_text("<!DOCTYPE html><meta charset='utf-8'>\n" + to_html(grid), out_dir / f"{spec.id}.html")
+        write_text(to_markdown(grid, run, paper_data), out_dir / f"{spec.id}.md")
+        write_text("<!DOCTYPE html><meta charset='utf-8'>\n" + to_html(grid, run, paper_data),
+                   out_dir / f"{spec.id}.html")
+        write_text(caption_rst(grid, run, paper_data), out_dir / f"{spec.id}.caption.rst")
         summaries.append(grid.summary())
     write_json(summaries, out_dir / "summary.json")
     return summaries
