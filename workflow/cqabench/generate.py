@@ -31,6 +31,7 @@ from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
 from cqabench.llm.cache import ItemCache, item_key
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
+from cqabench.report.provenance import job_provenance
 from cqabench.runs import ranked, read_run
 
 log = logging.getLogger(__name__)
@@ -413,6 +414,9 @@ def run_cell(
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+    # Recorded here, in the generation environment (vLLM's own venv), not by the jobs that
+    # score or aggregate later: those run elsewhere and would report their own packages.
+    summary["provenance"] = {**job_provenance(), "model_hash": identity_hash(identity)}
     if summary_path is not None:
         write_json(summary, summary_path)
     log.info(
@@ -476,6 +480,7 @@ def run_batch(
         "api_retries": retries,
         "wall_time_s": round(time.perf_counter() - started, 3),
         "cache": str(cache_path),
+        "provenance": {**job_provenance(), "model_hash": identity_hash(identity)},
     }
     write_json(manifest, manifest_path)
     log.info("batch %s: %d cells, %d unique prompts, %d generated, %.1f s", spec.name, manifest["n_cells"],

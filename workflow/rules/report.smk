@@ -12,13 +12,16 @@ rule aggregate:
         per_question=f"{RESULTS}/per_question.parquet",
     params:
         results=lambda w, output: Path(output.metrics).parent,
+        # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
+        config_hash=CONFIG_HASH,
     log:
         f"{RESULTS}/logs/report/aggregate.log",
     conda:
         "../../envs/evaluation.yaml"
     shell:
         "cqabench aggregate --metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
-        "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
+        "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} --config-hash {params.config_hash} "
+        "2> {log:q}"
 
 
 # The paper tables and answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and

@@ -23,7 +23,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
     rows, pq_rows = aggregate(files, args.out_metrics, args.out_per_question,
-                              results_dir=args.results_dir, data_dir=args.data_dir)
+                              results_dir=args.results_dir, data_dir=args.data_dir, config_hash=args.config_hash)
     print(f"{len(files)} metric files -> {rows} metric rows ({args.out_metrics}), "
           f"{pq_rows} per-question rows ({args.out_per_question})")
     return 0
@@ -130,6 +130,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default="results/data", help="prepared queries, for question type / skills")
     p.add_argument("--out-metrics", default="results/metrics.parquet")
     p.add_argument("--out-per-question", default="results/per_question.parquet")
+    p.add_argument("--config-hash", default=None,
+                   help="sha256 of the run's config (the workflow passes it); every row records it")
     p.set_defaults(func=_aggregate)
 
     p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "

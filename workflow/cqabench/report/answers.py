@@ -113,6 +113,8 @@ def _generation(frame: pd.DataFrame | None) -> pd.DataFrame:
     if "stage" in part.columns:
         part = part[part["stage"].astype("string") == "generation"]
     part = part[part["setting"].astype("string").isin(SETTING_ORDER).fillna(False).astype(bool)]
+    if "breakdown" in part.columns:  # whole-cell values only; TANQ's breakdown rows share the metric name
+        part = part[part["breakdown"].isna()]
     return part.copy()
 
 
