@@ -128,3 +128,13 @@ def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path) -> Non
     proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
+
+
+def test_significance_correction_is_a_checked_config_key() -> None:
+    config = _config()
+    config.setdefault("report", {})["significance"] = {"correction": "bh", "alpha": 0.1, "baseline": "bm25"}
+    validate(config, SCHEMA)
+    config["report"]["significance"]["correction"] = "bonferroni"
+    with pytest.raises(WorkflowError) as err:
+        validate(config, SCHEMA)
+    assert "'bonferroni' is not one of ['holm', 'bh']" in str(err.value)

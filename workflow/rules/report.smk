@@ -24,8 +24,9 @@ rule aggregate:
         "2> {log:q}"
 
 
-# The paper tables and answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
-# Holm-corrected paired tests) come from one job: both read the same fact tables. Cells the
+# The paper tables, answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
+# corrected paired tests) and retrieval_vs_baseline (every run vs BM25 per dataset, one family)
+# come from one job: all read the same fact tables. report.significance picks the correction. Cells the
 # configuration does not plan (not_planned_cells(), common.smk) are listed with their reason.
 rule report_tables:
     input:
@@ -42,6 +43,14 @@ rule report_tables:
             category="Tables",
             labels={"table": "answers_by_setting"},
         ),
+        retrieval_md=f"{REPORT_DIR}/tables/retrieval_vs_baseline.md",
+        retrieval_json=f"{REPORT_DIR}/tables/retrieval_vs_baseline.json",
+        retrieval_html=report(
+            f"{REPORT_DIR}/tables/retrieval_vs_baseline.html",
+            caption="../report/retrieval_significance.rst",
+            category="Tables",
+            labels={"table": "retrieval_vs_baseline"},
+        ),
         markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
         html=[
             report(
@@ -55,6 +64,9 @@ rule report_tables:
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
+        correction=SIGNIFICANCE["correction"],
+        alpha=SIGNIFICANCE["alpha"],
+        baseline=SIGNIFICANCE["baseline"],
     log:
         f"{RESULTS}/logs/report/tables.log",
     conda:
@@ -62,7 +74,7 @@ rule report_tables:
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
-        "> {log:q} 2>&1"
+        "--correction {params.correction} --alpha {params.alpha} --baseline {params.baseline:q} > {log:q} 2>&1"
 
 
 rule report_plots:
