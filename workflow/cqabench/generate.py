@@ -30,6 +30,7 @@ from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
 from cqabench.llm.cache import ItemCache, item_key
+from cqabench.progress import Progress
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
 from cqabench.report.provenance import job_provenance
 from cqabench.runs import ranked, read_run
@@ -215,6 +216,7 @@ def generate_missing(
     if not todo_groups:
         return cached, generated, 0
     backend = backend_factory()
+    progress = Progress(f"{label} generation", n_todo, unit="items")
     try:
         for sampling, todo in todo_groups:
             for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
@@ -223,6 +225,8 @@ def generate_missing(
                 for idx, comp in batch:
                     generated[todo[idx].key] = comp
                     log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
+                progress.update(len(batch))
+        progress.finish()
     finally:
         retries = int(getattr(backend, "retries", 0))
         backend.close()
