@@ -60,3 +60,28 @@ def test_unknown_total_and_no_progress_yet() -> None:
     q = Progress("generate", 10, interval_s=0, clock=clock)
     clock.now += 1
     assert q.update(0) == "generate: 0/10 (0%), 0.0 items/s, elapsed 1s, ETA unknown"
+
+
+def test_generation_logs_progress_and_its_end(tmp_path, caplog) -> None:
+    """generate_missing reports through Progress: the final line counts every generated item."""
+    from cqabench.generate import Item, generate_missing
+    from cqabench.llm.base import Completion, Sampling
+    from cqabench.llm.cache import ItemCache
+
+    class Backend:
+        retries = 0
+
+        def generate(self, chats, sampling, labels=None):
+            for start in range(0, len(chats), 2):  # batches of two
+                yield [(i, Completion(f"a{i}", 5, 1, 0.01)) for i in range(start, min(start + 2, len(chats)))]
+
+        def close(self) -> None:
+            pass
+
+    items = [Item(f"q{i}", [{"role": "user", "content": f"question {i}"}], f"key{i}", []) for i in range(5)]
+    caplog.set_level(logging.INFO, logger="cqabench.progress")
+    with ItemCache(tmp_path / "cache.sqlite") as cache:
+        cached, generated, _ = generate_missing(Backend, [(Sampling(), items)], cache, "musique/dev/cell")
+    assert not cached and len(generated) == 5
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().endswith("(done)")]
+    assert line.startswith("musique/dev/cell generation: 5/5 (100%), ")
