@@ -95,7 +95,9 @@ def test_package_versions_key_names_follow_the_installed_distribution(monkeypatc
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(prov.metadata, "version", version)
-    assert prov.package_versions(("torch", "vllm")) == {"torch": "2.13.0", "vllm": "0.32.0"}
+    # cqabench itself, run from the checkout on PYTHONPATH (not installed), says so.
+    assert prov.package_versions(("torch", "vllm")) == {"torch": "2.13.0", "vllm": "0.32.0",
+                                                        "cqabench": "0.1.0 (source)"}
 
 
 def test_model_provenance_of_retrievers_and_llms(tmp_path: Path) -> None:

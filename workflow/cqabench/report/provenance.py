@@ -82,6 +82,10 @@ def package_versions(names: Sequence[str] = DEFAULT_PACKAGES) -> dict[str, str]:
         version = _version(dists)
         if version is not None:
             found[key] = version
+    if "cqabench" not in found:  # run from the checkout on PYTHONPATH (the workflow's way), not installed
+        from cqabench import __version__
+
+        found["cqabench"] = f"{__version__} (source)"
     return found
 
 
