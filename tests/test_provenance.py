@@ -246,3 +246,17 @@ def test_files_from_before_provenance_was_recorded_say_so(results: Path) -> None
     assert {r["model_hash"] for r in gen} == {GGUF_SHA} and {r["sampling_top_p"] for r in gen} == {1.0}
     ret = [r for r in rows if r["stage"] == "retrieval"]
     assert {r["model_hash"] for r in ret} == {"none (no model: bm25)"}
+
+
+def test_cli_records_the_config_hash_or_says_it_was_not_given(results: Path) -> None:
+    import pandas as pd
+
+    out, pq_out = results / "m.parquet", results / "q.parquet"
+    args = ["aggregate", "--results-dir", str(results), "--out-metrics", str(out), "--out-per-question", str(pq_out)]
+    config = {"retrieval": {"k": 100}, "llms": {"smollm2-135m": {"backend": "vllm"}}}
+    digest = prov.config_hash(config)
+    assert digest == hashlib.sha256(b'{"llms":{"smollm2-135m":{"backend":"vllm"}},"retrieval":{"k":100}}').hexdigest()
+    assert main([*args, "--config-hash", digest]) == 0
+    assert set(pd.read_parquet(out)["config_hash"]) == {digest}
+    assert main(args) == 0
+    assert set(pd.read_parquet(out)["config_hash"]) == {"unknown (no config given to aggregate)"}
