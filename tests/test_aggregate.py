@@ -9,7 +9,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from cqabench.cli import main
 from cqabench.errors import DataError
 from cqabench.report.aggregate import aggregate, build_metrics_table, find_metric_files

@@ -51,7 +51,7 @@ def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path) -> None:
     config["serializations"] = ["html"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "'html' is not one of ['pipe', 'markdown', 'linear']" in proc.stdout + proc.stderr
 
@@ -59,21 +59,22 @@ def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path) -> None:
 def test_full_reproduction_plans_the_data_stage_of_every_dataset() -> None:
     proc = subprocess.run(
         SNAKEMAKE + ["-n", "--quiet", "rules", "--configfile", "config/dexter.yaml"],
-        cwd=ROOT, capture_output=True, text=True,
+        cwd=ROOT, check=False, capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     for rule in ("download", "prepare", "pool_corpus", "export_beir"):
         assert rule in out
     plan = subprocess.run(
-        SNAKEMAKE + ["-n", "--configfile", "config/dexter.yaml"], cwd=ROOT, capture_output=True, text=True
+        SNAKEMAKE + ["-n", "--configfile", "config/dexter.yaml"], cwd=ROOT, check=False, capture_output=True,
+        text=True,
     ).stdout
     for ds in ("musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa", "tanq"):
         assert f"results/data/{ds}/" in plan, ds
 
 
 def test_workflow_lints_clean() -> None:
-    proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Lints for" not in proc.stdout + proc.stderr
 
@@ -83,7 +84,7 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> N
     config["retrievers"]["minilm"]["similarity"] = "cosin"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
 
@@ -98,9 +99,9 @@ def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None
     env = {k: v for k, v in os.environ.items() if k != "CQABENCH_TEST_KEY"}
     cmd = SNAKEMAKE + ["results/data/finqa/dev/queries.parquet", "--cores", "1", "-s", str(ROOT / "Snakefile"),
                        "--directory", str(tmp_path / "work"), "--configfile", str(path)]
-    plan = subprocess.run(cmd + ["-n"], cwd=ROOT, capture_output=True, text=True, env=env)
+    plan = subprocess.run(cmd + ["-n"], cwd=ROOT, check=False, capture_output=True, text=True, env=env)
     assert plan.returncode == 0, plan.stderr[-2000:]  # planning needs no credentials
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, env=env)
     assert proc.returncode != 0
     assert "llms.remote: backend openai reads its API key from $CQABENCH_TEST_KEY, which is not set" in proc.stderr
     assert not (tmp_path / "work/results").exists()
@@ -108,7 +109,7 @@ def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None
 
 def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents() -> None:
     """An "oracle" cell without gold documents would be closed-book renamed: it is never planned."""
-    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=ROOT, capture_output=True, text=True)
+    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=ROOT, check=False, capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     out = plan.stdout
     cell = "results/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
@@ -125,7 +126,7 @@ def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path) -> Non
     config["generation"]["rag_retrievers"] = ["bm25", "minilmm"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
 
@@ -155,3 +156,13 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> N
     assert _job_resources(plan.stdout, "search", "retriever=minilm").endswith("gpu=1")
     assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=1")
     assert _job_resources(plan.stdout, "index", "retriever=bm25").endswith("gpu=0")
+
+
+def test_significance_correction_is_a_checked_config_key() -> None:
+    config = _config()
+    config.setdefault("report", {})["significance"] = {"correction": "bh", "alpha": 0.1, "baseline": "bm25"}
+    validate(config, SCHEMA)
+    config["report"]["significance"]["correction"] = "bonferroni"
+    with pytest.raises(WorkflowError) as err:
+        validate(config, SCHEMA)
+    assert "'bonferroni' is not one of ['holm', 'bh']" in str(err.value)

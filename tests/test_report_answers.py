@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import bootstrap
-
 from cqabench.cli import main
 from cqabench.errors import ConfigError
 from cqabench.report.answers import (
@@ -21,6 +19,7 @@ from cqabench.report.answers import (
     to_markdown,
     validate_not_planned,
 )
+from scipy.stats import bootstrap
 
 NOT_PLANNED = [{"dataset": "tanq", "split": "test", "setting": "rag", "reason": "no corpus: TANQ has no documents"},
                {"dataset": "tanq", "split": "test", "setting": "oracle", "reason": "no gold evidence"}]
@@ -188,3 +187,24 @@ def test_cli_report_answers_and_report_tables(tmp_path: Path, capsys) -> None:
 def test_render_answers_with_nothing(tmp_path: Path) -> None:
     doc = render_answers(pd.DataFrame(), pd.DataFrame(), [], tmp_path)
     assert doc["cells"] == [] and "(no generation cells)" in (tmp_path / "answers_by_setting.md").read_text()
+
+
+def test_benjamini_hochberg_when_configured_holm_kept_beside() -> None:
+    metrics, per_q = _frames(
+        _cell("musique", "closed", "none", 0, [0, 0, 0, 0, 0, 0]),
+        _cell("musique", "rag", "bm25", 5, [1, 1, 1, 1, 1, 0]),  # p = 2/32
+        _cell("musique", "rag", "bm25", 1, [1, 0, 0, 0, 0, 0]),  # one non-zero difference: p = 1
+        _cell("musique", "oracle", "none", 0, [1, 1, 1, 1, 1, 1]),  # p = 2/64
+    )
+    doc = answers_by_setting(metrics, per_q, NOT_PLANNED, correction="bh", alpha=0.1)
+    comps = {(c["setting"], c["k"]): c for c in doc["comparisons"]}
+    assert [comps[k]["p_value"] for k in (("oracle", 0), ("rag", 5), ("rag", 1))] == pytest.approx([2 / 64, 2 / 32, 1])
+    # BH, m = 3: p·3/rank = 0.09375, 0.09375, 1 -> running minimum from the top: 0.09375, 0.09375, 1.
+    assert comps[("oracle", 0)]["p_adjusted"] == pytest.approx(0.09375)
+    assert comps[("rag", 5)]["p_adjusted"] == pytest.approx(0.09375) and comps[("rag", 5)]["significant"] is True
+    assert comps[("rag", 1)]["p_adjusted"] == pytest.approx(1.0) and comps[("rag", 1)]["significant"] is False
+    # Holm stays in the JSON: 0.09375 × 1, 0.0625 × 2 = 0.125, 1: RAG@5 would not pass at 0.1 under Holm.
+    assert comps[("rag", 5)]["p_holm"] == pytest.approx(0.125)
+    assert doc["method"]["correction"]["method"] == "bh" and doc["method"]["correction"]["alpha"] == 0.1
+    md = to_markdown(doc)
+    assert "p / p BH" in md and "0.062 / 0.094 *" in md and "Benjamini-Hochberg" in md

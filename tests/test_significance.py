@@ -5,11 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
 from cqabench.cli import main
 from cqabench.errors import ConfigError
-from cqabench.report.significance import bootstrap_test, compare, parse_spec, randomization_test
+from cqabench.report.significance import (
+    adjust,
+    benjamini_hochberg,
+    bootstrap_test,
+    compare,
+    holm,
+    parse_spec,
+    randomization_test,
+)
+from scipy import stats
 
 
 def test_exact_randomization_matches_scipy() -> None:
@@ -96,3 +103,57 @@ def test_cli(tmp_path, capsys) -> None:
     assert rc == 0 and "A-B +0.4000" in text and "(exact)" in text and "95% CI" in text
     assert (tmp_path / "r.json").exists()
     assert main(["significance", "--per-question", str(path), "--a", "k=9", "--b", "k=1", "--metric", "cover_em"]) == 1
+
+
+def test_exact_sign_flip_by_enumerating_every_flip() -> None:
+    """p = share of the 2^n sign patterns whose |mean| reaches the observed one, counted here by hand."""
+    a = np.array([0.9, 0.4, 0.7, 0.5, 1.0])
+    b = np.array([0.4, 0.6, 0.3, 0.4, 0.2])
+    d = a - b  # 0.5, -0.2, 0.4, 0.1, 0.8
+    observed = abs(d.mean())
+    hits = 0
+    for bits in range(2**5):
+        signs = np.array([-1.0 if bits >> i & 1 else 1.0 for i in range(5)])
+        hits += abs((signs * d).mean()) >= observed - 1e-12
+    r = randomization_test(a, b)
+    assert r.exact and r.resamples == 32
+    # |sum| ≥ 1.6 for (all +), (flip −0.2: 2.0), (flip −0.2 and 0.1: 1.8) and their negatives: 6 of 32.
+    assert hits == 6 and r.p_value == pytest.approx(6 / 32)
+    assert r.diff == pytest.approx(0.32)
+
+
+def test_one_pair_and_sampled_flips() -> None:
+    one = randomization_test([1.0], [0.0])
+    assert one.p_value == 1.0 and one.exact  # +d and -d both reach |d|
+    rng = np.random.default_rng(5)
+    a, b = rng.random(30), rng.random(30)
+    r = randomization_test(a, b, resamples=2000, seed=1)
+    assert not r.exact and r.resamples == 2000
+    assert r.p_value == randomization_test(a, b, resamples=2000, seed=1).p_value  # seeded
+    # p is (hits + 1) / (resamples + 1) per tail, never 0
+    assert randomization_test(np.ones(30), np.zeros(30), resamples=500).p_value == pytest.approx(2 / 501)
+
+
+def test_bootstrap_interval_is_scipys() -> None:
+    rng = np.random.default_rng(6)
+    a, b = rng.random(50), rng.random(50)
+    r = bootstrap_test(a, b, resamples=999, seed=2)
+    ref = stats.bootstrap((a - b,), np.mean, n_resamples=999, method="percentile", rng=np.random.default_rng(2))
+    assert r.ci_low == pytest.approx(ref.confidence_interval.low)
+    assert r.ci_high == pytest.approx(ref.confidence_interval.high)
+    shifted = np.abs(ref.bootstrap_distribution - (a - b).mean()) >= abs((a - b).mean())
+    assert r.p_value == pytest.approx((shifted.sum() + 1) / 1000)
+
+
+def test_holm_and_bh_on_a_known_vector() -> None:
+    p = [0.01, 0.04, 0.03, 0.005]
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max.
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # BH: sorted p * m / rank = 0.02, 0.02, 0.04, 0.04 -> running min from the largest.
+    assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02])
+    assert adjust([0.01, None, 0.04, 0.03, 0.005], "bh") == [
+        pytest.approx(0.02), None, pytest.approx(0.04), pytest.approx(0.04), pytest.approx(0.02)]
+    assert adjust([0.5, 0.9], "bh") == [pytest.approx(0.9), pytest.approx(0.9)]
+    assert adjust([], "holm") == [] and adjust([None], "bh") == [None]
+    with pytest.raises(ConfigError, match="holm"):
+        adjust([0.1], "bonferroni")

@@ -8,6 +8,7 @@ job that does not score anything should not pay those imports (about a second pe
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
     """Totals of the generation job's cost columns, where the predictions table has them."""
-    out: dict[str, Any] = {"n_predictions": int(len(preds))}
+    out: dict[str, Any] = {"n_predictions": len(preds)}
     for col in ("prompt_tokens", "output_tokens", "wall_time_s"):
         if col in preds.columns:
             out[col] = float(pd.to_numeric(preds[col], errors="coerce").fillna(0).sum())
@@ -104,6 +105,24 @@ def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
                 out[col] = int(out[col])
     if "parse_ok" in preds.columns:
         out["parse_failures"] = int((~preds["parse_ok"].astype(bool)).sum())
+    return out
+
+
+def from_generation_summary(path: Path | None) -> dict[str, Any]:
+    """This job's commit plus what the generating job recorded in its summary.json.
+
+    Without a summary the package versions stay unrecorded rather than borrowed from this
+    process, which is not the environment that generated the answers.
+    """
+    from cqabench.report.provenance import generation_summary_provenance, git_commit
+
+    out: dict[str, Any] = {"git_commit": git_commit()}
+    if path is None:
+        return out
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise DataError(path, None, "(file)", "expected a JSON object")
+    out.update(generation_summary_provenance(doc))
     return out
 
 
@@ -127,5 +146,6 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
     )
     print(format_summary(summary))
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
-    _write(summary, per_question, cell, generation_provenance(preds), args.out_json, args.out_per_question)
+    provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
+    _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question)
     return 0

@@ -30,7 +30,9 @@ from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
 from cqabench.llm.cache import ItemCache, item_key
+from cqabench.progress import Progress
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
+from cqabench.report.provenance import job_provenance
 from cqabench.runs import ranked, read_run
 
 log = logging.getLogger(__name__)
@@ -214,6 +216,7 @@ def generate_missing(
     if not todo_groups:
         return cached, generated, 0
     backend = backend_factory()
+    progress = Progress(f"{label} generation", n_todo, unit="items")
     try:
         for sampling, todo in todo_groups:
             for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
@@ -222,6 +225,8 @@ def generate_missing(
                 for idx, comp in batch:
                     generated[todo[idx].key] = comp
                     log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
+                progress.update(len(batch))
+        progress.finish()
     finally:
         retries = int(getattr(backend, "retries", 0))
         backend.close()
@@ -413,6 +418,9 @@ def run_cell(
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+    # Recorded here, in the generation environment (vLLM's own venv), not by the jobs that
+    # score or aggregate later: those run elsewhere and would report their own packages.
+    summary["provenance"] = {**job_provenance(), "model_hash": identity_hash(identity)}
     if summary_path is not None:
         write_json(summary, summary_path)
     log.info(
@@ -476,6 +484,7 @@ def run_batch(
         "api_retries": retries,
         "wall_time_s": round(time.perf_counter() - started, 3),
         "cache": str(cache_path),
+        "provenance": {**job_provenance(), "model_hash": identity_hash(identity)},
     }
     write_json(manifest, manifest_path)
     log.info("batch %s: %d cells, %d unique prompts, %d generated, %.1f s", spec.name, manifest["n_cells"],

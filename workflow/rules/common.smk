@@ -17,8 +17,15 @@ from cqabench.prompts import FAMILIES, SETTINGS, STRATEGIES, family_of, file_has
 from cqabench.datasets import has_gold_evidence
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.retrievers import resolve as resolve_retriever
+from cqabench.report.provenance import config_hash
 
 validate(config, schema="../schemas/config.schema.yaml")
+# Every fact-table row records the config of the run that built the table (canonical JSON, so
+# key order and comments do not change it); docs/report.md, "Provenance columns".
+CONFIG_HASH = config_hash(config)
+# Paired tests of the report: the correction over each family, the level, the retrieval baseline.
+SIGNIFICANCE = {"correction": "holm", "alpha": 0.05, "baseline": "bm25",
+                **(config.get("report") or {}).get("significance", {})}  # fmt: skip
 
 RESULTS = "results"
 

@@ -4,6 +4,7 @@
 rule evaluate_generation:
     input:
         predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
+        summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
         queries=data_path("{dataset}", "{split}", "queries"),
         answers=data_path("{dataset}", "{split}", "answers"),
     output:
@@ -25,5 +26,5 @@ rule evaluate_generation:
         "../../envs/evaluation.yaml"
     shell:
         "cqabench evaluate-generation --dataset {wildcards.dataset:q} --predictions {input.predictions:q} "
-        "--queries {input.queries:q} --answers {input.answers:q} --cell {params.cell} "
+        "--queries {input.queries:q} --answers {input.answers:q} --summary {input.summary:q} --cell {params.cell} "
         "--out-json {output.metrics:q} --out-per-question {output.per_question:q} > {log:q} 2>&1"

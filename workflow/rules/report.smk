@@ -15,6 +15,8 @@ rule aggregate:
         per_question=f"{RESULTS}/per_question.parquet",
     params:
         results=lambda w, output: Path(output.metrics).parent,
+        # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
+        config_hash=CONFIG_HASH,
     benchmark:
         f"{RESULTS}/benchmarks/aggregate.tsv"
     log:
@@ -23,11 +25,13 @@ rule aggregate:
         "../../envs/evaluation.yaml"
     shell:
         "cqabench aggregate --metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
-        "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} 2> {log:q}"
+        "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} --config-hash {params.config_hash} "
+        "2> {log:q}"
 
 
-# The paper tables and answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
-# Holm-corrected paired tests) come from one job: both read the same fact tables. Cells the
+# The paper tables, answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
+# corrected paired tests) and retrieval_vs_baseline (every run vs BM25 per dataset, one family)
+# come from one job: all read the same fact tables. report.significance picks the correction. Cells the
 # configuration does not plan (not_planned_cells(), common.smk) are listed with their reason.
 rule report_tables:
     input:
@@ -43,6 +47,14 @@ rule report_tables:
             caption="../report/answers.rst",
             category="Tables",
             labels={"table": "answers_by_setting"},
+        ),
+        retrieval_md=f"{REPORT_DIR}/tables/retrieval_vs_baseline.md",
+        retrieval_json=f"{REPORT_DIR}/tables/retrieval_vs_baseline.json",
+        retrieval_html=report(
+            f"{REPORT_DIR}/tables/retrieval_vs_baseline.html",
+            caption="../report/retrieval_significance.rst",
+            category="Tables",
+            labels={"table": "retrieval_vs_baseline"},
         ),
         markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
         # Each table's own caption (what it compares, n, split, unit, caveat), written by the job.
@@ -61,6 +73,9 @@ rule report_tables:
         not_planned=lambda w: as_arg(not_planned_cells()),
         run=shlex.quote(str(config.get("name", "unnamed"))),
         paper_data="--paper-data" if PAPER_DATA else "",
+        correction=SIGNIFICANCE["correction"],
+        alpha=SIGNIFICANCE["alpha"],
+        baseline=SIGNIFICANCE["baseline"],
     benchmark:
         f"{RESULTS}/benchmarks/report_tables.tsv"
     log:
@@ -71,7 +86,7 @@ rule report_tables:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
         "--run {params.run} {params.paper_data} "
-        "> {log:q} 2>&1"
+        "--correction {params.correction} --alpha {params.alpha} --baseline {params.baseline:q} > {log:q} 2>&1"
 
 
 rule report_plots:

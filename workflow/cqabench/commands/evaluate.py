@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--queries", required=True, type=Path)
     g.add_argument("--answers", required=True, type=Path)
     g.add_argument("--cell", default="{}", help="JSON object: the experiment cell written into metrics.json")
+    g.add_argument("--summary", type=Path, default=None,
+                   help="the generation job's summary.json: its package versions, model identity and "
+                        "sampling go into metrics.json's provenance")
     g.add_argument("--out-json", required=True, type=Path)
     g.add_argument("--out-per-question", required=True, type=Path)
     g.set_defaults(func=run_evaluate_generation)

@@ -23,7 +23,7 @@ def _aggregate(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
     rows, pq_rows = aggregate(files, args.out_metrics, args.out_per_question,
-                              results_dir=args.results_dir, data_dir=args.data_dir)
+                              results_dir=args.results_dir, data_dir=args.data_dir, config_hash=args.config_hash)
     print(f"{len(files)} metric files -> {rows} metric rows ({args.out_metrics}), "
           f"{pq_rows} per-question rows ({args.out_per_question})")
     return 0
@@ -55,7 +55,8 @@ def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
     metrics = read_fact_table(args.metrics) if metrics is None else metrics
     per_question = read_fact_table(args.per_question) if per_question is None else per_question
     doc = render_answers(metrics, per_question, not_planned_arg(args.not_planned), args.out_dir, seed=args.seed,
-                         bootstrap_resamples=args.bootstrap_resamples, test_resamples=args.test_resamples)
+                         bootstrap_resamples=args.bootstrap_resamples, test_resamples=args.test_resamples,
+                         correction=args.correction, alpha=args.alpha)
     groups = {tuple(c[k] for k in ("dataset", "split", "serialization", "llm", "prompt")) for c in doc["cells"]}
     print(f"answers_by_setting: {len(groups)} groups, {len({c['cell_id'] for c in doc['cells']})} cells, "
           f"{len(doc['comparisons'])} comparisons, {len(doc['not_planned'])} not planned")
@@ -73,7 +74,18 @@ def _tables(args: argparse.Namespace) -> int:
         print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
               f"ours only {s['ours_only']}")
     _answers(args, metrics, per_question)
+    _retrieval_significance(args, metrics, per_question)
     return 0
+
+
+def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:
+    from cqabench.report.retrieval_significance import render
+
+    doc = render(per_question, args.out_dir, metrics=metrics, baseline=args.baseline, correction=args.correction,
+                 alpha=args.alpha, resamples=args.test_resamples, seed=args.seed)
+    tested = [c for c in doc["comparisons"] if c["p_value"] is not None]
+    print(f"retrieval_vs_baseline: {len(doc['comparisons'])} comparisons vs {args.baseline}, {len(tested)} tested, "
+          f"{sum(bool(c['significant']) for c in tested)} significant after {args.correction}")
 
 
 def _report_answers(args: argparse.Namespace) -> int:
@@ -147,6 +159,11 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the randomization test")
     p.add_argument("--bootstrap-resamples", type=int, default=9999)
     p.add_argument("--test-resamples", type=int, default=10000)
+    p.add_argument("--correction", choices=("holm", "bh"), default="holm",
+                   help="multiple-testing correction over each family: holm (family-wise error) or bh "
+                        "(Benjamini-Hochberg, false discovery rate); config report.significance.correction")
+    p.add_argument("--alpha", type=float, default=0.05, help="level at which an adjusted p-value is marked *")
+    p.add_argument("--baseline", default="bm25", help="the run every other retrieval run is tested against")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -158,6 +175,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default="results/data", help="prepared queries, for question type / skills")
     p.add_argument("--out-metrics", default="results/metrics.parquet")
     p.add_argument("--out-per-question", default="results/per_question.parquet")
+    p.add_argument("--config-hash", default=None,
+                   help="sha256 of the run's config (the workflow passes it); every row records it")
     p.set_defaults(func=_aggregate)
 
     p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "

@@ -234,6 +234,7 @@ def evaluate_files(
     not evaluable (see the module docstring). Without it the qrels alone decide.
     """
     from cqabench.io import read_parquet, write_json, write_parquet
+    from cqabench.report.provenance import job_provenance, retriever_model
     from cqabench.runs import read_run
 
     started = time.perf_counter()
@@ -274,7 +275,13 @@ def evaluate_files(
     document = {
         "cell": full_cell,
         "metrics": entries,
-        "provenance": {"wall_time_s": round(time.perf_counter() - started, 3), **result.counts},
+        "provenance": {
+            "wall_time_s": round(time.perf_counter() - started, 3),
+            **result.counts,
+            # this job runs in the retrieval environment, the one that indexed and searched
+            **job_provenance(),
+            **retriever_model(cell.get("retriever_settings")),
+        },
     }
     write_parquet(pa.Table.from_pylist(rows, schema=PER_QUERY_SCHEMA), out_per_query)
     write_json(document, out_json)

@@ -6,6 +6,15 @@ become JSON strings. A metric file that lacks a key yields a null, and a switch 
 about when this was written becomes one more column, so a new stage or switch never breaks the
 report.
 
+Provenance: every row carries what produced its number as plain columns (docs/report.md lists
+them one by one): the run's config hash, the commit and package versions the producing job
+recorded about its own environment (`pkg_<name>` per key package), the model's source, hash
+and revision, sampling parameters (`sampling_<key>`), retriever settings (`retriever_<key>`,
+overlaid by the index's effective settings.json), and a breakdown row's dimension
+(`breakdown`, `breakdown_value`) apart from its metric name. A file written before a value
+was recorded gets "unknown (not recorded)" rather than a null, so a null always means "does
+not apply" (no sampling in a retrieval cell).
+
 Units: every `value` is a fraction in 0..1 (`unit` column: "fraction"). A metric file entry
 says its unit (`"unit": "fraction"` or `"percent"`, converted here once); an entry without one
 is from before units were recorded: answer metrics (stage generation) were then percentages and
@@ -27,6 +36,7 @@ import pyarrow.parquet as pq
 
 from cqabench.errors import DataError
 from cqabench.io import write_parquet
+from cqabench.report import provenance as prov_mod
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +60,8 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
 }
 METRIC_COLUMNS: dict[str, pa.DataType] = {
     "metric": pa.string(),
+    "breakdown": pa.string(),  # TANQ: the dimension of a breakdown row (null: the whole cell)
+    "breakdown_value": pa.string(),  # its bucket
     "variant": pa.string(),
     "value": pa.float64(),
     "unit": pa.string(),
@@ -61,14 +73,49 @@ UNIT_FACTORS = {"fraction": 1.0, "percent": 0.01}
 SETTINGS_WITHOUT_RETRIEVAL = ("closed", "oracle")
 PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
     "config_hash": pa.string(),
-    "package_versions": pa.string(),  # JSON {package: version}
+    "git_commit": pa.string(),
+    "generation_git_commit": pa.string(),
+    "aggregate_git_commit": pa.string(),
+    "python": pa.string(),
+    **{f"pkg_{key}": pa.string() for key in prov_mod.KEY_PACKAGES},
+    "package_versions": pa.string(),  # JSON {distribution: version}: the complete record
+    "model_source": pa.string(),
     "model_hash": pa.string(),
     "model_revision": pa.string(),
-    "git_commit": pa.string(),
     "wall_time_s": pa.float64(),
     "prompt_tokens": pa.int64(),
     "output_tokens": pa.int64(),
 }
+# Generation settings that decide the output; null on retrieval rows (nothing is sampled).
+SAMPLING_COLUMNS: dict[str, pa.DataType] = {
+    "sampling_temperature": pa.float64(),
+    "sampling_top_p": pa.float64(),
+    "sampling_max_new_tokens": pa.int64(),
+    "sampling_seed": pa.int64(),
+    "sampling_frequency_penalty": pa.float64(),
+    "sampling_presence_penalty": pa.float64(),
+    "sampling_stop": pa.string(),  # JSON list of stop strings (a list has no plain column type)
+}
+# Common retriever settings; any other key becomes `retriever_<key>` too (nested keys joined by
+# "_"). The search depth `k` is `retriever_depth`, so it is not read as the RAG `k`.
+# Null on closed-book and oracle rows (nothing was retrieved).
+RETRIEVER_COLUMNS: dict[str, pa.DataType] = {
+    "retriever_type": pa.string(),
+    "retriever_model": pa.string(),
+    "retriever_depth": pa.int64(),
+    "retriever_k1": pa.float64(),
+    "retriever_b": pa.float64(),
+    "retriever_stemmer": pa.string(),
+    "retriever_language": pa.string(),
+    "retriever_similarity": pa.string(),
+    "retriever_backend": pa.string(),
+    "retriever_max_length": pa.int64(),
+}
+RETRIEVER_RENAMES = {"k": "depth"}
+# Provenance every row must have (a value or a string saying why it is unknown).
+REQUIRED_PROVENANCE = ("config_hash", "git_commit", "aggregate_git_commit", "python",
+                       *(f"pkg_{key}" for key in prov_mod.KEY_PACKAGES), "model_source", "model_hash",
+                       "model_revision")
 ID_COLUMNS: dict[str, pa.DataType] = {"cell_id": pa.string(), "source": pa.string()}
 PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
     "qid": pa.string(),
@@ -173,25 +220,129 @@ def _normalize_setting(row: dict[str, Any]) -> None:
             row["k"] = 0
 
 
-def fact_rows(path: str | Path, results_dir: str | Path | None = None) -> list[dict[str, Any]]:
+def split_breakdown(name: str) -> tuple[str, str | None, str | None]:
+    """A summary entry's name -> (metric, breakdown, breakdown_value).
+
+    TANQ's scorer names breakdown rows "<metric>/<dimension>=<bucket>" (cqabench.scoring);
+    a query filters on a column far more easily than on a name pattern.
+    """
+    metric, sep, rest = name.partition("/")
+    if not sep or "=" not in rest:
+        return name, None, None
+    dimension, _, bucket = rest.partition("=")
+    return metric, dimension, bucket
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}_{key}", inner, out)
+    else:
+        out[prefix] = _plain(value)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def index_settings(results_dir: str | Path | None, cell: dict[str, Any]) -> dict[str, Any]:
+    """The effective settings the index job wrote (defaults filled in, e.g. BM25's stemmer)."""
+    if results_dir is None or not all(cell.get(k) for k in ("corpus", "serialization", "retriever")):
+        return {}
+    path = Path(results_dir) / "index" / str(cell["corpus"]) / str(cell["serialization"]) / str(cell["retriever"])
+    return _read_json(path / "settings.json") or {}
+
+
+def retriever_columns(settings: dict[str, Any]) -> dict[str, Any]:
+    """`retriever_<key>` columns of a retriever's settings; `retriever_model` names its model."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        _flatten(f"retriever_{RETRIEVER_RENAMES.get(key, key)}", value, out)
+    model = next((settings[k] for k in prov_mod.MODEL_KEYS if settings.get(k)), None)
+    out["retriever_model"] = str(model) if model else "none"
+    return out
+
+
+def generation_summary(results_dir: str | Path | None, cid: str) -> dict[str, Any] | None:
+    """summary.json of the generation job behind an answer-metric cell (same path under generation/)."""
+    if results_dir is None or not cid.startswith("metrics/"):
+        return None
+    return _read_json(Path(results_dir) / "generation" / cid.removeprefix("metrics/") / "summary.json")
+
+
+def provenance_columns(
+    prov: dict[str, Any], cell: dict[str, Any], settings: dict[str, Any], stage: Any,
+    summary: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The row's provenance as plain columns, each one filled or saying why it is unknown."""
+    prov = dict(prov)
+    if stage == "generation" and summary is not None:  # files written before evaluation copied it
+        for key, value in prov_mod.generation_summary_provenance(summary).items():
+            prov.setdefault(key, value)
+    out: dict[str, Any] = {}
+    versions = prov.pop("package_versions", None)
+    out.update(prov_mod.package_columns(versions if isinstance(versions, dict) else None))
+    out["package_versions"] = _plain(versions) if versions else prov_mod.NOT_RECORDED
+    out["git_commit"] = str(prov.pop("git_commit", None) or prov_mod.NOT_RECORDED)
+    out["python"] = str(prov.pop("python", None) or prov_mod.NOT_RECORDED)
+    if stage == "generation":
+        out["generation_git_commit"] = str(prov.pop("generation_git_commit", None) or prov_mod.NOT_RECORDED)
+    model = {k: prov.pop(k) for k in ("model_source", "model_hash", "model_revision") if prov.get(k)}
+    if len(model) < 3:
+        if stage == "retrieval" and not any(settings.get(k) for k in prov_mod.MODEL_KEYS):
+            fallback = prov_mod.retriever_model(settings)  # no model: nothing environment-dependent
+        else:
+            spec = next((settings[k] for k in prov_mod.MODEL_KEYS if settings.get(k)), None)
+            source = str(spec) if stage == "retrieval" and spec else prov_mod.NOT_RECORDED
+            fallback = {"model_source": source, "model_hash": prov_mod.NOT_RECORDED,
+                        "model_revision": prov_mod.NOT_RECORDED}
+        model = {**fallback, **model}
+    out.update(model)
+    sampling = prov.pop("sampling", None) or cell.get("sampling")
+    if isinstance(sampling, dict):
+        for key, value in sampling.items():
+            _flatten(f"sampling_{key}", value, out)
+    for key, value in prov.items():  # counts and costs: wall_time_s, tokens, queries evaluated...
+        out[key] = _plain(value)
+    return out
+
+
+def fact_rows(
+    path: str | Path, results_dir: str | Path | None = None, config_hash: str | None = None,
+    aggregate_commit: str | None = None,
+) -> list[dict[str, Any]]:
     """One row per (cell, metric) of one metric file; values as fractions, nulls with their reason."""
     path = Path(path)
     doc = read_metric_file(path)
-    cell, prov = doc["cell"], doc["provenance"]
+    cell, prov = dict(doc["cell"]), doc["provenance"]
     base: dict[str, Any] = {"cell_id": cell_id(path, results_dir), "source": str(path)}
     for key, value in cell.items():
-        base[key] = _plain(value)
+        if key != "sampling":  # sampling becomes sampling_<key> columns
+            base[key] = _plain(value)
     if not base.get("stage"):  # older files: the tree a cell lives in names its stage
         first = base["cell_id"].split("/", 1)[0]
         base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(first)
-    for key, value in prov.items():
-        name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
-        base[name] = _plain(value)
     _normalize_setting(base)
+    settings: dict[str, Any] = {}
+    if base.get("retriever") not in (None, "", "none"):
+        cell_settings = cell.get("retriever_settings") if isinstance(cell.get("retriever_settings"), dict) else {}
+        settings = {**index_settings(results_dir, cell), **cell_settings}
+        base.update(retriever_columns(settings))
+        base["retriever_settings"] = _plain(settings) if settings else base.get("retriever_settings")
+    summary = generation_summary(results_dir, base["cell_id"]) if base["stage"] == "generation" else None
+    for key, value in provenance_columns(prov, cell, settings, base["stage"], summary).items():
+        name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
+        base[name] = value
+    base["config_hash"] = config_hash or NO_CONFIG_HASH
+    base["aggregate_git_commit"] = aggregate_commit or prov_mod.git_commit()
     rows = []
     for i, m in enumerate(doc["metrics"]):
         row = dict(base)
-        row["metric"] = str(m["metric"])
+        row["metric"], row["breakdown"], row["breakdown_value"] = split_breakdown(str(m["metric"]))
         row["variant"] = None if m.get("variant") is None else str(m.get("variant"))
         row["value"] = to_fraction(m.get("value"), m.get("unit"), base.get("stage"), path, i)
         row["unit"] = UNIT
@@ -245,12 +396,19 @@ def to_table(rows: Sequence[dict[str, Any]], known: dict[str, pa.DataType]) -> p
     return pa.table(columns)
 
 
-FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **METRIC_COLUMNS, **PROVENANCE_COLUMNS}
+FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **RETRIEVER_COLUMNS, **METRIC_COLUMNS, **PROVENANCE_COLUMNS,
+                **SAMPLING_COLUMNS}
+NO_CONFIG_HASH = "unknown (no config given to aggregate)"
 PQ_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **PER_QUESTION_COLUMNS, **QUESTION_COLUMNS}
 
 
-def build_metrics_table(files: Sequence[str | Path], results_dir: str | Path | None = None) -> pa.Table:
-    rows = [row for f in files for row in fact_rows(f, results_dir)]
+def build_metrics_table(
+    files: Sequence[str | Path], results_dir: str | Path | None = None, config_hash: str | None = None,
+    aggregate_commit: str | None = None,
+) -> pa.Table:
+    """The fact table of metric files; `config_hash` is the run's config (every row gets it)."""
+    commit = aggregate_commit or prov_mod.git_commit()  # once, not per file
+    rows = [row for f in files for row in fact_rows(f, results_dir, config_hash, commit)]
     return to_table(rows, FACT_COLUMNS)
 
 
@@ -323,9 +481,10 @@ def aggregate(
     out_per_question: str | Path,
     results_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
+    config_hash: str | None = None,
 ) -> tuple[int, int]:
     """Write both fact tables atomically; returns their row counts."""
-    metrics = build_metrics_table(files, results_dir)
+    metrics = build_metrics_table(files, results_dir, config_hash)
     per_question = build_per_question_table(files, results_dir, data_dir)
     write_parquet(metrics, out_metrics)
     write_parquet(per_question, out_per_question)

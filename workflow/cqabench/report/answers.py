@@ -13,7 +13,8 @@ gives, for each primary answer metric of the dataset (`cqabench.scoring.PRIMARY`
 * against the group's closed-book cell (for RAG@k and oracle): Δ = mean(cell − closed) on the
   questions both scored, the two-sided paired sign-flip randomization test of
   `cqabench.report.significance` (exact over all 2^n flips when 2^n ≤ resamples), and the
-  Holm-corrected p-value. The Holm family is every comparison of one dataset split (all its
+  Holm-corrected p-value (Benjamini-Hochberg with `correction="bh"`, config
+  `report.significance.correction`). The family is every comparison of one dataset split (all its
   serializations, LLMs, prompts, settings and primary metrics), so a claim like "RAG helps on
   MuSiQue" is corrected for everything tried on MuSiQue.
 
@@ -35,7 +36,13 @@ import pandas as pd
 
 from cqabench.errors import ConfigError
 from cqabench.io import write_json, write_text
-from cqabench.report.significance import randomization_test
+from cqabench.report.significance import (
+    CORRECTION_NAMES,
+    CORRECTION_TEXT,
+    adjust,
+    holm,
+    randomization_test,
+)
 from cqabench.scoring import PARSE_METRIC, PRIMARY, UNIT
 
 SETTING_ORDER = ("closed", "rag", "oracle")
@@ -73,21 +80,6 @@ def bootstrap_ci(values: Sequence[float], confidence: float = CONFIDENCE, resamp
     return float(ci.low), float(ci.high)
 
 
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (family-wise error), in the input order; None stays None.
-
-    Sorted ascending p_(1) ≤ … ≤ p_(m): adjusted p_(i) = max over j ≤ i of min(1, (m − j + 1) p_(j)).
-    """
-    present = [(p, i) for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
-    m = len(present)
-    out: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, (p, i) in enumerate(sorted(present)):
-        running = max(running, min(1.0, (m - rank) * p))
-        out[i] = running
-    return out
-
-
 # --- cells ---------------------------------------------------------------------------------------
 
 
@@ -113,6 +105,8 @@ def _generation(frame: pd.DataFrame | None) -> pd.DataFrame:
     if "stage" in part.columns:
         part = part[part["stage"].astype("string") == "generation"]
     part = part[part["setting"].astype("string").isin(SETTING_ORDER).fillna(False).astype(bool)]
+    if "breakdown" in part.columns:  # whole-cell values only; TANQ's breakdown rows share the metric name
+        part = part[part["breakdown"].isna()]
     return part.copy()
 
 
@@ -171,7 +165,7 @@ def cell_rows(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None, s
                 if scores is not None:
                     scores[(cell_id, metric, variant)] = values
                 row["mean"] = float(values.mean())
-                row["n"] = int(len(values))
+                row["n"] = len(values)
                 row["ci_low"], row["ci_high"] = bootstrap_ci(values.to_numpy(), confidence, resamples, seed)
                 if row["ci_low"] is None:
                     row["ci_reason"] = FEWER_THAN_TWO
@@ -258,8 +252,13 @@ def validate_not_planned(entries: Any) -> list[dict[str, Any]]:
 def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None,
                        not_planned: Iterable[dict[str, Any]] | None = None, seed: int = 0,
                        bootstrap_resamples: int = BOOTSTRAP_RESAMPLES, test_resamples: int = TEST_RESAMPLES,
-                       confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """The whole table as one JSON-ready document: method, cells, comparisons, not-planned cells."""
+                       confidence: float = CONFIDENCE, correction: str = "holm", alpha: float = ALPHA,
+                       ) -> dict[str, Any]:
+    """The whole table as one JSON-ready document: method, cells, comparisons, not-planned cells.
+
+    `correction` (holm | bh, config `report.significance.correction`) decides `p_adjusted` and
+    `significant`; `p_holm` is kept whatever the choice, for readers of earlier documents.
+    """
     scores: dict = {}
     cells = cell_rows(metrics, per_question, seed, bootstrap_resamples, confidence, scores)
     records = sorted(cells, key=lambda r: (_group_rank(r), _order(r)))  # metrics keep PRIMARY's order
@@ -276,11 +275,12 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
     for i, c in enumerate(comparisons):
         families.setdefault((c["dataset"], c["split"]), []).append(i)
     for members in families.values():
-        adjusted = holm([comparisons[i]["p_value"] for i in members])
-        for i, p in zip(members, adjusted):
-            comparisons[i]["p_holm"] = p
+        raw = [comparisons[i]["p_value"] for i in members]
+        for i, p_holm, p in zip(members, holm(raw), adjust(raw, correction)):
+            comparisons[i]["p_holm"] = p_holm
+            comparisons[i]["p_adjusted"] = p
             comparisons[i]["family_size"] = sum(1 for j in members if comparisons[j]["p_value"] is not None)
-            comparisons[i]["significant"] = None if p is None else bool(p < ALPHA)
+            comparisons[i]["significant"] = None if p is None else bool(p < alpha)
     return {
         "unit": UNIT,
         "method": {
@@ -290,7 +290,8 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
             "test": {"method": "paired sign-flip randomization test, two-sided (cqabench.report.significance)",
                      "against": "closed", "on": "questions both cells scored", "resamples": test_resamples,
                      "exact_when": "2^n <= resamples", "seed": seed},
-            "correction": {"method": "holm", "family": "every comparison of one (dataset, split)", "alpha": ALPHA},
+            "correction": {"method": correction, "description": CORRECTION_TEXT.get(correction, correction),
+                           "family": "every comparison of one (dataset, split)", "alpha": alpha},
         },
         "primary_metrics": {ds: [list(m) for m in ms] for ds, ms in PRIMARY.items()},
         "cells": records,
@@ -304,7 +305,8 @@ def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resa
     out = {**{k: row[k] for k in (*GROUP_KEYS, *CELL_KEYS, "metric", "variant", "cell_id")},
            "unit": UNIT, "against": "closed", "against_cell_id": None if ref is None else ref["cell_id"],
            "n_common": 0, "mean": None, "mean_closed": None, "diff": None, "p_value": None, "exact": None,
-           "resamples": None, "p_holm": None, "family_size": None, "significant": None, "reason": None}
+           "resamples": None, "p_holm": None, "p_adjusted": None, "family_size": None, "significant": None,
+           "reason": None}
     if ref is None:
         out["reason"] = NO_CLOSED
         return out
@@ -318,7 +320,7 @@ def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resa
         out["reason"] = NO_COMMON
         return out
     test = randomization_test(a.loc[common].to_numpy(), b.loc[common].to_numpy(), resamples, seed)
-    out.update(n_common=int(len(common)), mean=float(test.mean_a), mean_closed=float(test.mean_b),
+    out.update(n_common=len(common), mean=float(test.mean_a), mean_closed=float(test.mean_b),
                diff=float(test.diff), p_value=float(test.p_value), exact=bool(test.exact),
                resamples=int(test.resamples))
     return out
@@ -405,28 +407,29 @@ def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Note
         else:
             star = " *" if comp["significant"] else ""
             out += [f"{_f(comp['diff'], sign=True)} (n={comp['n_common']})",
-                    f"{_p(comp['p_value'])} / {_p(comp['p_holm'])}{star}"]
+                    f"{_p(comp['p_value'])} / {_p(comp.get('p_adjusted', comp['p_holm']))}{star}"]
     return out
 
 
-def _header(metrics: list[tuple[str, str]]) -> list[str]:
+def _header(metrics: list[tuple[str, str]], correction: str = "holm") -> list[str]:
     head = ["setting", "retriever", "k", "n", "parse rate"]
     for m, v in metrics:
         label = _metric_label(m, v)
-        head += [f"{label} [95% CI]", f"Δ {label} vs closed", "p / p Holm"]
+        head += [f"{label} [95% CI]", f"Δ {label} vs closed", f"p / p {CORRECTION_NAMES.get(correction, correction)}"]
     return head
 
 
 def method_text(doc: dict[str, Any]) -> str:
     i, t, c = doc["method"]["interval"], doc["method"]["test"], doc["method"]["correction"]
+    name = CORRECTION_NAMES.get(c["method"], c["method"])
     return (f"Unit: fraction (0–1). Each row is one generation cell: closed-book (no context), RAG@k "
             f"(top-k of a retriever) or oracle (gold evidence). Mean of the dataset's primary answer metric "
             f"over the cell's questions with a {i['confidence']:.0%} percentile bootstrap interval "
             f"(scipy.stats.bootstrap, {i['resamples']} resamples, seed {i['seed']}); n = questions; parse rate = "
             f"share of questions whose final answer could be extracted. Δ = mean(cell − closed-book) on the "
             f"questions both scored; p = two-sided paired sign-flip randomization test ({t['resamples']} "
-            f"resamples, exact when 2^n ≤ {t['resamples']}); p Holm = Holm-corrected over {c['family']}; "
-            f"* = p Holm < {c['alpha']}. n/a = not evaluable (see the notes).")
+            f"resamples, exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c.get('description', name)} over "
+            f"{c['family']}; * = p {name} < {c['alpha']}. n/a = not evaluable (see the notes).")
 
 
 def to_markdown(doc: dict[str, Any]) -> str:
@@ -437,7 +440,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         lines += ["(no generation cells)", ""]
     for g in layout:
         lines += [f"## {_title(g['key'])}", ""]
-        head = _header(g["metrics"])
+        head = _header(g["metrics"], doc["method"]["correction"]["method"])
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in g["rows"]:
             lines.append("| " + " | ".join(x.replace("|", "\\|") for x in _row_cells(row, g["metrics"], notes)) + " |")
@@ -469,7 +472,7 @@ def to_html(doc: dict[str, Any]) -> str:
     for g in layout:
         out.append(f"<h3>{esc(_title(g['key']))}</h3>")
         out.append('<table border="1" cellspacing="0" cellpadding="4">')
-        out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in _header(g["metrics"])) + "</tr>")
+        out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in _header(g["metrics"], doc["method"]["correction"]["method"])) + "</tr>")
         for row in g["rows"]:
             tds = "".join(f"<td>{esc(x)}</td>" for x in _row_cells(row, g["metrics"], notes))
             out.append(f"<tr>{tds}</tr>")
@@ -491,11 +494,13 @@ def to_html(doc: dict[str, Any]) -> str:
 def render_answers(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None,
                    not_planned: Iterable[dict[str, Any]] | None, out_dir, seed: int = 0,
                    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES, test_resamples: int = TEST_RESAMPLES,
-                   name: str = "answers_by_setting") -> dict[str, Any]:
+                   name: str = "answers_by_setting", correction: str = "holm", alpha: float = ALPHA,
+                   ) -> dict[str, Any]:
     """Write <name>.md, <name>.html and <name>.json into out_dir; returns the document."""
     from pathlib import Path
 
-    doc = answers_by_setting(metrics, per_question, not_planned, seed, bootstrap_resamples, test_resamples)
+    doc = answers_by_setting(metrics, per_question, not_planned, seed, bootstrap_resamples, test_resamples,
+                             correction=correction, alpha=alpha)
     out_dir = Path(out_dir)
     write_text(to_markdown(doc), out_dir / f"{name}.md")
     write_text(to_html(doc), out_dir / f"{name}.html")

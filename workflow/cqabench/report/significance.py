@@ -1,18 +1,30 @@
-"""Paired significance between two cells scored on the same questions.
+"""Paired significance between cells scored on the same questions, and corrections over families.
 
 Two differences of a few points on a few hundred questions are often noise; a paired test on
-per-question scores says how often. Both tests here are two-sided and paired by qid:
+per-question scores says how often. Both tests here are two-sided, paired by qid, and built on
+`scipy.stats` (the reference implementations, not loops of our own):
 
 * randomization (sign-flip permutation): under H0 the two systems are exchangeable on each
   question, so each per-question difference keeps or flips its sign with probability 1/2.
-  Exact (all 2^n flips) when that is no more than the number of resamples asked for.
-* paired bootstrap: resample questions with replacement; a percentile confidence interval of
-  the mean difference, and a p-value from the bootstrap distribution shifted to mean zero.
+  `scipy.stats.permutation_test(..., permutation_type="samples")` swaps a and b within each
+  pair, which is that sign flip for the statistic mean(a - b). Exact (all 2^n flips) when that
+  is no more than the number of resamples asked for; else seeded random flips, p = (hits + 1) /
+  (resamples + 1) per tail, two-sided as twice the smaller tail (scipy's definition; equal to
+  the |mean| definition for the exact, symmetric null).
+* paired bootstrap: `scipy.stats.bootstrap` over questions of the differences; a percentile
+  confidence interval of the mean difference, and a p-value from the bootstrap distribution
+  shifted to mean zero.
+
+Many comparisons (every retriever against BM25 on every dataset, every RAG@k against
+closed-book) are a family: `adjust` corrects their p-values with Holm's step-down method
+(family-wise error; scipy has no Holm, so it is the four lines below) or Benjamini-Hochberg
+(`scipy.stats.false_discovery_control`, false discovery rate).
 """
 
 from __future__ import annotations
 
-import itertools
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,7 +33,12 @@ import pandas as pd
 
 from cqabench.errors import ConfigError
 
-_CHUNK = 2000  # resamples per vectorised batch: bounds memory at _CHUNK * n floats
+CORRECTIONS = ("holm", "bh")
+CORRECTION_NAMES = {"holm": "Holm", "bh": "BH"}
+CORRECTION_TEXT = {
+    "holm": "Holm step-down (family-wise error rate)",
+    "bh": "Benjamini-Hochberg (false discovery rate, scipy.stats.false_discovery_control)",
+}
 
 
 @dataclass
@@ -41,7 +58,7 @@ class TestResult:
         return asdict(self)
 
 
-def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair(a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
@@ -53,51 +70,86 @@ def _pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def randomization_test(a, b, resamples: int = 10000, seed: int = 0) -> TestResult:
-    """Two-sided paired sign-flip test on the mean difference."""
-    a, b = _pair(a, b)
-    d = a - b
-    n = d.size
-    observed = abs(d.mean())
-    tol = 1e-12 * max(1.0, observed)
-    if n <= 20 and 2**n <= resamples:
-        signs = np.array(list(itertools.product((1.0, -1.0), repeat=n)))
-        stats = np.abs(signs @ d) / n
-        p = float(np.mean(stats >= observed - tol))
-        return TestResult("randomization", n, a.mean(), b.mean(), d.mean(), p, resamples=len(signs), exact=True)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    done = 0
-    while done < resamples:
-        m = min(_CHUNK, resamples - done)
-        signs = rng.choice((-1.0, 1.0), size=(m, n))
-        hits += int(np.sum(np.abs(signs @ d) / n >= observed - tol))
-        done += m
-    p = (hits + 1) / (resamples + 1)
-    return TestResult("randomization", n, a.mean(), b.mean(), d.mean(), p, resamples=resamples)
+def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(x - y, axis=axis)
 
 
-def bootstrap_test(a, b, resamples: int = 10000, seed: int = 0, confidence: float = 0.95) -> TestResult:
-    """Paired bootstrap over questions: percentile CI of mean(a-b) and a two-sided p-value."""
+def randomization_test(a: Any, b: Any, resamples: int = 10000, seed: int = 0) -> TestResult:
+    """Two-sided paired sign-flip test on the mean difference (scipy.stats.permutation_test)."""
+    from scipy.stats import permutation_test
+
+    a, b = _pair(a, b)
+    n = a.size
+    d = a - b
+    if n == 1:  # scipy wants two pairs; the 2 flips of one difference both reach |d|: p = 1
+        return TestResult("randomization", 1, float(a[0]), float(b[0]), float(d[0]), 1.0, resamples=2, exact=True)
+    exact = 2**n <= resamples
+    result = permutation_test(
+        (a, b), _mean_diff, permutation_type="samples", vectorized=True, alternative="two-sided",
+        n_resamples=np.inf if exact else resamples, batch=2000, rng=np.random.default_rng(seed),
+    )
+    return TestResult("randomization", n, float(a.mean()), float(b.mean()), float(d.mean()),
+                      float(min(1.0, result.pvalue)), resamples=2**n if exact else resamples, exact=exact)
+
+
+def bootstrap_test(a: Any, b: Any, resamples: int = 10000, seed: int = 0, confidence: float = 0.95) -> TestResult:
+    """Paired bootstrap over questions (scipy.stats.bootstrap): percentile CI of mean(a-b), two-sided p."""
+    from scipy.stats import bootstrap
+
     a, b = _pair(a, b)
     d = a - b
-    n = d.size
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    done = 0
-    while done < resamples:
-        m = min(_CHUNK, resamples - done)
-        idx = rng.integers(0, n, size=(m, n))
-        means[done : done + m] = d[idx].mean(axis=1)
-        done += m
-    observed = d.mean()
-    alpha = (1.0 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
+    observed = float(d.mean())
+    if np.all(d == d[0]):  # every resample has the same mean (scipy calls such data degenerate)
+        means = np.full(resamples, observed)
+        low = high = observed
+    else:
+        result = bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=confidence, method="percentile",
+                           vectorized=True, batch=2000, rng=np.random.default_rng(seed))
+        means = result.bootstrap_distribution
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     # Shifted to H0 (mean 0): how often is a resampled mean at least as far from 0 as observed?
     tol = 1e-12 * max(1.0, abs(observed))
     extreme = np.sum(np.abs(means - observed) >= abs(observed) - tol)
     p = float((extreme + 1) / (resamples + 1))
-    return TestResult("bootstrap", n, a.mean(), b.mean(), observed, min(1.0, p), float(low), float(high), resamples)
+    return TestResult("bootstrap", d.size, float(a.mean()), float(b.mean()), observed, min(1.0, p), low, high,
+                      resamples)
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error), in the input order; None stays None.
+
+    Sorted ascending p_(1) ≤ … ≤ p_(m): adjusted p_(i) = max over j ≤ i of min(1, (m − j + 1) p_(j)).
+    """
+    present = [(p, i) for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
+    m = len(present)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def benjamini_hochberg(p_values: Sequence[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (scipy.stats.false_discovery_control), input order; None stays None."""
+    from scipy.stats import false_discovery_control
+
+    present = [(i, p) for i, p in enumerate(p_values) if p is not None and not math.isnan(p)]
+    out: list[float | None] = [None] * len(p_values)
+    if present:
+        adjusted = false_discovery_control([p for _, p in present], method="bh")
+        for (i, _), q in zip(present, adjusted):
+            out[i] = float(q)
+    return out
+
+
+def adjust(p_values: Sequence[float | None], method: str = "holm") -> list[float | None]:
+    """One family's p-values corrected for multiplicity with `method` (holm | bh)."""
+    if method == "holm":
+        return holm(p_values)
+    if method == "bh":
+        return benjamini_hochberg(p_values)
+    raise ConfigError(f"multiple-testing correction must be one of {list(CORRECTIONS)}, not {method!r}")
 
 
 def parse_spec(text: str) -> dict[str, str]:
@@ -152,7 +204,7 @@ def compare(
         raise ConfigError("the two cells share no question ids; a paired test needs the same questions")
     out: dict[str, Any] = {
         "a": spec_a, "b": spec_b, "metric": metric, "variant": variant,
-        "n_a": int(a.size), "n_b": int(b.size), "n_common": int(len(common)), "tests": [],
+        "n_a": int(a.size), "n_b": int(b.size), "n_common": len(common), "tests": [],
     }
     xa, xb = a.loc[common].to_numpy(), b.loc[common].to_numpy()
     if method in ("both", "randomization"):

@@ -186,6 +186,8 @@ def select(frame: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     mask = frame["metric"].astype("string").isin(spec.metric).fillna(False).astype(bool)
     if spec.variant is not None and "variant" in frame.columns:
         mask &= (frame["variant"].astype("string") == spec.variant).fillna(False).astype(bool)
+    if "breakdown" in frame.columns and "breakdown" not in spec.filters:
+        mask &= frame["breakdown"].isna()  # a cell's whole-split value, not its TANQ breakdown rows
     mask &= _matches(frame, spec.filters)
     chosen, _ = _derive(frame[mask].copy(), spec.dimensions)
     for dim in spec.dimensions:
