@@ -82,7 +82,7 @@ def test_rag_cell_uses_the_top_k_of_the_run_in_rank_order(split, tmp_path: Path,
     assert row["raw_output"] == "Final Answer: alpha" and not row["cached"]
     assert (row["setting"], row["k"], row["retriever"], row["serialization"], row["backend"]) == ("rag", 2, "bm25", "markdown", "openai")
     assert row["template_hash"] == file_hash(TEMPLATE) and row["prompt"] == "few-shot"
-    assert json.loads(row["sampling"])["stop"] == ["\n"]  # the template's stop joins the sampling (one-line answer)
+    assert json.loads(row["sampling"])["stop"] == ["\nQuestion:"]  # the template's stop joins the sampling
     assert row["prompt_tokens"] == len(prompts["alpha"].split()) and row["output_tokens"] == 3
     summary = json.loads((tmp_path / "rag" / "summary.json").read_text())
     assert summary["n_items"] == 3 and summary["n_generated"] == 3
