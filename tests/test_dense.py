@@ -169,6 +169,24 @@ def test_one_onnx_export_serves_the_indexes_of_every_corpus(
         assert cached[docid] == pytest.approx(score, rel=1e-6, abs=1e-7)
 
 
+def test_encoding_logs_progress_with_rate_at_its_interval(
+    tiny: dict[str, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A long index build shows how far it is: one line per interval (here every batch), counting texts."""
+    from functools import partial
+
+    from cqabench.retrievers import encoders
+
+    monkeypatch.setattr(encoders, "Progress", partial(encoders.Progress, interval_s=0))
+    enc = encoders.HFEncoder(str(tiny["bert"]), "mean", True)
+    with caplog.at_level("INFO", logger="cqabench.retrievers.encoders"):
+        enc.encode([text for _, _, text in TEXTS], 32, 3)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("encode: ")]
+    n = len(TEXTS)
+    assert len(lines) == -(-n // 3)  # one per batch of 3
+    assert lines[-1].startswith(f"encode: {n}/{n} (100%), ") and "texts/" in lines[-1]
+
+
 def test_bad_settings_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="family"):
         dense.resolve({"type": "dense", "family": "nope", "model": "x"})

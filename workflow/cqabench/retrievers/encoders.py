@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from cqabench.errors import ConfigError
+from cqabench.progress import Progress
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -164,6 +165,7 @@ class HFEncoder:
             enc = self.tokenizer(list(texts), truncation=True, max_length=max_length)
         keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         out: np.ndarray | None = None
+        progress = Progress("encode", len(texts), unit="texts", logger=log)
         for idx in length_sorted_batches([len(ids) for ids in enc["input_ids"]], batch_size):
             width = max(len(enc["input_ids"][i]) for i in idx)
             batch = {}
@@ -180,6 +182,7 @@ class HFEncoder:
             if out is None:
                 out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
             out[idx] = pooled
+            progress.update(len(idx))
         if out is None:
             return np.zeros((0, 0), dtype=np.float32)
         return l2_normalize(out) if self.normalize else out
