@@ -56,6 +56,9 @@ def results(tmp_path: Path) -> Path:
     pq.write_table(pa.Table.from_pylist([
         {"qid": "q1", "question_type": "2hop", "skills": ["a", "b"]},
         {"qid": "q2", "question_type": "3hop", "skills": []}]), data / "queries.parquet")
+    pq.write_table(pa.Table.from_pylist([  # q1's gold answer is a 3-column, 2-row table; q2's a span
+        {"qid": "q1", "table_header": ["entity", "born", "club"], "table_rows": [["A", "1990", "X"], ["B", "1991", "Y"]]},
+        {"qid": "q2", "table_header": [], "table_rows": []}]), data / "answers.parquet")
     return root
 
 
@@ -95,6 +98,9 @@ def test_per_question_joins_question_type_and_skills(results: Path) -> None:
     gen = frame[frame["metric"] == "cover_em"].set_index("qid")
     assert gen.loc["q1", "question_type"] == "2hop" and json.loads(gen.loc["q1", "skills"]) == ["a", "b"]
     assert pd.isna(gen.loc["q2", "skills"])
+    # the gold table's size, for TANQ's Tables 8 (relations = columns - 1) and 9 (rows)
+    assert (gen.loc["q1", "answer_columns"], gen.loc["q1", "answer_rows"]) == (3, 2)
+    assert pd.isna(gen.loc["q2", "answer_columns"]) and pd.isna(gen.loc["q2", "answer_rows"])
     assert gen.loc["q1", "llm"] == "smollm2" and gen.loc["q1", "k"] == 5
     ret = frame[frame["metric"] == "ndcg_cut_10"].set_index("qid")
     assert ret.loc["q2", "value"] == pytest.approx(0.23)

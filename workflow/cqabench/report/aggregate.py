@@ -125,7 +125,9 @@ PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
     "unit": pa.string(),
 }
 # Joined from the prepared queries so reports can break scores down by type or skill.
-QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skills": pa.string()}
+# The gold answer table's size (TANQ: Table 8 groups by relations = columns - 1, Table 9 by rows).
+QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skills": pa.string(),
+                                            "answer_columns": pa.int64(), "answer_rows": pa.int64()}
 
 PER_QUESTION_NAMES = ("per_question.parquet", "per_query.parquet")
 
@@ -412,21 +414,33 @@ def build_metrics_table(
     return to_table(rows, FACT_COLUMNS)
 
 
-def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict) -> dict[str, tuple]:
-    """qid -> (question_type, skills JSON) from the prepared queries, when they are there."""
+def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict) -> dict[str, dict[str, Any]]:
+    """qid -> {question_type, skills JSON, answer_columns, answer_rows} from the prepared split.
+
+    Type and skills come from queries.parquet, the gold table's size from answers.parquet
+    (questions whose answer is a table); what a split does not have is simply absent.
+    """
     if data_dir is None or not dataset or not split:
         return {}
     key = (dataset, split)
     if key not in cache:
-        path = data_dir / str(dataset) / str(split) / "queries.parquet"
-        info: dict[str, tuple] = {}
+        folder = data_dir / str(dataset) / str(split)
+        info: dict[str, dict[str, Any]] = {}
+        path = folder / "queries.parquet"
         if path.exists():
             cols = set(pq.read_schema(path).names)
             wanted = [c for c in ("qid", "question_type", "skills") if c in cols]
-            table = pq.read_table(path, columns=wanted).to_pylist()
-            for r in table:
+            for r in pq.read_table(path, columns=wanted).to_pylist():
                 skills = r.get("skills")
-                info[str(r["qid"])] = (r.get("question_type") or None, json.dumps(list(skills)) if skills else None)
+                info[str(r["qid"])] = {"question_type": r.get("question_type") or None,
+                                       "skills": json.dumps(list(skills)) if skills else None}
+        path = folder / "answers.parquet"
+        if path.exists() and {"qid", "table_header", "table_rows"} <= set(pq.read_schema(path).names):
+            for r in pq.read_table(path, columns=["qid", "table_header", "table_rows"]).to_pylist():
+                if r.get("table_header"):
+                    entry = info.setdefault(str(r["qid"]), {})
+                    entry["answer_columns"] = len(r["table_header"])
+                    entry["answer_rows"] = len(r.get("table_rows") or [])
         cache[key] = info
     return cache[key]
 
@@ -457,12 +471,9 @@ def per_question_rows(
             row[key if key not in base else f"pq_{key}"] = _plain(value)
         row["qid"] = str(r["qid"])
         row["unit"] = UNIT  # per-question scores are 0..1 in every stage
-        qtype, skills = info.get(row["qid"], (None, None))
-        row.setdefault("question_type", qtype)
-        if row.get("question_type") is None:
-            row["question_type"] = qtype
-        if row.get("skills") is None:
-            row["skills"] = skills
+        for name, value in info.get(row["qid"], {}).items():
+            if row.get(name) is None:
+                row[name] = value
         rows.append(row)
     return rows
 
