@@ -12,8 +12,9 @@ VLLM_STAMP := $(VLLM_VENV)/.cqabench-installed
 VLLM_PIP_ARGS ?=
 CORES ?= all
 # The two environments build side by side (pip mostly unpacks wheels: two cores nearly halve it);
-# byte code is compiled on first import instead of for every file of torch, twice.
-MAKEFLAGS += --jobs=2 --output-sync=target
+# byte code is compiled on first import instead of for every file of torch, twice. No
+# --output-sync: it would hold back snakemake's and pytest's output until they end.
+MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q --no-compile
 
 .PHONY: setup run test dry-run-dexter lint clean
