@@ -11,11 +11,12 @@ VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.cqabench-installed
 VLLM_PIP_ARGS ?=
 CORES ?= all
-# The two environments build side by side (pip mostly unpacks wheels: two cores nearly halve it);
-# byte code is compiled on first import instead of for every file of torch, twice. No
-# --output-sync: it would hold back snakemake's and pytest's output until they end.
+# The two environments build side by side (pip mostly unpacks wheels: two cores nearly halve it).
+# No --output-sync: it would hold back snakemake's and pytest's output until they end. pip keeps
+# compiling byte code: where PYTHONDONTWRITEBYTECODE is set (here it is), nothing else would, and
+# every job would compile torch and transformers again (dense search jobs took 30 s, not 10).
 MAKEFLAGS += --jobs=2
-PIP_INSTALL = python -m pip install -q --no-compile
+PIP_INSTALL = python -m pip install -q
 
 .PHONY: setup run test dry-run-dexter lint clean
 
