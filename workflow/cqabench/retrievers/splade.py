@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from cqabench.errors import ConfigError
+from cqabench.progress import Progress
 from cqabench.retrievers.base import Doc, QueryText, Results, rank
 from cqabench.retrievers.encoders import length_sorted_batches, resolve_model, set_threads
 from cqabench.retrievers.java import autoclass, start_jvm
@@ -110,6 +111,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     batch_size = int(settings.get("batch_size", 8))
     start_jvm()
     count = 0
+    progress = Progress("splade encode", None, unit="docs", logger=log)  # docs stream in: no total
     with tempfile.TemporaryDirectory(prefix="cqabench-splade-") as tmp:
         with open(Path(tmp) / "vectors.jsonl", "w", encoding="utf-8") as fh:
             chunk: list[Doc] = []
@@ -118,6 +120,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
                 texts = [s["doc_format"].format(title=t, text=x).strip() if t.strip() else x for _, t, x in chunk]
                 for (docid, _, _), vec in zip(chunk, encoder.term_maps(texts, s["doc_max_length"], batch_size, s["quantization"])):
                     fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
+                progress.update(len(chunk))
                 chunk.clear()
 
             for doc in docs:
