@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from cqabench.io import write_json, write_text
+from cqabench.report.answers import _f, _p  # one number format for both significance tables
 from cqabench.report.significance import (
     CORRECTION_NAMES,
     CORRECTION_TEXT,
@@ -127,18 +128,6 @@ def _compare(key: dict[str, Any], run: str, mine: pd.DataFrame, base: pd.DataFra
     out.update(n_common=len(common), mean=test.mean_a, mean_baseline=test.mean_b, diff=test.diff,
                p_value=test.p_value, exact=test.exact)
     return out
-
-
-def _f(value: float | None, sign: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:+.3f}" if sign else f"{value:.3f}"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def caption(doc: dict[str, Any]) -> str:
