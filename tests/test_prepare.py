@@ -15,6 +15,7 @@ import pytest
 from cqabench.beir import export
 from cqabench.cli import main
 from cqabench.corpora import pool
+from cqabench.datasets import has_gold_evidence
 from cqabench.errors import ConfigError, DataError
 from cqabench.prepare import prepare, validate
 from cqabench.schema import SCHEMAS, CanonicalData, Document, Qrel, Query
@@ -217,6 +218,8 @@ def test_a_folder_as_raw_file_is_named(dataset: str, tmp_path: Path, capsys) -> 
     assert main(_prepare_args(dataset, files, tmp_path / "out")) == 1
     err = capsys.readouterr().err
     assert str(files["questions"]) in err and "is a directory" in err and "Traceback" not in err
+    # planning (snakemake -n) does not trip over the folder either: prepare is where it is reported
+    assert has_gold_evidence(dataset, {role: str(p) for role, p in files.items()})[0] is True
 
 
 # (dataset, role, line to corrupt (1-based)): JSON over many lines, JSONL, TSV.
