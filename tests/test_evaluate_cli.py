@@ -271,3 +271,19 @@ def test_missing_predictions_are_warned_about_and_counted(real_tanq, tmp_path: P
     assert doc["provenance"]["n_predictions"] == 7 and doc["provenance"]["n_missing_predictions"] == 3
     m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
     assert m[("rms_f1", "tanq")]["n"] == 10  # the missing three still count, as wrong
+
+
+def test_a_bad_generation_summary_is_named(tmp_path: Path, capsys):
+    d = _prepare(tmp_path / "data", "finqa", "test", [Query("p", "?")], [Answer("p", "number", ["10"], number=10.0)])
+    pred_path = tmp_path / "predictions.parquet"
+    pq.write_table(pa.table({"qid": ["p"], "prediction": ["10"]}), pred_path)
+    summary = tmp_path / "summary.json"
+    summary.write_bytes(b'{"backend": "vllm", "model": "caf\xe9"}')  # Latin-1, not UTF-8
+    out_json = tmp_path / "o" / "metrics.json"
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
+               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
+               "--summary", str(summary), "--out-json", str(out_json),
+               "--out-per-question", str(tmp_path / "o" / "per_question.parquet")])
+    err = capsys.readouterr().err
+    assert rc == 1 and str(summary) in err and "not UTF-8" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cqabench.commands import json_object
-from cqabench.datasets.common import read_jsonl
+from cqabench.datasets.common import read_json, read_jsonl
 from cqabench.errors import DataError
 from cqabench.io import atomic_files, read_parquet
 from cqabench.scoring import format_summary, score_predictions
@@ -154,7 +154,7 @@ def from_generation_summary(path: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"git_commit": git_commit()}
     if path is None:
         return out
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    doc = read_json(Path(path))  # unreadable, non-UTF-8 or broken JSON: a DataError naming the file
     if not isinstance(doc, dict):
         raise DataError(path, None, "(file)", "expected a JSON object")
     out.update(generation_summary_provenance(doc))
