@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-
-import pyarrow.parquet as pq
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from cqabench.datasets import loader
-from cqabench.errors import ConfigError, DataError
 from cqabench.datasets.common import check_raw_file
+from cqabench.errors import ConfigError, DataError
 from cqabench.io import atomic_files
 from cqabench.schema import ANSWER_TYPES, DOC_KINDS, CanonicalData, Query
 
