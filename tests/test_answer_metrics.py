@@ -292,8 +292,9 @@ def test_score_tanq_with_breakdowns():
     assert s[("rms_f1/n_skills=2", "tanq")][1] == 1
     assert s[("rms_f1/n_columns=1-2", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
     assert s[("rms_f1/n_rows=2-3", "tanq")][1] == 1 and s[("rms_f1/n_rows=1", "tanq")][1] == 1
-    # breakdowns are summary-only: per question has 4 rows each (P, R, F1, parse_ok)
-    assert len(per_q) == 8
+    # breakdowns are summary-only: per question P, R, F1, the 7 computed failure categories
+    # (tests/test_tanq_failures.py) and parse_ok
+    assert len(per_q) == 2 * 11
 
 
 def test_tanq_groups_buckets():

@@ -22,6 +22,7 @@ import pyarrow as pa
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
 from cqabench.metrics import answers as am
+from cqabench.metrics import tanq_failures
 from cqabench.metrics.tables import rms
 
 DEFAULT = "default"
@@ -36,7 +37,10 @@ METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
     "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
-    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ)),
+    # RMS, then the share of predictions in each failure category of TANQ's Table 10
+    # (metrics.tanq_failures; the categories that need judgement are n/a with the reason).
+    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ),
+             *((metric, TANQ) for metric, _, _ in tanq_failures.CATEGORIES)),
 }
 PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
 UNIT = "fraction"  # every value, per question and summary: 0..1
@@ -55,7 +59,9 @@ NO_MULTI = "no multi-answer question (every question has a singleAnswer annotati
 
 
 def not_evaluable_reason(metric: str) -> str:
-    """Why a summary row of `metric` has no question to average."""
+    """Why a summary row of `metric` has no question to average (or is not computed at all)."""
+    if metric in tanq_failures.NOT_COMPUTED:
+        return tanq_failures.NOT_COMPUTED[metric]
     return NO_MULTI if metric.startswith("f1_ans_multi") else NO_QUESTIONS
 
 
@@ -126,8 +132,11 @@ def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str
 
 def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
-    s = rms(answer.get("table_header") or [], answer.get("table_rows") or [], table.header, table.rows)
-    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1)]
+    gold_header, gold_rows = answer.get("table_header") or [], answer.get("table_rows") or []
+    s = rms(gold_header, gold_rows, table.header, table.rows)
+    failures = tanq_failures.classify(gold_header, gold_rows, table)  # the table RMS scored
+    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1),
+            *tanq_failures.failure_scores(failures)]
 
 
 _SCORERS = {
