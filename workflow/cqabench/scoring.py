@@ -22,7 +22,7 @@ import pyarrow as pa
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
 from cqabench.metrics import answers as am
-from cqabench.metrics import tanq_failures
+from cqabench.metrics import tanq_breakdowns, tanq_failures
 from cqabench.metrics.tables import rms
 
 DEFAULT = "default"
@@ -160,35 +160,14 @@ def score_item(dataset: str, ext: Extracted, answer: dict[str, Any]) -> list[tup
 # --- TANQ breakdowns --------------------------------------------------------------------------
 
 
-def _bucket(n: int, edges: Sequence[tuple[int, int, str]]) -> str:
-    for lo, hi, label in edges:
-        if lo <= n <= hi:
-            return label
-    return "other"
-
-
-SKILL_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 10**9, "3+"))
-COLUMN_BUCKETS = ((0, 0, "0"), (1, 2, "1-2"), (3, 4, "3-4"), (5, 6, "5-6"), (7, 10**9, "7+"))
-ROW_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2-3"), (4, 5, "4-5"), (6, 10, "6-10"), (11, 10**9, "11+"))
-
-
 def tanq_groups(query: dict[str, Any], answer: dict[str, Any]) -> dict[str, list[str]]:
-    """The breakdown buckets a TANQ question falls in (a question counts once per skill it has).
-
-    question_type: queries.question_type; skill: each of queries.skills ("none" if empty);
-    n_skills: 0/1/2/3+; n_columns: requested columns = gold header width minus the entity
-    column, 1-2/3-4/5-6/7+; n_rows: gold answer-table rows, 1/2-3/4-5/6-10/11+.
-    """
-    skills = [s for s in (query.get("skills") or []) if s]
-    columns = max(len(answer.get("table_header") or []) - 1, 0)
-    rows = len(answer.get("table_rows") or [])
-    return {
-        "question_type": [query.get("question_type") or "unknown"],
-        "skill": sorted(set(skills)) or ["none"],
-        "n_skills": [_bucket(len(skills), SKILL_BUCKETS)],
-        "n_columns": [_bucket(columns, COLUMN_BUCKETS)],
-        "n_rows": [_bucket(rows, ROW_BUCKETS)],
-    }
+    """The breakdown groups a TANQ question counts under: its raw question_type ("unknown" if
+    empty), then the paper's Tables 5-9 groups (`metrics.tanq_breakdowns`: tanq_type with
+    "all", skill, n_skills, n_relations, table_length), the same the report derives."""
+    header, rows = answer.get("table_header") or [], answer.get("table_rows") or []
+    return {"question_type": [query.get("question_type") or "unknown"],
+            **tanq_breakdowns.groups(query.get("question_type"), query.get("skills"),
+                                     len(header) if header else None, len(rows) if header else None)}
 
 
 # --- the whole split --------------------------------------------------------------------------
