@@ -275,3 +275,23 @@ def test_default_report_shows_the_paper_beside_ours_with_the_sample_note(tmp_pat
     md3 = to_markdown(build_grid(metrics, None, specs["dexter_table3_answers"]))
     assert "smollm2-135m / few-shot / RAG-Oracle / - / 0" in md3 and "gpt-3.5-turbo / few-shot / RAG-Oracle" in md3
     assert "WQA = 2wikimultihopqa" in md3  # labels explained
+
+
+def test_tables_8_and_9_group_by_the_gold_tables_shape() -> None:
+    # Relations = gold columns - 1, in the paper's groups read as upper bounds; length = gold rows.
+    per_q = pd.DataFrame([
+        {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "m", "prompt": "few-shot", "qid": q,
+         "metric": "rms_f1", "variant": "tanq", "value": v, "question_type": "wikidata_comp", "skills": None,
+         "answer_columns": cols, "answer_rows": rows}
+        for q, v, cols, rows in (("a", 1.0, 2, 3), ("b", 0.5, 4, 4), ("c", 0.0, 3, 7), ("d", 0.2, 9, 16))])
+    ours = ("closed", "m", "few-shot")
+    t8 = build_grid(pd.DataFrame(), per_q, _specs("tanq")["tanq_table8_by_n_relations"])
+    assert t8.cells[(ours, ("1", "rms_f1"))].ours == pytest.approx(1.0)  # a: 1 relation
+    assert t8.cells[(ours, ("3", "rms_f1"))].ours == pytest.approx(0.25)  # b (3) and c (2): up to three
+    assert t8.cells[(ours, ("10", "rms_f1"))].ours == pytest.approx(0.2)  # d: 8 relations
+    assert (ours, ("5", "rms_f1")) not in t8.cells
+    t9 = build_grid(pd.DataFrame(), per_q, _specs("tanq")["tanq_table9_by_table_length"])
+    assert t9.cells[(ours, ("short", "rms_f1"))].ours == pytest.approx(1.0)
+    assert t9.cells[(ours, ("medium", "rms_f1"))].ours == pytest.approx(0.5)
+    assert t9.cells[(ours, ("long", "rms_f1"))].ours == pytest.approx(0.1)  # c and d
+    assert not t8.notes and not t9.notes  # the shape columns are there: our rows are shown

@@ -209,3 +209,34 @@ def test_hand_labels_on_the_ten_sample_questions(source: str) -> None:
     assert {m: shares[m] for m in COMPUTED} == pytest.approx(expected)
     if source == "smollm2":  # the default run's cell: what its fact-table rows will say
         assert expected["failure_relation_missing"] == 1.0 and expected["failure_hallucinated_relations"] == 0.9
+
+
+def test_table_10_puts_our_shares_beside_the_papers() -> None:
+    """A cell's scored shares, as aggregate writes them into metrics.parquet, in the report's Table 10."""
+    import pandas as pd
+
+    from cqabench.report.aggregate import split_breakdown
+    from cqabench.report.expected import load_expected
+    from cqabench.report.tables import build_grid, to_markdown
+
+    spec = {s.id: s for s in load_expected(REPO / "config" / "expected" / "tanq.yaml")}["tanq_table10_failures"]
+    queries = [{"qid": q, "question": "?"} for q in "ab"]
+    answers = [{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS} for q in "ab"]
+    summary, _ = score_predictions("tanq", queries, answers, [{"qid": "a", "prediction": CORRECT}])
+    cell = {"cell_id": "metrics/tanq/c", "stage": "generation", "dataset": "tanq", "split": "test",
+            "setting": "oracle", "llm": "gpt4", "prompt": "few-shot"}
+    rows = []
+    for r in summary:
+        metric, breakdown, bucket = split_breakdown(r["metric"])
+        rows.append({**cell, **r, "metric": metric, "breakdown": breakdown, "breakdown_value": bucket})
+    grid = build_grid(pd.DataFrame(rows), None, spec)
+    ours = ("oracle", "gpt4", "few-shot")
+    non_table = grid.cells[(("failure_non_table",), ours)]
+    assert non_table.ours == pytest.approx(0.5) and non_table.paper == 0.0  # b: no prediction
+    assert non_table.status(spec.tolerance) == "FAIL"  # |0.5 - 0| > 0.10
+    missing = grid.cells[(("failure_missing_entity",), ours)]
+    assert missing.ours == 0.0 and missing.paper == pytest.approx(0.275) and missing.status(spec.tolerance) == "FAIL"
+    judged = grid.cells[(("failure_filter_issues",), ours)]
+    assert judged.not_available and judged.reason == NOT_COMPUTED["failure_filter_issues"]
+    md = to_markdown(grid)
+    assert "| non-table |" in md and "n/a [1] / 0.040 (n/a)" in md and "open book / Tool LM / tools" in md
