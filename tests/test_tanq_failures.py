@@ -9,11 +9,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cqabench.datasets.tanq import parse_answer_table
 from cqabench.extraction import ParsedTable, extract_answer, parse_table
-from cqabench.metrics.tanq_failures import (CATEGORIES, COMPUTED, NOT_COMPUTED, classify, classify_cell,
-                                            header_similarity, value_match)
+from cqabench.metrics.tanq_failures import (
+    CATEGORIES,
+    COMPUTED,
+    NOT_COMPUTED,
+    classify,
+    classify_cell,
+    header_similarity,
+    value_match,
+)
 from cqabench.scoring import score_predictions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,7 +220,6 @@ def test_hand_labels_on_the_ten_sample_questions(source: str) -> None:
 def test_table_10_puts_our_shares_beside_the_papers() -> None:
     """A cell's scored shares, as aggregate writes them into metrics.parquet, in the report's Table 10."""
     import pandas as pd
-
     from cqabench.report.aggregate import split_breakdown
     from cqabench.report.expected import load_expected
     from cqabench.report.tables import build_grid, to_markdown
@@ -240,3 +245,31 @@ def test_table_10_puts_our_shares_beside_the_papers() -> None:
     assert judged.not_available and judged.reason == NOT_COMPUTED["failure_filter_issues"]
     md = to_markdown(grid)
     assert "| non-table |" in md and "n/a [1] / 0.040 (n/a)" in md and "open book / Tool LM / tools" in md
+
+
+def test_tanq_failures_command_lists_each_question_and_why(tmp_path: Path, capsys) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from cqabench.cli import main
+
+    answers = tmp_path / "answers.parquet"
+    pq.write_table(pa.Table.from_pylist([{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS}
+                                         for q in ("a", "b", "c")]), answers)
+    preds = tmp_path / "predictions.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"qid": "a", "prediction": CORRECT.replace("horror film, science fiction film", "horror film"), "parse_ok": True,
+         "parse_reason": ""},
+        {"qid": "b", "prediction": "", "parse_ok": False, "parse_reason": "no table"}]), preds)  # c: not asked
+    out = tmp_path / "f" / "failures.jsonl"
+    assert main(["tanq-failures", "--predictions", str(preds), "--answers", str(answers), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split("\t")[:2] == ["a", "partial_answer"] and "alien (film)" in printed[0]
+    assert printed[1].split("\t")[:2] == ["b", "non_table"] and len(printed) == 2
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records[0]["partial_cells"] == [["alien (film)", "genre"]] and records[1]["parse_reason"] == "no table"
+    # Bad input: a clear error naming the file, no output written.
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist([{"qid": "a", "text": "x"}]), bad)
+    out2 = tmp_path / "g" / "failures.jsonl"
+    assert main(["tanq-failures", "--predictions", str(bad), "--answers", str(answers), "--out", str(out2)]) == 1
+    assert "bad.parquet" in capsys.readouterr().err and not out2.exists()

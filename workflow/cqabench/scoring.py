@@ -244,6 +244,30 @@ def score_predictions(
     return summary, frame
 
 
+def tanq_failure_records(
+    answers: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    predictions: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    source: str = "predictions",
+) -> list[dict[str, Any]]:
+    """Each TANQ question's failure categories and what triggered them, for reading labels by
+    hand: the same extraction and table as `score_predictions` (a question without a
+    prediction is non-table). One record per gold question, in the answers' order."""
+    gold = records(answers)
+    preds = _prediction_map(predictions, {str(a["qid"]) for a in gold}, source)
+    out = []
+    for answer in gold:
+        qid = str(answer["qid"])
+        ext = _extracted("tanq", preds.get(qid), None)
+        table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
+        f = tanq_failures.classify(answer.get("table_header") or [], answer.get("table_rows") or [], table)
+        out.append({"qid": qid, "categories": sorted(f.names()), "transposed": f.transposed,
+                    "missing_relations": list(f.missing_relations), "extra_relations": list(f.extra_relations),
+                    "missing_entities": list(f.missing_entities),
+                    "wrong_cells": [list(c) for c in f.wrong_cells], "partial_cells": [list(c) for c in f.partial_cells],
+                    "parse_reason": ext.reason})
+    return out
+
+
 def summary_row(metric: str, variant: str, values: Sequence[float]) -> dict[str, Any]:
     """One metrics.json entry: the mean of `values` (fraction), or None with the reason when empty."""
     if not values:
