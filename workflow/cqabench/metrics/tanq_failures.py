@@ -27,7 +27,10 @@ Alignment (what every rule below builds on); cells are normalized as RMS normali
    table without header has all its rows as data; its columns are aligned to gold columns by
    content (the pairing that matches most cells of the aligned rows), the rest by position.
 4. Rows: gold and predicted rows are paired one-to-one by entity: the entity cells match as
-   values (rule 6) after a trailing parenthesis is dropped ("Spartacus (film)" ~ "Spartacus").
+   values (rule 6) after a trailing parenthesis is dropped ("Spartacus (film)" ~ "Spartacus"),
+   graded so that an equal entity wins over a near one (`entity_score`). A predicted row that
+   pairs with no gold row is not labelled (an extra entity: a filter issue or another
+   hallucination, both not computed).
 5. Orientation: the transposed reading (as RMS also tries it) is used only when it aligns more
    gold columns and rows than the table as read.
 6. Value match: equal; or both numbers (`metrics.tables.to_number`, thousands commas dropped)
