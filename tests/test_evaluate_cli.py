@@ -61,11 +61,15 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     assert m[("rms_f1", "tanq")]["value"] == pytest.approx(0.5)
     assert m[("rms_f1", "tanq")]["n"] == 2
     assert m[("parse_ok", "default")]["value"] == pytest.approx(0.5)
+    # Table 10's failure shares: t2 is no table; the two that need judgement are n/a with a reason.
+    assert m[("failure_non_table", "tanq")]["value"] == pytest.approx(0.5)
+    assert m[("failure_missing_entity", "tanq")]["value"] == 0.0
+    assert m[("failure_filter_issues", "tanq")]["value"] is None and m[("failure_filter_issues", "tanq")]["reason"]
     assert "unit: fraction" in printed and "0.5000" in printed
     assert "provenance" in doc
     table = pq.read_table(per_q)
     assert table.schema.names == ["qid", "metric", "variant", "value"]
-    assert table.num_rows == 8
+    assert table.num_rows == 2 * 11  # P, R, F1, 7 failure categories, parse_ok
 
 
 def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 from cqabench.commands import json_object
 from cqabench.datasets.common import read_json, read_jsonl
 from cqabench.errors import DataError
-from cqabench.io import atomic_files, read_parquet
-from cqabench.scoring import format_summary, score_predictions
+from cqabench.io import atomic_files, read_parquet, write_jsonl
+from cqabench.scoring import format_summary, score_predictions, tanq_failure_records
 
 log = logging.getLogger(__name__)
 
@@ -183,4 +183,28 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
     provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
     _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question)
+    return 0
+
+
+def run_tanq_failures(args: argparse.Namespace) -> int:
+    """Print (and with --out write as JSONL) each TANQ question's failure categories and why."""
+    preds_table = _read_table(args.predictions, "predictions")
+    for col in ("qid", "prediction"):
+        if col not in preds_table.column_names:
+            raise DataError(args.predictions, None, col, "column missing")
+    preds = preds_table.to_pandas()
+    answers = _read_table(args.answers, "answers")
+    if "table_header" not in answers.column_names:
+        raise DataError(args.answers, None, "table_header", "column missing: not a TANQ answers file")
+    asked = pa.array(preds["qid"].astype(str).unique())  # as evaluate-generation: the cell's questions
+    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
+    keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
+    rows = tanq_failure_records(answers, preds[keep], source=str(args.predictions))
+    for r in rows:
+        why = [f"{k}={r[k]}" for k in ("missing_relations", "extra_relations", "wrong_cells", "partial_cells") if r[k]]
+        if r["missing_entities"]:
+            why.append(f"missing_entities={len(r['missing_entities'])}")
+        print(f"{r['qid']}\t{','.join(r['categories']) or '-'}\t{' '.join(why)}")
+    if args.out is not None:
+        write_jsonl(rows, args.out)
     return 0
