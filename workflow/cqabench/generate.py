@@ -25,11 +25,11 @@ import pyarrow.parquet as pq
 
 from cqabench import oracle
 from cqabench.errors import ConfigError, DataError
-from cqabench.extraction import extract_answer
+from cqabench.extraction import Extracted, extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
-from cqabench.llm.cache import ItemCache, item_key
+from cqabench.llm.cache import DEFAULT_LEASE_S, ItemCache, completion_problem, item_key
 from cqabench.progress import Progress
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
 from cqabench.report.provenance import job_provenance
@@ -179,20 +179,64 @@ def order_for(spec: LlmSpec) -> Callable[[Item], Any]:
     return shared_prefix_first if spec.backend == "vllm" else longest_first
 
 
+DEFAULT_CHARS_PER_TOKEN_CAP = 64  # a completion longer than this per requested token is not an answer
+
+
+def completion_cap(spec: LlmSpec, sampling: Sampling) -> int:
+    """The longest completion the cache accepts: `llms.<name>.max_completion_chars`, else 64 per token.
+
+    A model stops at max_new_tokens, so a longer reply means a misbehaving server (an API
+    ignoring max_tokens, a proxy's error page); storing it would poison every later run.
+    """
+    value = spec.options.get("max_completion_chars")
+    if value is None:
+        return DEFAULT_CHARS_PER_TOKEN_CAP * sampling.max_new_tokens
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"llms.{spec.name}.max_completion_chars: expected a positive integer, got {value!r}")
+    return value
+
+
+def claim_chunk_for(spec: LlmSpec) -> int:
+    """Items claimed at once: a vLLM call's worth (chunk_size), at least 256, so claims stay cheap."""
+    return max(256, int(spec.options.get("chunk_size") or 0))
+
+
+def open_cache(path: Path, spec: LlmSpec, sampling: Sampling) -> ItemCache:
+    lease = spec.options.get("cache_lease_s", DEFAULT_LEASE_S)
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or lease <= 0:
+        raise ConfigError(f"llms.{spec.name}.cache_lease_s: expected a positive number of seconds, got {lease!r}")
+    return ItemCache(path, lease_s=float(lease), max_chars=completion_cap(spec, sampling))
+
+
+def _failed(comp: Completion, problem: str) -> Completion:
+    return Completion("", comp.prompt_tokens, comp.output_tokens, comp.latency_s, "failed", error=problem)
+
+
 def generate_missing(
     backend_factory: Callable[[], Backend],
     groups: Sequence[tuple[Sampling, Sequence[Item]]],
     cache: ItemCache,
     label: str,
     order_key: Callable[[Item], Any] | None = None,
+    *,
+    claim_chunk: int = 256,
+    retry_empty: int = 1,
+    poll_s: float = 0.2,
 ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """(cached, generated, API retries): completions by key; a backend is made only if something is missing.
 
     `groups` pairs each sampling (a template's stop strings join it) with its items; one
     backend serves every group, so a batch of many cells pays one engine start. Items with
-    the same key (the same prompt twice) are generated once. Missing items go to the model
-    longest prompt first, so batches hold prompts of similar length (less padding), and each
-    finished batch is committed before the next one starts.
+    the same key (the same prompt twice) are generated once. Missing items go to the model in
+    `order_key` order, `claim_chunk` at a time: the job claims a chunk in the item cache,
+    generates it, publishes each finished backend batch, and moves on; items another live job
+    has claimed are waited for, never generated twice. What the cache stores is what every
+    cell uses: a completion that lost a publication race is replaced by the stored one (it
+    then counts as cached).
+
+    An empty or oversized completion is asked again `retry_empty` times; if it stays bad, or
+    the backend gave up on it (`Completion.error`), it is returned in `generated` with
+    `error` set, never cached, so the cell records the failure and a rerun asks again.
     """
     cached: dict[str, Completion] = {}
     merged: dict[str, tuple[Sampling, dict[str, Item]]] = {}  # cells with equal sampling share calls
@@ -215,21 +259,73 @@ def generate_missing(
     log.info("%s: %d item(s), %d cached, %d to generate", label, n_unique, len(cached), n_todo)
     if not todo_groups:
         return cached, generated, 0
-    backend = backend_factory()
+    backend: Backend | None = None
     progress = Progress(f"{label} generation", n_todo, unit="items")
+
+    def run(sampling: Sampling, items: list[Item]) -> None:
+        nonlocal backend
+        if backend is None:
+            backend = backend_factory()
+        for attempt in range(retry_empty + 1):
+            again: list[Item] = []
+            again_keys: set[str] = set()
+            for batch in backend.generate([i.chat for i in items], sampling, labels=[i.qid for i in items]):
+                rows = []
+                for idx, comp in batch:
+                    it = items[idx]
+                    problem = completion_problem(comp, cache.max_chars)
+                    if not problem:
+                        rows.append((it.key, comp, f"{label} {it.qid}"))
+                        log.info("generated item qid=%s (%d tokens, %.2f s)", it.qid, comp.output_tokens, comp.latency_s)
+                    elif comp.error or attempt == retry_empty:
+                        log.warning("item qid=%s failed: %s (not cached; a rerun asks again)", it.qid, problem)
+                        generated[it.key] = _failed(comp, problem)
+                        cache.release_many([it.key])
+                    else:
+                        log.warning("item qid=%s: %s; asking again", it.qid, problem)
+                        again.append(it)
+                        again_keys.add(it.key)
+                stored = cache.put_many(rows)
+                for key, comp, _ in rows:
+                    if stored[key] is comp:
+                        generated[key] = comp
+                    else:  # another job published it first: use what the cache holds
+                        cached[key] = stored[key]
+                progress.update(sum(1 for idx, _ in batch if items[idx].key not in again_keys))
+            if not again:
+                return
+            items = again
+
     try:
         for sampling, todo in todo_groups:
-            for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
-                rows = [(todo[idx].key, comp, f"{label} {todo[idx].qid}") for idx, comp in batch]
-                cache.put_many(rows)
-                for idx, comp in batch:
-                    generated[todo[idx].key] = comp
-                    log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
-                progress.update(len(batch))
+            remaining = todo
+            delay, waited_log = poll_s, 0.0
+            while remaining:
+                found = cache.get_many([it.key for it in remaining])
+                cached.update(found)
+                remaining = [it for it in remaining if it.key not in found]
+                if not remaining:
+                    break
+                mine = set(cache.claim_many([it.key for it in remaining], claim_chunk))
+                if mine:
+                    late = cache.get_many(sorted(mine))  # published between the lookup and the claim
+                    cached.update(late)
+                    cache.release_many(late)
+                    run(sampling, [it for it in remaining if it.key in mine and it.key not in late])
+                    remaining = [it for it in remaining if it.key not in mine]
+                    delay = poll_s
+                    continue
+                if time.monotonic() - waited_log > 60:
+                    waited_log = time.monotonic()
+                    log.info("%s: waiting for %d item(s) claimed by other job(s) %s", label, len(remaining),
+                             ", ".join(cache.claim_holders([it.key for it in remaining[:50]])) or "?")
+                time.sleep(delay)
+                delay = min(delay * 1.5, 5.0)
         progress.finish()
     finally:
-        retries = int(getattr(backend, "retries", 0))
-        backend.close()
+        retries = int(getattr(backend, "retries", 0)) if backend is not None else 0
+        if backend is not None:
+            backend.close()
     return cached, generated, retries
 
 
@@ -339,7 +435,10 @@ def write_cell(
     rows = []
     for it in prepared.items:
         comp = completions[it.key]
-        ext = extract_answer(cell.dataset, comp.text, cell.prompt)
+        if comp.error:  # failed for good (never cached): the row says why, and scores as unparsed
+            ext = Extracted("", False, f"generation failed: {comp.error}")
+        else:
+            ext = extract_answer(cell.dataset, comp.text, cell.prompt)
         rows.append(
             {
                 "qid": it.qid,
@@ -377,7 +476,8 @@ def write_cell(
         "options": asdict(options),
         "n_items": len(rows),
         "n_cached": sum(r["cached"] for r in rows),
-        "n_generated": sum(not r["cached"] for r in rows),
+        "n_generated": sum(not r["cached"] and r["finish_reason"] != "failed" for r in rows),
+        "n_failed": sum(r["finish_reason"] == "failed" for r in rows),
         "n_without_evidence": len(prepared.without_evidence),
         "parse_failures": sum(not r["parse_ok"] for r in rows),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
@@ -408,10 +508,10 @@ def run_cell(
     identity = model_identity(spec)
     prepared = prepare_cell(cell, spec, sampling, template, inputs, options, identity)
     label = cell_label(cell)
-    with ItemCache(cache_path) as cache:
+    with open_cache(cache_path, spec, prepared.sampling) as cache:
         cached, generated, retries = generate_missing(
             backend_factory or (lambda: make_backend(spec)), [(prepared.sampling, prepared.items)], cache, label,
-            order_for(spec),
+            order_for(spec), claim_chunk=claim_chunk_for(spec),
         )
     summary = write_cell(
         prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path, None,
@@ -460,10 +560,10 @@ def run_batch(
         raise ConfigError("an engine batch needs at least one cell")
     identity = model_identity(spec)
     prepared = [prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity) for m in members]
-    with ItemCache(cache_path) as cache:
+    with open_cache(cache_path, spec, prepared[0].sampling) as cache:
         cached, generated, retries = generate_missing(
             backend_factory or (lambda: make_backend(spec)), [(p.sampling, p.items) for p in prepared], cache,
-            f"batch {spec.name}", order_for(spec),
+            f"batch {spec.name}", order_for(spec), claim_chunk=claim_chunk_for(spec),
         )
     manifest = {
         "llm": spec.name,
@@ -471,14 +571,16 @@ def run_batch(
         "model": dict(identity),
         "cells": [
             {"cell": cell_label(p.cell), "n_items": len(p.items), "n_without_evidence": len(p.without_evidence),
-             "n_generated": sum(1 for it in p.items if it.key in generated)}
+             "n_generated": sum(1 for it in p.items if it.key in generated and not generated[it.key].error),
+             "n_failed": sum(1 for it in p.items if it.key in generated and generated[it.key].error)}
             for p in prepared
         ],
         "n_cells": len(prepared),
         "n_items": sum(len(p.items) for p in prepared),
         "n_unique_prompts": len(cached) + len(generated),
         "n_cached": len(cached),
-        "n_generated": len(generated),
+        "n_generated": sum(1 for c in generated.values() if not c.error),
+        "n_failed": sum(1 for c in generated.values() if c.error),
         "prompt_tokens_generated": sum(c.prompt_tokens for c in generated.values()),
         "output_tokens_generated": sum(c.output_tokens for c in generated.values()),
         "api_retries": retries,

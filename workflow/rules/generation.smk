@@ -39,7 +39,7 @@ rule generate_batch:
     params:
         cells=batch_members,
         settings=batch_settings,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
+        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
     threads: int(GENERATION.get("threads", 2))
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
@@ -74,7 +74,7 @@ rule generate:
     params:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
+        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
     threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
