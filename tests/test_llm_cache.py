@@ -263,3 +263,80 @@ def test_an_old_sqlite_cache_is_refused_with_a_hint_and_can_be_imported(tmp_path
     (tmp_path / "junk.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 30)  # truncated database
     assert main(["cache", "import", "--from", str(tmp_path / "junk.sqlite"), "--cache", str(tmp_path / "m")]) == 1
     assert "junk.sqlite: not a readable SQLite item cache" in capsys.readouterr().err
+
+
+class ScriptedBackend:
+    """TEST DOUBLE at the backend boundary: answers per prompt text from a list of successive replies."""
+
+    retries = 0
+
+    def __init__(self, replies: dict[str, list[str]]) -> None:
+        self.replies = replies
+        self.calls: list[str] = []
+
+    def generate(self, chats, sampling, labels=None):
+        for i, chat in enumerate(chats):
+            text = chat[-1]["content"]
+            self.calls.append(text)
+            queue = self.replies[text]
+            yield [(i, Completion(queue.pop(0) if len(queue) > 1 else queue[0], 5, 2, 0.01, "stop"))]
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_empty_or_oversized_completion_is_asked_again_then_recorded_as_failed_not_cached(tmp_path: Path) -> None:
+    from cqabench.generate import Item, generate_missing
+
+    replies = {"p-ok": ["Final Answer: a"], "p-once": ["", "Final Answer: b"], "p-empty": [""], "p-long": ["x" * 50]}
+    items = [Item(f"q-{p}", [{"role": "user", "content": p}], f"key-{p[2:]}", []) for p in replies]
+    backend = ScriptedBackend(replies)
+    with ItemCache(tmp_path / "c", max_chars=40) as cache:
+        cached, generated, _ = generate_missing(lambda: backend, [(Sampling(), items)], cache, "cell")
+        assert cached == {}
+        assert generated["key-ok"].text == "Final Answer: a" and generated["key-once"].text == "Final Answer: b"
+        assert generated["key-empty"].error == "empty completion" and generated["key-empty"].finish_reason == "failed"
+        assert generated["key-long"].error == "completion of 50 characters exceeds max_completion_chars=40"
+        assert generated["key-long"].text == ""
+        assert sorted(backend.calls) == sorted(["p-ok", "p-once", "p-empty", "p-long", "p-once", "p-empty", "p-long"])
+        assert set(cache.get_many([it.key for it in items])) == {"key-ok", "key-once"}  # failures are not stored
+        assert not list((tmp_path / "c" / "claims").glob("*/*"))  # ... and not left claimed
+
+
+def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(tmp_path: Path, monkeypatch) -> None:
+    """Issue 11, cause 4: an empty `choices` or `content: null` was stored as an empty answer for good."""
+    import pyarrow.parquet as pq
+
+    from cqabench.io import write_parquet
+    from cqabench.schema import CanonicalData, Query
+    from test_openai_backend import ENV, KEY, OpenAITestDouble, api_llm_config
+
+    monkeypatch.setenv(ENV, KEY)
+    queries = tmp_path / "queries.parquet"
+    write_parquet(CanonicalData(queries=[Query("q1", "Which city hosts alpha?"), Query("q2", "Which city hosts bravo?"),
+                                         Query("q3", "Which city hosts charlie?")]).tables()["queries"], queries)
+
+    def generate(base_url: str) -> dict[str, dict]:
+        settings = {"llm": api_llm_config(base_url, max_retries=2), "sampling": {"max_new_tokens": 16}}
+        out = tmp_path / "p.parquet"
+        assert main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+                     "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries),
+                     "--template", str(REPO / "resources/prompts/few-shot/multihop.txt"),
+                     "--settings", json.dumps(settings), "--cache", str(tmp_path / "cache"), "--out", str(out),
+                     "--summary", str(tmp_path / "s.json")]) == 0
+        return {r["qid"]: r for r in pq.read_table(out).to_pylist()}
+
+    with OpenAITestDouble({"alpha?": ["null"] * 3, "bravo?": ["nochoices"] * 3}) as api:
+        rows = generate(api.base_url)
+    for qid, what in (("q1", "message content is null"), ("q2", "no choices")):
+        assert (rows[qid]["raw_output"], rows[qid]["prediction"], rows[qid]["parse_ok"]) == ("", "", False)
+        assert rows[qid]["parse_reason"] == f"generation failed: empty reply ({what}) after 3 attempt(s)"
+        assert rows[qid]["finish_reason"] == "failed" and not rows[qid]["cached"]
+    assert rows["q3"]["raw_output"] == "Final Answer: charlie" and rows["q3"]["parse_ok"]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert (summary["n_generated"], summary["n_failed"], summary["n_cached"]) == (1, 2, 0)
+    with OpenAITestDouble() as api:  # the API answers now: only the two failed items are asked again
+        rows = generate(api.base_url)
+    assert sum(api.attempts.values()) == 2
+    assert rows["q1"]["raw_output"] == "Final Answer: alpha" and rows["q2"]["raw_output"] == "Final Answer: bravo"
+    assert rows["q3"]["cached"] and not rows["q1"]["cached"]
