@@ -54,8 +54,8 @@ def _start(job: str, queries: Path, base_url: str, cache: Path, out_dir: Path) -
            "--queries", str(queries), "--template", str(TEMPLATE), "--settings", json.dumps(settings),
            "--cache", str(cache), "--out", str(out), "--summary", str(out.with_name("summary.json"))]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), env_name: KEYS[job]}
-    log = open(out_dir / f"{job}.log", "w")
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(out_dir / f"{job}.log", "w") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _finish(proc: subprocess.Popen, out_dir: Path, job: str) -> None:

@@ -340,3 +340,29 @@ def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(t
     assert sum(api.attempts.values()) == 2
     assert rows["q1"]["raw_output"] == "Final Answer: alpha" and rows["q2"]["raw_output"] == "Final Answer: bravo"
     assert rows["q3"]["cached"] and not rows["q1"]["cached"]
+
+
+def test_a_reply_that_stays_malformed_fails_the_job_keeping_what_was_answered(tmp_path: Path, monkeypatch,
+                                                                               capsys) -> None:
+    """A 200 HTML page (a proxy) was a traceback with no retry; now: retried, then exit 1 naming it, no output."""
+    from cqabench.io import write_parquet
+    from cqabench.schema import CanonicalData, Query
+    from test_openai_backend import ENV, KEY, OpenAITestDouble, api_llm_config
+
+    monkeypatch.setenv(ENV, KEY)
+    queries = tmp_path / "queries.parquet"
+    write_parquet(CanonicalData(queries=[Query("q1", "Which city hosts alpha?"),
+                                         Query("q2", "Which city hosts bravo?")]).tables()["queries"], queries)
+    with OpenAITestDouble({"bravo?": ["html"] * 10}) as api:
+        settings = {"llm": api_llm_config(api.base_url, max_retries=1, max_concurrency=1)}
+        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
+                   "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries),
+                   "--template", str(REPO / "resources/prompts/few-shot/multihop.txt"),
+                   "--settings", json.dumps(settings), "--cache", str(tmp_path / "cache"),
+                   "--out", str(tmp_path / "p.parquet")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "failed (malformed reply (an HTML page, not a chat completion: '<html><head><title>502" in err
+    assert "after 2 attempt(s)" in err and "Traceback" not in err
+    assert not (tmp_path / "p.parquet").exists()
+    with ItemCache(tmp_path / "cache") as cache:
+        assert len(cache) == 1 and not list((tmp_path / "cache" / "claims").glob("*/*"))  # q1 kept, q2 released

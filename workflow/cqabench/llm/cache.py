@@ -379,9 +379,7 @@ class ItemCache:
         """Temporary files, stale claims and job files of jobs that are gone (safe to remove)."""
         out: list[Path] = []
         for path in sorted((self.root / "claims").glob("*/*")):
-            if path.name.startswith("."):
-                out.append(path)
-            elif self._stale_owner(path) is not None:
+            if path.name.startswith(".") or self._stale_owner(path) is not None:  # a takeover's leftover, or stale
                 out.append(path)
         for path in sorted((self.root / "items").glob("*/.*.tmp")):
             if time.time() - path.stat().st_mtime > 60:
