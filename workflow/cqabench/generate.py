@@ -518,6 +518,10 @@ def run_cell(
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+    failed = [it for it in prepared.items if it.key in generated and generated[it.key].error]
+    if failed:
+        log.warning("%s: %d of %d item(s) failed and are not cached (a rerun asks again), e.g. %s: %s", label,
+                    len(failed), len(prepared.items), failed[0].qid, generated[failed[0].key].error)
     # Recorded here, in the generation environment (vLLM's own venv), not by the jobs that
     # score or aggregate later: those run elsewhere and would report their own packages.
     summary["provenance"] = {**job_provenance(), "model_hash": identity_hash(identity)}
