@@ -239,6 +239,8 @@ def test_drop_selects_items_by_key_and_label_and_sweeps_leftovers_of_dead_jobs(t
     # --max-chars flags long completions as bad: k4 is "a4" * 5 = 10 characters
     assert main(["cache", "verify", "--cache", str(root), "--max-chars", "8"]) == 1
     assert "exceeds max_completion_chars=8" in capsys.readouterr().out
+    with ItemCache(root, max_chars=8) as cache, pytest.raises(CacheError, match=r"drop --cache .* --bad --max-chars 8`"):
+        cache.get_many(["k4"])  # a job with a lower cap than the stored item says how to drop it
     assert main(["cache", "drop", "--cache", str(root)]) == 1
     assert "say what to drop" in capsys.readouterr().err
 

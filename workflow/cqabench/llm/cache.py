@@ -58,9 +58,10 @@ class CacheError(CqaError):
     """The item cache folder is unusable or holds a bad file; says which and how to recover."""
 
 
-def recovery_hint(root: Path) -> str:
-    return (f"check it with `cqabench cache verify --cache {root}` and remove bad items with "
-            f"`cqabench cache drop --cache {root} --bad` (they are generated again on the next run)")
+def recovery_hint(root: Path, max_chars: int | None = None) -> str:
+    cap = f" --max-chars {max_chars}" if max_chars is not None else ""
+    return (f"check it with `cqabench cache verify --cache {root}{cap}` and remove bad items with "
+            f"`cqabench cache drop --cache {root} --bad{cap}` (they are generated again on the next run)")
 
 
 def item_key(model: Mapping[str, Any], backend: str, dtype: str, sampling: Sampling, chat: Chat) -> str:
@@ -239,7 +240,8 @@ class ItemCache:
             except FileNotFoundError:
                 continue
             if rec.problem or rec.completion is None:
-                raise CacheError(f"{path}: bad cached item ({rec.problem}); {recovery_hint(self.root)}")
+                cap = self.max_chars if "max_completion_chars" in rec.problem else None
+                raise CacheError(f"{path}: bad cached item ({rec.problem}); {recovery_hint(self.root, cap)}")
             found[key] = rec.completion
         return found
 
