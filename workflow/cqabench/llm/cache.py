@@ -277,14 +277,15 @@ class ItemCache:
         the caller waits for their completion (`get_many`) and asks again later.
         """
         mine: list[str] = []
+        live: set[tuple[int, int]] = set()  # inodes of job files found live in this call: one check per job
         for key in dict.fromkeys(keys):
             if len(mine) >= limit:
                 break
-            if key in self._claimed or self._try_claim(key):
+            if key in self._claimed or self._try_claim(key, live):
                 mine.append(key)
         return mine
 
-    def _try_claim(self, key: str) -> bool:
+    def _try_claim(self, key: str, live: set[tuple[int, int]]) -> bool:
         path = self._claim_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
@@ -294,8 +295,15 @@ class ItemCache:
                 return True
             except FileExistsError:
                 pass
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            if (st.st_ino, st.st_dev) in live:  # every claim of a job is a link to its one job file
+                return False
             owner = self._stale_owner(path)
             if owner is None:
+                live.add((st.st_ino, st.st_dev))
                 return False
             if not self._take_over(path, owner):
                 return False
