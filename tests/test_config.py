@@ -92,6 +92,7 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> N
 def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None:
     config = _config()
     config["raw_dir"] = str(ROOT / "resources/raw")
+    config["generation"]["prompts_dir"] = str(ROOT / "resources/prompts")  # planning checks every template
     config["llms"]["remote"] = {"backend": "openai", "source": "gpt-3.5-turbo", "api_key_env": "CQABENCH_TEST_KEY"}
     config["generation"]["llms"] = ["remote"]
     path = tmp_path / "remote.yaml"
