@@ -568,8 +568,9 @@ class Plan:
 
     @staticmethod
     def generation_args(w: Any, input: Any) -> str:
+        # Snakemake's InputFiles is a list: `in input` would test the paths, not the names.
         flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
-        return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())
+        return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
 
     def max_questions_of(self, dataset: str) -> int | None:
         """The explicit question cap of a dataset: its own entry, else the general one (None = all)."""
