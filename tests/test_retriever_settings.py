@@ -237,7 +237,7 @@ def test_dense_layout_keys_change_the_index_not_the_exact_scores(tiny: dict[str,
     assert len(list((idx / "shards").iterdir())) == 4 and _same(a, b)
     idx, c = _build_search(tmp_path, {**base, "backend": "onnx"})
     assert (idx / "onnx" / "model.onnx").is_file() and _same(a, c)
-    idx, d = _build_search(tmp_path, {**base, "index": "hnsw"}, k=7, search={"ef_search": 64})
+    idx, d = _build_search(tmp_path, {**base, "index": "hnsw"}, search={"ef_search": 64})
     assert (idx / "index.faiss").is_file() and _same(a, d)  # ef_search 64 >= 7 documents: exact
 
 
