@@ -149,6 +149,9 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "llms.smollm2-135m.source: backend openai sends `source` to an API as the model name"),
     ("missing template", lambda c: c["generation"].__setitem__("prompts_dir", "resources/prompts_tanq"),
      "generation.prompts_dir: template 'resources/prompts_tanq/few-shot/multihop.txt' (prompt few-shot, family multihop) is missing"),
+    ("significance baseline",
+     lambda c: c.setdefault("report", {}).__setitem__("significance", {"baseline": "bm52"}),
+     "report.significance.baseline: 'bm52' names no run"),
     ("report.expected", lambda c: c.setdefault("report", {}).__setitem__("expected", ["config/expected/none.yaml"]),
      "report.expected: 'config/expected/none.yaml' is not a file"),
 ]

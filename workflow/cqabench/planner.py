@@ -278,6 +278,10 @@ class Plan:
         bad = sorted(set(self.gen_rag_runs) - set(self.all_run_names))
         if bad:
             out.append(f"generation.rag_retrievers: {bad} name no run; runs: {self.all_run_names}")
+        baseline = (self.report.get("significance") or {}).get("baseline")
+        if baseline is not None and self.all_run_names and baseline not in self.all_run_names:
+            # a typo would turn every row of retrieval_vs_baseline into "no ... run to compare with"
+            out.append(f"report.significance.baseline: {baseline!r} names no run; runs: {self.all_run_names}")
         if self.gen_llms and self.gen_prompts:
             needed = sorted({(self.template_family(ds), p) for ds in self.datasets for p in self.gen_prompts})
             for family, prompt in needed:
