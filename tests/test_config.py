@@ -147,7 +147,8 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> N
     assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=0")
     assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
     config = _config()
-    config["retrievers"]["minilm"]["device"] = "cuda"
+    # (on a GPU the encoder runs on torch: onnxruntime and int8 here are CPU-only, refused with cuda)
+    config["retrievers"]["minilm"].update(device="cuda", backend="torch", quantize="none")
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
