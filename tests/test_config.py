@@ -92,6 +92,7 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> N
 def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None:
     config = _config()
     config["raw_dir"] = str(ROOT / "resources/raw")
+    config["generation"]["prompts_dir"] = str(ROOT / "resources/prompts")  # planning checks every template
     config["llms"]["remote"] = {"backend": "openai", "source": "gpt-3.5-turbo", "api_key_env": "CQABENCH_TEST_KEY"}
     config["generation"]["llms"] = ["remote"]
     path = tmp_path / "remote.yaml"
@@ -146,7 +147,8 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> N
     assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=0")
     assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
     config = _config()
-    config["retrievers"]["minilm"]["device"] = "cuda"
+    # (on a GPU the encoder runs on torch: onnxruntime and int8 here are CPU-only, refused with cuda)
+    config["retrievers"]["minilm"].update(device="cuda", backend="torch", quantize="none")
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -118,11 +118,13 @@ def test_exact_duplicate_query_ranks_its_document_first(family: str, tiny: dict[
 
 @pytest.mark.parametrize("index", ["hnsw", "ivf"])
 def test_approximate_indexes_find_the_duplicate(index: str, tiny: dict[str, Path], tmp_path: Path) -> None:
+    # Each index takes only its own keys (nlist / nprobe: ivf; ef_search: hnsw): tests/test_retriever_settings.py
+    shape, search = ({"nlist": 1}, {"nprobe": 1}) if index == "ivf" else ({}, {"ef_search": 16})
     settings = {"type": "dense", "family": "mpnet", "model": str(tiny["bert"]), "doc_format": "{text}",
-                "index": index, "nlist": 1, "shard_size": 3}
+                "index": index, "shard_size": 3, **shape}
     dense.build_index(TEXTS, tmp_path, settings)
     assert (tmp_path / "index.faiss").is_file()
-    res = dense.search(tmp_path, [("q", TEXTS[4][2])], 2, {**settings, "nprobe": 1, "ef_search": 16})
+    res = dense.search(tmp_path, [("q", TEXTS[4][2])], 2, {**settings, **search})
     assert res["q"][0][0] == "d4"
 
 

@@ -1,7 +1,7 @@
 # Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots -> the
 # report page (results/report/index.html, one self-contained file). `snakemake --report
 # report.html` bundles the outputs marked report(...) with the captions in workflow/report/*.rst
-# (each paper table's caption is written by report_tables). Helpers and targets: common.smk.
+# (each paper table's caption is written by report_tables). Helpers and targets: cqabench.planner.
 
 
 rule aggregate:
@@ -32,7 +32,7 @@ rule aggregate:
 # The paper tables, answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
 # corrected paired tests) and retrieval_vs_baseline (every run vs BM25 per dataset, one family)
 # come from one job: all read the same fact tables. report.significance picks the correction. Cells the
-# configuration does not plan (not_planned_cells(), common.smk) are listed with their reason.
+# configuration does not plan (Plan.not_planned_cells(), cqabench.planner) are listed with their reason.
 rule report_tables:
     input:
         metrics=f"{RESULTS}/metrics.parquet",

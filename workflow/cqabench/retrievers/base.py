@@ -30,6 +30,7 @@ built with other settings; so a family module never reads or writes `settings.js
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,6 +44,7 @@ Results = dict[str, Ranking]
 
 SETTINGS_FILE = "settings.json"
 DEFAULT_SEARCH_ONLY_KEYS = frozenset({"threads", "batch_size", "query_batch_size", "device"})
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
 class RetrieverModule(Protocol):
@@ -94,6 +96,22 @@ def check_index(index_dir: Path, settings: Mapping[str, Any], search_only: Itera
         raise ConfigError(
             f"index {index_dir} was built with other settings ({'; '.join(diff)}); rebuild it"
         )
+
+
+def check_positive_int(family: str, settings: Mapping[str, Any], *keys: str) -> None:
+    """Each of `keys` that is set must be a positive integer (`batch_size: "abc"` fails planning)."""
+    for key in keys:
+        value = settings.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{family} retriever: {key} must be a positive integer, got {value!r}")
+
+
+def check_device(family: str, device: Any, allowed: str = "cpu, cuda or cuda:N") -> str:
+    """`cpu`, `cuda` or `cuda:N`, checked at planning time; whether the GPU is there is checked
+    where the model is loaded (`cqabench.retrievers.encoders.require_device`)."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ConfigError(f"{family} retriever: device must be {allowed}, got {device!r}")
+    return device
 
 
 def rank(scored: Iterable[tuple[str, float]], k: int) -> Ranking:

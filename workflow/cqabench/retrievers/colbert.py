@@ -23,9 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError, CqaError
-from cqabench.retrievers.base import Doc, QueryText, Results, rank
+from cqabench.retrievers.base import Doc, QueryText, Results, check_positive_int, rank
 
 SEARCH_ONLY_KEYS = frozenset({"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size"})
+# Run-time settings and what reads them: device (torch, colbert-ai's gpus), threads
+# (OMP_NUM_THREADS of the worker), timeout_s (the worker's wall-clock limit), batch_size
+# (colbert-ai index_bsize: passages per encoder batch while indexing; colbert-ai batches
+# queries itself), ncells / centroid_score_threshold / ndocs (PLAID search; None: colbert-ai's
+# defaults for k).
+_RUNTIME_DEFAULTS: dict[str, Any] = {
+    "device": "cpu", "threads": None, "timeout_s": 6 * 3600, "batch_size": None,
+    "ncells": None, "centroid_score_threshold": None, "ndocs": None,
+}  # fmt: skip
+_PLAID_SEARCH = ("ncells", "centroid_score_threshold", "ndocs")
 PLAID_DIR = "plaid"
 _DEFAULTS: dict[str, Any] = {
     "nbits": 2,
@@ -34,7 +44,7 @@ _DEFAULTS: dict[str, Any] = {
     "kmeans_niters": 4,
     "doc_format": "{title} | {text}",
 }
-_KNOWN = {"type", "model", "device", "threads", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", *_DEFAULTS}
+_KNOWN = {"type", "model", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 _LOG_TAIL = 25
 
 
@@ -54,9 +64,34 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     for key in ("doc_maxlen", "query_maxlen", "kmeans_niters"):
         if not isinstance(out[key], int) or out[key] < 1:
             raise ConfigError(f"colbert setting {key} must be a positive integer, got {out[key]!r}")
-    if settings.get("device", "cpu") not in ("cpu", "cuda"):
-        raise ConfigError(f"colbert device must be cpu or cuda, got {settings.get('device')!r}")
-    return out
+    runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
+    if runtime["device"] not in ("cpu", "cuda"):
+        raise ConfigError(f"colbert device must be cpu or cuda, got {runtime['device']!r}")
+    check_positive_int("colbert", runtime, "threads", "batch_size", "ncells", "ndocs")
+    for key in ("timeout_s", "centroid_score_threshold"):
+        value = runtime[key]
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+            raise ConfigError(f"colbert retriever: {key} must be a positive number, got {value!r}")
+    return {**out, **runtime}
+
+
+def _request(s: dict[str, Any], action: str, **extra: Any) -> dict[str, Any]:
+    """What the worker is sent: the resolved settings it reads (PLAID search keys on search only)."""
+    keep = {k: v for k, v in s.items() if k not in _PLAID_SEARCH or (action == "search" and v is not None)}
+    return {**keep, **extra}
+
+
+def worker_env(settings: dict[str, Any]) -> dict[str, str]:
+    """The worker's environment: offline, on the asked device, with the asked thread count."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # torch compiles colbert-ai's C++ helpers with `ninja` from PATH: the pip-installed one
+    # sits next to this interpreter even when the virtualenv is not activated.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if settings["device"] == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # colbert-ai would otherwise pick up a GPU by itself
+    if settings["threads"]:
+        env["OMP_NUM_THREADS"] = str(int(settings["threads"]))
+    return env
 
 
 def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], workdir: Path) -> None:
@@ -64,15 +99,12 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
     req = workdir / f"{action}-request.json"
     req.write_text(json.dumps(request), encoding="utf-8")
     log_path = workdir / f"{action}.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    # torch compiles colbert-ai's C++ helpers with `ninja` from PATH: the pip-installed one
-    # sits next to this interpreter even when the virtualenv is not activated.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if settings.get("device", "cpu") == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    if settings.get("threads"):
-        env["OMP_NUM_THREADS"] = str(int(settings["threads"]))
-    timeout = float(settings.get("timeout_s", 6 * 3600))
+    if settings["device"] != "cpu":
+        from cqabench.retrievers.encoders import require_device
+
+        require_device(settings["device"], f"colbert {action}")  # before colbert-ai would fall back or hang
+    env = worker_env(settings)
+    timeout = float(settings["timeout_s"])
     cmd = [sys.executable, "-m", "cqabench.retrievers.colbert", action, str(req)]
     with open(log_path, "w", encoding="utf-8") as log:
         try:
@@ -88,6 +120,13 @@ def _tail(path: Path) -> str:
     return "\n".join(lines[-_LOG_TAIL:])
 
 
+def passage_text(s: dict[str, Any], title: str, text: str) -> str:
+    """One passage of collection.tsv: `doc_format` applied (text alone when there is no title),
+    whitespace collapsed (TSV: no tabs or newlines inside)."""
+    body = s["doc_format"].format(title=title, text=text) if title.strip() else text
+    return " ".join(body.split())
+
+
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
     s = resolve(settings)
     index_dir = Path(index_dir)
@@ -98,15 +137,13 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
             for docid, title, text in docs:
                 if "\n" in docid:
                     raise ConfigError(f"colbert index: docid {docid!r} holds a newline")
-                body = s["doc_format"].format(title=title, text=text) if title.strip() else text
-                col.write(f"{count}\t{' '.join(body.split())}\n")  # TSV: no tabs/newlines inside
+                col.write(f"{count}\t{passage_text(s, title, text)}\n")
                 ids.write(docid + "\n")
                 count += 1
         if not count:
             raise ConfigError("colbert index: the corpus is empty")
-        request = {**s, "device": settings.get("device", "cpu"), "collection": str(collection),
-                   "index_path": str(index_dir / PLAID_DIR), "root": tmp}
-        _run_worker("index", request, settings, Path(tmp))
+        request = _request(s, "index", collection=str(collection), index_path=str(index_dir / PLAID_DIR), root=tmp)
+        _run_worker("index", request, s, Path(tmp))
 
 
 def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
@@ -121,10 +158,9 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
     with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
         out = Path(tmp) / "ranking.json"
-        request = {**s, "device": settings.get("device", "cpu"), "index_path": str(index_dir / PLAID_DIR),
-                   "root": tmp, "queries": [text for _, text in todo], "k": k, "out": str(out),
-                   **{key: settings[key] for key in ("ncells", "centroid_score_threshold", "ndocs") if key in settings}}
-        _run_worker("search", request, settings, Path(tmp))
+        request = _request(s, "search", index_path=str(index_dir / PLAID_DIR), root=tmp,
+                           queries=[text for _, text in todo], k=k, out=str(out))
+        _run_worker("search", request, s, Path(tmp))
         ranked = json.loads(out.read_text(encoding="utf-8"))
     for (qid, _), hits in zip(todo, ranked):
         results[qid] = rank(((docids[pid], score) for pid, score in hits), k)
@@ -136,6 +172,8 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
 def _colbert_config(req: dict[str, Any], **extra: Any) -> Any:
     from colbert.infra import ColBERTConfig
 
+    if req.get("batch_size"):
+        extra["index_bsize"] = int(req["batch_size"])
     return ColBERTConfig(
         nbits=req["nbits"], doc_maxlen=req["doc_maxlen"], query_maxlen=req["query_maxlen"],
         kmeans_niters=req["kmeans_niters"], gpus=0 if req["device"] == "cpu" else 1,
@@ -158,7 +196,7 @@ def _worker(action: str, req: dict[str, Any]) -> None:
             indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))
             indexer.index(name=path.name, collection=req["collection"], overwrite=True)
             return
-        extra = {k: req[k] for k in ("ncells", "centroid_score_threshold", "ndocs") if k in req}
+        extra = {k: req[k] for k in _PLAID_SEARCH if req.get(k) is not None}
         searcher = Searcher(index=req["index_path"], checkpoint=checkpoint, config=_colbert_config(req, **extra),
                             collection=["(not loaded)"], verbose=0)
         k = int(req["k"])

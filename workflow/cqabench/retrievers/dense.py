@@ -18,14 +18,22 @@ import heapq
 import itertools
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cqabench.errors import ConfigError
-from cqabench.retrievers.base import Doc, QueryText, Results, rank
+from cqabench.retrievers.base import (
+    DEFAULT_SEARCH_ONLY_KEYS,
+    Doc,
+    QueryText,
+    Results,
+    check_device,
+    check_positive_int,
+    rank,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +75,33 @@ _KNOWN = {
 }
 
 
+# Search/run-time settings (not part of the recipe in dense.json): what they default to.
+_RUNTIME_DEFAULTS: dict[str, Any] = {
+    "batch_size": 32, "query_batch_size": None, "device": "cpu", "threads": None, "nprobe": None, "ef_search": None,
+}  # fmt: skip
+# A key that only one kind of index (or family) reads: given anywhere else it would be recorded
+# in the results while changing nothing, so it is refused at planning time.
+_APPLIES: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
+    "nlist": ("index ivf or ivfpq", lambda r: r["index"] in ("ivf", "ivfpq")),
+    "train_size": ("index ivf or ivfpq", lambda r: r["index"] in ("ivf", "ivfpq")),
+    "nprobe": ("index ivf or ivfpq (flat searches every vector, hnsw uses ef_search)", lambda r: r["index"] in ("ivf", "ivfpq")),
+    "pq_m": ("index ivfpq", lambda r: r["index"] == "ivfpq"),
+    "hnsw_m": ("index hnsw", lambda r: r["index"] == "hnsw"),
+    "ef_search": ("index hnsw", lambda r: r["index"] == "hnsw"),
+    "pooling": ("families other than sentence-transformers (its model's own modules pool)",
+                lambda r: r["family"] != "sentence-transformers"),
+}  # fmt: skip
+
+
+def recipe_of(resolved: dict[str, Any]) -> dict[str, Any]:
+    """What decides the vectors and the index (dense.json's recipe): no search/run-time key."""
+    drop = SEARCH_ONLY_KEYS | DEFAULT_SEARCH_ONLY_KEYS
+    return {k: v for k, v in resolved.items() if k not in drop}
+
+
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
-    """The complete recipe an index is built with: family defaults overlaid by the config."""
+    """The complete recipe an index is built with (family defaults overlaid by the config), plus
+    the run-time settings (batch sizes, device, threads, nprobe, ef_search), each checked."""
     unknown = sorted(set(settings) - _KNOWN)
     if unknown:
         raise ConfigError(f"dense retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
@@ -91,10 +124,25 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     fmt = out["doc_format"]
     if fmt != PAIR and ("{text}" not in fmt or set(_fields(fmt)) - {"title", "text"}):
         raise ConfigError(f"doc_format {fmt!r} must be 'pair' or use {{text}} (and optionally {{title}}) only")
-    for key in ("max_length", "query_max_length", "shard_size", "batch_size"):
-        if out.get(key) is not None and (not isinstance(out[key], int) or out[key] < 1):
+    for key in ("max_length", "query_max_length", "shard_size", "nlist", "pq_m", "hnsw_m", "train_size"):
+        if out.get(key) is not None and (not isinstance(out[key], int) or isinstance(out[key], bool) or out[key] < 1):
             raise ConfigError(f"dense setting {key} must be a positive integer, got {out[key]!r}")
-    return out
+    # (A value equal to the default is what every index records anyway; refusing it would make
+    # resolve() refuse its own output, which the family functions resolve again.)
+    defaults = {**_DEFAULTS, **FAMILIES[fam]}
+    for key, (where, applies) in _APPLIES.items():
+        if settings.get(key) is not None and settings[key] != defaults.get(key) and not applies(out):
+            raise ConfigError(f"dense setting {key} applies to {where} only; this retriever has "
+                              f"family {out['family']}, index {out['index']}")  # fmt: skip
+    runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
+    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search")
+    check_device("dense", runtime["device"])
+    if runtime["device"] != "cpu" and (out["backend"] != "torch" or out["quantize"] != "none"):
+        raise ConfigError(
+            f"dense setting device {runtime['device']!r} needs backend torch and quantize none "
+            "(onnxruntime here and int8 dynamic quantization run on CPU only)"
+        )
+    return {**out, **runtime}
 
 
 def _fields(fmt: str) -> list[str]:
@@ -115,8 +163,8 @@ def doc_input(recipe: dict[str, Any], title: str, text: str) -> str | tuple[str,
 class _Encoders:
     """Load the query and document encoders once (one model when both names are equal)."""
 
-    def __init__(self, recipe: dict[str, Any], settings: dict[str, Any], index_dir: Path) -> None:
-        self.recipe, self.settings = recipe, settings
+    def __init__(self, recipe: dict[str, Any], index_dir: Path) -> None:
+        self.recipe = recipe  # resolve()'s output: recipe and run-time settings
         self.cache: dict[str, Any] = {}
         # The exported (and quantized) ONNX graphs live in the index, so search reuses them.
         same = recipe["query_model"] == recipe["doc_model"]
@@ -128,21 +176,22 @@ class _Encoders:
     @property
     def query(self) -> Any:
         """Loaded on first use: a search never loads a two-tower model's document encoder."""
-        return self._load(self.recipe["query_model"], self.settings, self.onnx["query"], self.cache)
+        return self._load(self.recipe["query_model"], self.onnx["query"], self.cache)
 
     @property
     def doc(self) -> Any:
-        return self._load(self.recipe["doc_model"], self.settings, self.onnx["doc"], self.cache)
+        return self._load(self.recipe["doc_model"], self.onnx["doc"], self.cache)
 
-    def _load(self, spec: str, settings: dict[str, Any], onnx_path: Path, cache: dict[str, Any]) -> Any:
+    def _load(self, spec: str, onnx_path: Path, cache: dict[str, Any]) -> Any:
         from cqabench.retrievers import encoders
 
         if spec in cache:
             return cache[spec]
-        r, threads = self.recipe, settings.get("threads")
+        r, threads, device = self.recipe, self.recipe["threads"], self.recipe["device"]
         normalize = r["similarity"] == "cosine"
+        log.info("dense: loading %s on %s (threads %s)", spec, device, threads or "torch default")
         if r["family"] == "sentence-transformers":
-            st = encoders.STEncoder(spec, device=settings.get("device", "cpu"), threads=threads)
+            st = encoders.STEncoder(spec, device=device, threads=threads)
             if r["backend"] == "torch" and r["quantize"] == "none":
                 cache[spec] = st
                 return st
@@ -150,7 +199,7 @@ class _Encoders:
             enc = encoders.HFEncoder(spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads)
             enc.default_length = st.default_length
         else:
-            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads)
+            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device)
         cache[spec] = enc
         return enc
 
@@ -183,8 +232,9 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     index_dir = Path(index_dir)
     shards_dir = index_dir / "shards"
     shards_dir.mkdir(parents=True, exist_ok=True)
-    encoders = _Encoders(recipe, settings, index_dir)
-    batch_size = int(settings.get("batch_size", 32))
+    encoders = _Encoders(recipe, index_dir)
+    batch_size = int(recipe["batch_size"])
+    log.info("dense: encoding documents in batches of %d", batch_size)
     seen: set[str] = set()
     shard_files: list[str] = []
     dim = 0
@@ -205,13 +255,15 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
         raise ConfigError("dense index: the corpus is empty")
     if recipe["index"] != "flat":
         _build_faiss(index_dir, shard_files, dim, recipe)
-    meta = {"recipe": recipe, "dim": dim, "count": len(seen), "shards": shard_files}
+    meta = {"recipe": recipe_of(recipe), "dim": dim, "count": len(seen), "shards": shard_files}
     (index_dir / RESOLVED_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _build_faiss(index_dir: Path, shard_files: list[str], dim: int, recipe: dict[str, Any]) -> None:
     import faiss
 
+    if recipe["threads"]:
+        faiss.omp_set_num_threads(int(recipe["threads"]))
     shards = [np.load(index_dir / "shards" / f, mmap_mode="r") for f in shard_files]
     total = sum(len(s) for s in shards)
     kind = recipe["index"]
@@ -243,7 +295,7 @@ def _load_meta(index_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{index_dir} holds no {RESOLVED_FILE}: not a dense index; rebuild it")
     meta = json.loads(path.read_text(encoding="utf-8"))
-    asked = resolve(settings)
+    asked = recipe_of(resolve(settings))
     if meta["recipe"] != json.loads(json.dumps(asked)):
         diff = sorted(k for k in set(asked) | set(meta["recipe"]) if asked.get(k) != meta["recipe"].get(k))
         raise ConfigError(f"dense index {index_dir} was built with another recipe (differs in: {', '.join(diff)}); rebuild it")
@@ -256,24 +308,27 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
 
     index_dir = Path(index_dir)
     meta = _load_meta(index_dir, settings)
-    recipe = meta["recipe"]
+    run = resolve(settings)  # the recipe (equal to meta's) and the run-time settings
     results: Results = {qid: [] for qid, _ in queries}
     if not queries:
         return results
     docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    encoders = _Encoders(recipe, settings, index_dir)
-    if settings.get("threads"):
-        faiss.omp_set_num_threads(int(settings["threads"]))
-    q = encoders.encode_queries([text for _, text in queries], int(settings.get("query_batch_size", settings.get("batch_size", 32))))
+    encoders = _Encoders(run, index_dir)
+    if run["threads"]:
+        faiss.omp_set_num_threads(int(run["threads"]))
+    batch_size = int(run["query_batch_size"] or run["batch_size"])
+    log.info("dense: encoding %d queries in batches of %d", len(queries), batch_size)
+    q = encoders.encode_queries([text for _, text in queries], batch_size)
     depth = min(k, meta["count"])
-    if recipe["index"] == "flat":
+    if run["index"] == "flat":
         scores, ids = _flat_search(index_dir, meta["shards"], q, depth)
     else:
         index = faiss.read_index(str(index_dir / "index.faiss"))
-        if "nprobe" in settings and hasattr(index, "nprobe"):
-            index.nprobe = int(settings["nprobe"])
-        if "ef_search" in settings and recipe["index"] == "hnsw":
-            index.hnsw.efSearch = int(settings["ef_search"])
+        if run["nprobe"] is not None:
+            faiss.extract_index_ivf(index).nprobe = int(run["nprobe"])
+        if run["ef_search"] is not None:
+            index.hnsw.efSearch = int(run["ef_search"])
+        log.info("dense: faiss %s search, nprobe %s, ef_search %s", run["index"], run["nprobe"], run["ef_search"])
         scores, ids = index.search(q, depth)
     for row, (qid, _) in enumerate(queries):
         hits = [(docids[i], float(s)) for i, s in zip(ids[row], scores[row]) if i >= 0]

@@ -70,6 +70,30 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.nd
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def require_device(device: str, what: str) -> str:
+    """The torch device a model is put on, or a ConfigError: never a silent fall-back to CPU.
+
+    `device: cuda` on a machine (or a job) without a visible GPU is a configuration or
+    scheduling error; encoding on CPU instead would take hours and record the wrong device.
+    """
+    if device == "cpu":
+        return device
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"{what}: device {device!r} asked, but torch sees no CUDA GPU{hint} "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); run the job on a GPU node "
+            "or set device: cpu"
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"{what}: device {device!r} asked, but only {torch.cuda.device_count()} GPU(s) are visible{hint}")
+    return device
+
+
 def set_threads(threads: int | None) -> None:
     if threads:
         import torch
@@ -94,13 +118,17 @@ class HFEncoder:
         quantize: str = "none",
         onnx_path: Path | None = None,
         threads: int | None = None,
+        device: str = "cpu",
     ) -> None:
         import torch
         from transformers import AutoConfig, AutoTokenizer
 
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
+        if device != "cpu" and (backend != "torch" or quantize != "none"):
+            raise ConfigError(f"device {device!r} needs backend torch with quantize none (onnxruntime and int8 run on CPU)")
         self.spec, self.pooling, self.normalize = spec, pooling, normalize
+        self.device = require_device(device, f"model {spec!r}")
         path = resolve_model(spec)
         set_threads(threads)
         reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
@@ -129,6 +157,7 @@ class HFEncoder:
             if quantize == "int8":
                 qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
                 self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+            self.model = self.model.to(self.device)
             self._run = self._run_torch
         elif backend == "onnx":
             if onnx_path is None:
@@ -143,8 +172,8 @@ class HFEncoder:
         import torch
 
         with torch.inference_mode():
-            out = self.model(**{k: torch.from_numpy(v) for k, v in batch.items()})
-        return out[0].float().numpy()
+            out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()})
+        return out[0].float().cpu().numpy()
 
     def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         names = {i.name for i in self._session.get_inputs()}
@@ -300,6 +329,7 @@ class STEncoder:
         from sentence_transformers import SentenceTransformer
 
         set_threads(threads)
+        require_device(device, f"model {spec!r}")
         try:
             self.model = SentenceTransformer(resolve_model(spec), device=device)
         except (OSError, ValueError) as exc:

@@ -24,8 +24,8 @@ import numpy as np
 
 from cqabench.errors import ConfigError
 from cqabench.progress import Progress
-from cqabench.retrievers.base import Doc, QueryText, Results, rank
-from cqabench.retrievers.encoders import length_sorted_batches, resolve_model, set_threads
+from cqabench.retrievers.base import Doc, QueryText, Results, check_device, check_positive_int, rank
+from cqabench.retrievers.encoders import length_sorted_batches, require_device, resolve_model, set_threads
 from cqabench.retrievers.java import autoclass, start_jvm
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,11 @@ _DEFAULTS: dict[str, Any] = {
     "quantization": 100,
     "doc_format": "{title} {text}",
 }
-_KNOWN = {"type", "model", "query_model", "threads", "batch_size", "query_batch_size", "device", *_DEFAULTS}
+# Run-time settings (search-only keys; the index is the same): torch and Anserini threads,
+# documents per encoder batch while indexing, queries per batch while searching, torch device.
+# threads None: torch's own default for encoding, one Anserini thread.
+_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu"}
+_KNOWN = {"type", "model", "query_model", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
@@ -59,22 +63,27 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"splade setting {key} must be a positive integer, got {out[key]!r}")
     if "{text}" not in out["doc_format"]:
         raise ConfigError(f"splade doc_format {out['doc_format']!r} must contain {{text}}")
-    return out
+    runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
+    check_positive_int("splade", runtime, "threads", "batch_size", "query_batch_size")
+    check_device("splade", runtime["device"])
+    return {**out, **runtime}
 
 
 class SpladeEncoder:
     """A masked-LM checkpoint turned into {term: integer weight} maps."""
 
-    def __init__(self, spec: str, threads: int | None = None) -> None:
+    def __init__(self, spec: str, threads: int | None = None, device: str = "cpu") -> None:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         set_threads(threads)
+        self.device = require_device(device, f"splade model {spec!r}")
         path = resolve_model(spec)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForMaskedLM.from_pretrained(path).eval()
+            self.model = AutoModelForMaskedLM.from_pretrained(path).eval().to(self.device)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot load SPLADE model {spec!r} offline ({type(exc).__name__}: {exc})") from None
+        log.info("splade: %s on %s (threads %s)", spec, self.device, threads)
         self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.model.config.vocab_size)))
 
@@ -87,12 +96,13 @@ class SpladeEncoder:
         out = np.zeros((len(texts), len(self.vocab)), dtype=np.float32)
         for idx in length_sorted_batches([len(x) for x in enc["input_ids"]], batch_size):
             batch = self.tokenizer.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
             with torch.inference_mode():
                 # In place: the [batch, tokens, vocab] logits are the big tensor (8 x 512 x 30522
                 # floats = 500 MB); no second copy of it is made.
                 act = self.model(**batch).logits.relu_().log1p_()
                 act.mul_(batch["attention_mask"].unsqueeze(-1).to(act.dtype))
-                out[idx] = act.max(dim=1).values.float().numpy()
+                out[idx] = act.max(dim=1).values.float().cpu().numpy()
         return out
 
     def term_maps(self, texts: list[str], max_length: int | None, batch_size: int, quantization: int) -> list[dict[str, int]]:
@@ -107,8 +117,9 @@ class SpladeEncoder:
 
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
     s = resolve(settings)
-    encoder = SpladeEncoder(s["model"], settings.get("threads"))
-    batch_size = int(settings.get("batch_size", 8))
+    encoder = SpladeEncoder(s["model"], s["threads"], s["device"])
+    batch_size = int(s["batch_size"])
+    log.info("splade: encoding documents in batches of %d", batch_size)
     start_jvm()
     count = 0
     progress = Progress("splade encode", None, unit="docs", logger=log)  # docs stream in: no total
@@ -137,7 +148,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
             "-generator", "DefaultLuceneDocumentGenerator",
             "-input", tmp,
             "-index", str(Path(index_dir) / LUCENE_DIR),
-            "-threads", str(int(settings.get("threads") or 1)),
+            "-threads", str(int(s["threads"] or 1)),
             "-impact", "-pretokenized",
         ])  # fmt: skip
     searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(Path(index_dir) / LUCENE_DIR))
@@ -158,8 +169,9 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     results: Results = {qid: [] for qid, _ in queries}
     if not queries:
         return results
-    encoder = SpladeEncoder(s["query_model"], settings.get("threads"))
-    maps = encoder.term_maps([t for _, t in queries], s["query_max_length"], int(settings.get("query_batch_size", 32)), s["quantization"])
+    encoder = SpladeEncoder(s["query_model"], s["threads"], s["device"])
+    log.info("splade: encoding %d queries in batches of %d", len(queries), s["query_batch_size"])
+    maps = encoder.term_maps([t for _, t in queries], s["query_max_length"], int(s["query_batch_size"]), s["quantization"])
     start_jvm()
     hash_map, array_list, jint = autoclass("java.util.HashMap"), autoclass("java.util.ArrayList"), autoclass("java.lang.Integer")
     searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
@@ -177,7 +189,7 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
             jq.add(m)
             jids.add(qid)
         if jq.size():
-            hits = searcher.batch_search(jq, jids, int(k), int(settings.get("threads") or 1))
+            hits = searcher.batch_search(jq, jids, int(k), int(s["threads"] or 1))
             for entry in hits.entrySet().toArray():
                 results[entry.getKey()] = rank(((h.docid, h.score) for h in entry.getValue()), k)
     finally:

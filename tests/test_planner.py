@@ -1,0 +1,234 @@
+"""cqabench.planner: the plan of the shipped configs, hand-counted matrices, and one test per
+cross-reference error (each asserts the config key the message names). Pure: no Snakemake run,
+except one check that `snakemake -n` prints the planner's message without a traceback."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from cqabench.errors import ConfigError
+from cqabench.planner import Environment, Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = Environment(root=ROOT, python="python", vllm_python=sys.executable)
+
+
+def _config(name: str = "config.yaml") -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+def _plan(config: dict[str, Any], env: Environment = ENV) -> Plan:
+    return Plan(config, env)
+
+
+# ---- the shipped configs (counts as `snakemake -n --forceall` planned them before the move) ----
+
+
+@pytest.mark.parametrize(
+    ("name", "generate", "eval_retrieval"), [("config.yaml", 55, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
+)
+def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, eval_retrieval: int) -> None:
+    plan = _plan(_config(name))
+    assert len(plan.generation_cells()) == generate
+    assert len(plan.retrieval_targets()) == eval_retrieval
+
+
+def test_default_plan_by_hand() -> None:
+    """config.yaml: 8 datasets x 1 serialization; closed everywhere, rag over 2 runs x 3 k where the
+    dataset is searched (7, not TANQ), oracle where gold exists (5 of 8): 8 + 42 + 5 = 55."""
+    plan = _plan(_config())
+    cells = plan.generation_cells()
+    by_setting = {s: [c for c in cells if c[6] == s] for s in ("closed", "rag", "oracle")}
+    assert (len(by_setting["closed"]), len(by_setting["rag"]), len(by_setting["oracle"])) == (8, 42, 5)
+    assert {c[0] for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa"}
+    assert plan.corpus_of("musique") == plan.corpus_of("2wikimultihopqa") == "wiki-multihop"
+    assert plan.corpus_of("tatqa") == "tatqa"
+    assert plan.run_names("strategyqa", "dev") == ["bm25", "minilm", "bm25-irq", "bm25-ird-gold", "bm25-ird-pred"]
+    assert plan.run_names("tanq", "test") == []
+    assert ("tanq", "test", "rag") in {(n["dataset"], n["split"], n["setting"]) for n in plan.not_planned_cells()}
+    assert plan.run_settings("bm25-irq")["queries"] == "question" and plan.run_settings("bm25-irq")["k"] == 10
+    assert plan.run_settings("minilm")["k"] == 100
+    w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", retriever="bm25", llm="smollm2-135m",
+                        prompt="few-shot", setting="rag", k="3")  # fmt: skip
+    assert plan.cell_inputs(w) == {
+        "queries": "results/data/tatqa/dev/queries.parquet",
+        "template": "resources/prompts/few-shot/numeric.txt",
+        "model": "results/models/smollm2-135m",
+        "corpus": "results/corpora/tatqa/corpus.parquet",
+        "run": "results/runs/tatqa/dev/pipe/bm25.parquet",
+        "batch": "results/generation/_batches/smollm2-135m.json",
+    }
+    assert plan.generation_cell(w)["retriever_settings"]["type"] == "bm25"
+
+
+def test_small_matrix_by_hand() -> None:
+    """One dataset, two serializations, closed + rag over two runs at k 1 and 3: 2 x (1 + 2 x 2) = 10."""
+    config = _config()
+    config["datasets"] = {"tatqa": config["datasets"]["tatqa"]}
+    config["corpora"] = {}
+    config["serializations"] = ["pipe", "linear"]
+    config["retrieval"] = {"retrievers": ["bm25", "minilm"], "k": 50}
+    config["generation"].update(settings=["closed", "rag"], k=[1, 3], batch_llms=[])
+    plan = _plan(config)
+    assert len(plan.generation_cells()) == 10
+    assert plan.generation_targets()[0] == "results/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0/predictions.parquet"
+    assert "results/generation/tatqa/dev/linear/minilm/smollm2-135m/few-shot/rag-k3/predictions.parquet" in plan.generation_targets()
+    assert sorted(plan.retrieval_targets()) == sorted(
+        f"results/retrieval/tatqa/dev/{s}/{r}/metrics.json" for s in ("pipe", "linear") for r in ("bm25", "minilm")
+    )
+    assert plan.run_settings("bm25")["k"] == 50
+    assert plan.not_planned_cells() == []
+
+
+# ---- one test per cross-reference: the error names the key ----
+
+
+def _external(tmp: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(c: dict[str, Any]) -> None:
+        c["external_runs"] = {"ext": {"path": str(tmp / "missing.trec"), "dataset": "tatqa", "split": "dev"}}
+
+    return edit
+
+
+CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("corpora member", lambda c: c["corpora"].__setitem__("wiki-multihop", ["musique", "hotpot"]),
+     "corpora.wiki-multihop: datasets ['hotpot'] are not configured"),
+    ("split without files", lambda c: c["datasets"]["tatqa"].__setitem__("splits", ["dev", "test"]),
+     "datasets.tatqa: split 'test' has no entry under files"),
+    ("corpus_splits without files", lambda c: c["datasets"]["tatqa"].__setitem__("corpus_splits", ["train", "dev"]),
+     "datasets.tatqa: corpus_splits ['train'] have no entry under files"),
+    ("mistyped corpus", lambda c: c["datasets"]["musique"].__setitem__("corpus", "wiki-multihopp"),
+     "datasets.musique.corpus: 'wiki-multihopp' is neither a configured dataset nor a pooled corpus"),
+    ("raw file without url or copy",
+     lambda c: c["datasets"]["finqa"]["files"]["dev"]["questions"].__setitem__("path", "finqa/nowhere.json"),
+     ("datasets.finqa.files.dev.questions: 'finqa/nowhere.json' is neither under raw_dir (resources/raw) nor in "
+      "results/raw, and has no url")),
+    ("retriever setting", lambda c: c["retrievers"]["minilm"].__setitem__("similarity", "cosin"),
+     "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine"),
+    ("retrieval.retrievers", lambda c: c["retrieval"]["retrievers"].append("bm26"),
+     "retrieval.retrievers: ['bm26'] are not defined under `retrievers:`"),
+    ("decomposition retriever", lambda c: c["retrieval"]["decomposition"].__setitem__("retrievers", ["bm2"]),
+     "retrieval.decomposition.retrievers: ['bm2'] are not defined under `retrievers:`"),
+    ("retrieval.datasets", lambda c: (c["datasets"].pop("finqa"), c["generation"].pop("max_questions_by_dataset", None)),
+     "retrieval.datasets: datasets ['finqa'] are not configured"),
+    ("decomposition datasets",
+     lambda c: (c["datasets"].pop("tanq"), c["retrieval"]["decomposition"].__setitem__("datasets", ["strategyqa", "tanq"])),
+     "retrieval.decomposition.datasets: datasets ['tanq'] are not configured"),
+    ("external run clash",
+     lambda c: c.__setitem__("external_runs", {"bm25": {"path": "config/config.yaml", "dataset": "tatqa", "split": "dev"}}),
+     "external_runs: names ['bm25'] are also retriever names"),
+    ("external run split",
+     lambda c: c.__setitem__("external_runs", {"ext": {"path": "config/config.yaml", "dataset": "tatqa", "split": "test"}}),
+     "external_runs.ext: tatqa/test is not configured"),
+    ("generation.llms", lambda c: c["generation"]["llms"].append("smollm3"),
+     "generation.llms: ['smollm3'] are not defined under `llms:`"),
+    ("generation.batch_llms", lambda c: c["generation"].__setitem__("batch_llms", ["smollm"]),
+     "generation.batch_llms: ['smollm'] are not defined under `llms:`"),
+    ("rag without runs", lambda c: c["generation"].__setitem__("rag_retrievers", []),
+     "generation.settings has rag: set generation.rag_retrievers and generation.k"),
+    ("rag_retrievers typo", lambda c: c["generation"]["rag_retrievers"].append("minilmm"),
+     "generation.rag_retrievers: ['minilmm'] name no run"),
+    ("rag_retrievers typo without rag",
+     lambda c: c["generation"].update(settings=["closed"], rag_retrievers=["bm25x"]),
+     "generation.rag_retrievers: ['bm25x'] name no run"),
+    ("families key", lambda c: c["generation"].__setitem__("families", {"hotpotqa": "multihop"}),
+     "generation.families: datasets ['hotpotqa'] are not configured"),
+    ("oracle_distractors key", lambda c: c["generation"].__setitem__("oracle_distractors", {"musiqu": 2}),
+     "generation.oracle_distractors: datasets ['musiqu'] are not configured"),
+    ("max_questions_by_dataset key", lambda c: c["generation"].__setitem__("max_questions_by_dataset", {"tanqq": 5}),
+     "generation.max_questions_by_dataset: datasets ['tanqq'] are not configured"),
+    ("openai with gguf", lambda c: c["llms"]["smollm2-135m"].__setitem__("backend", "openai"),
+     "llms.smollm2-135m.source: backend openai sends `source` to an API as the model name"),
+    ("missing template", lambda c: c["generation"].__setitem__("prompts_dir", "resources/prompts_tanq"),
+     "generation.prompts_dir: template 'resources/prompts_tanq/few-shot/multihop.txt' (prompt few-shot, family multihop) is missing"),
+    ("significance baseline",
+     lambda c: c.setdefault("report", {}).__setitem__("significance", {"baseline": "bm52"}),
+     "report.significance.baseline: 'bm52' names no run"),
+    ("report.expected", lambda c: c.setdefault("report", {}).__setitem__("expected", ["config/expected/none.yaml"]),
+     "report.expected: 'config/expected/none.yaml' is not a file"),
+]
+
+
+@pytest.mark.parametrize(("what", "edit", "message"), CASES, ids=[c[0] for c in CASES])
+def test_each_broken_reference_names_its_key(what: str, edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    config = _config()
+    edit(config)
+    with pytest.raises(ConfigError) as err:
+        _plan(config)
+    assert message in str(err.value)
+
+
+def test_external_run_without_its_file_names_the_path(tmp_path: Path) -> None:
+    config = _config()
+    _external(tmp_path)(config)
+    with pytest.raises(ConfigError, match=r"external_runs\.ext\.path: '.*missing\.trec' is not a file"):
+        _plan(config)
+
+
+def test_missing_vllm_environment_names_the_llm(tmp_path: Path) -> None:
+    env = Environment(root=ROOT, vllm_python=str(tmp_path / "no-venv/bin/python"))
+    with pytest.raises(ConfigError, match=r"llms\.smollm2-135m: backend vllm runs in its own environment"):
+        _plan(_config(), env)
+    _plan(_config(), Environment(root=ROOT, vllm_python=str(tmp_path / "x"), conda=True))  # conda: envs/vllm.yaml
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    config = _config()
+    config["datasets"]["musique"]["corpus"] = "nowhere"
+    config["generation"]["llms"] = ["gpt-5"]
+    with pytest.raises(ConfigError) as err:
+        _plan(config)
+    text = str(err.value)
+    assert "datasets.musique.corpus:" in text and "generation.llms: ['gpt-5']" in text
+
+
+def test_a_raw_file_with_a_url_or_a_downloaded_copy_plans(tmp_path: Path) -> None:
+    config = _config()
+    spec = config["datasets"]["finqa"]["files"]["dev"]["questions"]
+    spec.update(path="finqa/elsewhere.json", url="https://example.org/finqa/dev.json")
+    plan = _plan(config)
+    assert plan.raw_input("finqa/elsewhere.json") == "results/raw/finqa/elsewhere.json"
+    assert plan.raw_specs_by_path()["finqa/elsewhere.json"]["url"] == "https://example.org/finqa/dev.json"
+    spec["url"] = None  # a copy already downloaded into results/raw is as good as a URL
+    (tmp_path / "resources").symlink_to(ROOT / "resources")
+    (tmp_path / "config").symlink_to(ROOT / "config")
+    (tmp_path / "results/raw/finqa").mkdir(parents=True)
+    (tmp_path / "results/raw/finqa/elsewhere.json").write_text("[]")
+    _plan(config, Environment(root=tmp_path, vllm_python=sys.executable))
+
+
+def test_corpus_only_splits_get_their_download_spec() -> None:
+    """Before the planner, a raw file of a corpus-only split (dexter.yaml: MuSiQue train) was
+    planned for download with an empty spec, i.e. no URL: it could only fail at run time."""
+    plan = _plan(_config("dexter.yaml"))
+    spec = plan.raw_specs_by_path()["musique/musique_ans_v1.0_train.jsonl"]
+    assert spec["url"].startswith("https://")
+
+
+def test_unchanged_config_is_not_mutated() -> None:
+    config = _config()
+    before = copy.deepcopy(config)
+    _plan(config).generation_cells()
+    assert config == before
+
+
+def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path) -> None:
+    config = _config()
+    config["datasets"]["musique"]["corpus"] = "wiki-multihopp"  # was a KeyError traceback
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "datasets.musique.corpus: 'wiki-multihopp' is neither a configured dataset nor a pooled corpus" in out
+    assert "Traceback" not in out and "KeyError" not in out

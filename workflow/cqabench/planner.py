@@ -1,0 +1,647 @@
+"""The workflow's plan: matrix expansion, cross-references and every path a rule reads or writes.
+
+`workflow/rules/common.smk` only builds a `Plan` from Snakemake's `config` and binds its
+methods to the names the rules use; everything that decides *which* jobs exist and *what* they
+are given lives here, where it is unit-tested without Snakemake (tests/test_planner.py).
+
+A `Plan` checks the whole config when it is built and raises one `ConfigError` that lists every
+problem, each prefixed with the config key it concerns (``datasets.tatqa.corpus: ...``). The
+checks cover what the JSON schema cannot: references between sections (datasets, corpora,
+retrievers, runs, LLMs, prompts, settings) and configs that could only fail at run time (a raw
+file with neither a local copy nor a URL, a missing prompt template, an API backend given a
+GGUF file). Planning reads no data beyond what `has_gold_evidence` peeks at and which files
+exist, so `snakemake -n` stays fast.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from cqabench.datasets import has_gold_evidence
+from cqabench.errors import ConfigError
+from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
+
+RESULTS = "results"
+# IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
+DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird-pred"}
+SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
+NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
+GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors")
+CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+GGUF_PREFIXES = ("gguf-package:", "gguf:")
+
+Cell = tuple[str, str, str, str, str, str, str, int]
+
+
+def one_of(names: Sequence[str] | set[str]) -> str:
+    """A regex alternation of `names`, longest first (so `bm25-irq` is not read as `bm25`)."""
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+
+def names_pattern(names: Sequence[str] | set[str] | Mapping[str, Any]) -> str:
+    """`one_of`, or a pattern that matches nothing for an empty collection."""
+    return one_of(list(names)) if names else NEVER
+
+
+def as_arg(obj: Any) -> str:
+    """A JSON value as one shell word, for passing settings to `cqabench`."""
+    return shlex.quote(json.dumps(obj, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What planning needs to know beyond the config: where relative paths are, which Python.
+
+    `root` is the working directory the rules run in (raw files, templates, external runs and
+    expected-number files are looked up under it); `python` and `vllm_python` are the shell
+    words of the interpreters jobs run the package with; `conda` is true under `--sdm conda`.
+    """
+
+    root: Path = Path(".")
+    python: str = "python"
+    vllm_python: str = ".venv-vllm/bin/python"
+    conda: bool = False
+    check_vllm_python: bool = True
+
+
+@dataclass
+class Plan:
+    """Every job the config asks for, checked; see the module docstring."""
+
+    config: Mapping[str, Any]
+    env: Environment = field(default_factory=Environment)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.raw_dir: str = c["raw_dir"]
+        self.datasets: list[str] = list(c["datasets"])
+        self.serializations: list[str] = list(c["serializations"])
+        self.pooled: dict[str, list[str]] = {n: list(m) for n, m in (c.get("corpora") or {}).items()}
+        # retrieval
+        self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
+        self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
+        self.retrieval_k = int(self.retrieval.get("k", 100))
+        self.retrieval_retrievers: list[str] = list(self.retrieval.get("retrievers", []))
+        # Datasets searched by the configured retrievers (default: all; a dataset without a
+        # corpus, such as the sample's TANQ, is left out there rather than indexed empty).
+        self.retrieval_datasets: list[str] = list(self.retrieval.get("datasets") or self.datasets)
+        self.decomposition: dict[str, Any] = dict(self.retrieval.get("decomposition") or {})
+        self.decomposition_k = int(self.decomposition.get("k", 10))
+        self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
+        # report
+        self.report: dict[str, Any] = dict(c.get("report") or {})
+        self.report_dir = f"{RESULTS}/report"
+        self.paper_data = bool(self.report.get("paper_data", False))
+        self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
+        # generation
+        g = self.generation = dict(c.get("generation") or {})
+        self.llms: dict[str, dict[str, Any]] = dict(c.get("llms") or {})
+        self.gen_llms: list[str] = list(g.get("llms", []))
+        self.gen_prompts: list[str] = list(g.get("prompts", []))
+        self.gen_settings: list[str] = list(g.get("settings", []))
+        self.gen_rag_runs: list[str] = list(g.get("rag_retrievers", []))
+        self.gen_k: list[int] = [int(k) for k in g.get("k", [5])]
+        self.prompts_dir: str = g.get("prompts_dir", "resources/prompts")
+        self.llm_cache_dir: str = g.get("cache_dir", f"{RESULTS}/cache/llm")
+        self.models_dir = f"{RESULTS}/models"
+        self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
+        self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
+        self.gen_seed = int(g.get("seed", 0))
+        self.threads = int(g.get("threads", 2))
+
+        self.check()  # before anything below indexes the config by a name it references
+        self.corpora = sorted({self.corpus_of(ds) for ds in self.datasets})
+        self.decomposition_runs: dict[str, tuple[str, str]] = {
+            f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
+            for r in self.decomposition.get("retrievers", [])
+            for kind in self.decomposition.get("queries", list(DECOMPOSITION_SUFFIX))
+        }
+        self.all_run_names = sorted({n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)})
+        self.expected_files = list(self.report.get("expected") or sorted(
+            str(Path(p).relative_to(self.env.root)) for p in glob.glob(str(self.env.root / "config/expected/*.yaml"))
+        ))  # fmt: skip
+        self.gguf_llms = [n for n in self.llms if self.is_gguf(n)]
+        self.gold_evidence = {(ds, sp): self._evidence_of(ds, sp) for ds in self.datasets for sp in self.splits(ds)}
+        self._cells: list[Cell] | None = None
+        self._check_after_expansion()
+
+    # ---- checks ----
+
+    def check(self) -> None:
+        """Raise one ConfigError naming every broken reference (each line starts with its key)."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError("the config cannot be planned:\n  " + "\n  ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every cross-reference and run-time-only failure the schema cannot see."""
+        out: list[str] = []
+        out += self._data_problems()
+        out += self._retrieval_problems()
+        out += self._generation_problems()
+        out += self._report_problems()
+        return out
+
+    def _data_problems(self) -> list[str]:
+        out = []
+        ds_list = self.datasets
+        for name, members in self.pooled.items():
+            unknown = [m for m in members if m not in ds_list]
+            if unknown:
+                out.append(f"corpora.{name}: datasets {unknown} are not configured; configured: {ds_list}")
+            if name in ds_list:
+                out.append(f"corpora.{name}: a pooled corpus may not take a dataset's name")
+        corpus_names = sorted(set(ds_list) | set(self.pooled))
+        for ds, spec in self.config["datasets"].items():
+            files = spec.get("files") or {}
+            for split in spec["splits"]:
+                if split not in files:
+                    out.append(f"datasets.{ds}: split {split!r} has no entry under files")
+            missing = [sp for sp in spec.get("corpus_splits") or [] if sp not in files]
+            if missing:
+                out.append(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
+            explicit = spec.get("corpus")
+            if explicit and explicit not in corpus_names:
+                out.append(
+                    f"datasets.{ds}.corpus: {explicit!r} is neither a configured dataset nor a pooled corpus "
+                    f"(corpora:); valid: {corpus_names}"
+                )
+            for split in sorted(set(spec["splits"]) | set(spec.get("corpus_splits") or [])):
+                for role, raw in (files.get(split) or {}).items():
+                    if not self._raw_obtainable(raw):
+                        out.append(
+                            f"datasets.{ds}.files.{split}.{role}: {raw['path']!r} is neither under raw_dir "
+                            f"({self.raw_dir}) nor in {RESULTS}/raw, and has no url to download it from"
+                        )
+        return out
+
+    def _raw_obtainable(self, raw: Mapping[str, Any]) -> bool:
+        root = self.env.root
+        return bool(raw.get("url")) or (root / self.raw_dir / raw["path"]).exists() or (
+            root / RESULTS / "raw" / raw["path"]
+        ).exists()
+
+    def _retrieval_problems(self) -> list[str]:
+        from cqabench.retrievers import resolve as resolve_retriever
+
+        out = []
+        # Each retriever family validates its own settings (unknown keys, enums, sizes) at
+        # planning time, so a typo stops the workflow before any job starts.
+        for name, settings in self.retriever_configs.items():
+            try:
+                resolve_retriever(settings)
+            except ConfigError as exc:
+                out.append(f"retrievers.{name}: {exc}")
+        unknown = sorted(set(self.retrieval_retrievers) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.retrievers: {unknown} are not defined under `retrievers:`")
+        unknown = sorted(set(self.decomposition.get("retrievers", [])) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.decomposition.retrievers: {unknown} are not defined under `retrievers:`")
+        for key, names in (("retrieval.datasets", self.retrieval.get("datasets") or []),
+                           ("retrieval.decomposition.datasets", self.decomposition.get("datasets") or [])):  # fmt: skip
+            bad = sorted(set(names) - set(self.datasets))
+            if bad:
+                out.append(f"{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        for kind in self.decomposition.get("queries", []):
+            if kind not in DECOMPOSITION_SUFFIX:
+                out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(DECOMPOSITION_SUFFIX)}")
+        clash = sorted(set(self.external_runs) & set(self.retriever_configs))
+        if clash:
+            out.append(f"external_runs: names {clash} are also retriever names; rename them")
+        for name, spec in self.external_runs.items():
+            ds, sp = spec["dataset"], spec["split"]
+            if ds not in self.datasets or sp not in self.config["datasets"][ds]["splits"]:
+                out.append(f"external_runs.{name}: {ds}/{sp} is not configured")
+            if not (self.env.root / spec["path"]).is_file():
+                out.append(f"external_runs.{name}.path: {spec['path']!r} is not a file")
+        return out
+
+    def _generation_problems(self) -> list[str]:
+        out = []
+        g = self.generation
+        for key, names in (("generation.llms", self.gen_llms), ("generation.batch_llms", self.gen_batch_llms)):
+            bad = sorted(set(names) - set(self.llms))
+            if bad:
+                out.append(f"{key}: {bad} are not defined under `llms:`; defined: {sorted(self.llms)}")
+        bad = sorted(set(self.gen_prompts) - set(STRATEGIES))
+        if bad:
+            out.append(f"generation.prompts: unknown {bad}; valid: {list(STRATEGIES)}")
+        bad = sorted(set(self.gen_settings) - set(SETTINGS))
+        if bad:
+            out.append(f"generation.settings: unknown {bad}; valid: {list(SETTINGS)}")
+        if "rag" in self.gen_settings and not (self.gen_rag_runs and self.gen_k):
+            out.append("generation.settings has rag: set generation.rag_retrievers and generation.k")
+        for ds in self.datasets:
+            try:
+                family_of(ds, g.get("families"))  # every dataset must map to a template family
+            except ConfigError as exc:
+                out.append(f"generation.families: {exc}")
+        for key in ("families", "oracle_distractors", "max_questions_by_dataset"):
+            bad = sorted(set(g.get(key) or {}) - set(self.datasets))
+            if bad:
+                out.append(f"generation.{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        for name, llm in self.llms.items():
+            if llm["backend"] == "openai" and str(llm["source"]).startswith(GGUF_PREFIXES):
+                out.append(
+                    f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
+                    f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
+                )
+        vllm = [n for n in self.gen_llms if n in self.llms and self.llms[n]["backend"] == "vllm"]
+        if vllm and not self.env.conda and self.env.check_vllm_python and not Path(self.env.vllm_python).exists():
+            out.append(
+                f"llms.{vllm[0]}: backend vllm runs in its own environment, {self.env.vllm_python} is missing: run "
+                "`make setup` (or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
+            )
+        return out
+
+    def _report_problems(self) -> list[str]:
+        out = []
+        for path in self.report.get("expected") or []:
+            if not (self.env.root / path).is_file():
+                out.append(f"report.expected: {path!r} is not a file")
+        return out
+
+    def _check_after_expansion(self) -> None:
+        """Checks that need the expanded run names and cells."""
+        out = []
+        # A name that is no run anywhere is a typo: it would silently plan no RAG cell for it.
+        bad = sorted(set(self.gen_rag_runs) - set(self.all_run_names))
+        if bad:
+            out.append(f"generation.rag_retrievers: {bad} name no run; runs: {self.all_run_names}")
+        baseline = (self.report.get("significance") or {}).get("baseline")
+        if baseline is not None and self.all_run_names and baseline not in self.all_run_names:
+            # a typo would turn every row of retrieval_vs_baseline into "no ... run to compare with"
+            out.append(f"report.significance.baseline: {baseline!r} names no run; runs: {self.all_run_names}")
+        if self.gen_llms and self.gen_prompts:
+            needed = sorted({(self.template_family(ds), p) for ds in self.datasets for p in self.gen_prompts})
+            for family, prompt in needed:
+                path = f"{self.prompts_dir}/{prompt}/{family}.txt"
+                if not (self.env.root / path).is_file():
+                    out.append(f"generation.prompts_dir: template {path!r} (prompt {prompt}, family {family}) is missing")
+        if out:
+            raise ConfigError("the config cannot be planned:\n  " + "\n  ".join(out))
+
+    # ---- data stage ----
+
+    def splits(self, dataset: str) -> list[str]:
+        return list(self.config["datasets"][dataset]["splits"])
+
+    def corpus_of(self, dataset: str) -> str:
+        """The corpus a dataset is searched in: explicit `corpus`, else its pooled corpus, else its own."""
+        explicit = self.config["datasets"][dataset].get("corpus")
+        if explicit:
+            return explicit
+        for name, members in self.pooled.items():
+            if dataset in members:
+                return name
+        return dataset
+
+    def corpus_members(self, corpus: str) -> list[str]:
+        return self.pooled.get(corpus, [corpus])
+
+    def corpus_splits(self, dataset: str) -> list[str]:
+        """The splits whose documents make up a dataset's corpus: `corpus_splits` (e.g. train + dev,
+        as DEXTER pooled every paragraph of MuSiQue and 2WikiMultihopQA), else the evaluated splits."""
+        return list(self.config["datasets"][dataset].get("corpus_splits") or self.splits(dataset))
+
+    @staticmethod
+    def data_path(dataset: str, split: str, table: str) -> str:
+        return f"{RESULTS}/data/{dataset}/{split}/{table}.parquet"
+
+    @staticmethod
+    def corpus_path(corpus: str) -> str:
+        return f"{RESULTS}/corpora/{corpus}/corpus.parquet"
+
+    @staticmethod
+    def beir_dir(dataset: str, serialization: str, split: str) -> str:
+        """The export folder of one split (BEIR, TREC qrels, Pyserini collection, export.json)."""
+        return f"{RESULTS}/beir/{dataset}/{serialization}/{split}"
+
+    def raw_input(self, path: str) -> str:
+        """A raw file from raw_dir when it is there, else the download rule's output."""
+        local = Path(self.raw_dir) / path
+        return str(local) if (self.env.root / local).exists() else f"{RESULTS}/raw/{path}"
+
+    def raw_specs_by_path(self) -> dict[str, dict[str, Any]]:
+        """Every configured raw file by its path (the download rule's spec), corpus-only splits too."""
+        return {
+            spec["path"]: spec
+            for ds in self.datasets
+            for split in dict.fromkeys(self.splits(ds) + self.corpus_splits(ds))
+            for spec in self.config["datasets"][ds]["files"][split].values()
+        }
+
+    def data_targets(self) -> list[str]:
+        targets = [
+            self.data_path(ds, split, table)
+            for ds in self.datasets
+            for split in self.splits(ds)
+            for table in ("queries", "corpus", "qrels", "answers")
+        ]
+        targets += [self.corpus_path(c) for c in self.corpora]
+        targets += [
+            self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
+        ]
+        return targets
+
+    def question_selection_args(self, dataset: str, split: str) -> str:
+        """`cqabench prepare` flags of a dataset's explicit question selection (limit, hops,
+        answerable_only), for the splits it evaluates; a corpus-only split is prepared whole."""
+        spec = self.config["datasets"][dataset]
+        if split not in self.splits(dataset):
+            return ""
+        args = []
+        if spec.get("limit") is not None:
+            args.append(f"--limit {int(spec['limit'])}")
+        if spec.get("hops"):
+            args.append("--hops " + " ".join(str(int(h)) for h in spec["hops"]))
+        if spec.get("answerable_only"):
+            args.append("--answerable-only")
+        return " ".join(args)
+
+    def prepare_inputs(self, w: Any) -> dict[str, str]:
+        return {role: self.raw_input(spec["path"]) for role, spec in self.config["datasets"][w.dataset]["files"][w.split].items()}
+
+    @staticmethod
+    def prepare_file_args(w: Any, input: Mapping[str, str]) -> str:
+        return " ".join(f"--file {shlex.quote(f'{role}={path}')}" for role, path in input.items())
+
+    # ---- retrieval stage ----
+
+    def is_neural(self, retriever: str) -> bool:
+        return self.retriever_configs[retriever]["type"] != "bm25"
+
+    @staticmethod
+    def index_dir(corpus: str, serialization: str, retriever: str) -> str:
+        return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
+
+    @staticmethod
+    def run_file(dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
+        return f"{RESULTS}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+
+    def decomposition_runs_of(self, dataset: str) -> list[str]:
+        return list(self.decomposition_runs) if dataset in self.decomposition.get("datasets", []) else []
+
+    def external_runs_of(self, dataset: str, split: str) -> list[str]:
+        return [n for n, s in self.external_runs.items() if s["dataset"] == dataset and s["split"] == split]
+
+    def run_names(self, dataset: str, split: str) -> list[str]:
+        """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
+        ours = self.retrieval_retrievers if dataset in self.retrieval_datasets else []
+        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split)
+
+    def run_settings(self, run: str) -> dict[str, Any]:
+        """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
+        if run in self.external_runs:
+            return {"external": True, **self.external_runs[run]}
+        if run in self.retriever_configs:
+            return {**self.retriever_configs[run], "k": self.retrieval_k}
+        retriever, kind = self.decomposition_runs[run]
+        return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
+
+    def resources(self, retriever: str, neural_mb: int, bm25_mb: int, neural_min: int, bm25_min: int) -> dict[str, int]:
+        """A GPU only where the settings put the model on one: the default's CPU encoders must not
+        queue behind each other in the gpu pool of profiles/default."""
+        neural = self.is_neural(retriever)
+        on_gpu = neural and str(self.retriever_configs[retriever].get("device", "cpu")) != "cpu"
+        return {"gpu": 1 if on_gpu else 0, "mem_mb": neural_mb if neural else bm25_mb,
+                "runtime": neural_min if neural else bm25_min}  # fmt: skip
+
+    def external_input(self, w: Any) -> str:
+        spec = self.external_runs[w.name]
+        if (spec["dataset"], spec["split"]) != (w.dataset, w.split):
+            raise ConfigError(
+                f"external run {w.name} belongs to {spec['dataset']}/{spec['split']}, not {w.dataset}/{w.split}"
+            )
+        return spec["path"]
+
+    def retrieval_targets(self) -> list[str]:
+        return [
+            f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/metrics.json"
+            for ds in self.datasets
+            for sp in self.splits(ds)
+            for ser in self.serializations
+            for run in self.run_names(ds, sp)
+        ]
+
+    # ---- generation stage ----
+
+    def is_gguf(self, llm: str) -> bool:
+        return str(self.llms[llm]["source"]).startswith(GGUF_PREFIXES)
+
+    def python_for(self, llm: str) -> str:
+        """The interpreter of an LLM's generation jobs: vLLM's own environment, else this one."""
+        if self.llms[llm]["backend"] == "vllm":
+            return "python" if self.env.conda else self.env.vllm_python
+        return self.env.python
+
+    def _evidence_of(self, ds: str, sp: str) -> tuple[bool, str]:
+        """(bool, reason): whether the split has gold documents an oracle prompt can show."""
+        files = {
+            role: self.env.root / self.raw_input(spec["path"])
+            for role, spec in self.config["datasets"][ds]["files"][sp].items()
+        }
+        return has_gold_evidence(ds, files)
+
+    def not_planned_cells(self) -> list[dict[str, str]]:
+        """Configured cells left out of the plan, with the reason the report prints."""
+        out = []
+        for ds in self.datasets:
+            for sp in self.splits(ds):
+                has, reason = self.gold_evidence[(ds, sp)]
+                if "oracle" in self.gen_settings and not has:
+                    out.append({"dataset": ds, "split": sp, "setting": "oracle", "reason": reason})
+                if "rag" in self.gen_settings and not [r for r in self.gen_rag_runs if r in self.run_names(ds, sp)]:
+                    out.append({"dataset": ds, "split": sp, "setting": "rag",
+                                "reason": "no run of generation.rag_retrievers exists for it (not in retrieval.datasets)"})  # fmt: skip
+        return out
+
+    def missing_api_keys(self, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(llm, variable) of every planned openai LLM whose API key variable is not set."""
+        wanted = [
+            (name, self.llms[name].get("api_key_env") or "OPENAI_API_KEY")
+            for name in self.gen_llms
+            if self.llms[name]["backend"] == "openai"
+        ]
+        return [(name, env) for name, env in wanted if not environ.get(env)]
+
+    def generation_cells(self) -> list[Cell]:
+        """(dataset, split, serialization, retriever, llm, prompt, setting, k) of every configured cell.
+
+        rag takes each configured run that exists for the (dataset, split), with each k; oracle
+        is planned only where the split has gold documents; every other setting (closed, and
+        any setting cqabench.prompts.SETTINGS adds) takes retriever "none" and k 0.
+        """
+        if self._cells is not None:
+            return self._cells
+        cells: list[Cell] = []
+        for ds in self.datasets:
+            for sp in self.splits(ds):
+                runs = [r for r in self.gen_rag_runs if r in self.run_names(ds, sp)]
+                for ser in self.serializations:
+                    for llm in self.gen_llms:
+                        for prompt in self.gen_prompts:
+                            for setting in self.gen_settings:
+                                if setting == "rag":
+                                    cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
+                                elif setting == "oracle" and not self.gold_evidence[(ds, sp)][0]:
+                                    continue  # no gold documents: an "oracle" cell would be closed-book
+                                else:
+                                    cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
+        self._cells = cells
+        return cells
+
+    @staticmethod
+    def cell_dir(ds: str, sp: str, ser: str, retriever: str, llm: str, prompt: str, setting: str, k: int | str) -> str:
+        return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
+
+    def generation_targets(self) -> list[str]:
+        return [f"{RESULTS}/generation/{self.cell_dir(*c)}/predictions.parquet" for c in self.generation_cells()]
+
+    def template_family(self, dataset: str) -> str:
+        return family_of(dataset, self.generation.get("families"))
+
+    def template_file(self, dataset: str, prompt: str) -> str:
+        return f"{self.prompts_dir}/{prompt}/{self.template_family(dataset)}.txt"
+
+    def generation_inputs(self, w: Any) -> dict[str, str]:
+        inputs = {
+            "queries": self.data_path(w.dataset, w.split, "queries"),
+            "template": self.template_file(w.dataset, w.prompt),
+        }
+        if self.is_gguf(w.llm):
+            inputs["model"] = f"{self.models_dir}/{w.llm}"
+        if w.setting in ("rag", "oracle"):
+            inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
+        if w.setting == "oracle":
+            inputs["qrels"] = self.data_path(w.dataset, w.split, "qrels")
+        if w.setting == "rag":
+            inputs["run"] = self.run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
+        return inputs
+
+    def cell_inputs(self, w: Any) -> dict[str, str]:
+        inputs = self.generation_inputs(w)
+        if w.llm in self.gen_batch_llms and w.llm in self.gen_llms:
+            # a rerun batch reassembles every cell of its model from the cache (seconds each)
+            inputs["batch"] = self.batch_manifest(w.llm)
+        return inputs
+
+    @staticmethod
+    def batch_manifest(llm: str) -> str:
+        return f"{RESULTS}/generation/_batches/{llm}.json"
+
+    def batch_cells(self, llm: str) -> list[SimpleNamespace]:
+        """The model's cells as the generate rule's wildcards would name them (k as text)."""
+        return [
+            SimpleNamespace(**dict(zip(CELL_FIELDS, (*c[:7], str(c[7]))))) for c in self.generation_cells() if c[4] == llm
+        ]
+
+    def batch_inputs(self, w: Any) -> list[str]:
+        """Every file any cell of the batch reads."""
+        return sorted({str(p) for c in self.batch_cells(w.llm) for p in self.generation_inputs(c).values()})
+
+    def batch_members(self, w: Any) -> str:
+        """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
+        members = []
+        for c in self.batch_cells(w.llm):
+            settings = self.generation_settings(c)
+            members.append({
+                "cell": self.cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
+                "inputs": {k: str(v) for k, v in self.generation_inputs(c).items() if k != "model"},
+                "settings": {k: settings[k] for k in PER_CELL_SETTINGS},
+            })  # fmt: skip
+        return as_arg(members)
+
+    def batch_settings(self, w: Any) -> str:
+        """What every cell of a batch shares (the model, sampling, document cut)."""
+        cells = self.batch_cells(w.llm)
+        if not cells:
+            raise ConfigError(f"generation.batch_llms: {w.llm} has no planned cell (is it in generation.llms?)")
+        settings = self.generation_settings(cells[0])
+        return as_arg({k: v for k, v in settings.items() if k not in PER_CELL_SETTINGS})
+
+    @staticmethod
+    def generation_args(w: Any, input: Any) -> str:
+        # Snakemake's InputFiles is a list: `in input` would test the paths, not the names.
+        flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
+        return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
+
+    def max_questions_of(self, dataset: str) -> int | None:
+        """The explicit question cap of a dataset: its own entry, else the general one (None = all)."""
+        by_dataset = self.generation.get("max_questions_by_dataset") or {}
+        return by_dataset[dataset] if dataset in by_dataset else self.generation.get("max_questions")
+
+    def distractors_of(self, dataset: str, setting: str) -> int:
+        return int(self.oracle_distractors.get(dataset, 0)) if setting == "oracle" else 0
+
+    def generation_settings(self, w: Any) -> dict[str, Any]:
+        """Everything besides the cell that decides the answers; a change reruns the job (params)."""
+        return {
+            "llm": self.llms[w.llm],
+            "sampling": self.generation.get("sampling", {}),
+            "max_questions": self.max_questions_of(w.dataset),
+            "max_doc_chars": self.generation.get("max_doc_chars"),
+            "models_dir": self.models_dir,
+            "oracle_distractors": self.distractors_of(w.dataset, w.setting),
+            "oracle_seed": self.gen_seed,
+        }
+
+    def uses_gpu(self, llm: str) -> bool:
+        backend, device = self.llms[llm]["backend"], str(self.llms[llm].get("device", ""))
+        if backend == "vllm":
+            return device != "cpu"  # vLLM's own default is the GPU build
+        return backend == "hf" and (device or "cpu") != "cpu"
+
+    # ---- evaluation stage ----
+
+    def evaluation_targets(self) -> list[str]:
+        return [f"{RESULTS}/metrics/{self.cell_dir(*c)}/metrics.json" for c in self.generation_cells()]
+
+    def generation_cell(self, w: Any) -> dict[str, Any]:
+        """The cell as recorded in metrics.json (docs/architecture.md), everything that names it."""
+        llm = self.llms[w.llm]
+        return {
+            "stage": "generation",
+            "dataset": w.dataset,
+            "split": w.split,
+            "corpus": self.corpus_of(w.dataset),
+            "serialization": w.serialization,
+            "retriever": w.retriever,
+            "retriever_settings": self.run_settings(w.retriever) if w.retriever != "none" else {},
+            "llm": w.llm,
+            "backend": llm["backend"],
+            "dtype": llm.get("dtype", "auto"),
+            "prompt": w.prompt,
+            "template_hash": file_hash(self.env.root / self.template_file(w.dataset, w.prompt)),
+            "setting": w.setting,
+            "k": int(w.k),
+            "max_questions": self.max_questions_of(w.dataset),
+            "max_doc_chars": self.generation.get("max_doc_chars"),
+            "oracle_distractors": self.distractors_of(w.dataset, w.setting),
+            "sampling": {**(self.generation.get("sampling") or {}), **(llm.get("sampling") or {})},
+        }
+
+    # ---- report stage ----
+
+    def expected_table_ids(self) -> list[str]:
+        import yaml
+
+        ids: list[str] = []
+        for path in self.expected_files:
+            with open(self.env.root / path, encoding="utf-8") as fh:
+                ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
+        return ids
+
+    def metric_files(self) -> list[str]:
+        """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
+        return sorted({t for t in self.retrieval_targets() + self.evaluation_targets() if Path(t).name == "metrics.json"})
