@@ -37,7 +37,10 @@ node_ready() {
   [[ "$state" == idle* || "$state" == mixed* || "$state" == allocated* ]]
 }
 
-if command -v sinfo >/dev/null && scontrol ping 2>/dev/null | grep -q UP && node_ready; then
+# Bump when the config written below changes, so a cluster started by an older version is rebuilt.
+CONF_VERSION=2
+if command -v sinfo >/dev/null && scontrol ping 2>/dev/null | grep -q UP && node_ready \
+   && grep -qx "# cqabench-local-version: $CONF_VERSION" "$CONF" 2>/dev/null; then
   log "already up ($NODE)"; exit 0
 fi
 
@@ -67,6 +70,7 @@ MEM_MB="$(awk '/MemTotal/ {printf "%d", $2/1024*0.9}' /proc/meminfo)"
 install -d -m 0755 "$CONF_DIR" "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd
 cat >"$CONF.new" <<EOF
 # Written by cqabench scripts/slurm_local.sh: a one-node test cluster, not a production config.
+# cqabench-local-version: $CONF_VERSION
 ClusterName=cqabench-local
 SlurmctldHost=$NODE
 SlurmUser=root
@@ -93,18 +97,29 @@ MinJobAge=3600
 SlurmdTimeout=300
 InactiveLimit=0
 KillWait=30
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
+GresTypes=gpu
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:rtx3090:1 State=UNKNOWN
 PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$NODE Default=NO MaxTime=INFINITE State=UP
 EOF
+# One GPU of type rtx3090, as a count without a device file: SLURM allocates it like a card, so
+# typed GPU requests (--gpus=rtx3090:1) and the gpu partition are exercised; no job can use it.
+printf 'NodeName=%s Name=gpu Type=rtx3090 File=/dev/null\n' "$NODE" >"$CONF_DIR/gres.conf.new"
 changed=1
-if [[ -f "$CONF" ]] && cmp -s "$CONF" "$CONF.new"; then changed=0; fi
+if [[ -f "$CONF" ]] && cmp -s "$CONF" "$CONF.new" && [[ -f "$CONF_DIR/gres.conf" ]] \
+   && cmp -s "$CONF_DIR/gres.conf" "$CONF_DIR/gres.conf.new"; then changed=0; fi
 mv "$CONF.new" "$CONF"
-chmod 0644 "$CONF"
+mv "$CONF_DIR/gres.conf.new" "$CONF_DIR/gres.conf"
+chmod 0644 "$CONF" "$CONF_DIR/gres.conf"
 
 if [[ "$changed" == 1 ]]; then
   for d in slurmd slurmctld; do
-    if pid="$(pgrep -x "$d" | head -1)"; [[ -n "$pid" ]]; then kill "$pid"; sleep 1; fi
+    if pid="$(pgrep -x "$d" | head -1)"; [[ -n "$pid" ]]; then
+      kill "$pid"
+      # It saves its state before exiting: wait, or the check below finds it still alive.
+      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      log "stopped $d ($pid): config changed"
+    fi
   done
 fi
 if ! pgrep -x slurmctld >/dev/null; then

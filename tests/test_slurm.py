@@ -1,88 +1,135 @@
-"""The SLURM profile: flag building (pure) and a real submission to a one-node local cluster.
+"""The SLURM profile: Snakemake's standard SLURM executor plugin, checked on our profile values and
+on a real one-node cluster.
 
-The integration test starts SLURM with scripts/slurm_local.sh (root, Debian's slurm-wlm and
-munge) and is skipped, with the reason, where that cannot run. The local cluster has no GPUs,
-so its profile is the shipped one with GPU requests mapped to nothing (slurm_gpu_request='none'),
-no conda, and memory requests capped to what the node has.
+The unit tests feed the shipped profile's values (default-resources, set-resources, the partition
+file) through the plugin's own code (partition choice, sbatch flags, GPU request), so they test
+what the plugin will submit rather than a copy of its logic. The integration test starts SLURM
+with scripts/slurm_local.sh (root, Debian's slurm-wlm and munge) and is skipped, with the reason,
+where that cannot run. The local cluster has no accounting database (no slurmdbd), so its profile
+reads job states with the plugin's `squeue` mode; it has no GPUs, and the targets it builds are
+CPU jobs, so the shipped GPU request stays in place (CPU jobs carry `--gpus=rtx3090:0`, which
+SLURM reads as no GPU: the run proves it).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import ast
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from snakemake_executor_plugin_slurm import ExecutorSettings
+from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+from snakemake_executor_plugin_slurm.utils import set_gres_string
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "profiles" / "slurm"
+PROFILE_CONFIG = yaml.safe_load((PROFILE / "config.yaml").read_text())
+LOG = logging.getLogger("test_slurm")
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, PROFILE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+class _Resources(dict):
+    """Job resources as the plugin reads them: `.get(key)` and attribute access."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as err:
+            raise AttributeError(name) from err
 
 
-submit = _load("sbatch_submit")
-status = _load("slurm_status")
+class PluginJobStandIn:
+    """Test double at the plugin's job boundary (JobExecutorInterface): a rule's name, threads and
+    its resources merged as Snakemake merges them (profile default-resources < the rule's own
+    resources < profile set-resources)."""
 
-SITE = {"slurm_partition": "cpu", "slurm_gpu_partition": "gpu", "slurm_account": "", "slurm_gpu_request": "gres"}
+    def __init__(self, rule: str, threads: int, **rule_resources: Any) -> None:
+        self.name = rule
+        self.threads = threads
+        merged: dict[str, Any] = {}
+        for entry in PROFILE_CONFIG["default-resources"]:
+            key, value = str(entry).split("=", 1)
+            merged[key] = ast.literal_eval(value)
+        merged.update(rule_resources)
+        merged.update(PROFILE_CONFIG.get("set-resources", {}).get(rule, {}))
+        self.resources = _Resources(merged)
 
-
-def test_cpu_job_goes_to_cpu_partition_without_gpu() -> None:
-    args = submit.sbatch_args({"rule": "prepare", "threads": 2, "resources": {**SITE, "mem_mb": 8000, "runtime": 90, "gpu": 0}})
-    assert "--partition=cpu" in args and "--cpus-per-task=2" in args
-    assert "--mem=8000M" in args and "--time=90" in args
-    assert not any(a.startswith(("--gres", "--gpus", "--account")) for a in args)
-    assert "--output=logs/slurm/prepare/%j.out" in args
-
-
-@pytest.mark.parametrize("mode, flag", [("gres", "--gres=gpu:1"), ("gpus", "--gpus=1"), ("none", None)])
-def test_gpu_job_request_follows_site_mode(mode: str, flag: str | None) -> None:
-    res = {**SITE, "slurm_gpu_request": mode, "slurm_account": "proj42", "gpu": 1, "slurm_extra": "--qos=short"}
-    args = submit.sbatch_args({"rule": "generate", "threads": 4, "resources": res})
-    assert "--partition=gpu" in args and "--account=proj42" in args and args[-1] == "--qos=short"
-    gpu_flags = [a for a in args if a.startswith(("--gres", "--gpus"))]
-    assert gpu_flags == ([flag] if flag else [])
+    def is_group(self) -> bool:
+        return False
 
 
-def test_unknown_gpu_mode_is_refused() -> None:
-    with pytest.raises(SystemExit, match="slurm_gpu_request"):
-        submit.sbatch_args({"rule": "g", "resources": {**SITE, "gpu": 1, "slurm_gpu_request": "cuda"}})
+def _sbatch(job: PluginJobStandIn) -> str:
+    """The sbatch line the plugin builds for `job` (without account, partition and wrap, which it
+    adds from cluster queries at submit time)."""
+    params = {"run_uuid": "RUN", "slurm_logfile": "logs/slurm/x/%j.log", "comment_str": "c",
+              "account": "", "partition": "", "workdir": "/work"}
+    return get_submit_command(job, params, settings=ExecutorSettings(status_command="squeue")) + set_gres_string(job)
 
 
-def test_properties_line_is_read(tmp_path: Path) -> None:
-    script = tmp_path / "job.sh"
-    script.write_text('#!/bin/sh\n# properties = {"rule": "x", "threads": 3, "resources": {"gpu": 0}}\necho\n')
-    assert submit.read_properties(script)["threads"] == 3
-
-
-@pytest.mark.parametrize("state, word", [
-    ("COMPLETED", "success"), ("RUNNING", "running"), ("PENDING", "running"), ("COMPLETING", "running"),
-    ("FAILED", "failed"), ("CANCELLED by 0", "failed"), ("TIMEOUT", "failed"), ("OUT_OF_MEMORY", "failed"),
-    ("NODE_FAIL", "failed"), ("COMPLETED+", "success"),
-])
-def test_status_words(state: str, word: str) -> None:
-    assert status.classify(state) == word
+def test_profile_uses_the_standard_plugin_and_no_scripts() -> None:
+    assert PROFILE_CONFIG["executor"] == "slurm"
+    assert not any(key.startswith("cluster-generic") for key in PROFILE_CONFIG)
+    assert sorted(p.name for p in PROFILE.iterdir()) == ["config.yaml", "partitions.yaml"]
+    assert (REPO / PROFILE_CONFIG["slurm-partition-config"]).resolve() == PROFILE / "partitions.yaml"
 
 
 def test_profile_is_site_neutral() -> None:
     """Rules carry no site values; the profile holds them, as documented placeholders."""
-    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    assert profile["executor"] == "cluster-generic"
-    defaults = "\n".join(profile["default-resources"])
-    for key in ("slurm_partition", "slurm_gpu_partition", "slurm_account", "slurm_gpu_request", "gpu=0"):
-        assert key in defaults
+    defaults = {str(r).split("=", 1)[0] for r in PROFILE_CONFIG["default-resources"]}
+    assert {"slurm_account", "gpu_model", "gpu", "mem_mb", "runtime"} <= defaults
+    # A default slurm_partition would override the partition file for every job.
+    assert "slurm_partition" not in defaults
     for smk in (REPO / "workflow" / "rules").glob("*.smk"):
         text = smk.read_text()
-        assert "slurm_" not in text and "partition" not in text, smk.name
+        assert "slurm_" not in text and "partition" not in text and "rtx" not in text, smk.name
+
+
+def test_partition_file_sends_cpu_jobs_to_cpu_and_gpu_jobs_to_gpu() -> None:
+    partitions = read_partition_file(PROFILE / "partitions.yaml")
+    assert [p.name for p in partitions] == ["cpu", "gpu"]
+    cpu_job = PluginJobStandIn("prepare", 2, gpu=0)
+    gpu_job = PluginJobStandIn("generate", 2, gpu=1, mem_mb=16000, runtime=240)
+    assert get_best_partition(partitions, cpu_job, LOG) == "cpu"
+    assert get_best_partition(partitions, gpu_job, LOG) == "gpu"
+    # The model is checked too: a job asking for a type the GPU partition lacks fits nowhere.
+    other_model = PluginJobStandIn("generate", 2, gpu=1, gpu_model="a100")
+    assert get_best_partition(partitions, other_model, LOG) is None
+    # Two cards exceed the partition's per-job limit.
+    assert get_best_partition(partitions, PluginJobStandIn("generate", 2, gpu=2), LOG) is None
+
+
+def test_gpu_job_asks_for_one_rtx3090_with_its_memory_and_time() -> None:
+    line = _sbatch(PluginJobStandIn("index_dense", 4, gpu=1, mem_mb=16000, runtime=240))
+    assert line.endswith(" --gpus=rtx3090:1")
+    assert " --mem 16000" in line and " -t 240" in line and " --cpus-per-task=4" in line
+    assert "--ntasks=" not in line  # GPU jobs get no implicit task geometry
+
+
+def test_cpu_job_gets_profile_sizes_and_a_zero_gpu_request() -> None:
+    line = _sbatch(PluginJobStandIn("prepare", 2, gpu=0))
+    assert " --mem 32000" in line and " -t 120" in line  # set-resources of rule prepare
+    assert " --ntasks=1" in line and " --cpus-per-task=2" in line
+    # gpu_model is a default resource, so CPU jobs carry a count of 0: SLURM allocates no GPU
+    # (the integration test runs such jobs on a cluster that has none).
+    assert line.endswith(" --gpus=rtx3090:0")
+
+
+def test_without_gpu_model_the_request_is_untyped() -> None:
+    job = PluginJobStandIn("generate", 2, gpu=1)
+    del job.resources["gpu_model"]
+    assert set_gres_string(job) == " --gpus=1"
+    del job.resources["gpu"]
+    job.resources["gres"] = "gpu:rtx3090:1"  # the gres form, for rules set through set-resources
+    assert set_gres_string(job) == " --gres=gpu:rtx3090:1"
 
 
 # --------------------------------------------------------------------------- real SLURM
@@ -110,33 +157,58 @@ def _workdir(tmp: Path, name: str) -> Path:
 
 
 def _test_profile(tmp: Path) -> Path:
-    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    """The shipped profile, changed only where the one-node test cluster must be."""
+    profile = dict(PROFILE_CONFIG)
     profile.pop("software-deployment-method", None)
     profile.pop("conda-frontend", None)
     profile["jobs"] = 2
-    profile["default-resources"] = [
-        "slurm_gpu_request='none'" if r.startswith("slurm_gpu_request") else r
-        for r in profile["default-resources"]
-    ]
-    for resources in profile.get("set-resources", {}).values():
-        resources["mem_mb"] = min(int(resources.get("mem_mb", 1000)), 1000)  # the node's RAM, not a server's
+    profile["slurm-status-command"] = "squeue"  # no slurmdbd, so sacct has no records; MinJobAge=3600
+    # Real queues warrant the defaults (10 s, then +10 s per check while nothing ends); these jobs
+    # take ~15 s each.
+    profile["seconds-between-status-checks"] = 5
+    profile["slurm-init-seconds-before-status-checks"] = 5
+    profile["set-resources"] = {
+        rule: {**res, "mem_mb": min(int(res.get("mem_mb", 1000)), 1000)}  # the node's RAM, not a server's
+        for rule, res in profile.get("set-resources", {}).items()
+    }
+    # A stand-in GPU job: the sample's GPU rules need a real card, so a CPU rule asks for the node's
+    # (count-only) rtx3090 and must go to the gpu partition with the shipped GPU request.
+    profile["set-resources"]["pool_corpus"] = {**profile["set-resources"]["pool_corpus"], "gpu": 1}
     folder = tmp / "profile-local-slurm"
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))
     return folder
 
 
-TARGETS = [f"results/data/musique/train/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")]
+PREPARED = [f"results/data/musique/train/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")]
+TARGETS = [*PREPARED, "results/corpora/tatqa/corpus.parquet"]  # prepare x2 (CPU), pool_corpus (GPU)
 
 
 def _snakemake(work: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
            "--configfile", str(REPO / "config" / "config.yaml"), *extra, *TARGETS]
     # Rules call `cqabench`: the environment running Snakemake (this venv) must be on PATH,
-    # as it is for a user who activated it; sbatch exports it to the jobs.
+    # as it is for a user who activated it; sbatch exports it to the jobs (--export=ALL).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": path}
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=600, env=env)
+
+
+def _job_fields(job_id: str) -> dict[str, str]:
+    """`scontrol show job` of one job as a dict (finished jobs stay for MinJobAge)."""
+    done = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True)
+    return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
+
+
+def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path) -> None:
+    """Without --workflow-profile none, profiles/default would override profiles/slurm key by key
+    (its default-resources drop slurm_account and gpu_model): the run stops before submitting."""
+    work = _workdir(tmp_path, "cluster")
+    done = _snakemake(work, "--profile", str(_test_profile(tmp_path)))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "workflow specific profile profiles/default" in done.stderr  # Snakemake says it loaded it
+    assert "--workflow-profile none --profile profiles/slurm" in done.stderr
+    assert "has been submitted" not in done.stderr and not (work / "logs").exists()
 
 
 @pytest.mark.slow
@@ -147,13 +219,25 @@ def test_slurm_run_equals_local_run(tmp_path: Path) -> None:
     if shutil.which("sbatch") is None:
         pytest.skip("sbatch not on PATH")
     local = _workdir(tmp_path, "local")
-    done = _snakemake(local, "--cores", "1")
+    done = _snakemake(local, "--cores", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     cluster = _workdir(tmp_path, "cluster")
-    done = _snakemake(cluster, "--profile", str(_test_profile(tmp_path)))
+    done = _snakemake(cluster, "--workflow-profile", "none", "--profile", str(_test_profile(tmp_path)))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Submitted job" in done.stderr or "external jobid" in done.stderr, done.stderr[-2000:]
-    logs = list((cluster / "logs" / "slurm").rglob("*.out"))
-    assert logs, "sbatch wrote no job logs: jobs did not run through SLURM"
+    run_ids = [line.split("SLURM run ID:", 1)[1].strip() for line in done.stderr.splitlines() if "SLURM run ID:" in line]
+    assert len(run_ids) == 1, done.stderr[-2000:]
+    submitted = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", done.stderr)
+    assert len(submitted) == 3, done.stderr[-3000:]
+    jobs = {job_id: _job_fields(job_id) for job_id, _ in submitted}
+    by_rule = sorted((f["Comment"].split("_wildcards_")[0], f["Partition"], f["JobState"], f["TresPerJob"])
+                     for f in jobs.values())
+    assert by_rule == [
+        ("rule_pool_corpus", "gpu", "COMPLETED", "gres:gpu:rtx3090:1"),
+        ("rule_prepare", "cpu", "COMPLETED", "gres:gpu:rtx3090:0"),
+        ("rule_prepare", "cpu", "COMPLETED", "gres:gpu:rtx3090:0"),
+    ], by_rule
+    assert {f["JobName"] for f in jobs.values()} == set(run_ids)  # what the squeue status mode filters on
+    for job_id, log in submitted:  # kept (slurm-keep-successful-logs), under slurm-logdir
+        assert Path(log).is_file() and Path(log).resolve().is_relative_to((cluster / "logs" / "slurm").resolve()), log
     for target in TARGETS:
         assert pq.read_table(cluster / target).equals(pq.read_table(local / target)), target
