@@ -6,9 +6,10 @@ file) through the plugin's own code (partition choice, sbatch flags, GPU request
 what the plugin will submit rather than a copy of its logic. The integration test starts SLURM
 with scripts/slurm_local.sh (root, Debian's slurm-wlm and munge) and is skipped, with the reason,
 where that cannot run. The local cluster has no accounting database (no slurmdbd), so its profile
-reads job states with the plugin's `squeue` mode; it has no GPUs, and the targets it builds are
-CPU jobs, so the shipped GPU request stays in place (CPU jobs carry `--gpus=rtx3090:0`, which
-SLURM reads as no GPU: the run proves it).
+reads job states with the plugin's `squeue` mode. Its one GPU (type rtx3090) is a gres.conf entry
+without a real device: SLURM allocates it, no job computes on it, so a CPU job stands in for a GPU
+job and must reach the gpu partition with the shipped typed request, while a CPU job carries
+`--gpus=rtx3090:0` and gets no GPU.
 """
 
 from __future__ import annotations
@@ -163,25 +164,28 @@ def _test_profile(tmp: Path) -> Path:
     profile.pop("conda-frontend", None)
     profile["jobs"] = 2
     profile["slurm-status-command"] = "squeue"  # no slurmdbd, so sacct has no records; MinJobAge=3600
-    # Real queues warrant the defaults (10 s, then +10 s per check while nothing ends); these jobs
-    # take ~15 s each.
-    profile["seconds-between-status-checks"] = 5
-    profile["slurm-init-seconds-before-status-checks"] = 5
+    # Real queues warrant the defaults. The plugin checks after 10 s, then waits 10 s longer after
+    # each check in which nothing ended; these two jobs take ~25 s side by side, so checks at
+    # 12 s and 34 s find them done at the second.
+    profile["seconds-between-status-checks"] = 12
+    profile["slurm-init-seconds-before-status-checks"] = 12
     profile["set-resources"] = {
         rule: {**res, "mem_mb": min(int(res.get("mem_mb", 1000)), 1000)}  # the node's RAM, not a server's
         for rule, res in profile.get("set-resources", {}).items()
     }
-    # A stand-in GPU job: the sample's GPU rules need a real card, so a CPU rule asks for the node's
-    # (count-only) rtx3090 and must go to the gpu partition with the shipped GPU request.
-    profile["set-resources"]["pool_corpus"] = {**profile["set-resources"]["pool_corpus"], "gpu": 1}
+    # A stand-in GPU job: the sample's GPU rules need a real card, so one of the two CPU jobs asks
+    # for the node's (count-only) rtx3090 and must go to the gpu partition with the shipped GPU
+    # request; a per-job expression, as the rules' own gpu resources are.
+    profile["set-resources"]["prepare"]["gpu"] = "1 if wildcards.dataset == 'tatqa' else 0"
     folder = tmp / "profile-local-slurm"
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))
     return folder
 
 
-PREPARED = [f"results/data/musique/train/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")]
-TARGETS = [*PREPARED, "results/corpora/tatqa/corpus.parquet"]  # prepare x2 (CPU), pool_corpus (GPU)
+TABLES = ("queries", "corpus", "qrels", "answers")
+# Two prepare jobs, run side by side: musique on the cpu partition, tatqa as the stand-in GPU job.
+TARGETS = [f"results/data/{ds}/{split}/{t}.parquet" for ds, split in (("musique", "train"), ("tatqa", "dev")) for t in TABLES]
 
 
 def _snakemake(work: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -227,15 +231,13 @@ def test_slurm_run_equals_local_run(tmp_path: Path) -> None:
     run_ids = [line.split("SLURM run ID:", 1)[1].strip() for line in done.stderr.splitlines() if "SLURM run ID:" in line]
     assert len(run_ids) == 1, done.stderr[-2000:]
     submitted = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", done.stderr)
-    assert len(submitted) == 3, done.stderr[-3000:]
+    assert len(submitted) == 2, done.stderr[-3000:]
     jobs = {job_id: _job_fields(job_id) for job_id, _ in submitted}
-    by_rule = sorted((f["Comment"].split("_wildcards_")[0], f["Partition"], f["JobState"], f["TresPerJob"])
-                     for f in jobs.values())
-    assert by_rule == [
-        ("rule_pool_corpus", "gpu", "COMPLETED", "gres:gpu:rtx3090:1"),
-        ("rule_prepare", "cpu", "COMPLETED", "gres:gpu:rtx3090:0"),
-        ("rule_prepare", "cpu", "COMPLETED", "gres:gpu:rtx3090:0"),
-    ], by_rule
+    seen = sorted((f["Comment"], f["Partition"], f["JobState"], f.get("TresPerJob")) for f in jobs.values())
+    assert seen == [
+        ("rule_prepare_wildcards_musique_train", "cpu", "COMPLETED", "gres:gpu:rtx3090:0"),
+        ("rule_prepare_wildcards_tatqa_dev", "gpu", "COMPLETED", "gres:gpu:rtx3090:1"),
+    ], seen
     assert {f["JobName"] for f in jobs.values()} == set(run_ids)  # what the squeue status mode filters on
     for job_id, log in submitted:  # kept (slurm-keep-successful-logs), under slurm-logdir
         assert Path(log).is_file() and Path(log).resolve().is_relative_to((cluster / "logs" / "slurm").resolve()), log
