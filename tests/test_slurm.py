@@ -164,11 +164,13 @@ def _test_profile(tmp: Path) -> Path:
     profile.pop("conda-frontend", None)
     profile["jobs"] = 2
     profile["slurm-status-command"] = "squeue"  # no slurmdbd, so sacct has no records; MinJobAge=3600
-    # Real queues warrant the defaults. The plugin checks after 10 s, then waits 10 s longer after
-    # each check in which nothing ended; these two jobs take ~25 s side by side, so checks at
-    # 12 s and 34 s find them done at the second.
-    profile["seconds-between-status-checks"] = 12
-    profile["slurm-init-seconds-before-status-checks"] = 12
+    # Real queues warrant the defaults. Snakemake's first status check comes after
+    # seconds-between-status-checks, each later one 10 s later than the one before while nothing
+    # ends; once a job ends the plugin resets the wait to slurm-init-seconds-before-status-checks,
+    # and the run ends only after that wait. These two jobs take 25-30 s side by side on 2 cores:
+    # one check at 35 s finds both done (the next would be at 80 s), and the run ends 1 s later.
+    profile["seconds-between-status-checks"] = 35
+    profile["slurm-init-seconds-before-status-checks"] = 1
     profile["set-resources"] = {
         rule: {**res, "mem_mb": min(int(res.get("mem_mb", 1000)), 1000)}  # the node's RAM, not a server's
         for rule, res in profile.get("set-resources", {}).items()

@@ -132,6 +132,29 @@ def check_api_keys():
         raise SystemExit(1)
 
 
+def check_cluster_profile():
+    """Called from `onstart:` (once the executor is known): stop a SLURM run before any job is
+    submitted when profiles/default is applied too.
+
+    profiles/default is Snakemake's *workflow profile*: every run from this checkout loads it
+    unless `--workflow-profile` is given, and it wins over `--profile` key by key, so on SLURM its
+    workstation values (default-resources, the gpu=1 pool, latency-wait 5) would silently replace
+    profiles/slurm's account, GPU model and sizes (docs/cluster.md).
+    """
+    plugin = workflow.executor_plugin
+    if plugin is None or plugin.name != "slurm":
+        return
+    if any(a == "--workflow-profile" or a.startswith("--workflow-profile=") for a in sys.argv):
+        return
+    print(
+        "the SLURM executor runs with profiles/default applied as Snakemake's workflow profile, whose "
+        "workstation values (default-resources, resources, latency-wait) override profiles/slurm's; "
+        "run: snakemake --workflow-profile none --profile profiles/slurm ...",
+        file=sys.stderr,
+    )
+    raise SystemExit(1)
+
+
 wildcard_constraints:
     dataset=_one_of(DATASETS),
     split="train|dev|test",

@@ -99,4 +99,4 @@ rule generate:
 
 onstart:
     check_api_keys()
-    check_cluster_profile()  # Snakefile
+    check_cluster_profile()
