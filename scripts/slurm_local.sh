@@ -4,11 +4,11 @@
 # when they are missing (apt-get), then starts munged, slurmctld and slurmd.
 #
 # The cluster: one node (this host, all its cores, its memory), partitions `cpu` (default) and
-# `gpu` on the same node, neither with GPUs: jobs that ask for a GPU must have that request
-# dropped by the profile (tests derive such a profile, see docs/cluster.md). Accounting storage
+# `gpu` on the same node (docs/cluster.md, "Proving it"). Accounting storage
 # is off (no slurmdbd), so `sacct` has nothing; job completions are logged by jobcomp/filetxt and
-# the profile's status script asks `scontrol`/`squeue` first. MinJobAge is long so that finished
-# jobs stay visible to `scontrol` while Snakemake polls.
+# the test profile reads job states with the SLURM executor plugin's `squeue` mode. MinJobAge is
+# long so that finished jobs stay visible to `squeue` while Snakemake polls. The node declares one
+# GPU (type rtx3090, device /dev/null) that SLURM allocates but no job can compute on.
 #
 # Usage: scripts/slurm_local.sh [--stop]     exit 0 when the node is up and idle/mixed.
 set -euo pipefail
@@ -26,7 +26,11 @@ fi
 
 if [[ "${1:-}" == "--stop" ]]; then
   for d in slurmd slurmctld munged; do
-    if pid="$(pgrep -x "$d" | head -1)"; [[ -n "$pid" ]]; then kill "$pid" && log "stopped $d ($pid)"; fi
+    if pid="$(pgrep -x "$d" | head -1)"; [[ -n "$pid" ]]; then
+      kill "$pid"
+      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done  # state saved
+      log "stopped $d ($pid)"
+    fi
   done
   exit 0
 fi
