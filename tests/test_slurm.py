@@ -120,7 +120,7 @@ def test_cpu_job_gets_profile_sizes_and_a_zero_gpu_request() -> None:
     assert " --mem 32000" in line and " -t 120" in line  # set-resources of rule prepare
     assert " --ntasks=1" in line and " --cpus-per-task=2" in line
     # gpu_model is a default resource, so CPU jobs carry a count of 0: SLURM allocates no GPU
-    # (the integration test runs such jobs on a cluster that has none).
+    # (the integration test runs such a job on a node that has an rtx3090 and it gets none).
     assert line.endswith(" --gpus=rtx3090:0")
 
 
