@@ -43,7 +43,9 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 shell.prefix(
     "set -euo pipefail; cqabench() {{ PYTHONPATH=%s \"${{CQABENCH_PYTHON:-%s}}\" -m cqabench.cli \"$@\"; }}; "
     "export CQABENCH_EXPORT_CACHE=\"${{CQABENCH_EXPORT_CACHE:-%s}}\"; "
-    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"))
+    # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
+    "export CQABENCH_SEARCH_PYTHON=\"${{CQABENCH_SEARCH_PYTHON:-%s}}\"; "
+    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
 )
 
 
@@ -51,6 +53,10 @@ RAW_DIR = config["raw_dir"]
 DATASETS = list(config["datasets"])
 SERIALIZATIONS = list(config["serializations"])
 POOLED = {name: list(members) for name, members in config.get("corpora", {}).items()}
+# The open-book agent's tool corpus: pooled like `corpora:` but searched by no dataset's retrieval.
+OPEN_BOOK = (config.get("generation") or {}).get("open_book") or {}
+TOOL_CORPORA = {OPEN_BOOK["corpus"]["name"]: list(OPEN_BOOK["corpus"]["datasets"])} if OPEN_BOOK else {}
+TOOL_RETRIEVERS = [OPEN_BOOK["retriever"]] if OPEN_BOOK else []  # open-book cells name it in their path
 
 
 def _check_config():
@@ -82,7 +88,7 @@ def corpus_of(dataset):
 
 
 def corpus_members(corpus):
-    return POOLED.get(corpus, [corpus])
+    return POOLED.get(corpus) or TOOL_CORPORA.get(corpus) or [corpus]
 
 
 CORPORA = sorted({corpus_of(ds) for ds in DATASETS})
@@ -135,7 +141,7 @@ wildcard_constraints:
     dataset=_one_of(DATASETS),
     split="train|dev|test",
     serialization="pipe|markdown|linear",
-    corpus=_one_of(set(CORPORA) | set(POOLED)),
+    corpus=_one_of(set(CORPORA) | set(POOLED) | set(TOOL_CORPORA)),
 
 
 # ---- data stage ----
@@ -411,11 +417,30 @@ def _check_generation_config():
     bad = sorted(set(ORACLE_DISTRACTORS) - set(DATASETS))
     if bad:
         raise ValueError(f"generation.oracle_distractors: datasets {bad} are not configured; configured: {DATASETS}")
+    if "open-book" in GEN_SETTINGS:
+        _check_open_book()
     if not _CONDA and any(LLMS[n]["backend"] == "vllm" for n in GEN_LLMS) and not Path(VLLM_PYTHON).exists():
         raise ValueError(
             f"backend vllm runs in its own environment, {VLLM_PYTHON} is missing: run `make setup` "
             "(or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
         )
+
+
+def _check_open_book():
+    if not OPEN_BOOK:
+        raise ValueError("generation.settings has open-book: set generation.open_book (datasets, corpus, retriever)")
+    where = "generation.open_book"
+    for key in ("datasets", "corpus.datasets"):
+        named = OPEN_BOOK["datasets"] if key == "datasets" else OPEN_BOOK["corpus"]["datasets"]
+        bad = sorted(set(named) - set(DATASETS))
+        if bad:
+            raise ValueError(f"{where}.{key}: datasets {bad} are not configured; configured: {DATASETS}")
+    name = OPEN_BOOK["corpus"]["name"]
+    if name in set(DATASETS) | set(POOLED):
+        raise ValueError(f"{where}.corpus.name: {name!r} is already a dataset or pooled corpus; pick another name")
+    retriever = OPEN_BOOK["retriever"]
+    if RETRIEVER_CONFIGS.get(retriever, {}).get("type") != "bm25":
+        raise ValueError(f"{where}.retriever: {retriever!r} must name a bm25 retriever under `retrievers:`")
 
 
 _check_generation_config()
@@ -485,6 +510,9 @@ def generation_cells():
                         for setting in GEN_SETTINGS:
                             if setting == "rag":
                                 cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in GEN_K]
+                            elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
+                                if ds in OPEN_BOOK.get("datasets", []):
+                                    cells.append((ds, sp, ser, OPEN_BOOK["retriever"], llm, prompt, "open-book", 1))
                             elif setting == "oracle" and not GOLD_EVIDENCE[(ds, sp)][0]:
                                 continue  # no gold documents: an "oracle" cell would be closed-book
                             else:
@@ -500,14 +528,16 @@ def generation_targets():
     return [f"{RESULTS}/generation/{cell_dir(*c)}/predictions.parquet" for c in generation_cells()]
 
 
-def template_file(dataset, prompt):
-    return f"{PROMPTS_DIR}/{prompt}/{family_of(dataset, GENERATION.get('families'))}.txt"
+def template_file(dataset, prompt, setting=None):
+    """The cell's template; open-book cells have their own (`<family>.open-book.txt`: the tool format)."""
+    suffix = ".open-book" if setting == "open-book" else ""
+    return f"{PROMPTS_DIR}/{prompt}/{family_of(dataset, GENERATION.get('families'))}{suffix}.txt"
 
 
 def _generation_inputs(w):
     inputs = {
         "queries": data_path(w.dataset, w.split, "queries"),
-        "template": template_file(w.dataset, w.prompt),
+        "template": template_file(w.dataset, w.prompt, w.setting),
     }
     if _is_gguf(w.llm):
         inputs["model"] = f"{MODELS_DIR}/{w.llm}"
@@ -517,6 +547,10 @@ def _generation_inputs(w):
         inputs["qrels"] = data_path(w.dataset, w.split, "qrels")
     if w.setting == "rag":
         inputs["run"] = run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
+    if w.setting == "open-book":
+        tool_corpus = OPEN_BOOK["corpus"]["name"]
+        inputs["tool_corpus"] = corpus_path(tool_corpus)
+        inputs["tool_index"] = index_dir(tool_corpus, w.serialization, w.retriever)
     return inputs
 
 
@@ -547,7 +581,7 @@ def batch_inputs(w):
     return sorted({str(p) for c in _batch_cells(w.llm) for p in _generation_inputs(c).values()})
 
 
-PER_CELL_SETTINGS = ("max_questions", "oracle_distractors")
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "open_book")
 
 
 def batch_members(w):
@@ -558,7 +592,7 @@ def batch_members(w):
         members.append({
             "cell": cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
             "inputs": {k: str(v) for k, v in _generation_inputs(c).items() if k != "model"},
-            "settings": {k: settings[k] for k in PER_CELL_SETTINGS},
+            "settings": {k: settings[k] for k in PER_CELL_SETTINGS if k in settings},
         })
     return as_arg(members)
 
@@ -570,7 +604,8 @@ def batch_settings(w):
 
 
 def _generation_args(w, input):
-    flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
+    flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run", "tool_corpus": "--tool-corpus",
+             "tool_index": "--tool-index"}
     return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())
 
 
@@ -590,7 +625,17 @@ def _generation_settings(w):
         "models_dir": MODELS_DIR,
         "oracle_distractors": int(ORACLE_DISTRACTORS.get(w.dataset, 0)) if w.setting == "oracle" else 0,
         "oracle_seed": GEN_SEED,
+        **({"open_book": _open_book_settings(w)} if w.setting == "open-book" else {}),
     }
+
+
+OPEN_BOOK_LIMITS = {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096, "max_new_tokens": None}
+
+
+def _open_book_settings(w):
+    """The loop's limits (defaults filled in) and the WikiSearch retriever's settings."""
+    limits = {k: OPEN_BOOK.get(k, default) for k, default in OPEN_BOOK_LIMITS.items()}
+    return {**limits, "retriever_settings": RETRIEVER_CONFIGS[w.retriever]}
 
 
 def _uses_gpu(llm):
@@ -625,7 +670,7 @@ def _generation_cell(w):
         "backend": llm["backend"],
         "dtype": llm.get("dtype", "auto"),
         "prompt": w.prompt,
-        "template_hash": file_hash(template_file(w.dataset, w.prompt)),
+        "template_hash": file_hash(template_file(w.dataset, w.prompt, w.setting)),
         "setting": w.setting,
         "k": int(w.k),
         "max_questions": max_questions_of(w.dataset),
@@ -633,4 +678,10 @@ def _generation_cell(w):
         "oracle_distractors": int(ORACLE_DISTRACTORS.get(w.dataset, 0)) if w.setting == "oracle" else 0,
         "sampling": {**(GENERATION.get("sampling") or {}), **(llm.get("sampling") or {})},
     }
+    if w.setting == "open-book":  # the tool corpus, and the loop's limits as columns of every result row
+        cell["corpus"] = OPEN_BOOK["corpus"]["name"]
+        settings = _open_book_settings(w)
+        cell.update({f"open_book_{k}": settings[k] for k in OPEN_BOOK_LIMITS})
+        if settings["max_new_tokens"] is not None:
+            cell["sampling"]["max_new_tokens"] = settings["max_new_tokens"]
     return cell
