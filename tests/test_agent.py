@@ -13,22 +13,29 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-import threading
+from typing import Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from cqabench.agent.calc import CalcError, evaluate, format_value
-from cqabench.agent.loop import Limits, parse_turn
+from cqabench.agent.loop import parse_turn
 from cqabench.agent.tools import ArticleStore, Bm25Searcher, Toolbox, ToolCall
 from cqabench.cli import main
 from cqabench.errors import ConfigError
 from cqabench.extraction import extract_answer
-from cqabench.generate import BatchCell, Cell, CellInputs, CellOptions, run_batch, run_cell
+from cqabench.generate import (
+    BatchCell,
+    Cell,
+    CellInputs,
+    CellOptions,
+    run_batch,
+    run_cell,
+)
 from cqabench.io import write_parquet
 from cqabench.llm import llm_spec
 from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
@@ -231,7 +238,7 @@ def nhl_agent(chat: Chat) -> str:
     ps2 = [(t, int(y)) for t, y, p in rows if "PlayStation 2" in p]
     done = observations[3:]
     if len(done) < len(ps2):
-        title, year = ps2[len(done)]
+        _, year = ps2[len(done)]
         return f"Action: Python[{year} - {first}]\nObservation: 99"
     lines = ["Final Answer:", "| Game | Years after the first |"]
     lines += [f"| {t} | {obs.removeprefix('Observation: ').splitlines()[0]} |" for (t, _), obs in zip(ps2, done)]
@@ -415,17 +422,24 @@ class ToolApiDouble:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 double.bodies.append(body)
-                last = body["messages"][-1]["content"]
-                if last.startswith("Observation: "):
-                    text = f"Final Answer:\n| Gap |\n| {last.removeprefix('Observation: ').split()[0]} |"
+                last = body["messages"][-1]
+                message: dict = {"role": "assistant"}
+                if last["role"] == "tool":  # tools API: the tool's result
+                    message["content"] = f"Final Answer:\n| Gap |\n| {last['content'].split()[0]} |"
+                elif last["content"].startswith("Observation: "):
+                    message["content"] = f"Final Answer:\n| Gap |\n| {last['content'].removeprefix('Observation: ').split()[0]} |"
+                elif "tools" in body:
+                    message["content"] = "I will compute it."
+                    message["tool_calls"] = [{"id": "srv_1", "type": "function", "function": {
+                        "name": "Python", "arguments": json.dumps({"expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"})}}]
                 else:
-                    text = "Action: Python[years_between(date(1995, 1, 1), date(2002, 6, 1))]"
+                    message["content"] = "Action: Python[years_between(date(1995, 1, 1), date(2002, 6, 1))]"
                 data = json.dumps({
                     "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
                 }).encode()
                 self.send_response(200)
@@ -438,7 +452,7 @@ class ToolApiDouble:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> ToolApiDouble:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -447,12 +461,16 @@ class ToolApiDouble:
         self.server.server_close()
 
 
+def _api_spec(api: ToolApiDouble, **extra: object) -> LlmSpec:
+    return llm_spec("api", {"backend": "openai", "source": "test-model", "revision": "t", "api_key_env": "CQA_TEST_AGENT_KEY",
+                            "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0, **extra})
+
+
 def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
     with ToolApiDouble() as api:
-        spec = llm_spec("api", {"backend": "openai", "source": "test-model", "revision": "t", "api_key_env": "CQA_TEST_AGENT_KEY",
-                                "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0})
+        spec = _api_spec(api)
         cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
         inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
         run_cell(cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
@@ -464,3 +482,48 @@ def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Pat
     assert second["messages"][3]["content"] == "Observation: 7"
     assert "\nObservation:" in second["stop"]
     assert len(api.bodies) == 4  # two questions x two turns
+
+
+def test_openai_tools_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """tools_api: tool definitions go out, tool_calls come back as the text format's action line,
+    and the next request carries the call and its result as assistant tool_calls + a tool message."""
+    monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
+    with ToolApiDouble() as api:
+        cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
+        inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
+        run_cell(cell, _api_spec(api, tools_api=True), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs,
+                 tmp_path / "p.parquet", tmp_path / "c.sqlite", OPTIONS)
+    assert all([t["function"]["name"] for t in b["tools"]] == ["WikiSearch", "FindEvidence", "GetIntro", "Python"]
+               for b in api.bodies)
+    second = next(b for b in api.bodies if len(b["messages"]) == 4)
+    assistant, tool = second["messages"][2:]
+    assert assistant["content"] == "I will compute it."
+    call = assistant["tool_calls"][0]
+    assert call["function"]["name"] == "Python" and call["id"] == tool["tool_call_id"] == "call_1"
+    assert json.loads(call["function"]["arguments"]) == {"expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"}
+    assert tool == {"role": "tool", "tool_call_id": "call_1", "content": "7"}
+    rows = pq.read_table(tmp_path / "p.parquet").to_pylist()
+    steps = json.loads(rows[0]["transcript"])["steps"]
+    assert steps[0]["model"] == "I will compute it.\nAction: Python[years_between(date(1995, 1, 1), date(2002, 6, 1))]"
+    assert steps[0]["observation"] == "7"
+    assert [extract_answer("tanq", r["raw_output"], "few-shot").value.rows for r in rows] == [[["7"]], [["7"]]]
+    # the text-format cache entries of the other test are not reused: tools_api has its own keys
+    with ItemCache(tmp_path / "c.sqlite") as cache:
+        assert len(cache) == 4
+
+
+def test_tool_call_translation_round_trip() -> None:
+    from cqabench.agent.openai_tools import action_text, to_api_messages
+
+    text = action_text(None, "FindEvidence", json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"}))
+    assert text == "Action: FindEvidence[NHL FaceOff | PlayStation 2]"
+    assert action_text("", "WikiSearch", "not json") == "Action: WikiSearch[not json]"  # the tool will say what is wrong
+    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+            {"role": "assistant", "content": text}, {"role": "user", "content": "Observation: rows"},
+            {"role": "assistant", "content": "Action: Google[x]"}, {"role": "user", "content": "Observation: Error: unknown"}]
+    api = to_api_messages(chat)
+    assert api[2]["tool_calls"][0]["function"] == {"name": "FindEvidence",
+                                                   "arguments": json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"})}
+    assert api[3] == {"role": "tool", "tool_call_id": "call_1", "content": "rows"}
+    assert api[4:] == chat[4:]  # a turn without a valid call stays text

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from cqabench import oracle
 from cqabench.agent.loop import AgentContext, Dialogue, Limits, run_dialogues
+from cqabench.agent.openai_tools import TOOL_SCHEMAS
 from cqabench.agent.tools import ArticleStore, Bm25Searcher, Toolbox
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import extract_answer
@@ -376,10 +377,14 @@ def _prepare_open_book(cell: Cell, spec: LlmSpec, sampling: Sampling, template: 
     limits = Limits.from_config(settings)
     turn_sampling = open_book_sampling(sampling, settings)
 
-    def key_of(chat: Chat) -> str:
-        return item_key(identity, spec.backend, spec.dtype, turn_sampling, chat)
+    # openai with tools_api: the turns go out with tool definitions, so their replies get their own keys
+    tools = TOOL_SCHEMAS if spec.backend == "openai" and spec.options.get("tools_api") else None
+    key_identity = {**identity, "tools_api": True} if tools else dict(identity)
 
-    ctx = AgentContext(_toolbox(inputs, settings, limits), limits, turn_sampling, key_of)
+    def key_of(chat: Chat) -> str:
+        return item_key(key_identity, spec.backend, spec.dtype, turn_sampling, chat)
+
+    ctx = AgentContext(_toolbox(inputs, settings, limits), limits, turn_sampling, key_of, tools)
     dialogues = [Dialogue(q["qid"], build_chat(template, q["question"]), ctx) for q in questions]
     return PreparedCell(cell, template, turn_sampling, [], [], dialogues)
 
@@ -395,6 +400,7 @@ class _SharedBackend:
         self._factory = factory
         self.backend: Backend | None = None
         self.name = "shared"
+        self.tools: list | None = None
 
     def get(self) -> _SharedBackend:
         if self.backend is None:
@@ -403,7 +409,16 @@ class _SharedBackend:
 
     def generate(self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None) -> Any:
         assert self.backend is not None
+        if self.tools:  # the openai backend with tools_api: the turn goes out with tool definitions
+            return self.backend.generate(chats, sampling, labels=labels, tools=self.tools)  # type: ignore[call-arg]
         return self.backend.generate(chats, sampling, labels=labels)
+
+    def with_tools(self, tools: list | None) -> _SharedBackend:
+        """This engine, for one round, sending `tools` with every request (None: the text format)."""
+        self.get()
+        view = _SharedBackend(self._factory)
+        view.backend, view.tools = self.backend, tools
+        return view
 
     @property
     def retries(self) -> int:
@@ -432,17 +447,22 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cach
     generated_all: dict[str, Completion] = {}
 
     def complete(active: Sequence[Dialogue], chats: Sequence[Chat]) -> tuple[list[Completion], list[bool]]:
-        groups: dict[str, tuple[Sampling, list[Item]]] = {}
+        groups: dict[tuple[str, bool], tuple[Sampling, list[Item]]] = {}
         keys = []
         for d, chat in zip(active, chats):
             key = d.ctx.key_of(chat)
             keys.append(key)
-            groups.setdefault(d.ctx.sampling.to_json(), (d.ctx.sampling, []))[1].append(Item(d.qid, chat, key, []))
-        cached, generated, _ = generate_missing(shared.get, list(groups.values()), cache, f"{label} open-book round",
-                                                order_key)
-        cached_all.update(cached)
-        generated_all.update(generated)
-        found = {**cached, **generated}
+            group = (d.ctx.sampling.to_json(), d.ctx.tools is not None)
+            groups.setdefault(group, (d.ctx.sampling, []))[1].append(Item(d.qid, chat, key, []))
+        found: dict[str, Completion] = {}
+        for (_, with_tools), (sampling, items) in groups.items():
+            tools = TOOL_SCHEMAS if with_tools else None
+            cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
+                                                    f"{label} open-book round", order_key)
+            cached_all.update(cached)
+            generated_all.update(generated)
+            found.update(cached)
+            found.update(generated)
         return [found[k] for k in keys], [k in cached for k in keys]
 
     rounds = run_dialogues(dialogues, complete) if dialogues else 0

@@ -122,23 +122,23 @@ class _Evaluator:
                             f"the functions {', '.join(FUNCTIONS)})")
         return _check_number(method(node))
 
-    def _Expression(self, node: ast.Expression) -> Any:  # noqa: N802 (ast node names)
+    def _Expression(self, node: ast.Expression) -> Any:
         return self.eval(node.body)
 
-    def _Constant(self, node: ast.Constant) -> Any:  # noqa: N802
-        if isinstance(node.value, bool) or isinstance(node.value, (int, float, str)):
+    def _Constant(self, node: ast.Constant) -> Any:
+        if isinstance(node.value, (bool, int, float, str)):
             if isinstance(node.value, str) and len(node.value) > 40:
                 raise CalcError("string constants are for dates only (at most 40 characters)")
             return node.value
         raise CalcError(f"constant {node.value!r} is not allowed")
 
-    def _Tuple(self, node: ast.Tuple) -> Any:  # noqa: N802
+    def _Tuple(self, node: ast.Tuple) -> Any:
         return tuple(self.eval(e) for e in node.elts)
 
-    def _List(self, node: ast.List) -> Any:  # noqa: N802
+    def _List(self, node: ast.List) -> Any:
         return [self.eval(e) for e in node.elts]
 
-    def _UnaryOp(self, node: ast.UnaryOp) -> Any:  # noqa: N802
+    def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.eval(node.operand)
         if isinstance(node.op, ast.USub):
             return -value
@@ -148,7 +148,7 @@ class _Evaluator:
             return not value
         raise CalcError(f"operator {type(node.op).__name__} is not allowed")
 
-    def _BinOp(self, node: ast.BinOp) -> Any:  # noqa: N802
+    def _BinOp(self, node: ast.BinOp) -> Any:
         fn = _BINOPS.get(type(node.op))
         if fn is None:
             raise CalcError(f"operator {type(node.op).__name__} is not allowed")
@@ -173,7 +173,7 @@ class _Evaluator:
             raise CalcError("strings can only be date arguments")
         return result
 
-    def _Compare(self, node: ast.Compare) -> Any:  # noqa: N802
+    def _Compare(self, node: ast.Compare) -> Any:
         left = self.eval(node.left)
         for op, comp in zip(node.ops, node.comparators):
             fn = _CMPOPS.get(type(op))
@@ -188,14 +188,14 @@ class _Evaluator:
             left = right
         return True
 
-    def _BoolOp(self, node: ast.BoolOp) -> Any:  # noqa: N802
+    def _BoolOp(self, node: ast.BoolOp) -> Any:
         values = [self.eval(v) for v in node.values]
         return all(values) if isinstance(node.op, ast.And) else any(values)
 
-    def _IfExp(self, node: ast.IfExp) -> Any:  # noqa: N802
+    def _IfExp(self, node: ast.IfExp) -> Any:
         return self.eval(node.body) if self.eval(node.test) else self.eval(node.orelse)
 
-    def _Call(self, node: ast.Call) -> Any:  # noqa: N802
+    def _Call(self, node: ast.Call) -> Any:
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
             what = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
             raise CalcError(f"calling {what} is not allowed; functions: {', '.join(FUNCTIONS)}")
@@ -209,7 +209,7 @@ class _Evaluator:
         except (TypeError, ValueError, OverflowError) as exc:
             raise CalcError(f"{node.func.id}{tuple(args)!r}: {exc}") from None
 
-    def _Name(self, node: ast.Name) -> Any:  # noqa: N802
+    def _Name(self, node: ast.Name) -> Any:
         raise CalcError(f"unknown name {node.id!r}: only numbers, dates and the functions {', '.join(FUNCTIONS)}")
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cqabench.agent.tools import TOOLS, Observation, ToolCall, Toolbox
+from cqabench.agent.tools import TOOLS, Observation, Toolbox, ToolCall
 from cqabench.errors import ConfigError
 from cqabench.llm.base import Chat, Completion, Sampling
 
@@ -106,6 +106,7 @@ class AgentContext:
     limits: Limits
     sampling: Sampling
     key_of: Callable[[Chat], str]
+    tools: list[dict[str, Any]] | None = None  # openai tools_api: the tool definitions sent with each turn
 
 
 @dataclass

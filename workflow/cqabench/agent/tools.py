@@ -45,8 +45,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _DIGITS = re.compile(r"(\d+)")
 STOPWORDS = frozenset(
-    "a an and are as at be by for from has have in is it its of on or that the their this to was were what "
-    "when where which who whom whose with".split()
+    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it", "its", "of", "on", "or", "that", "the", "their", "this", "to", "was", "were", "what", "when", "where", "which", "who", "whom", "whose", "with"]
 )
 
 

@@ -93,7 +93,7 @@ class OpenAIBackend:
             return status in RETRY_STATUS or status >= 500, f"HTTP {status}", after
         return False, type(exc).__name__, None
 
-    def _request(self, chat: Chat, sampling: Sampling) -> dict:
+    def _request(self, chat: Chat, sampling: Sampling, tools: list | None = None) -> dict:
         body: dict = {
             "model": self.spec.source,
             "messages": chat,
@@ -106,11 +106,15 @@ class OpenAIBackend:
         }
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if tools:  # open-book turns with tools_api (cqabench.agent.openai_tools)
+            from cqabench.agent.openai_tools import to_api_messages
+
+            body["messages"], body["tools"] = to_api_messages(chat), tools
         return body
 
-    def complete(self, chat: Chat, sampling: Sampling, label: str = "") -> Completion:
+    def complete(self, chat: Chat, sampling: Sampling, label: str = "", tools: list | None = None) -> Completion:
         """One item, retried as the module docstring says; latency is the successful call's."""
-        body = self._request(chat, sampling)
+        body = self._request(chat, sampling, tools)
         for attempt in range(self.max_retries + 1):
             began = time.perf_counter()
             try:
@@ -136,8 +140,14 @@ class OpenAIBackend:
             latency = time.perf_counter() - began
             choice = resp.choices[0] if resp.choices else None
             usage = resp.usage
+            text = (choice.message.content or "") if choice else ""
+            calls = getattr(choice.message, "tool_calls", None) if choice and tools else None
+            if calls:  # the first tool call, as the text format's action line
+                from cqabench.agent.openai_tools import action_text
+
+                text = action_text(text, calls[0].function.name, calls[0].function.arguments)
             return Completion(
-                text=(choice.message.content or "") if choice else "",
+                text=text,
                 prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                 latency_s=latency,
@@ -146,7 +156,8 @@ class OpenAIBackend:
         raise AssertionError("unreachable")
 
     def generate(
-        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None,
+        tools: list | None = None,
     ) -> Iterator[list[tuple[int, Completion]]]:
         """Completions as they finish, at most `max_concurrency` requests in flight.
 
@@ -164,7 +175,7 @@ class OpenAIBackend:
             try:
                 while pending or (failure is None and next_index < len(chats)):
                     while failure is None and next_index < len(chats) and len(pending) < self.max_concurrency:
-                        fut = pool.submit(self.complete, chats[next_index], sampling, labels[next_index])
+                        fut = pool.submit(self.complete, chats[next_index], sampling, labels[next_index], tools)
                         pending[fut] = next_index
                         next_index += 1
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
