@@ -527,3 +527,62 @@ def test_tool_call_translation_round_trip() -> None:
                                                    "arguments": json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"})}
     assert api[3] == {"role": "tool", "tool_call_id": "call_1", "content": "rows"}
     assert api[4:] == chat[4:]  # a turn without a valid call stays text
+
+
+def test_generate_cli_open_book_over_the_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cqabench generate --setting open-book` as a job runs it; its tool inputs are required."""
+    monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
+    with ToolApiDouble() as api:
+        settings = {"llm": {"backend": "openai", "source": "test-model", "revision": "t", "api_key_env": "CQA_TEST_AGENT_KEY",
+                            "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0},
+                    "sampling": {"temperature": 0, "max_new_tokens": 24}, "max_questions": 1,
+                    "open_book": OPTIONS.open_book}
+        args = ["generate", "--dataset", "tanq", "--split", "test", "--serialization", "pipe", "--retriever", "bm25",
+                "--llm", "api", "--prompt", "few-shot", "--setting", "open-book", "--k", "1", "--queries", str(queries),
+                "--template", str(TEMPLATE), "--settings", json.dumps(settings), "--cache", str(tmp_path / "c.sqlite"),
+                "--out", str(tmp_path / "p.parquet"), "--summary", str(tmp_path / "s.json")]
+        assert main(args) == 1  # no --tool-corpus / --tool-index: a clear error, nothing written
+        assert not (tmp_path / "p.parquet").exists()
+        assert main([*args, "--tool-corpus", str(tool_corpus[0]), "--tool-index", str(tool_corpus[1])]) == 0
+    rows = pq.read_table(tmp_path / "p.parquet").to_pylist()
+    assert len(rows) == 1 and json.loads(rows[0]["transcript"])["stop_reason"] == "final_answer"
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["open_book"]["tool_calls"] == {"Python": 1} and summary["options"]["open_book"]["max_steps"] == 8
+
+
+def test_missing_tool_inputs_name_the_flags(tmp_path: Path, queries: Path) -> None:
+    inputs = CellInputs(queries=queries, template=TEMPLATE)
+    with pytest.raises(ConfigError, match="setting open-book needs --tool-corpus and --tool-index"):
+        run_cell(CELL, _spec(), Sampling(), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
+                 tmp_path / "c.sqlite", OPTIONS, backend_factory=lambda: ScriptedModel(_script))
+    with pytest.raises(ConfigError, match="open-book takes the WikiSearch retriever and k 1"):
+        Cell("tanq", "test", "pipe", "none", "x", "few-shot", "open-book", 0).check()
+
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path) -> None:
+    import subprocess
+
+    import yaml
+
+    plan = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, check=False, capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    out = plan.stdout
+    cells = set(re.findall(r"results/generation/\S+/open-book-k1/predictions\.parquet", out))
+    assert cells == {"results/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"}
+    assert "results/index/wiki-tools/pipe/bm25" in out
+    assert ("cqabench pool-corpus --corpus results/data/ottqa/dev/corpus.parquet --corpus "
+            "results/data/2wikimultihopqa/dev/corpus.parquet --corpus results/data/ambigqa/dev/corpus.parquet "
+            "--out results/corpora/wiki-tools/corpus.parquet") in out
+    assert "--tool-corpus results/corpora/wiki-tools/corpus.parquet --tool-index results/index/wiki-tools/pipe/bm25" in out
+    # a dense retriever cannot serve WikiSearch: planning stops and says so
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["generation"]["open_book"]["retriever"] = "minilm"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    bad = subprocess.run([*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=REPO, check=False, capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "generation.open_book.retriever: 'minilm' must name a bm25 retriever" in bad.stdout + bad.stderr

@@ -12,6 +12,7 @@ from snakemake.utils import validate
 
 # The package of this checkout, for planning-time checks (it need not be installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from cqabench.agent.tools import SEARCH_DEPTH as TOOL_SEARCH_DEPTH
 from cqabench.errors import ConfigError
 from cqabench.prompts import FAMILIES, SETTINGS, STRATEGIES, family_of, file_hash
 from cqabench.datasets import has_gold_evidence
@@ -680,6 +681,7 @@ def _generation_cell(w):
     }
     if w.setting == "open-book":  # the tool corpus, and the loop's limits as columns of every result row
         cell["corpus"] = OPEN_BOOK["corpus"]["name"]
+        cell["retriever_settings"] = {**RETRIEVER_CONFIGS[w.retriever], "k": TOOL_SEARCH_DEPTH}
         settings = _open_book_settings(w)
         cell.update({f"open_book_{k}": settings[k] for k in OPEN_BOOK_LIMITS})
         if settings["max_new_tokens"] is not None:

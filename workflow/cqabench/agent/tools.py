@@ -41,6 +41,7 @@ from cqabench.prompts import truncate
 
 TOOLS = ("WikiSearch", "FindEvidence", "GetIntro", "Python")
 SEARCH_PYTHON_ENV = "CQABENCH_SEARCH_PYTHON"
+SEARCH_DEPTH = 10  # documents WikiSearch ranks; the best one's article is shown
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _DIGITS = re.compile(r"(\d+)")
@@ -227,7 +228,8 @@ class Observation:
 class Toolbox:
     """Runs tool calls; WikiSearch calls of many dialogues go to the searcher as one batch."""
 
-    def __init__(self, store: ArticleStore, searcher: Searcher, max_tool_chars: int = 600, search_depth: int = 10) -> None:
+    def __init__(self, store: ArticleStore, searcher: Searcher, max_tool_chars: int = 600,
+                 search_depth: int = SEARCH_DEPTH) -> None:
         self.store = store
         self.searcher = searcher
         self.max_tool_chars = max_tool_chars
