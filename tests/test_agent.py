@@ -174,6 +174,11 @@ def test_tools_on_the_real_sample_corpus(toolbox: Toolbox) -> None:
     assert (calc.text, calc.error) == ("7", False)
     assert missing.error and "no article titled 'No Such Article'" in missing.text
     assert bad.error and "FindEvidence[Article title | keywords]" in bad.text
+    # Lucene query syntax in the keywords is just text; no keywords is an error observation
+    odd, empty = toolbox.run_many([ToolCall("WikiSearch", 'NHL "FaceOff" (video game) AND [x]: ?* -OR'),
+                                   ToolCall("WikiSearch", "  ")])
+    assert odd.text.startswith("NHL FaceOff (video game): ")
+    assert empty.error and "WikiSearch needs keywords" in empty.text
 
 
 def test_search_helper_process_ranks_as_in_process(tool_corpus: tuple[Path, Path]) -> None:
