@@ -310,7 +310,10 @@ def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
     # the cost columns add up the dialogue's calls
     assert nhl["prompt_tokens"] == sum(s["prompt_tokens"] for s in transcript["steps"])
     # the other question: errors come back as observations, the loop stops at max_steps
-    other = json.loads(next(r for r in rows if r["qid"] == "nonsense")["transcript"])
+    other_row = next(r for r in rows if r["qid"] == "nonsense")
+    assert (other_row["prediction"], other_row["parse_ok"]) == ("", False)  # its last turn is no answer
+    assert other_row["parse_reason"] == "no final answer: the open-book dialogue stopped at max_steps"
+    other = json.loads(other_row["transcript"])
     assert other["stop_reason"] == "max_steps" and len(other["steps"]) == 8
     assert "malformed action" in other["steps"][0]["observation"]
     assert "unknown tool 'Google'" in other["steps"][1]["observation"]

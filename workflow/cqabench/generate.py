@@ -31,7 +31,7 @@ from cqabench.agent.loop import AgentContext, Dialogue, Limits, run_dialogues
 from cqabench.agent.openai_tools import TOOL_SCHEMAS
 from cqabench.agent.tools import ArticleStore, Bm25Searcher, Toolbox
 from cqabench.errors import ConfigError, DataError
-from cqabench.extraction import extract_answer
+from cqabench.extraction import Extracted, extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
@@ -492,16 +492,20 @@ def write_cell(
     for it in prepared.items:
         comp = completions[it.key]
         answers.append((it.qid, chat_hash(it.chat), comp.text, comp.prompt_tokens, comp.output_tokens, comp.latency_s,
-                        it.key in cached_keys, comp.finish_reason, it.docids, ""))
+                        it.key in cached_keys, comp.finish_reason, it.docids, "", ""))
     for d in prepared.dialogues or []:
         comps = [c for _, c in d.completions]
         answers.append((d.qid, chat_hash(d.chat), d.final_text, sum(c.prompt_tokens for c in comps),
                         sum(c.output_tokens for c in comps), sum(c.latency_s for c in comps),
                         all(step["cached"] for step in d.steps), comps[-1].finish_reason if comps else "",
-                        d.docids, d.transcript()))
+                        d.docids, d.transcript(), d.stop_reason))
     rows = []
-    for qid, p_hash, text, p_tok, o_tok, latency, was_cached, finish, docids, transcript in answers:
+    for qid, p_hash, text, p_tok, o_tok, latency, was_cached, finish, docids, transcript, stop in answers:
         ext = extract_answer(cell.dataset, text, cell.prompt)
+        if stop and stop != "final_answer":
+            # a direct-answer prompt reads a marker-less reply as the answer; a dialogue that was
+            # cut off mid-search has not answered (its "Action: X[a | b]" would read as a table row)
+            ext = Extracted("", False, f"no final answer: the open-book dialogue stopped at {stop}")
         rows.append(
             {
                 "qid": qid,
