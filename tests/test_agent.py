@@ -594,3 +594,37 @@ def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path) -
     bad = subprocess.run([*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=REPO, check=False, capture_output=True, text=True)
     assert bad.returncode != 0
     assert "generation.open_book.retriever: 'minilm' must name a bm25 retriever" in bad.stdout + bad.stderr
+
+
+@pytest.mark.slow
+def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_corpus: tuple[Path, Path],
+                                                         smollm2_dir: Path) -> None:
+    """The embedded SmolLM2-135M (hf backend) on two real TANQ questions, three turns: the multi-turn
+    chat goes through the model's chat template, and a replay makes no model call."""
+    from cqabench.datasets import tanq
+    from cqabench.llm.convert import DEFAULT_SOURCE
+
+    data = tanq.load({"questions": RAW / "tanq/test_questions_10.jsonl"}, "test", limit=2)
+    qpath = tmp_path / "queries.parquet"
+    write_parquet(data.tables()["queries"], qpath)
+    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 2},
+                    models_dir=smollm2_dir.parent)
+    cell = Cell("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)
+    inputs = CellInputs(queries=qpath, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
+    options = CellOptions(open_book={"max_steps": 3, "max_tool_chars": 300, "max_total_tokens": 4096,
+                                     "max_new_tokens": 32, "retriever_settings": BM25})
+    args = (cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs)
+    first = run_cell(*args, tmp_path / "a.parquet", tmp_path / "c.sqlite", options)
+    assert first["open_book"]["n_model_calls_generated"] == first["open_book"]["n_model_calls"] >= 2
+    rows = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    for row in rows:
+        steps = json.loads(row["transcript"])["steps"]
+        assert 1 <= len(steps) <= 3 and all(s["output_tokens"] <= 32 for s in steps)
+
+    def no_model() -> ScriptedModel:
+        raise AssertionError("a warm cache must not load a model")
+
+    again = run_cell(*args, tmp_path / "b.parquet", tmp_path / "c.sqlite", options, backend_factory=no_model)
+    assert again["n_cached"] == len(rows) and again["open_book"]["n_model_calls_generated"] == 0
+    replay = pq.read_table(tmp_path / "b.parquet").to_pylist()
+    assert [r["raw_output"] for r in replay] == [r["raw_output"] for r in rows]
