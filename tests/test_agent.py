@@ -292,7 +292,7 @@ def _run(tmp: Path, tool_corpus: tuple[Path, Path], queries: Path, cache: Path, 
 def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     model = ScriptedModel(_script)
-    summary, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "cache.sqlite", model)
+    summary, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "cache", model)
     nhl = next(r for r in rows if r["qid"] == "nhl")
     transcript = json.loads(nhl["transcript"])
     actions = [s.get("action") for s in transcript["steps"]]
@@ -333,46 +333,53 @@ def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
 
 def test_token_limit_ends_a_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     options = CellOptions(open_book={**OPTIONS.open_book, "max_total_tokens": 1})
-    _, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "c.sqlite", ScriptedModel(_script), options)
+    _, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script), options)
     assert {json.loads(r["transcript"])["stop_reason"] for r in rows} == {"max_total_tokens"}
     with pytest.raises(ConfigError, match=r"generation.open_book.max_steps: expected a positive integer"):
-        _run(tmp_path, tool_corpus, queries, tmp_path / "c.sqlite", ScriptedModel(_script),
+        _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script),
              CellOptions(open_book={**OPTIONS.open_book, "max_steps": 0}))
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['max_step'\]"):
-        _run(tmp_path, tool_corpus, queries, tmp_path / "c.sqlite", ScriptedModel(_script),
+        _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script),
              CellOptions(open_book={"max_step": 3}))
 
 
 def test_resume_mid_dialogue_makes_only_the_missing_calls(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
-    """A job killed after two rounds left two completions per dialogue in the cache; the restart
-    makes only the other calls and ends with the same predictions; a warm cache makes none."""
-    full_cache = tmp_path / "full.sqlite"
-    first = ScriptedModel(_script)
-    _, rows = _run(tmp_path / "a", tool_corpus, queries, full_cache, first)
-    import sqlite3
+    """A job killed in its third round (the engine dies) keeps the two rounds it finished; the
+    restart makes only the other calls and ends with the predictions of an uninterrupted run;
+    a warm cache makes none."""
+    _, rows = _run(tmp_path / "a", tool_corpus, queries, tmp_path / "full", ScriptedModel(_script))
 
-    with sqlite3.connect(full_cache) as db:
-        stored = db.execute("SELECT key, completion, created, label FROM items ORDER BY created, rowid").fetchall()
-    assert len(stored) == 15
-    # the first two rounds: 2 dialogues x 2 turns (rounds are committed in order)
-    partial_cache = tmp_path / "partial.sqlite"
-    with ItemCache(partial_cache) as cache:
-        cache.put_many((k, Completion.from_dict(json.loads(c)), label) for k, c, _, label in stored[:4])
+    class Killed(Exception):
+        pass
+
+    def dies_in_round_3(chat: Chat) -> str:
+        if len(dying.calls) > 4:
+            raise Killed
+        return _script(chat)
+
+    dying = ScriptedModel(dies_in_round_3)
+    cache = tmp_path / "cache"
+    with pytest.raises(Killed):
+        _run(tmp_path / "b", tool_corpus, queries, cache, dying)
+    assert not (tmp_path / "b" / "predictions.parquet").exists()
+    with ItemCache(cache) as c:
+        assert len(c) == 4  # 2 dialogues x 2 finished turns
     resumed = ScriptedModel(_script)
-    _, rows_resumed = _run(tmp_path / "b", tool_corpus, queries, partial_cache, resumed)
+    _, rows_resumed = _run(tmp_path / "b", tool_corpus, queries, cache, resumed)
     assert len(resumed.calls) == 15 - 4
     keep = lambda rs: [{k: v for k, v in r.items() if k not in ("cached", "latency_s", "transcript")} for r in rs]
     assert keep(rows_resumed) == keep(rows)
     strip = lambda t: [{k: v for k, v in s.items() if k != "cached"} for s in json.loads(t)["steps"]]
     assert [strip(r["transcript"]) for r in rows_resumed] == [strip(r["transcript"]) for r in rows]
+    assert [s["cached"] for s in json.loads(rows_resumed[0]["transcript"])["steps"]][:3] == [True, True, False]
 
     def no_model() -> ScriptedModel:
         raise AssertionError("a warm cache must not load a model")
 
     inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
     summary = run_cell(CELL, _spec(), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs,
-                       tmp_path / "c.parquet", partial_cache, OPTIONS, None, backend_factory=no_model)
+                       tmp_path / "c.parquet", cache, OPTIONS, None, backend_factory=no_model)
     assert summary["n_cached"] == 2 and summary["open_book"]["n_model_calls_generated"] == 0
     replay = pq.read_table(tmp_path / "c.parquet").to_pylist()
     assert keep(replay) == keep(rows) and all(r["cached"] for r in replay)
@@ -402,7 +409,7 @@ def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
         BatchCell(CELL, CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0],
                                    tool_index=tool_corpus[1]), OPTIONS, load_template(TEMPLATE)),
     ]
-    cache = tmp_path / "cache.sqlite"
+    cache = tmp_path / "cache"
     manifest = run_batch(members, _spec(), Sampling(max_new_tokens=24), cache, tmp_path / "manifest.json",
                          backend_factory=factory)
     assert len(engines) == 1 and engines[0].closed  # one engine session for everything
@@ -482,7 +489,7 @@ def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Pat
         cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
         inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
         run_cell(cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
-                 tmp_path / "c.sqlite", OPTIONS)
+                 tmp_path / "c", OPTIONS)
     rows = pq.read_table(tmp_path / "p.parquet").to_pylist()
     assert [extract_answer("tanq", r["raw_output"], "few-shot").value.rows for r in rows] == [[["7"]], [["7"]]]
     second = next(b for b in api.bodies if len(b["messages"]) == 4)
@@ -501,7 +508,7 @@ def test_openai_tools_api(tmp_path: Path, tool_corpus: tuple[Path, Path], querie
         cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
         inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
         run_cell(cell, _api_spec(api, tools_api=True), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs,
-                 tmp_path / "p.parquet", tmp_path / "c.sqlite", OPTIONS)
+                 tmp_path / "p.parquet", tmp_path / "c", OPTIONS)
     assert all([t["function"]["name"] for t in b["tools"]] == ["WikiSearch", "FindEvidence", "GetIntro", "Python"]
                for b in api.bodies)
     second = next(b for b in api.bodies if len(b["messages"]) == 4)
@@ -517,7 +524,7 @@ def test_openai_tools_api(tmp_path: Path, tool_corpus: tuple[Path, Path], querie
     assert steps[0]["observation"] == "7"
     assert [extract_answer("tanq", r["raw_output"], "few-shot").value.rows for r in rows] == [[["7"]], [["7"]]]
     # the text-format cache entries of the other test are not reused: tools_api has its own keys
-    with ItemCache(tmp_path / "c.sqlite") as cache:
+    with ItemCache(tmp_path / "c") as cache:
         assert len(cache) == 4
 
 
@@ -548,7 +555,7 @@ def test_generate_cli_open_book_over_the_api(tmp_path: Path, tool_corpus: tuple[
                     "open_book": OPTIONS.open_book}
         args = ["generate", "--dataset", "tanq", "--split", "test", "--serialization", "pipe", "--retriever", "bm25",
                 "--llm", "api", "--prompt", "few-shot", "--setting", "open-book", "--k", "1", "--queries", str(queries),
-                "--template", str(TEMPLATE), "--settings", json.dumps(settings), "--cache", str(tmp_path / "c.sqlite"),
+                "--template", str(TEMPLATE), "--settings", json.dumps(settings), "--cache", str(tmp_path / "c"),
                 "--out", str(tmp_path / "p.parquet"), "--summary", str(tmp_path / "s.json")]
         assert main(args) == 1  # no --tool-corpus / --tool-index: a clear error, nothing written
         assert not (tmp_path / "p.parquet").exists()
@@ -563,7 +570,7 @@ def test_missing_tool_inputs_name_the_flags(tmp_path: Path, queries: Path) -> No
     inputs = CellInputs(queries=queries, template=TEMPLATE)
     with pytest.raises(ConfigError, match="setting open-book needs --tool-corpus and --tool-index"):
         run_cell(CELL, _spec(), Sampling(), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
-                 tmp_path / "c.sqlite", OPTIONS, backend_factory=lambda: ScriptedModel(_script))
+                 tmp_path / "c", OPTIONS, backend_factory=lambda: ScriptedModel(_script))
     with pytest.raises(ConfigError, match="open-book takes the WikiSearch retriever and k 1"):
         Cell("tanq", "test", "pipe", "none", "x", "few-shot", "open-book", 0).check()
 
@@ -614,7 +621,7 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
     options = CellOptions(open_book={"max_steps": 3, "max_tool_chars": 300, "max_total_tokens": 4096,
                                      "max_new_tokens": 32, "retriever_settings": BM25})
     args = (cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs)
-    first = run_cell(*args, tmp_path / "a.parquet", tmp_path / "c.sqlite", options)
+    first = run_cell(*args, tmp_path / "a.parquet", tmp_path / "c", options)
     assert first["open_book"]["n_model_calls_generated"] == first["open_book"]["n_model_calls"] >= 2
     rows = pq.read_table(tmp_path / "a.parquet").to_pylist()
     for row in rows:
@@ -624,7 +631,7 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
     def no_model() -> ScriptedModel:
         raise AssertionError("a warm cache must not load a model")
 
-    again = run_cell(*args, tmp_path / "b.parquet", tmp_path / "c.sqlite", options, backend_factory=no_model)
+    again = run_cell(*args, tmp_path / "b.parquet", tmp_path / "c", options, backend_factory=no_model)
     assert again["n_cached"] == len(rows) and again["open_book"]["n_model_calls_generated"] == 0
     replay = pq.read_table(tmp_path / "b.parquet").to_pylist()
     assert [r["raw_output"] for r in replay] == [r["raw_output"] for r in rows]

@@ -287,20 +287,34 @@ def test_score_tanq_with_breakdowns():
     assert s[("rms_recall", "tanq")] == (pytest.approx(0.725), 2)
     assert s[("rms_f1", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
     assert s[("rms_f1/question_type=composition", "tanq")] == (pytest.approx(2 / 3), 1)
+    # The paper's Tables 5-9 groups (metrics.tanq_breakdowns)
+    assert s[("rms_f1/tanq_type=composition", "tanq")] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/tanq_type=all", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
     assert s[("rms_f1/skill=filtering", "tanq")] == (pytest.approx(2 / 3), 1)
-    assert s[("rms_f1/skill=none", "tanq")] == (pytest.approx(0.95), 1)
-    assert s[("rms_f1/n_skills=2", "tanq")][1] == 1
-    assert s[("rms_f1/n_columns=1-2", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
-    assert s[("rms_f1/n_rows=2-3", "tanq")][1] == 1 and s[("rms_f1/n_rows=1", "tanq")][1] == 1
-    # breakdowns are summary-only: per question has 4 rows each (P, R, F1, parse_ok)
-    assert len(per_q) == 8
+    assert not any(k[0] == "rms_f1/skill=none" for k in s)  # no skill: in no skill group, as in Table 6
+    assert s[("rms_f1/n_skills=2", "tanq")][1] == 1 and ("rms_f1/n_skills=0", "tanq") not in s
+    # t1 asks for 2 relations ("3": up to three), t2 for 1; both tables are short (<= 3 rows)
+    assert s[("rms_f1/n_relations=3", "tanq")] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/n_relations=1", "tanq")] == (pytest.approx(0.95), 1)
+    assert s[("rms_f1/table_length=short", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
+    # breakdowns are summary-only: per question P, R, F1, the 7 computed failure categories
+    # (tests/test_tanq_failures.py) and parse_ok
+    assert len(per_q) == 2 * 11
 
 
 def test_tanq_groups_buckets():
-    g = tanq_groups({"question_type": "", "skills": ["a", "b", "c"]},
+    g = tanq_groups({"question_type": "", "skills": ["a", "b", "c", "d"]},
                     {"table_header": ["e"] + ["c"] * 7, "table_rows": [["r"]] * 11})
-    assert g == {"question_type": ["unknown"], "skill": ["a", "b", "c"], "n_skills": ["3+"],
-                 "n_columns": ["7+"], "n_rows": ["11+"]}
+    assert g == {"question_type": ["unknown"], "tanq_type": ["unknown", "all"], "skill": ["a", "b", "c", "d"],
+                 "n_skills": ["3"], "n_relations": ["10"], "table_length": ["long"]}
+    g = tanq_groups({"question_type": "wikitables_composition", "skills": []},
+                    {"table_header": ["e", "a", "b", "c", "d"], "table_rows": [["r"] * 5] * 6})
+    assert g["tanq_type"] == ["composition", "all"] and g["skill"] == [] and g["n_skills"] == []
+    assert g["n_relations"] == ["5"] and g["table_length"] == ["medium"]  # 4 relations: up to five; 6 rows
+    # Table 8's groups read as upper bounds, Table 9's as the paper states them
+    from cqabench.metrics.tanq_breakdowns import n_relations, table_length
+    assert [n_relations(c) for c in (1, 2, 3, 4, 5, 6, 7, 11, 12)] == [None, "1", "3", "3", "5", "5", "10", "10", "11+"]
+    assert [table_length(n) for n in (1, 3, 4, 6, 7, None)] == ["short", "short", "medium", "medium", "long", None]
 
 
 def test_score_rejects_unknown_and_duplicate_qids():

@@ -61,11 +61,15 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     assert m[("rms_f1", "tanq")]["value"] == pytest.approx(0.5)
     assert m[("rms_f1", "tanq")]["n"] == 2
     assert m[("parse_ok", "default")]["value"] == pytest.approx(0.5)
+    # Table 10's failure shares: t2 is no table; the two that need judgement are n/a with a reason.
+    assert m[("failure_non_table", "tanq")]["value"] == pytest.approx(0.5)
+    assert m[("failure_missing_entity", "tanq")]["value"] == 0.0
+    assert m[("failure_filter_issues", "tanq")]["value"] is None and m[("failure_filter_issues", "tanq")]["reason"]
     assert "unit: fraction" in printed and "0.5000" in printed
     assert "provenance" in doc
     table = pq.read_table(per_q)
     assert table.schema.names == ["qid", "metric", "variant", "value"]
-    assert table.num_rows == 8
+    assert table.num_rows == 2 * 11  # P, R, F1, 7 failure categories, parse_ok
 
 
 def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
@@ -190,3 +194,100 @@ def test_evaluate_generation_bad_cell(tmp_path: Path, capsys):
     rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", "x", "--queries", "q",
                "--answers", "a", "--cell", "{not json", "--out-json", "o", "--out-per-question", "p"])
     assert rc == 1 and "--cell" in capsys.readouterr().err
+
+
+# --- bad predictions / prepared files on the real TANQ sample --------------------------------------
+
+RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"
+
+
+@pytest.fixture
+def real_tanq(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The bundled TANQ sample (10 real questions) prepared; returns the data dir and its qids."""
+    from cqabench.prepare import prepare
+
+    data = tmp_path / "data"
+    prepared = prepare("tanq", "test", {"questions": RAW / "tanq" / "test_questions_10.jsonl"}, data / "tanq" / "test")
+    return data, [q.qid for q in prepared.queries]
+
+
+def _evaluate(data: Path, preds: Path, out: Path) -> int:
+    return main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
+                 "--data-dir", str(data), "--out", str(out), "--out-per-question", str(out.with_suffix(".parquet"))])
+
+
+@pytest.mark.parametrize("content", [b"", b"\n   \n"])
+def test_an_empty_predictions_file_is_refused(real_tanq, tmp_path: Path, capsys, content: bytes):
+    data, _ = real_tanq
+    preds = tmp_path / "preds.jsonl"
+    preds.write_bytes(content)
+    out = tmp_path / "m" / "metrics.json"
+    assert _evaluate(data, preds, out) == 1
+    err = capsys.readouterr().err
+    assert str(preds) in err and "no predictions" in err
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_non_utf8_predictions_name_the_line(real_tanq, tmp_path: Path, capsys):
+    data, qids = real_tanq
+    lines = [json.dumps({"qid": q, "prediction": "entity|x\nParis|1"}).encode() for q in qids[:3]]
+    lines[1] = lines[1].replace(b"Paris", b"P\xe2ris")  # a Latin-1 byte
+    preds = tmp_path / "preds.jsonl"
+    preds.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "m" / "metrics.json"
+    assert _evaluate(data, preds, out) == 1
+    err = capsys.readouterr().err
+    assert str(preds) in err and "record 'line 2'" in err and "not UTF-8" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_folder_as_predictions_or_as_a_prepared_table_is_named(real_tanq, tmp_path: Path, capsys):
+    data, qids = real_tanq
+    folder = tmp_path / "preds.jsonl"
+    folder.mkdir()
+    assert _evaluate(data, folder, tmp_path / "metrics.json") == 1
+    err = capsys.readouterr().err
+    assert str(folder) in err and "is a directory" in err
+
+    preds = _jsonl(tmp_path / "p.jsonl", [{"qid": qids[0], "prediction": "x"}])
+    answers = data / "tanq" / "test" / "answers.parquet"
+    answers.write_bytes(b"not parquet at all")  # a cut-short copy
+    assert _evaluate(data, preds, tmp_path / "metrics.json") == 1
+    err = capsys.readouterr().err
+    assert str(answers) in err and "not a readable Parquet file" in err
+    answers.unlink()
+    answers.mkdir()
+    assert _evaluate(data, preds, tmp_path / "metrics.json") == 1
+    assert str(answers) in capsys.readouterr().err
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_missing_predictions_are_warned_about_and_counted(real_tanq, tmp_path: Path, caplog):
+    data, qids = real_tanq
+    assert len(qids) == 10
+    preds = _jsonl(tmp_path / "p.jsonl", [{"qid": q, "prediction": "no table"} for q in qids[:7]])
+    out = tmp_path / "metrics.json"
+    with caplog.at_level("WARNING", logger="cqabench.evaluation"):
+        assert _evaluate(data, preds, out) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert str(preds) in warning and "3 of 10 questions" in warning and repr(qids[7]) in warning
+    doc = json.loads(out.read_text())
+    assert doc["provenance"]["n_predictions"] == 7 and doc["provenance"]["n_missing_predictions"] == 3
+    m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
+    assert m[("rms_f1", "tanq")]["n"] == 10  # the missing three still count, as wrong
+
+
+def test_a_bad_generation_summary_is_named(tmp_path: Path, capsys):
+    d = _prepare(tmp_path / "data", "finqa", "test", [Query("p", "?")], [Answer("p", "number", ["10"], number=10.0)])
+    pred_path = tmp_path / "predictions.parquet"
+    pq.write_table(pa.table({"qid": ["p"], "prediction": ["10"]}), pred_path)
+    summary = tmp_path / "summary.json"
+    summary.write_bytes(b'{"backend": "vllm", "model": "caf\xe9"}')  # Latin-1, not UTF-8
+    out_json = tmp_path / "o" / "metrics.json"
+    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
+               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
+               "--summary", str(summary), "--out-json", str(out_json),
+               "--out-per-question", str(tmp_path / "o" / "per_question.parquet")])
+    err = capsys.readouterr().err
+    assert rc == 1 and str(summary) in err and "not UTF-8" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

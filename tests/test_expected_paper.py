@@ -27,7 +27,6 @@ EXPECTED = REPO / "config" / "expected"
 # carried or listed here).
 NOT_CARRIED = {
     ("dexter", "table1_statistics"): "dataset sizes, not results: docs/fidelity.md compares them with our splits",
-    ("tanq", "table10_failure_types"): "manual annotation of failure types: nothing of ours to compare",
 }
 TANQ_GROUP = {"table5_by_question_type": ("tanq_table5_by_type", "tanq_type"),
               "table6_by_skill": ("tanq_table6_by_skill", "skill"),
@@ -119,6 +118,12 @@ def _published_cells() -> list[tuple[str, str, dict, float]]:
                 for metric, v in zip(RMS, prf, strict=True):
                     if v is not None:
                         out.append(("tanq", tid, {**_tanq_row(row), dim: value, "metric": metric}, v))
+    t = tq["table10_failure_types"]  # rows: failure types; columns: oracle models and the open-book Tool LM
+    for row, values in t["rows"].items():
+        for col, v in zip(t["columns"], values, strict=True):
+            setting = "open-book" if col == "Tool LM" else "oracle"
+            out.append(("tanq", "tanq_table10_failures",
+                        {**_tanq_row(f"{setting} / {col}"), "metric": our_name("tanq", "metric", row)}, v))
     t = sq["table9_recall10"]
     for row, v in {**t["rows"], **t["human_experts_100_questions"]}.items():
         out.append(("strategyqa", "strategyqa_recall10",
@@ -129,7 +134,7 @@ def _published_cells() -> list[tuple[str, str, dict, float]]:
 def test_every_transcribed_table_is_carried_or_excused() -> None:
     carried = {("dexter", k) for k in ("table2_ndcg10", "table7_recall100", "table3_answers",
                                        "table8_open_models_oracle_few_shot_cot")}
-    carried |= {("tanq", k) for k in TANQ_GROUP} | {("strategyqa", "table9_recall10")}
+    carried |= {("tanq", k) for k in TANQ_GROUP} | {("tanq", "table10_failure_types"), ("strategyqa", "table9_recall10")}
     for name in ("dexter", "tanq", "strategyqa"):
         tables = {k for k, v in _paper(name).items() if isinstance(v, dict) and ("rows" in v)}
         assert tables == {k for n, k in carried | set(NOT_CARRIED) if n == name}, name
@@ -138,7 +143,7 @@ def test_every_transcribed_table_is_carried_or_excused() -> None:
 def test_every_paper_value_is_in_our_expected_files_at_its_cell() -> None:
     specs = {name: _specs(name) for name in ("dexter", "tanq", "strategyqa")}
     expected = [(name, tid, cell) for name, tid, cell, _ in published_cells()]
-    assert len(expected) == 56 + 56 + 71 + 28 + 87 + 147 + 57 + 84 + 63 + 5
+    assert len(expected) == 56 + 56 + 71 + 28 + 87 + 147 + 57 + 84 + 63 + 36 + 5
     for name, tid, cell, value in published_cells():
         spec = specs[name][tid]
         ours = {_key(spec, c): c["value"] for c in spec.cells}
@@ -270,3 +275,23 @@ def test_default_report_shows_the_paper_beside_ours_with_the_sample_note(tmp_pat
     md3 = to_markdown(build_grid(metrics, None, specs["dexter_table3_answers"]))
     assert "smollm2-135m / few-shot / RAG-Oracle / - / 0" in md3 and "gpt-3.5-turbo / few-shot / RAG-Oracle" in md3
     assert "WQA = 2wikimultihopqa" in md3  # labels explained
+
+
+def test_tables_8_and_9_group_by_the_gold_tables_shape() -> None:
+    # Relations = gold columns - 1, in the paper's groups read as upper bounds; length = gold rows.
+    per_q = pd.DataFrame([
+        {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "m", "prompt": "few-shot", "qid": q,
+         "metric": "rms_f1", "variant": "tanq", "value": v, "question_type": "wikidata_comp", "skills": None,
+         "answer_columns": cols, "answer_rows": rows}
+        for q, v, cols, rows in (("a", 1.0, 2, 3), ("b", 0.5, 4, 4), ("c", 0.0, 3, 7), ("d", 0.2, 9, 16))])
+    ours = ("closed", "m", "few-shot")
+    t8 = build_grid(pd.DataFrame(), per_q, _specs("tanq")["tanq_table8_by_n_relations"])
+    assert t8.cells[(ours, ("1", "rms_f1"))].ours == pytest.approx(1.0)  # a: 1 relation
+    assert t8.cells[(ours, ("3", "rms_f1"))].ours == pytest.approx(0.25)  # b (3) and c (2): up to three
+    assert t8.cells[(ours, ("10", "rms_f1"))].ours == pytest.approx(0.2)  # d: 8 relations
+    assert (ours, ("5", "rms_f1")) not in t8.cells
+    t9 = build_grid(pd.DataFrame(), per_q, _specs("tanq")["tanq_table9_by_table_length"])
+    assert t9.cells[(ours, ("short", "rms_f1"))].ours == pytest.approx(1.0)
+    assert t9.cells[(ours, ("medium", "rms_f1"))].ours == pytest.approx(0.5)
+    assert t9.cells[(ours, ("long", "rms_f1"))].ours == pytest.approx(0.1)  # c and d
+    assert not t8.notes and not t9.notes  # the shape columns are there: our rows are shown

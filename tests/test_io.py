@@ -1,14 +1,21 @@
-"""Atomic writers: a result file appears whole or not at all, and readable like any other file."""
+"""Atomic writers: a result file appears whole or not at all, readable like any other file, and a
+killed writer's temporary is swept by the next write of that output."""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from cqabench.io import atomic_path, write_json
+from cqabench.io import (STALE_AFTER_S, atomic_dir, atomic_files, atomic_path, sweep_stale_siblings, write_json,
+                         write_text)
 
 
 def test_atomic_file_gets_the_umask_mode_not_mkstemps_0600(tmp_path: Path) -> None:
@@ -25,3 +32,89 @@ def test_a_failed_block_leaves_neither_the_file_nor_its_temporary(tmp_path: Path
         tmp.write_text("half")
         raise RuntimeError("killed mid-write")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- temporaries of killed jobs, several outputs as one ----------------------------------------
+
+_KILLED_WRITER = """
+import os, signal, sys
+from cqabench.io import atomic_path, atomic_dir
+target = sys.argv[1]
+ctx = atomic_dir(target) if sys.argv[2] == "dir" else atomic_path(target)
+with ctx as tmp:
+    if sys.argv[2] == "dir":
+        (tmp / "part").write_text("half")
+    else:
+        tmp.write_text("half")
+    print(tmp, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _killed_writer(target: Path, kind: str) -> Path:
+    """Run a real writer in a child process and SIGKILL it mid-write; return its temporary."""
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(target), kind],
+                          capture_output=True, text=True, env={**os.environ}, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    return Path(proc.stdout.strip())
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_a_killed_writers_temporary_is_swept_by_the_next_write(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / ("out.txt" if kind == "file" else "index")
+    left = _killed_writer(target, kind)
+    assert left.exists() and left.parent == tmp_path and not target.exists()
+    assert f".{os.getpid()}@" not in left.name and "@" in left.name  # the dead writer's pid@host is in the name
+    if kind == "file":
+        write_text("whole", target)
+        assert target.read_text() == "whole"
+    else:
+        with atomic_dir(target) as tmp:
+            (tmp / "part").write_text("whole")
+        assert (target / "part").read_text() == "whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+def test_a_live_writers_temporary_is_kept_and_only_this_outputs_are_looked_at(tmp_path: Path) -> None:
+    target = tmp_path / "x"
+    host = socket.gethostname()
+    live = tmp_path / f".x.{os.getpid()}@{host}.abcd1234.tmp"  # this very process: alive
+    other_output = tmp_path / ".x.y.999999@host.abcd1234.tmp"  # a temporary of output "x.y", not of "x"
+    fresh_foreign = tmp_path / ".x.123@elsewhere.abcd1234.tmp"  # another node's, changed just now
+    old_foreign = tmp_path / ".x.123@elsewhere.zzzz9999.tmp"  # another node's, untouched for longer than STALE_AFTER_S
+    old_legacy = tmp_path / ".x.k2j4h5g6.tmp"  # mkstemp's name before pid@host, old
+    for p in (live, other_output, fresh_foreign, old_foreign, old_legacy):
+        p.write_text("t")
+    past = time.time() - STALE_AFTER_S - 60
+    for p in (old_foreign, old_legacy):
+        os.utime(p, (past, past))
+    removed = sweep_stale_siblings(target)
+    assert sorted(p.name for p in removed) == sorted([old_foreign.name, old_legacy.name])
+    assert live.exists() and other_output.exists() and fresh_foreign.exists()
+
+
+def test_atomic_files_publishes_all_or_none_and_never_an_old_beside_a_new(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("old a")
+    b.write_text("old b")
+    with pytest.raises(RuntimeError), atomic_files({"a": a, "b": b}) as tmp:
+        tmp["a"].write_text("new a")
+        raise RuntimeError("died before b")
+    # the old pair is gone (it would be inconsistent with half of a new one), nothing else is left
+    assert list(tmp_path.iterdir()) == []
+    with atomic_files({"a": a, "b": b}) as tmp:
+        assert not a.exists() and not b.exists()  # nothing visible while the block runs
+        tmp["a"].write_text("new a")
+        tmp["b"].write_text("new b")
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def test_atomic_dir_gets_the_umask_mode_not_mkdtemps_0700(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "idx") as tmp:
+            (tmp / "f").write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "idx").stat().st_mode) == 0o755

@@ -267,6 +267,24 @@ def test_tatqa_truncated_json(tmp_path):
     assert exc.value.path == str(path) and exc.value.record == "line 1" and exc.value.field == "-"
 
 
+RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "nan", "-Infinity"])
+def test_tatqa_non_finite_gold_number_is_refused(tmp_path, bad):
+    # A real arithmetic question of the bundled sample; json.dumps writes NaN / Infinity literals,
+    # which Python's json (and so the loader) used to accept as the gold number.
+    contexts = json.loads((RAW / "tatqa" / "tatqa_dataset_dev.sample.json").read_text(encoding="utf-8"))
+    (q,) = [q for q in contexts[0]["questions"] if q["uid"] == "eb787966-fa02-401f-bfaf-ccabf3828b23"]
+    assert q["answer_type"] == "arithmetic" and q["answer"] == -12.6
+    q["answer"] = bad
+    path = _write(tmp_path / "dev.json", contexts)
+    with pytest.raises(DataError) as exc:
+        tatqa.load({"questions": path}, "dev")
+    assert (exc.value.path, exc.value.record, exc.value.field) == (str(path), q["uid"], "answer")
+    assert "not a finite number" in exc.value.problem
+
+
 # --------------------------------------------------------------------------- FinQA
 
 
@@ -359,6 +377,18 @@ def test_finqa_malformed(tmp_path, record, fieldname, rec):
     with pytest.raises(DataError) as exc:
         finqa.load({"questions": path}, "dev")
     assert (exc.value.path, exc.value.record, exc.value.field) == (str(path), record, fieldname)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), "nan", "Infinity"])
+def test_finqa_non_finite_exe_ans_is_refused(tmp_path, bad):
+    records = json.loads((RAW / "finqa" / "dev.json").read_text(encoding="utf-8"))  # the real record
+    assert records[0]["qa"]["exe_ans"] == 127.4
+    records[0]["qa"]["exe_ans"] = bad
+    path = _write(tmp_path / "dev.json", records)
+    with pytest.raises(DataError) as exc:
+        finqa.load({"questions": path}, "dev")
+    assert (exc.value.path, exc.value.record, exc.value.field) == (str(path), records[0]["id"], "qa.exe_ans")
+    assert "not a finite number" in exc.value.problem
 
 
 def test_finqa_same_page_must_agree(tmp_path):

@@ -25,17 +25,45 @@ KEY = "sk-test-DOUBLE-0123456789"
 ENV = "CQA_TEST_OPENAI_KEY"
 
 
+def _reply(model: str, choices: list) -> tuple[bytes, str]:
+    return json.dumps({"id": "cmpl-x", "object": "chat.completion", "created": 0, "model": model, "choices": choices,
+                       "usage": {"prompt_tokens": 4, "completion_tokens": 0, "total_tokens": 4}}).encode(), "application/json"
+
+
+# 200 replies that are no answer (issue 11): what a proxy, a cut connection or a filtering API sends
+BAD_200 = {
+    "html": lambda model: (b"<html><head><title>502</title></head><body>Bad gateway</body></html>", "text/html"),
+    "truncated": lambda model: (b'{"id": "cmpl-x", "object": "chat.completion", "choices": [{"index"', "application/json"),
+    "emptybody": lambda model: (b"", "application/json"),
+    "nochoices": lambda model: _reply(model, []),
+    "null": lambda model: _reply(model, [{"index": 0, "finish_reason": "content_filter",
+                                          "message": {"role": "assistant", "content": None}}]),
+}
+
+
 class OpenAITestDouble:
     """Loopback imitation of the chat completions endpoint (test double at the external boundary).
 
     script: question substring -> list of behaviours for successive attempts, each one of
-    "429", "500", "401", "slow" (sleeps `slow_s` before answering) or "ok"; after the list
-    runs out every attempt is "ok". The answer is "Final Answer: <the question's last word>".
+    "429", "500", "401", "slow" (sleeps `slow_s` before answering), "ok", or a 200 reply that is
+    no answer: "html" (a proxy's error page), "truncated" (JSON cut short), "emptybody",
+    "nochoices" (choices: []), "null" (content: null); after the list runs out every attempt is
+    "ok". The answer is "Final Answer: <the question's last word>"; `answers` counts them per
+    question. With `vary`, a question answered before gets "<word>-again<n>" (a sampling model:
+    two generations of one prompt disagree). `hold_after` {key: n}: once the client with that
+    API key has had n answers, its later requests hang until `release` is set and then get no
+    reply (requests in flight when that client is killed).
     """
 
-    def __init__(self, script: dict[str, list[str]] | None = None, slow_s: float = 1.0) -> None:
+    def __init__(self, script: dict[str, list[str]] | None = None, slow_s: float = 1.0, vary: bool = False,
+                 hold_after: dict[str, int] | None = None) -> None:
         self.script = script or {}
         self.slow_s = slow_s
+        self.vary = vary
+        self.hold_after = hold_after or {}
+        self.release = threading.Event()
+        self.answers: Counter[str] = Counter()
+        self.answers_by_auth: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
         self.bodies: list[dict] = []
         self.auth: set[str] = set()
@@ -61,8 +89,16 @@ class OpenAITestDouble:
                 try:
                     plan = next((v for k, v in double.script.items() if k in question), [])
                     action = plan[n] if n < len(plan) else "ok"
+                    auth = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    if auth in double.hold_after and double.answers_by_auth[auth] >= double.hold_after[auth]:
+                        double.release.wait(60)
+                        self.close_connection = True
+                        return
                     if action == "slow":
                         time.sleep(double.slow_s)
+                    if action in BAD_200:
+                        self._send_raw(*BAD_200[action](body["model"]))
+                        return
                     if action in ("429", "500", "401"):
                         status = int(action)
                         msg = {"401": f"Incorrect API key provided: {KEY}"}.get(action, "try later")
@@ -70,6 +106,12 @@ class OpenAITestDouble:
                                    {"Retry-After": "0"} if status == 429 else {})
                         return
                     word = question.split()[-1].strip("?")
+                    with double._lock:
+                        seen = double.answers[question]
+                        double.answers[question] += 1
+                        double.answers_by_auth[auth] += 1
+                    if double.vary and seen:
+                        word = f"{word}-again{seen}"
                     self._send(200, {
                         "id": f"cmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
                         "choices": [{"index": 0, "finish_reason": "stop",
@@ -82,10 +124,12 @@ class OpenAITestDouble:
                         double.in_flight -= 1
 
             def _send(self, status: int, obj: dict, headers: dict | None = None) -> None:
-                data = json.dumps(obj).encode()
+                self._send_raw(json.dumps(obj).encode(), "application/json", status, headers)
+
+            def _send_raw(self, data: bytes, content_type: str, status: int = 200, headers: dict | None = None) -> None:
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for k, v in (headers or {}).items():
                         self.send_header(k, v)
@@ -188,3 +232,38 @@ def test_missing_key_fails_naming_the_variable(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv(ENV, raising=False)
     with pytest.raises(ConfigError, match=rf"environment variable {ENV}"):
         OpenAIBackend(llm_spec("api", api_llm_config("http://127.0.0.1:9/v1")))
+
+
+@pytest.mark.parametrize("bad", ["html", "truncated", "emptybody"])
+def test_a_malformed_200_reply_is_retried_like_a_server_error(api_key: str, bad: str, caplog) -> None:
+    with OpenAITestDouble({"number1?": [bad, bad]}) as api:
+        backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url)))
+        with caplog.at_level(logging.WARNING, logger="cqabench.llm.openai_backend"):
+            results = dict(p for batch in backend.generate(_chats(3), Sampling(), labels=["q0", "q1", "q2"]) for p in batch)
+    assert [results[i].text for i in range(3)] == [f"Final Answer: number{i}" for i in range(3)]
+    assert api.attempts["Question: which item is number1?"] == 3 and backend.retries == 2
+    assert sum("request q1 got malformed reply" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize(("bad", "what"), [("html", "an HTML page"), ("truncated", "invalid JSON"),
+                                           ("emptybody", "invalid JSON")])
+def test_a_reply_that_stays_malformed_stops_the_job_naming_what_came_back(api_key: str, bad: str, what: str) -> None:
+    with OpenAITestDouble({"number0?": [bad] * 10}) as api:
+        backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_retries=2, max_concurrency=1)))
+        with pytest.raises(ApiError, match=r"request 0 failed \(malformed reply") as err:
+            list(backend.generate(_chats(1), Sampling()))
+    assert what in str(err.value) and "after 3 attempt(s)" in str(err.value)
+    assert sum(api.attempts.values()) == 3
+
+
+@pytest.mark.parametrize(("bad", "what"), [("nochoices", "no choices"), ("null", "message content is null")])
+def test_an_empty_reply_is_retried_then_returned_as_a_failed_item(api_key: str, bad: str, what: str) -> None:
+    with OpenAITestDouble({"number1?": [bad] * 10, "number2?": [bad]}) as api:
+        backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_retries=2)))
+        results = dict(p for batch in backend.generate(_chats(3), Sampling()) for p in batch)
+    assert results[0].text == "Final Answer: number0" and not results[0].error
+    assert results[2].text == "Final Answer: number2" and not results[2].error  # one empty reply, then an answer
+    failed = results[1]
+    assert failed.text == "" and failed.finish_reason == "failed"
+    assert failed.error == f"empty reply ({what}) after 3 attempt(s)"
+    assert api.attempts["Question: which item is number1?"] == 3

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,7 +15,8 @@ import pytest
 from cqabench.beir import export
 from cqabench.cli import main
 from cqabench.corpora import pool
-from cqabench.errors import DataError
+from cqabench.datasets import has_gold_evidence
+from cqabench.errors import ConfigError, DataError
 from cqabench.prepare import prepare, validate
 from cqabench.schema import SCHEMAS, CanonicalData, Document, Qrel, Query
 
@@ -154,3 +159,138 @@ def test_beir_export_is_plain_beir(tmp_path: Path) -> None:
     pyserini = [json.loads(line) for line in (tmp_path / "beir/pyserini/corpus.jsonl").read_text().splitlines()]
     assert pyserini[1] == {"id": "t1", "contents": "Year|Team\n1911|Notre Dame", "title": "Results"}
     assert (tmp_path / "beir/pyserini/topics.tsv").read_text() == "q1\tWhich team?\n"
+
+
+# --- bad raw input: empty files, folders, non-UTF-8 bytes, bad limits, a killed prepare -------------
+
+
+def _prepare_args(dataset: str, files: dict[str, Path], out: Path) -> list[str]:
+    split = SAMPLE[dataset][0]
+    args = ["prepare", "--dataset", dataset, "--split", split, "--out-dir", str(out)]
+    for role, path in files.items():
+        args += ["--file", f"{role}={path}"]
+    return args
+
+
+def _real_files(dataset: str) -> dict[str, Path]:
+    return {role: RAW / rel for role, rel in SAMPLE[dataset][1].items()}
+
+
+EMPTY_CONTENT = {
+    "zero bytes": b"",
+    "an empty JSON list": b"[]\n",
+    "only blank lines": b"\n\n  \n",
+}
+
+
+@pytest.mark.parametrize("dataset", sorted(SAMPLE))
+@pytest.mark.parametrize("kind", sorted(EMPTY_CONTENT))
+def test_an_empty_question_file_is_an_error_not_four_empty_tables(dataset: str, kind: str, tmp_path: Path,
+                                                                   capsys) -> None:
+    files = _real_files(dataset)
+    empty = tmp_path / Path(files["questions"]).name
+    empty.write_bytes(EMPTY_CONTENT[kind])
+    files["questions"] = empty
+    out = tmp_path / "out"
+    assert main(_prepare_args(dataset, files, out)) == 1
+    err = capsys.readouterr().err
+    assert str(empty) in err
+    assert ("empty (0 bytes)" in err) if kind == "zero bytes" else ("no questions" in err or "expected a JSON" in err
+                                                                    or "empty file" in err)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_empty_second_raw_file_names_its_role(tmp_path: Path, capsys) -> None:
+    files = _real_files("ambigqa")
+    files["passages"] = tmp_path / "psgs.tsv"
+    files["passages"].write_bytes(b"")
+    assert main(_prepare_args("ambigqa", files, tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert str(files["passages"]) in err and "'passages'" in err and "0 bytes" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("dataset", ["tatqa", "musique", "tanq"])
+def test_a_folder_as_raw_file_is_named(dataset: str, tmp_path: Path, capsys) -> None:
+    files = _real_files(dataset)
+    files["questions"] = tmp_path / "a_folder.json"
+    files["questions"].mkdir()
+    assert main(_prepare_args(dataset, files, tmp_path / "out")) == 1
+    err = capsys.readouterr().err
+    assert str(files["questions"]) in err and "is a directory" in err and "Traceback" not in err
+    # planning (snakemake -n) does not trip over the folder either: prepare is where it is reported
+    assert has_gold_evidence(dataset, {role: str(p) for role, p in files.items()})[0] is True
+
+
+# (dataset, role, line to corrupt (1-based)): JSON over many lines, JSONL, TSV.
+NON_UTF8 = [("tatqa", "questions", 40), ("musique", "questions", 3), ("tanq", "questions", 5),
+            ("ambigqa", "passages", 7), ("strategyqa", "decompositions", 2)]
+
+
+@pytest.mark.parametrize("dataset, role, line", NON_UTF8)
+def test_non_utf8_bytes_name_the_file_and_line(dataset: str, role: str, line: int, tmp_path: Path, capsys) -> None:
+    files = _real_files(dataset)
+    lines = files[role].read_bytes().splitlines(keepends=True)
+    lines[line - 1] = lines[line - 1].replace(b"e", b"\xe9", 1)  # Latin-1 "é": not UTF-8
+    assert b"\xe9" in lines[line - 1]
+    bad = tmp_path / files[role].name
+    bad.write_bytes(b"".join(lines))
+    files[role] = bad
+    out = tmp_path / "out"
+    assert main(_prepare_args(dataset, files, out)) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and f"record 'line {line}'" in err and "not UTF-8" in err and "e9" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("limit", ["-1", "0", "two"])
+def test_limit_below_one_is_refused_by_the_command(limit: str, tmp_path: Path, capsys) -> None:
+    args = _prepare_args("musique", _real_files("musique"), tmp_path / "out") + ["--limit", limit]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--limit" in err and "expected a whole number >= 1" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("limit", [-1, 0])
+def test_limit_below_one_is_refused_by_the_function(limit: int, tmp_path: Path) -> None:
+    # -1 used to keep all but the last question ([:-1]) and 0 none of them, both with exit 0.
+    with pytest.raises(ConfigError, match="limit must be a whole number of questions >= 1"):
+        prepare("musique", "train", _real_files("musique"), tmp_path / "out", limit=limit)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_selection_that_keeps_no_question_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="keeps none of the 100 questions"):
+        prepare("musique", "train", _real_files("musique"), tmp_path / "out", hops=[9])
+
+
+_KILL_BETWEEN_TABLES = """
+import os, signal, sys
+import pyarrow.parquet as pq
+from cqabench.cli import main
+real_write, written = pq.write_table, []
+def write_then_die(table, where, *a, **kw):
+    real_write(table, where, *a, **kw)
+    written.append(where)
+    if len(written) == 2:  # two tables on disk, two to go: the worst moment to be killed
+        os.kill(os.getpid(), signal.SIGKILL)
+pq.write_table = write_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_prepare_killed_between_tables_leaves_no_table_and_the_rerun_sweeps_its_temporaries(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = _prepare_args("tatqa", _real_files("tatqa"), out)
+    killed = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_TABLES, *args], capture_output=True, text=True,
+                            env=dict(os.environ), timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = sorted(p.name for p in out.iterdir())
+    assert not any(name.endswith(".parquet") for name in left)  # all or nothing: nothing
+    assert len(left) == 4 and all(name.endswith(".tmp") for name in left)  # the killed job's temporaries
+    assert main(args) == 0  # the next run of the rule
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.parquet" for t in
+                                                          ("queries", "corpus", "qrels", "answers"))

@@ -7,6 +7,7 @@ import logging
 import shutil
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 
 from cqabench.errors import CqaError
@@ -14,6 +15,38 @@ from cqabench.io import atomic_path, sha256_file
 
 log = logging.getLogger(__name__)
 
+
+def _unzip_member(tmp: Path, member: str, name: str, url: str, hint: str) -> None:
+    """Replace the downloaded archive `tmp` by its `member`; a reply that is no zip (an HTML
+    error page, a cut-short transfer) or lacks the member is an error naming the URL."""
+    try:
+        with zipfile.ZipFile(tmp) as zf:
+            if member not in zf.namelist():
+                listed = ", ".join(sorted(zf.namelist())[:10])
+                raise CqaError(f"{name}: the zip archive at {url} has no member {member!r} (it holds: {listed}); "
+                               f"check `member` in the config, or {hint}")
+            with zf.open(member) as src:
+                data = src.read()
+    except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
+        raise CqaError(f"{name}: what {url} sent is not a valid zip archive ({exc}; {_head(tmp)}); {hint}") from None
+    tmp.write_bytes(data)
+
+
+def _gunzip(tmp: Path, name: str, url: str, hint: str) -> None:
+    """Replace the downloaded `tmp` by its gunzipped content; a reply that is no gzip is an error naming the URL."""
+    try:
+        with gzip.open(tmp) as src:
+            data = src.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise CqaError(f"{name}: what {url} sent is not a valid gzip file ({exc}; {_head(tmp)}); {hint}") from None
+    tmp.write_bytes(data)
+
+
+def _head(path: Path) -> str:
+    """The first bytes of a bad download, which usually say what it is ("<!DOCTYPE html>")."""
+    with open(path, "rb") as fh:
+        head = fh.read(40)
+    return f"{path.stat().st_size} bytes starting {head!r}"
 
 
 def fetch(url: str | None, out: Path, name: str, raw_dir: str, sha256: str | None = None,
@@ -28,14 +61,12 @@ def fetch(url: str | None, out: Path, name: str, raw_dir: str, sha256: str | Non
                 shutil.copyfileobj(resp, fh)
         except OSError as exc:
             raise CqaError(f"{name}: cannot download {url} ({exc}); offline, {hint}") from None
+        if tmp.stat().st_size == 0:
+            raise CqaError(f"{name}: {url} sent 0 bytes; {hint}")
         if member:
-            with zipfile.ZipFile(tmp) as zf, zf.open(member) as src:
-                data = src.read()
-            tmp.write_bytes(data)
+            _unzip_member(tmp, member, name, url, hint)
         elif url.split("?")[0].endswith(".gz"):
-            with gzip.open(tmp) as src:
-                data = src.read()
-            tmp.write_bytes(data)
+            _gunzip(tmp, name, url, hint)
         actual = sha256_file(tmp)
         if sha256 and actual != sha256:
             raise CqaError(f"{name}: checksum mismatch for {url}: expected {sha256}, got {actual}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,15 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cqabench.commands import json_object
-from cqabench.datasets.common import read_jsonl
+from cqabench.datasets.common import read_json, read_jsonl
 from cqabench.errors import DataError
-from cqabench.io import read_parquet, write_json, write_parquet
-from cqabench.scoring import format_summary, score_predictions
+from cqabench.io import atomic_files, read_parquet, write_jsonl
+from cqabench.scoring import format_summary, score_predictions, tanq_failure_records
+
+log = logging.getLogger(__name__)
 
 PER_QUESTION_SCHEMA = pa.schema(
     [("qid", pa.string()), ("metric", pa.string()), ("variant", pa.string()), ("value", pa.float64())]
@@ -57,9 +61,28 @@ def read_predictions_jsonl(path: Path) -> pd.DataFrame:
 
 
 def _read_table(path: Path, name: str) -> pa.Table:
-    if not Path(path).exists():
+    """A prepared Parquet table; a missing file, a folder or a file that is no Parquet is a DataError naming it."""
+    path = Path(path)
+    if not path.exists():
         raise DataError(path, None, "-", f"{name} file not found")
-    return read_parquet(path)
+    if path.is_dir():
+        raise DataError(path, None, "-", f"{name}: is a directory, not a Parquet file")
+    try:
+        return read_parquet(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(path, None, "-", f"{name}: not a readable Parquet file ({exc})") from None
+
+
+def _missing_predictions(preds: pd.DataFrame, answers: pa.Table, path: Path) -> list[str]:
+    """Questions of the split without a prediction: scored as wrong (the split is the
+    denominator), so said loudly rather than silently lowering the score."""
+    have = set(preds["qid"])
+    missing = [q for q in answers.column("qid").to_pylist() if q not in have]
+    if missing:
+        shown = ", ".join(repr(q) for q in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        log.warning("%s: %d of %d questions of the split have no prediction and are scored as wrong: %s",
+                    path, len(missing), answers.num_rows, shown)
+    return missing
 
 
 def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
@@ -71,10 +94,18 @@ def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
 
 def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict[str, Any],
            provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None) -> None:
-    if out_pq is not None:
-        write_parquet(pa.Table.from_pandas(per_question, schema=PER_QUESTION_SCHEMA, preserve_index=False), out_pq)
-    if out_json is not None:
-        write_json({"cell": cell, "metrics": summary, "provenance": provenance}, out_json)
+    """Both outputs as one (io.atomic_files): a failure never leaves a metrics.json without its per-question table."""
+    targets = {k: p for k, p in (("pq", out_pq), ("json", out_json)) if p is not None}
+    if not targets:
+        return
+    with atomic_files(targets) as tmp:
+        if "pq" in tmp:
+            pq.write_table(pa.Table.from_pandas(per_question, schema=PER_QUESTION_SCHEMA, preserve_index=False),
+                           tmp["pq"])
+        if "json" in tmp:
+            doc = {"cell": cell, "metrics": summary, "provenance": provenance}
+            tmp["json"].write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                   encoding="utf-8")
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -83,14 +114,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     queries = _read_table(split_dir / "queries.parquet", "queries")
     answers = _read_table(split_dir / "answers.parquet", "answers")
     preds = read_predictions_jsonl(args.predictions)
+    if preds.empty:
+        raise DataError(args.predictions, None, "-", "no predictions in the file (empty, or only blank lines)")
     _check_unknown(preds, answers, args.predictions)
+    missing = _missing_predictions(preds, answers, args.predictions)
     summary, per_question = score_predictions(
         args.dataset, queries, answers, preds.drop(columns=["line"]), prompt=args.prompt, source=str(args.predictions)
     )
     print(format_summary(summary))
     cell = {"stage": "generation", "dataset": args.dataset, "split": args.split,
             "predictions": str(args.predictions), "prompt": args.prompt or ""}
-    provenance = {"wall_time_s": round(time.monotonic() - start, 3), "n_predictions": len(preds)}
+    provenance = {"wall_time_s": round(time.monotonic() - start, 3), "n_predictions": len(preds),
+                  "n_missing_predictions": len(missing)}
     _write(summary, per_question, cell, provenance, args.out, args.out_per_question)
     return 0
 
@@ -119,7 +154,7 @@ def from_generation_summary(path: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"git_commit": git_commit()}
     if path is None:
         return out
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    doc = read_json(Path(path))  # unreadable, non-UTF-8 or broken JSON: a DataError naming the file
     if not isinstance(doc, dict):
         raise DataError(path, None, "(file)", "expected a JSON object")
     out.update(generation_summary_provenance(doc))
@@ -148,4 +183,28 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
     provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
     _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question)
+    return 0
+
+
+def run_tanq_failures(args: argparse.Namespace) -> int:
+    """Print (and with --out write as JSONL) each TANQ question's failure categories and why."""
+    preds_table = _read_table(args.predictions, "predictions")
+    for col in ("qid", "prediction"):
+        if col not in preds_table.column_names:
+            raise DataError(args.predictions, None, col, "column missing")
+    preds = preds_table.to_pandas()
+    answers = _read_table(args.answers, "answers")
+    if "table_header" not in answers.column_names:
+        raise DataError(args.answers, None, "table_header", "column missing: not a TANQ answers file")
+    asked = pa.array(preds["qid"].astype(str).unique())  # as evaluate-generation: the cell's questions
+    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
+    keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
+    rows = tanq_failure_records(answers, preds[keep], source=str(args.predictions))
+    for r in rows:
+        why = [f"{k}={r[k]}" for k in ("missing_relations", "extra_relations", "wrong_cells", "partial_cells") if r[k]]
+        if r["missing_entities"]:
+            why.append(f"missing_entities={len(r['missing_entities'])}")
+        print(f"{r['qid']}\t{','.join(r['categories']) or '-'}\t{' '.join(why)}")
+    if args.out is not None:
+        write_jsonl(rows, args.out)
     return 0

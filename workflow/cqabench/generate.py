@@ -35,7 +35,7 @@ from cqabench.extraction import Extracted, extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
 from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
-from cqabench.llm.cache import ItemCache, item_key
+from cqabench.llm.cache import DEFAULT_LEASE_S, ItemCache, completion_problem, item_key
 from cqabench.progress import Progress
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
 from cqabench.report.provenance import job_provenance
@@ -189,20 +189,64 @@ def order_for(spec: LlmSpec) -> Callable[[Item], Any]:
     return shared_prefix_first if spec.backend == "vllm" else longest_first
 
 
+DEFAULT_CHARS_PER_TOKEN_CAP = 64  # a completion longer than this per requested token is not an answer
+
+
+def completion_cap(spec: LlmSpec, sampling: Sampling) -> int:
+    """The longest completion the cache accepts: `llms.<name>.max_completion_chars`, else 64 per token.
+
+    A model stops at max_new_tokens, so a longer reply means a misbehaving server (an API
+    ignoring max_tokens, a proxy's error page); storing it would poison every later run.
+    """
+    value = spec.options.get("max_completion_chars")
+    if value is None:
+        return DEFAULT_CHARS_PER_TOKEN_CAP * sampling.max_new_tokens
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"llms.{spec.name}.max_completion_chars: expected a positive integer, got {value!r}")
+    return value
+
+
+def claim_chunk_for(spec: LlmSpec) -> int:
+    """Items claimed at once: a vLLM call's worth (chunk_size), at least 256, so claims stay cheap."""
+    return max(256, int(spec.options.get("chunk_size") or 0))
+
+
+def open_cache(path: Path, spec: LlmSpec, sampling: Sampling) -> ItemCache:
+    lease = spec.options.get("cache_lease_s", DEFAULT_LEASE_S)
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or lease <= 0:
+        raise ConfigError(f"llms.{spec.name}.cache_lease_s: expected a positive number of seconds, got {lease!r}")
+    return ItemCache(path, lease_s=float(lease), max_chars=completion_cap(spec, sampling))
+
+
+def _failed(comp: Completion, problem: str) -> Completion:
+    return Completion("", comp.prompt_tokens, comp.output_tokens, comp.latency_s, "failed", error=problem)
+
+
 def generate_missing(
     backend_factory: Callable[[], Backend],
     groups: Sequence[tuple[Sampling, Sequence[Item]]],
     cache: ItemCache,
     label: str,
     order_key: Callable[[Item], Any] | None = None,
+    *,
+    claim_chunk: int = 256,
+    retry_empty: int = 1,
+    poll_s: float = 0.2,
 ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """(cached, generated, API retries): completions by key; a backend is made only if something is missing.
 
     `groups` pairs each sampling (a template's stop strings join it) with its items; one
     backend serves every group, so a batch of many cells pays one engine start. Items with
-    the same key (the same prompt twice) are generated once. Missing items go to the model
-    longest prompt first, so batches hold prompts of similar length (less padding), and each
-    finished batch is committed before the next one starts.
+    the same key (the same prompt twice) are generated once. Missing items go to the model in
+    `order_key` order, `claim_chunk` at a time: the job claims a chunk in the item cache,
+    generates it, publishes each finished backend batch, and moves on; items another live job
+    has claimed are waited for, never generated twice. What the cache stores is what every
+    cell uses: a completion that lost a publication race is replaced by the stored one (it
+    then counts as cached).
+
+    An empty or oversized completion is asked again `retry_empty` times; if it stays bad, or
+    the backend gave up on it (`Completion.error`), it is returned in `generated` with
+    `error` set, never cached, so the cell records the failure and a rerun asks again.
     """
     cached: dict[str, Completion] = {}
     merged: dict[str, tuple[Sampling, dict[str, Item]]] = {}  # cells with equal sampling share calls
@@ -225,21 +269,73 @@ def generate_missing(
     log.info("%s: %d item(s), %d cached, %d to generate", label, n_unique, len(cached), n_todo)
     if not todo_groups:
         return cached, generated, 0
-    backend = backend_factory()
+    backend: Backend | None = None
     progress = Progress(f"{label} generation", n_todo, unit="items")
+
+    def run(sampling: Sampling, items: list[Item]) -> None:
+        nonlocal backend
+        if backend is None:
+            backend = backend_factory()
+        for attempt in range(retry_empty + 1):
+            again: list[Item] = []
+            again_keys: set[str] = set()
+            for batch in backend.generate([i.chat for i in items], sampling, labels=[i.qid for i in items]):
+                rows = []
+                for idx, comp in batch:
+                    it = items[idx]
+                    problem = completion_problem(comp, cache.max_chars)
+                    if not problem:
+                        rows.append((it.key, comp, f"{label} {it.qid}"))
+                        log.info("generated item qid=%s (%d tokens, %.2f s)", it.qid, comp.output_tokens, comp.latency_s)
+                    elif comp.error or attempt == retry_empty:
+                        log.warning("item qid=%s failed: %s (not cached; a rerun asks again)", it.qid, problem)
+                        generated[it.key] = _failed(comp, problem)
+                        cache.release_many([it.key])
+                    else:
+                        log.warning("item qid=%s: %s; asking again", it.qid, problem)
+                        again.append(it)
+                        again_keys.add(it.key)
+                stored = cache.put_many(rows)
+                for key, comp, _ in rows:
+                    if stored[key] is comp:
+                        generated[key] = comp
+                    else:  # another job published it first: use what the cache holds
+                        cached[key] = stored[key]
+                progress.update(sum(1 for idx, _ in batch if items[idx].key not in again_keys))
+            if not again:
+                return
+            items = again
+
     try:
         for sampling, todo in todo_groups:
-            for batch in backend.generate([i.chat for i in todo], sampling, labels=[i.qid for i in todo]):
-                rows = [(todo[idx].key, comp, f"{label} {todo[idx].qid}") for idx, comp in batch]
-                cache.put_many(rows)
-                for idx, comp in batch:
-                    generated[todo[idx].key] = comp
-                    log.info("generated item qid=%s (%d tokens, %.2f s)", todo[idx].qid, comp.output_tokens, comp.latency_s)
-                progress.update(len(batch))
+            remaining = todo
+            delay, waited_log = poll_s, 0.0
+            while remaining:
+                found = cache.get_many([it.key for it in remaining])
+                cached.update(found)
+                remaining = [it for it in remaining if it.key not in found]
+                if not remaining:
+                    break
+                mine = set(cache.claim_many([it.key for it in remaining], claim_chunk))
+                if mine:
+                    late = cache.get_many(sorted(mine))  # published between the lookup and the claim
+                    cached.update(late)
+                    cache.release_many(late)
+                    run(sampling, [it for it in remaining if it.key in mine and it.key not in late])
+                    remaining = [it for it in remaining if it.key not in mine]
+                    delay = poll_s
+                    continue
+                if time.monotonic() - waited_log > 60:
+                    waited_log = time.monotonic()
+                    log.info("%s: waiting for %d item(s) claimed by other job(s) %s", label, len(remaining),
+                             ", ".join(cache.claim_holders([it.key for it in remaining[:50]])) or "?")
+                time.sleep(delay)
+                delay = min(delay * 1.5, 5.0)
         progress.finish()
     finally:
-        retries = int(getattr(backend, "retries", 0))
-        backend.close()
+        retries = int(getattr(backend, "retries", 0)) if backend is not None else 0
+        if backend is not None:
+            backend.close()
     return cached, generated, retries
 
 
@@ -437,7 +533,8 @@ class _SharedBackend:
 
 
 def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cache: ItemCache, label: str,
-                  order_key: Callable[[Item], Any] | None = None) -> tuple[dict[str, Completion], dict[str, Completion], int]:
+                  order_key: Callable[[Item], Any] | None = None, claim_chunk: int = 256,
+                  ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """Every open-book dialogue of `prepared`, step-synchronously: one batch of model calls per round.
 
     Returns (cached, generated, rounds) completions by key, as `generate_missing` does.
@@ -458,7 +555,7 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cach
         for (_, with_tools), (sampling, items) in groups.items():
             tools = TOOL_SCHEMAS if with_tools else None
             cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
-                                                    f"{label} open-book round", order_key)
+                                                    f"{label} open-book round", order_key, claim_chunk=claim_chunk)
             cached_all.update(cached)
             generated_all.update(generated)
             found.update(cached)
@@ -492,20 +589,22 @@ def write_cell(
     for it in prepared.items:
         comp = completions[it.key]
         answers.append((it.qid, chat_hash(it.chat), comp.text, comp.prompt_tokens, comp.output_tokens, comp.latency_s,
-                        it.key in cached_keys, comp.finish_reason, it.docids, "", ""))
+                        it.key in cached_keys, comp.finish_reason, it.docids, "",
+                        f"generation failed: {comp.error}" if comp.error else ""))
     for d in prepared.dialogues or []:
         comps = [c for _, c in d.completions]
+        # a direct-answer prompt reads a marker-less reply as the answer; a dialogue that was cut
+        # off mid-search has not answered (its "Action: X[a | b]" would read as a table row)
+        failure = "" if d.stop_reason == "final_answer" else f"no final answer: the open-book dialogue stopped at {d.stop_reason}"
+        if d.stop_reason == "generation_failed":
+            failure = f"generation failed: {comps[-1].error}"
         answers.append((d.qid, chat_hash(d.chat), d.final_text, sum(c.prompt_tokens for c in comps),
                         sum(c.output_tokens for c in comps), sum(c.latency_s for c in comps),
                         all(step["cached"] for step in d.steps), comps[-1].finish_reason if comps else "",
-                        d.docids, d.transcript(), d.stop_reason))
+                        d.docids, d.transcript(), failure))
     rows = []
-    for qid, p_hash, text, p_tok, o_tok, latency, was_cached, finish, docids, transcript, stop in answers:
-        ext = extract_answer(cell.dataset, text, cell.prompt)
-        if stop and stop != "final_answer":
-            # a direct-answer prompt reads a marker-less reply as the answer; a dialogue that was
-            # cut off mid-search has not answered (its "Action: X[a | b]" would read as a table row)
-            ext = Extracted("", False, f"no final answer: the open-book dialogue stopped at {stop}")
+    for qid, p_hash, text, p_tok, o_tok, latency, was_cached, finish, docids, transcript, failure in answers:
+        ext = Extracted("", False, failure) if failure else extract_answer(cell.dataset, text, cell.prompt)
         rows.append(
             {
                 "qid": qid,
@@ -544,7 +643,8 @@ def write_cell(
         "options": asdict(options),
         "n_items": len(rows),
         "n_cached": sum(r["cached"] for r in rows),
-        "n_generated": sum(not r["cached"] for r in rows),
+        "n_generated": sum(not r["cached"] and r["finish_reason"] != "failed" for r in rows),
+        "n_failed": sum(r["finish_reason"] == "failed" for r in rows),
         "n_without_evidence": len(prepared.without_evidence),
         "parse_failures": sum(not r["parse_ok"] for r in rows),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
@@ -599,12 +699,13 @@ def run_cell(
     label = cell_label(cell)
     shared = _SharedBackend(backend_factory or (lambda: make_backend(spec)))
     try:
-        with ItemCache(cache_path) as cache:
+        with open_cache(cache_path, spec, prepared.sampling) as cache:
             if prepared.dialogues is not None:
-                cached, generated, _ = run_open_book([prepared], shared, cache, label, order_for(spec))
+                cached, generated, _ = run_open_book([prepared], shared, cache, label, order_for(spec),
+                                                     claim_chunk_for(spec))
             else:
                 cached, generated, _ = generate_missing(shared.get, [(prepared.sampling, prepared.items)], cache, label,
-                                                        order_for(spec))
+                                                        order_for(spec), claim_chunk=claim_chunk_for(spec))
     finally:
         retries = shared.shutdown()
         close_toolboxes()
@@ -613,6 +714,10 @@ def run_cell(
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
+    failed = [it for it in prepared.items if it.key in generated and generated[it.key].error]
+    if failed:
+        log.warning("%s: %d of %d item(s) failed and are not cached (a rerun asks again), e.g. %s: %s", label,
+                    len(failed), len(prepared.items), failed[0].qid, generated[failed[0].key].error)
     # Recorded here, in the generation environment (vLLM's own venv), not by the jobs that
     # score or aggregate later: those run elsewhere and would report their own packages.
     summary["provenance"] = {**job_provenance(), "model_hash": identity_hash(identity)}
@@ -633,6 +738,11 @@ class BatchCell:
     inputs: CellInputs
     options: CellOptions
     template: Template
+
+
+def _cell_keys(p: PreparedCell) -> list[str]:
+    """Every cache key a cell used: its items', and every turn of its dialogues."""
+    return [it.key for it in p.items] + [k for d in p.dialogues or [] for k, _ in d.completions]
 
 
 def run_batch(
@@ -657,13 +767,16 @@ def run_batch(
     prepared = [prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity) for m in members]
     shared = _SharedBackend(backend_factory or (lambda: make_backend(spec)))
     rounds = 0
+    widest = max((p.sampling for p in prepared), key=lambda smp: smp.max_new_tokens)  # the cache's size cap
     try:
-        with ItemCache(cache_path) as cache:
+        with open_cache(cache_path, spec, widest) as cache:
             plain = [(p.sampling, p.items) for p in prepared if p.dialogues is None]
-            cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec))
+            cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec),
+                                                    claim_chunk=claim_chunk_for(spec))
             # then every open-book dialogue of every cell, one batch per round, on the same engine
             ob_cached, ob_generated, rounds = run_open_book([p for p in prepared if p.dialogues is not None], shared,
-                                                            cache, f"batch {spec.name}", order_for(spec))
+                                                            cache, f"batch {spec.name}", order_for(spec),
+                                                            claim_chunk_for(spec))
             cached.update(ob_cached)
             generated.update(ob_generated)
     finally:
@@ -676,8 +789,8 @@ def run_batch(
         "cells": [
             {"cell": cell_label(p.cell), "n_items": len(p.items) + len(p.dialogues or []),
              "n_without_evidence": len(p.without_evidence),
-             "n_generated": sum(1 for it in p.items if it.key in generated)
-             + sum(1 for d in p.dialogues or [] for k, _ in d.completions if k in generated)}
+             "n_generated": sum(1 for k in _cell_keys(p) if k in generated and not generated[k].error),
+             "n_failed": sum(1 for k in _cell_keys(p) if k in generated and generated[k].error)}
             for p in prepared
         ],
         "n_cells": len(prepared),
@@ -685,7 +798,8 @@ def run_batch(
         "open_book_rounds": rounds,
         "n_unique_prompts": len(cached) + len(generated),
         "n_cached": len(cached),
-        "n_generated": len(generated),
+        "n_generated": sum(1 for c in generated.values() if not c.error),
+        "n_failed": sum(1 for c in generated.values() if c.error),
         "prompt_tokens_generated": sum(c.prompt_tokens for c in generated.values()),
         "output_tokens_generated": sum(c.output_tokens for c in generated.values()),
         "api_retries": retries,

@@ -1,19 +1,42 @@
-"""Atomic file writing: a job that fails or is killed never leaves a half-written output."""
+"""Atomic file writing: a job that fails or is killed never leaves a half-written output.
+
+Every output is first written to a temporary sibling (`.{name}.{pid}@{host}.{random}.tmp`) and
+renamed onto its path only when complete. A job killed with SIGKILL (out of memory, a cluster's
+time limit) cannot remove its temporary, so each writer first sweeps the temporaries that killed
+jobs left beside the same output (`sweep_stale_siblings`): the next run of a rule cleans up after
+the last one. The owner's pid and host are in the name so that a live writer's temporary is never
+swept: on this host a temporary is stale when its pid is gone, from another host (or of an older
+name) when nothing in it changed for `STALE_AFTER_S`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
+import signal
+import socket
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+# A temporary of another host (whose pid cannot be checked) counts as stale after this long
+# without a change; no single output is written for longer without touching its temporary.
+STALE_AFTER_S = 6 * 3600.0
+# Signals deferred while a set of outputs is renamed into place (`atomic_files`): a job
+# cancelled then finishes the renames first; only SIGKILL cannot be deferred.
+_DEFERRED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _umask() -> int:
@@ -22,22 +45,153 @@ def _umask() -> int:
     return mask
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
+def _owner_tag() -> str:
+    return f"{os.getpid()}@{_host()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _newest_mtime(path: Path) -> float:
+    """The latest change anywhere in a temporary (a folder's own mtime misses files growing inside)."""
+    newest = path.lstat().st_mtime
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
+
+
+def _temp_patterns(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The temporary names of output `name`: ours (pid@host) and the older ones (mkstemp's 8 characters)."""
+    base = re.escape(f".{name}.")
+    return (re.compile(base + r"(\d+)@([A-Za-z0-9_.-]+)\.[a-z0-9_]+\.tmp"),
+            re.compile(base + r"[a-z0-9_]{8}\.tmp"))
+
+
+def _is_stale(candidate: Path, owned: re.Match[str] | None, now: float) -> bool:
+    if owned and owned.group(2) == _host():
+        pid = int(owned.group(1))
+        return pid != os.getpid() and not _pid_alive(pid)
+    try:
+        return now - _newest_mtime(candidate) > STALE_AFTER_S
+    except FileNotFoundError:  # its owner just renamed or removed it
+        return False
+
+
+def sweep_stale_siblings(path: str | Path) -> list[Path]:
+    """Remove the temporaries that killed writers of `path` left beside it; returns what went.
+
+    Only names this module gives (`.{name}.*.tmp`) are looked at, and only those whose writer is
+    gone (see the module docstring), so a concurrent live writer keeps its temporary.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    ours, legacy = _temp_patterns(path.name)
+    now = time.time()
+    removed: list[Path] = []
+    for candidate in path.parent.iterdir():
+        owned = ours.fullmatch(candidate.name)
+        if not owned and not legacy.fullmatch(candidate.name):
+            continue
+        if not _is_stale(candidate, owned, now):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if candidate.is_dir() and not candidate.is_symlink():
+                shutil.rmtree(candidate)
+            else:
+                candidate.unlink()
+            removed.append(candidate)
+            log.info("removed %s, left by a killed job", candidate)
+    return removed
+
+
+def _new_temp_file(path: Path) -> Path:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _publish_mode(tmp: Path, is_dir: bool) -> None:
+    """mkstemp / mkdtemp make 0600 / 0700; a published result is readable like any file the user makes."""
+    if tmp.exists():
+        os.chmod(tmp, (0o777 if is_dir else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    sweep_stale_siblings(path)
+    tmp_path = _new_temp_file(path)
     try:
         yield tmp_path
-        if tmp_path.exists():  # mkstemp makes it 0600; a published result must be readable like any file
-            os.chmod(tmp_path, 0o666 & ~_umask())
+        _publish_mode(tmp_path, is_dir=False)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGTERM / SIGINT / SIGHUP until the block is done (main thread of a POSIX process)."""
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    except (AttributeError, ValueError, OSError):  # not POSIX
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def atomic_files(paths: Mapping[str, str | Path]) -> Iterator[dict[str, Path]]:
+    """Write several outputs as one: all of them appear, or none of the new ones does.
+
+    Yields {key: temporary sibling}. Before the block runs, stale temporaries are swept and the
+    old outputs removed, so a failed or killed run never leaves an old table beside a new one;
+    the block writes every temporary; only then are they renamed into place, with SIGTERM /
+    SIGINT / SIGHUP held back for those few renames (a SIGKILL between two renames is the one
+    way to see some but not all: the job then did not exit 0, and Snakemake deletes the outputs
+    of a job that did not succeed).
+    """
+    targets = {key: Path(p) for key, p in paths.items()}
+    for target in targets.values():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale_siblings(target)
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+    temps: dict[str, Path] = {}
+    try:
+        for key, target in targets.items():
+            temps[key] = _new_temp_file(target)
+        yield dict(temps)
+        for tmp in temps.values():
+            _publish_mode(tmp, is_dir=False)
+        with _signals_deferred():
+            for key, tmp in temps.items():
+                os.replace(tmp, targets[key])
+    finally:
+        for tmp in temps.values():
+            if tmp.exists():
+                tmp.unlink()
 
 
 @contextlib.contextmanager
@@ -48,9 +202,11 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    sweep_stale_siblings(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        _publish_mode(tmp, is_dir=True)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -7,9 +7,12 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from cqabench.datasets import loader
+from cqabench.datasets.common import check_raw_file
 from cqabench.errors import ConfigError, DataError
-from cqabench.io import write_parquet
+from cqabench.io import atomic_files
 from cqabench.schema import ANSWER_TYPES, DOC_KINDS, CanonicalData, Query
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,13 @@ def _answerable(q: Query) -> bool:
         return True
 
 
+def check_limit(dataset: str, limit: object) -> None:
+    """`limit` is a count of questions: null (all) or >= 1. A negative one would slice off the
+    last questions ([:-1]) and 0 would keep none, both silently."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"{dataset}: limit must be a whole number of questions >= 1 (or null for all), got {limit!r}")
+
+
 def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = None, hops: list[int] | None = None,
                      answerable_only: bool = False) -> CanonicalData:
     """The questions a config asks for, in file order: `hops` (MuSiQue: keep these hop counts),
@@ -65,6 +75,7 @@ def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = N
     left. Qrels and answers follow the kept questions; the corpus stays that of the whole file,
     so which questions are evaluated never changes what is searched (DEXTER searched one pooled
     corpus whatever subset it evaluated: the first 1,200 2Wiki questions, MuSiQue's 2-hop ones)."""
+    check_limit(dataset, limit)
     if (hops or answerable_only) and dataset not in HOP_DATASETS:
         raise ConfigError(f"{dataset}: hops / answerable_only select MuSiQue questions only "
                           f"(datasets: {', '.join(HOP_DATASETS)})")
@@ -94,6 +105,7 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
     The loader reads the whole file (no limit), so the corpus is the file's whatever `limit`,
     `hops` or `answerable_only` select."""
     module = loader(dataset)
+    check_limit(dataset, limit)
     missing = [role for role, required in module.RAW_FILES.items() if required and role not in files]
     unknown = sorted(set(files) - set(module.RAW_FILES))
     if missing or unknown:
@@ -101,17 +113,30 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
             f"{dataset}/{split}: raw files missing roles {missing} / unknown roles {unknown}; "
             f"valid roles: {sorted(module.RAW_FILES)}"
         )
+    for role, path in files.items():
+        check_raw_file(Path(path), role)
+    main_file = Path(files.get("questions", next(iter(files.values()))))
     loaded = module.load(files, split, limit=None)
+    if not loaded.queries:
+        # An empty file (0 bytes, `[]`, only blank lines) would otherwise become four empty
+        # tables and, downstream, a metrics.json without metrics.
+        raise DataError(main_file, None, "-", "no questions in the file (an empty file or an empty list); "
+                        "is it the right file, or a download that was cut short?")
     data = select_questions(loaded, dataset, limit=limit, hops=hops, answerable_only=answerable_only)
+    if not data.queries:
+        raise ConfigError(f"{dataset}/{split}: the question selection (hops {hops}, answerable_only "
+                          f"{answerable_only}) keeps none of the {len(loaded.queries)} questions of {main_file}")
     if data is not loaded:
         log.info("%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); the corpus is the whole file's",
                  dataset, split, len(data.queries), len(loaded.queries), limit, hops, answerable_only)
-    main_file = files.get("questions", next(iter(files.values())))
-    validate(data, Path(main_file))
+    validate(data, main_file)
     tables = data.tables()
-    # Write all four only after every check passed, each atomically.
-    for name in TABLES:
-        write_parquet(tables[name], Path(out_dir) / f"{name}.parquet")
+    # All four only after every check passed, and as one: a failed or killed run leaves none of
+    # them (and no old table beside a new one); see io.atomic_files.
+    out_dir = Path(out_dir)
+    with atomic_files({name: out_dir / f"{name}.parquet" for name in TABLES}) as tmp:
+        for name in TABLES:
+            pq.write_table(tables[name], tmp[name])
     log.info(
         "%s/%s: %d queries, %d documents, %d qrels, %d answers",
         dataset, split, len(data.queries), len(data.corpus), len(data.qrels), len(data.answers),

@@ -22,6 +22,7 @@ import pyarrow as pa
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
 from cqabench.metrics import answers as am
+from cqabench.metrics import tanq_breakdowns, tanq_failures
 from cqabench.metrics.tables import rms
 
 DEFAULT = "default"
@@ -36,7 +37,10 @@ METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
     "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
-    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ)),
+    # RMS, then the share of predictions in each failure category of TANQ's Table 10
+    # (metrics.tanq_failures; the categories that need judgement are n/a with the reason).
+    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ),
+             *((metric, TANQ) for metric, _, _ in tanq_failures.CATEGORIES)),
 }
 PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
 UNIT = "fraction"  # every value, per question and summary: 0..1
@@ -55,7 +59,9 @@ NO_MULTI = "no multi-answer question (every question has a singleAnswer annotati
 
 
 def not_evaluable_reason(metric: str) -> str:
-    """Why a summary row of `metric` has no question to average."""
+    """Why a summary row of `metric` has no question to average (or is not computed at all)."""
+    if metric in tanq_failures.NOT_COMPUTED:
+        return tanq_failures.NOT_COMPUTED[metric]
     return NO_MULTI if metric.startswith("f1_ans_multi") else NO_QUESTIONS
 
 
@@ -126,8 +132,11 @@ def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str
 
 def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
-    s = rms(answer.get("table_header") or [], answer.get("table_rows") or [], table.header, table.rows)
-    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1)]
+    gold_header, gold_rows = answer.get("table_header") or [], answer.get("table_rows") or []
+    s = rms(gold_header, gold_rows, table.header, table.rows)
+    failures = tanq_failures.classify(gold_header, gold_rows, table)  # the table RMS scored
+    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1),
+            *tanq_failures.failure_scores(failures)]
 
 
 _SCORERS = {
@@ -151,35 +160,14 @@ def score_item(dataset: str, ext: Extracted, answer: dict[str, Any]) -> list[tup
 # --- TANQ breakdowns --------------------------------------------------------------------------
 
 
-def _bucket(n: int, edges: Sequence[tuple[int, int, str]]) -> str:
-    for lo, hi, label in edges:
-        if lo <= n <= hi:
-            return label
-    return "other"
-
-
-SKILL_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 2, "2"), (3, 10**9, "3+"))
-COLUMN_BUCKETS = ((0, 0, "0"), (1, 2, "1-2"), (3, 4, "3-4"), (5, 6, "5-6"), (7, 10**9, "7+"))
-ROW_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 3, "2-3"), (4, 5, "4-5"), (6, 10, "6-10"), (11, 10**9, "11+"))
-
-
 def tanq_groups(query: dict[str, Any], answer: dict[str, Any]) -> dict[str, list[str]]:
-    """The breakdown buckets a TANQ question falls in (a question counts once per skill it has).
-
-    question_type: queries.question_type; skill: each of queries.skills ("none" if empty);
-    n_skills: 0/1/2/3+; n_columns: requested columns = gold header width minus the entity
-    column, 1-2/3-4/5-6/7+; n_rows: gold answer-table rows, 1/2-3/4-5/6-10/11+.
-    """
-    skills = [s for s in (query.get("skills") or []) if s]
-    columns = max(len(answer.get("table_header") or []) - 1, 0)
-    rows = len(answer.get("table_rows") or [])
-    return {
-        "question_type": [query.get("question_type") or "unknown"],
-        "skill": sorted(set(skills)) or ["none"],
-        "n_skills": [_bucket(len(skills), SKILL_BUCKETS)],
-        "n_columns": [_bucket(columns, COLUMN_BUCKETS)],
-        "n_rows": [_bucket(rows, ROW_BUCKETS)],
-    }
+    """The breakdown groups a TANQ question counts under: its raw question_type ("unknown" if
+    empty), then the paper's Tables 5-9 groups (`metrics.tanq_breakdowns`: tanq_type with
+    "all", skill, n_skills, n_relations, table_length), the same the report derives."""
+    header, rows = answer.get("table_header") or [], answer.get("table_rows") or []
+    return {"question_type": [query.get("question_type") or "unknown"],
+            **tanq_breakdowns.groups(query.get("question_type"), query.get("skills"),
+                                     len(header) if header else None, len(rows) if header else None)}
 
 
 # --- the whole split --------------------------------------------------------------------------
@@ -254,6 +242,30 @@ def score_predictions(
     summary = [summary_row(m, v, groups.get((m, v), [])) for m, v in keys]
     frame = pd.DataFrame(per_question, columns=["qid", "metric", "variant", "value"])
     return summary, frame
+
+
+def tanq_failure_records(
+    answers: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    predictions: pa.Table | pd.DataFrame | Iterable[dict[str, Any]],
+    source: str = "predictions",
+) -> list[dict[str, Any]]:
+    """Each TANQ question's failure categories and what triggered them, for reading labels by
+    hand: the same extraction and table as `score_predictions` (a question without a
+    prediction is non-table). One record per gold question, in the answers' order."""
+    gold = records(answers)
+    preds = _prediction_map(predictions, {str(a["qid"]) for a in gold}, source)
+    out = []
+    for answer in gold:
+        qid = str(answer["qid"])
+        ext = _extracted("tanq", preds.get(qid), None)
+        table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
+        f = tanq_failures.classify(answer.get("table_header") or [], answer.get("table_rows") or [], table)
+        out.append({"qid": qid, "categories": sorted(f.names()), "transposed": f.transposed,
+                    "missing_relations": list(f.missing_relations), "extra_relations": list(f.extra_relations),
+                    "missing_entities": list(f.missing_entities),
+                    "wrong_cells": [list(c) for c in f.wrong_cells], "partial_cells": [list(c) for c in f.partial_cells],
+                    "parse_reason": ext.reason})
+    return out
 
 
 def summary_row(metric: str, variant: str, values: Sequence[float]) -> dict[str, Any]:

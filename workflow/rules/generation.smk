@@ -1,6 +1,7 @@
 # Generation stage: GGUF -> HF model folder once; one job per (dataset, split, serialization,
 # retriever|none, llm, prompt, setting, k). Items are cached outside the outputs, so a killed job
 # resumes without calling the model again for what it already answered.
+from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
 
 rule convert_model:
@@ -12,8 +13,9 @@ rule convert_model:
         source=lambda w: LLMS[w.llm]["source"],
         dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
         converter=CONVERTER_VERSION,  # a new converter (tokenizer fix) re-converts the folder
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
-        mem_mb=lambda w: int(LLMS[w.llm].get("convert_mem_mb", 4000)),
+        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("convert_mem_mb", 4000), attempt),
     benchmark:
         f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
     log:
@@ -37,12 +39,13 @@ rule generate_batch:
     params:
         cells=batch_members,
         settings=batch_settings,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
+        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
     threads: int(GENERATION.get("threads", 2))
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
         gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
-        mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
+        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     benchmark:
         f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
@@ -71,12 +74,13 @@ rule generate:
     params:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}.sqlite",
+        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
     threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
         gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
-        mem_mb=lambda w: int(LLMS[w.llm].get("mem_mb", 4000)),
+        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"

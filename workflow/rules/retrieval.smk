@@ -1,6 +1,7 @@
 # Retrieval stage: index per (corpus, serialization, retriever) -> search per (dataset, split,
 # serialization, retriever) -> evaluate; StrategyQA IR-Q / IR-D; external runs imported as ours.
 # Every setting a rule uses is in `params:`, so a changed setting reruns the rule.
+from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
 
 rule index:
@@ -12,9 +13,10 @@ rule index:
         retriever=_names(RETRIEVER_CONFIGS),
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
-        mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"],
+        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt),
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
     benchmark:
         f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
@@ -39,9 +41,10 @@ rule search:
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         k=RETRIEVAL_K,
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["gpu"],
-        mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"],
+        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"], attempt),
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["runtime"],
     benchmark:
         f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
@@ -70,9 +73,10 @@ rule decompose_search:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         kind=lambda w: _SUFFIX_KIND[w.kind],
         k=int(DECOMPOSITION.get("k", 10)),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     resources:
         gpu=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["gpu"],
-        mem_mb=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"],
+        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"], attempt),
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["runtime"],
     benchmark:
         f"{RESULTS}/benchmarks/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.tsv"

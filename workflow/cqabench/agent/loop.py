@@ -160,6 +160,10 @@ def run_dialogues(dialogues: Sequence[Dialogue], complete: Complete) -> int:
             step = {"step": len(d.steps) + 1, "model": parsed.text, "kind": parsed.kind,
                     "prompt_tokens": comp.prompt_tokens, "output_tokens": comp.output_tokens, "cached": was_cached}
             d.steps.append(step)
+            if getattr(comp, "error", ""):  # the backend gave up on this turn (never cached): a rerun asks again
+                step["kind"], step["error"] = "failed", comp.error
+                d.done, d.stop_reason = True, "generation_failed"
+                continue
             if parsed.kind == "final":
                 d.done, d.stop_reason = True, "final_answer"
                 continue

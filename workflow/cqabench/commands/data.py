@@ -19,6 +19,17 @@ def _files(pairs: list[str]) -> dict[str, Path]:
     return files
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be >= 1 (`--limit`): -1 or 0 is refused, not sliced."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def _download(args: argparse.Namespace) -> int:
     from cqabench.download import fetch
 
@@ -61,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True)
     p.add_argument("--split", required=True)
     p.add_argument("--file", action="append", default=[], metavar="ROLE=PATH")
-    p.add_argument("--limit", type=int, default=None, help="explicit cap on the number of questions")
+    p.add_argument("--limit", type=positive_int, default=None, help="explicit cap on the number of questions (>= 1)")
     p.add_argument("--hops", type=int, nargs="+", default=None, help="MuSiQue: keep questions with these hop counts")
     p.add_argument("--answerable-only", action="store_true", help="MuSiQue: drop unanswerable questions")
     p.add_argument("--out-dir", required=True)

@@ -3,6 +3,7 @@
 evaluate             score a JSONL predictions file against a prepared split (by hand, or for
                      outputs produced outside the workflow)
 evaluate-generation  score a generation job's predictions.parquet (what the workflow runs)
+tanq-failures        list each TANQ prediction's failure types (Table 10) and what triggered them
 
 Both write metrics.json in docs/architecture.md's shape and per_question.parquet
 (qid, metric, variant, value); both print the summary table. Every value is a fraction in 0..1
@@ -26,6 +27,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def run_evaluate_generation(args: argparse.Namespace) -> int:
     from cqabench.evaluation import run_evaluate_generation as run
+
+    return run(args)
+
+
+def run_tanq_failures(args: argparse.Namespace) -> int:
+    from cqabench.evaluation import run_tanq_failures as run
 
     return run(args)
 
@@ -59,3 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--out-json", required=True, type=Path)
     g.add_argument("--out-per-question", required=True, type=Path)
     g.set_defaults(func=run_evaluate_generation)
+
+    t = sub.add_parser("tanq-failures", help="each TANQ prediction's failure types (Table 10) and why")
+    t.add_argument("--predictions", required=True, type=Path,
+                   help="a generation job's predictions.parquet (qid, prediction, parse_ok, parse_reason)")
+    t.add_argument("--answers", required=True, type=Path, help="the split's answers.parquet")
+    t.add_argument("--out", type=Path, default=None, help="JSONL to write: one record per question")
+    t.set_defaults(func=run_tanq_failures)

@@ -5,6 +5,8 @@ generate       one generation cell → predictions.parquet + summary.json (resum
 check-api-keys fail, naming the variable, when an openai-backend model has no key set
 tool-search    the open-book agent's BM25 helper (JSON lines on stdin/stdout) for jobs whose
                environment has no Java (vLLM's); see cqabench.agent.tools
+cache          verify | drop | import: check the item cache, remove bad or selected items,
+               copy an SQLite cache of an earlier version (docs/generation.md, "Recovery")
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         '"open_book": {max_steps, max_tool_chars, max_total_tokens, max_new_tokens, retriever_settings}}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
-    g.add_argument("--cache", required=True, type=Path, help="item cache (SQLite); keep it outside rule outputs")
+    g.add_argument("--cache", required=True, type=Path, help="item cache folder (shared by the jobs of one model); keep it outside rule outputs")
     g.add_argument("--out", required=True, type=Path, help="predictions.parquet")
     g.add_argument("--summary", type=Path, help="summary.json: per-cell totals")
     g.set_defaults(func=run_generate)
@@ -68,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--index", required=True, type=Path)
     t.add_argument("--retriever-settings", required=True, help="JSON: the bm25 retriever's settings")
     t.set_defaults(func=run_tool_search)
+    register_cache(sub)
 
     k = sub.add_parser("check-api-keys", help="exit 1 naming the variable if an openai model's key is unset")
     k.add_argument("--llms", required=True, help="JSON: the llms config section (or the used part of it)")
@@ -219,3 +223,82 @@ def run_tool_search(args: argparse.Namespace) -> int:
     from cqabench.agent.tools import serve_search
 
     return serve_search(args.index, json_object(args.retriever_settings, "--retriever-settings"))
+
+
+def register_cache(sub: argparse._SubParsersAction) -> None:
+    """`cqabench cache verify | drop | import` (see cqabench.llm.cache)."""
+    c = sub.add_parser("cache", help="check or repair an LLM item cache folder")
+    actions = c.add_subparsers(dest="action", required=True)
+    v = actions.add_parser("verify", help="check every stored item; exit 1 if any is bad")
+    v.add_argument("--cache", required=True, type=Path, help="the item cache folder (results/cache/llm/<llm>)")
+    v.add_argument("--max-chars", type=int, help="also flag completions longer than this")
+    v.set_defaults(func=run_cache_verify)
+    d = actions.add_parser("drop", help="remove bad or selected items (they are generated again on the next run)")
+    d.add_argument("--cache", required=True, type=Path)
+    d.add_argument("--bad", action="store_true", help="items `verify` flags")
+    d.add_argument("--key", action="append", default=[], help="an item key (repeatable)")
+    d.add_argument("--label", action="append", default=[],
+                   help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'")
+    d.add_argument("--stale", action="store_true", help="claims, job files and temporary files of jobs that are gone")
+    d.add_argument("--max-chars", type=int, help="with --bad: also drop completions longer than this")
+    d.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    d.set_defaults(func=run_cache_drop)
+    i = actions.add_parser("import", help="copy the items of an SQLite cache of an earlier version")
+    i.add_argument("--from", dest="source", required=True, type=Path, help="the old <llm>.sqlite file")
+    i.add_argument("--cache", required=True, type=Path)
+    i.set_defaults(func=run_cache_import)
+
+
+def _cache(args: argparse.Namespace):
+    from cqabench.llm.cache import CacheError, ItemCache
+
+    if not args.cache.is_dir():
+        raise CacheError(f"{args.cache}: no item cache folder here")
+    if getattr(args, "max_chars", None) is not None and args.max_chars < 1:
+        raise ConfigError(f"--max-chars: expected a positive integer, got {args.max_chars}")
+    return ItemCache(args.cache, max_chars=getattr(args, "max_chars", None))
+
+
+def run_cache_verify(args: argparse.Namespace) -> int:
+    with _cache(args) as cache:
+        records = list(cache.iter_records())
+        bad = [r for r in records if r.problem]
+        leftovers = cache.leftovers()
+    for r in bad:
+        print(f"bad item {r.path}: {r.problem}")
+    print(f"{args.cache}: {len(records)} item(s), {len(bad)} bad, {len(leftovers)} leftover(s) of jobs that are gone")
+    if bad:
+        print(f"remove them with `cqabench cache drop --cache {args.cache} --bad`", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_cache_drop(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    if not (args.bad or args.key or args.label or args.stale):
+        raise ConfigError("cache drop: say what to drop: --bad, --key, --label and/or --stale")
+    with _cache(args) as cache:
+        doomed = []
+        for r in cache.iter_records():
+            if (args.bad and r.problem) or r.key in args.key or any(fnmatch.fnmatchcase(r.label, g) for g in args.label):
+                doomed.append(r.path)
+        if args.stale:
+            doomed += cache.leftovers()
+        for path in doomed:
+            print(f"{'would drop' if args.dry_run else 'dropped'} {path}")
+            if not args.dry_run:
+                path.unlink(missing_ok=True)
+    print(f"{args.cache}: {'would drop' if args.dry_run else 'dropped'} {len(doomed)} file(s)")
+    return 0
+
+
+def run_cache_import(args: argparse.Namespace) -> int:
+    from cqabench.llm.cache import CacheError, ItemCache, import_sqlite
+
+    if not args.source.is_file():
+        raise CacheError(f"{args.source}: no such SQLite cache file")
+    with ItemCache(args.cache) as cache:
+        imported, skipped = import_sqlite(args.source, cache)
+    print(f"{args.cache}: imported {imported} item(s) from {args.source}, skipped {skipped} empty or unreadable")
+    return 0

@@ -27,6 +27,7 @@ from cqabench.datasets.common import (
     limited,
     ordered_unique,
     read_json_list,
+    text_lines,
 )
 from cqabench.errors import DataError
 from cqabench.schema import Annotation, Answer, CanonicalData, Document, Qrel, Query
@@ -65,21 +66,18 @@ def _annotations(rec: dict[str, Any], path: Path, qid: str) -> list[Annotation]:
 
 def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, columns) after the checked header; csv errors become DataError."""
+    # csv reads the lines decoded one by one (text_lines), so a non-UTF-8 byte names its line.
+    lines = (text for _, text in text_lines(path))
+    reader = csv.reader(lines, delimiter="\t")
     try:
-        fh = open(path, encoding="utf-8", newline="")
-    except FileNotFoundError:
-        raise DataError(path, None, "-", "file not found") from None
-    with fh:
-        reader = csv.reader(fh, delimiter="\t")
-        try:
-            header = next(reader, None)
-            if header != DPR_HEADER:
-                raise DataError(path, "line 1", "header", f"expected {DPR_HEADER}, got {header}")
-            for row in reader:
-                if row:
-                    yield reader.line_num, row
-        except csv.Error as exc:  # e.g. an unclosed quote swallowing the rest of the file
-            raise DataError(path, f"line {reader.line_num}", "-", f"not valid TSV ({exc})") from None
+        header = next(reader, None)
+        if header != DPR_HEADER:
+            raise DataError(path, "line 1", "header", f"expected {DPR_HEADER}, got {header}")
+        for row in reader:
+            if row:
+                yield reader.line_num, row
+    except csv.Error as exc:  # e.g. an unclosed quote swallowing the rest of the file
+        raise DataError(path, f"line {reader.line_num}", "-", f"not valid TSV ({exc})") from None
 
 
 def read_dpr_passages(path: Path) -> list[Document]:
@@ -160,7 +158,7 @@ def gold_evidence(files: Mapping[str, Path], chunk_size: int = 1 << 20) -> tuple
     if not files.get("passages"):
         return False, "AmbigQA's gold passages need the DPR passages file (role `passages`), which is not configured"
     path = Path(files["questions"]) if files.get("questions") else None
-    if path is None or not path.exists():
+    if path is None or not path.is_file():  # not there yet (or a folder: prepare reports it)
         return True, ""
     tail = ""
     with open(path, encoding="utf-8", errors="replace") as fh:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, limited, read_json_list
+from cqabench.datasets.common import field, finite, limited, read_json_list
 from cqabench.datasets.tatqa import header_and_rows
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
@@ -69,7 +69,7 @@ def _answer(qa: dict[str, Any], path: Path, qid: str) -> Answer:
             exe = float(exe.replace(",", ""))
         except ValueError:
             raise DataError(path, qid, "qa.exe_ans", f"neither a number nor yes/no: {exe!r}") from None
-    number = float(exe)
+    number = finite(float(exe), path, qid, "qa.exe_ans")
     aliases = [answer] if answer.strip() else [f"{number:g}"]
     scale = "percent" if answer.strip().endswith("%") else ""
     return Answer(qid=qid, answer_type="number", aliases=aliases, number=number, scale=scale,

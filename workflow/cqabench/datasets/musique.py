@@ -18,6 +18,7 @@ from cqabench.datasets.common import (
     field,
     limited,
     ordered_unique,
+    os_error,
     read_json_list,
     read_jsonl,
     text_docid,
@@ -35,10 +36,10 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     copies of MuSiQue circulate as both under either extension.
     """
     try:
-        with open(path, encoding="utf-8") as fh:
-            head = fh.read(4096).lstrip()
-    except FileNotFoundError:
-        raise DataError(path, None, "-", "file not found") from None
+        with open(path, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
+    except OSError as exc:
+        raise os_error(path, exc) from None
     if head.startswith("["):
         data = read_json_list(path, "records")
         for i, rec in enumerate(data):

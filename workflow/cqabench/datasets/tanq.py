@@ -225,7 +225,7 @@ def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
     skipped here and left for `prepare` to report. A file not there yet will be downloaded
     (the full release has proofs): (True, "")."""
     path = Path(files["questions"]) if files.get("questions") else None
-    if path is None or not path.exists():
+    if path is None or not path.is_file():  # not there yet (or a folder: prepare reports it)
         return True, ""
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, read_json_list
+from cqabench.datasets.common import field, finite, read_json_list
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -63,12 +63,14 @@ def _number(value: Any, path: Path, rec: str) -> float:
     if isinstance(value, bool):
         raise DataError(path, rec, "answer", "expected a number, got bool")
     if isinstance(value, (int, float)):
-        return float(value)
+        return finite(float(value), path, rec, "answer")
     if isinstance(value, str):
         try:
-            return float(value.replace(",", ""))
+            number = float(value.replace(",", ""))
         except ValueError:
             pass
+        else:
+            return finite(number, path, rec, "answer")
     raise DataError(path, rec, "answer", f"expected a number, got {value!r}")
 
 

@@ -82,6 +82,9 @@ class Completion:
     output_tokens: int
     latency_s: float
     finish_reason: str = ""
+    # why the item failed for good ("" = it did not): e.g. an API that kept answering nothing.
+    # A failed item is never cached; its cell's predictions show the reason.
+    error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +97,7 @@ class Completion:
             output_tokens=int(d["output_tokens"]),
             latency_s=float(d["latency_s"]),
             finish_reason=str(d.get("finish_reason", "")),
+            error=str(d.get("error", "")),
         )
 
 

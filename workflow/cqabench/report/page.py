@@ -376,7 +376,7 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
         "DEXTER Table 2; a dash is a dataset without qrels or corpus. The same numbers as text:")
         + heatmap_table(metrics, specs)))
     body, found = tables(tanq_ids)
-    sections.append(Section("tanq", "TANQ breakdowns (paper Tables 5–9)", body + _figure(
+    sections.append(Section("tanq", "TANQ breakdowns and failure types (paper Tables 5–10)", body + _figure(
         plots_dir / "tanq_skills.png", "TANQ RMS F1 by skill",
         "TANQ: mean per-question RMS F1 (fraction 0–1) by reasoning skill, one bar per (LLM / prompt / setting)."),
         found))

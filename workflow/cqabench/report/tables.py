@@ -23,6 +23,8 @@ from typing import Any
 import pandas as pd
 
 from cqabench.io import write_json, write_text
+from cqabench.metrics.tanq_breakdowns import groups as tanq_groups_of
+from cqabench.metrics.tanq_breakdowns import table_length, tanq_type  # noqa: F401  (re-exported)
 from cqabench.report.expected import TableSpec
 
 MISSING = "missing"
@@ -110,55 +112,23 @@ def _dimension_text(value: Any) -> str:
     return str(value)
 
 
-def _skills(value: Any) -> list[str]:
-    if isinstance(value, str) and value:
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return [value]
-        return [str(s) for s in parsed if s] if isinstance(parsed, list) else [str(parsed)]
-    if isinstance(value, (list, tuple)):
-        return [str(s) for s in value if s]
-    return []
-
-
-def tanq_type(question_type: Any) -> str:
-    """TANQ's question-type groups (Table 5) from our question_type (the middle part of the qid:
-    wikidata_simple, wikidata_comp, wikitables_composition, wikidata_intersection, ...)."""
-    text = "" if question_type is None else str(question_type)
-    for part, group in (("intersection", "intersection"), ("comp", "composition"), ("simple", "simple")):
-        if part in text:
-            return group
-    return text or "unknown"
-
-
-def table_length(rows: Any) -> str | None:
-    """TANQ Table 9's buckets of the gold answer table: short up to 3 rows, medium up to 6, long 7+."""
-    try:
-        n = int(rows)
-    except (TypeError, ValueError):
-        return None
-    return "short" if n <= 3 else "medium" if n <= 6 else "long"
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 # Per-question dimensions the TANQ tables group by, derived from per_question.parquet columns when
 # the column itself is not there: name -> (source column, row -> the values it counts under; a
 # question can count under several, e.g. each of its skills, or its type and "all"; [] = none).
+# The groups are cqabench.metrics.tanq_breakdowns', the same the scorer's breakdown rows use.
+def _groups(row: dict[str, Any]) -> dict[str, list[str]]:
+    return tanq_groups_of(row.get("question_type"), row.get("skills"), row.get("answer_columns"),
+                          row.get("answer_rows"))
+
+
 DERIVED: dict[str, tuple[str, Any]] = {
-    "tanq_type": ("question_type", lambda r: [tanq_type(r.get("question_type")), "all"]),
-    "skill": ("skills", lambda r: _skills(r.get("skills"))),
-    "n_skills": ("skills", lambda r: [len(_skills(r.get("skills")))] if _skills(r.get("skills")) else []),
-    # Relations = the requested attributes = gold columns minus the entity column.
-    "n_relations": ("answer_columns", lambda r: [] if _int_or_none(r.get("answer_columns")) is None
-                    else [_int_or_none(r.get("answer_columns")) - 1]),
-    "table_length": ("answer_rows", lambda r: [b] if (b := table_length(r.get("answer_rows"))) else []),
+    "tanq_type": ("question_type", lambda r: _groups(r)["tanq_type"]),
+    "skill": ("skills", lambda r: _groups(r)["skill"]),
+    "n_skills": ("skills", lambda r: _groups(r)["n_skills"]),
+    # Relations = the requested attributes = gold columns minus the entity column, in the
+    # paper's groups 1 / 3 / 5 / 10 read as upper bounds (tanq_breakdowns.n_relations).
+    "n_relations": ("answer_columns", lambda r: _groups(r)["n_relations"]),
+    "table_length": ("answer_rows", lambda r: _groups(r)["table_length"]),
 }
 
 
