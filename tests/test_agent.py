@@ -635,3 +635,22 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
     assert again["n_cached"] == len(rows) and again["open_book"]["n_model_calls_generated"] == 0
     replay = pq.read_table(tmp_path / "b.parquet").to_pylist()
     assert [r["raw_output"] for r in replay] == [r["raw_output"] for r in rows]
+
+
+def test_a_turn_the_backend_gives_up_on_ends_its_dialogue_uncached(
+        tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
+    """An empty reply (asked again once, then failed: never cached) ends that dialogue only; a rerun asks it again."""
+    def script(chat: Chat) -> str:
+        return "" if "Which tools" in chat[1]["content"] else _script(chat)
+
+    model = ScriptedModel(script)
+    _, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "cache", model)
+    failed = next(r for r in rows if r["qid"] == "nonsense")
+    transcript = json.loads(failed["transcript"])
+    assert transcript["stop_reason"] == "generation_failed" and len(transcript["steps"]) == 1
+    assert transcript["steps"][0]["kind"] == "failed"
+    assert not failed["parse_ok"] and failed["parse_reason"].startswith("generation failed: ")
+    assert json.loads(next(r for r in rows if r["qid"] == "nhl")["transcript"])["stop_reason"] == "final_answer"
+    again = ScriptedModel(script)
+    _run(tmp_path, tool_corpus, queries, tmp_path / "cache", again)
+    assert len(again.calls) == 2  # only the failed turn, asked and asked again; the other dialogue replays
