@@ -7,7 +7,10 @@ and restarted calls the model only for what is missing. The model is not even lo
 everything is cached.
 
 Settings: `closed` (no documents), `rag` (the top-k of a retrieval run), `oracle` (every
-gold document of the question from qrels, in qrels order; k is recorded as 0, meaning "all").
+gold document of the question from qrels, in qrels order; k is recorded as 0, meaning "all"),
+`open-book` (no documents in the prompt: the model calls tools over a tool corpus in a bounded,
+cached dialogue, `cqabench.agent`; retriever = the BM25 retriever behind WikiSearch, k = 1, the
+one article a search returns).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cqabench import oracle
+from cqabench.agent.loop import AgentContext, Dialogue, Limits, run_dialogues
+from cqabench.agent.openai_tools import TOOL_SCHEMAS
+from cqabench.agent.tools import ArticleStore, Bm25Searcher, Toolbox
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import Extracted, extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
@@ -64,6 +70,7 @@ PREDICTION_SCHEMA = pa.schema(
         ("setting", pa.string()),
         ("k", pa.int32()),
         ("sampling", pa.string()),
+        ("transcript", pa.string()),  # open-book: JSON {stop_reason, steps}; "" for other settings
     ]
 )
 
@@ -94,6 +101,9 @@ class Cell:
         if self.setting == "rag":
             if self.retriever in ("", "none") or self.k < 1:
                 raise ConfigError(f"setting rag needs a retriever and k >= 1, got {self.retriever!r}, k={self.k}")
+        elif self.setting == "open-book":
+            if self.retriever in ("", "none") or self.k != 1:
+                raise ConfigError(f"setting open-book takes the WikiSearch retriever and k 1, got {self.retriever!r}, k={self.k}")
         elif self.retriever != "none" or self.k != 0:
             raise ConfigError(f"setting {self.setting} takes retriever 'none' and k 0, got {self.retriever!r}, k={self.k}")
 
@@ -338,6 +348,8 @@ class CellInputs:
     corpus: Path | None = None
     qrels: Path | None = None
     run: Path | None = None
+    tool_corpus: Path | None = None  # open-book: the corpus behind the tools
+    tool_index: Path | None = None  # open-book: its BM25 index (WikiSearch)
 
 
 @dataclass(frozen=True)
@@ -348,6 +360,7 @@ class CellOptions:
     max_doc_chars: int | None = None
     oracle_distractors: int = 0
     oracle_seed: int = 0
+    open_book: Mapping[str, Any] | None = None  # limits, max_new_tokens, retriever_settings (config.generation.open_book)
 
 
 @dataclass
@@ -359,6 +372,7 @@ class PreparedCell:
     sampling: Sampling
     items: list[Item]
     without_evidence: list[str]  # oracle: selected questions left out for lack of gold documents
+    dialogues: list[Dialogue] | None = None  # open-book: one per question, advanced by run_open_book
 
 
 def prepare_cell(
@@ -381,6 +395,8 @@ def prepare_cell(
     qids = {q["qid"] for q in questions}
     without_evidence: list[str] = []
 
+    if cell.setting == "open-book":
+        return _prepare_open_book(cell, spec, sampling, template, inputs, options, identity, questions)
     if cell.setting == "closed":
         docs_for: dict[str, list[str]] = {q: [] for q in qids}
     elif cell.setting == "oracle":
@@ -413,6 +429,143 @@ def prepare_cell(
     return PreparedCell(cell, template, sampling, items, without_evidence)
 
 
+OPEN_BOOK_KEYS = {"max_steps", "max_tool_chars", "max_total_tokens", "max_new_tokens", "retriever_settings"}
+
+
+def open_book_sampling(sampling: Sampling, settings: Mapping[str, Any]) -> Sampling:
+    """A dialogue turn's sampling: the cell's, with open_book.max_new_tokens when set (a table needs more)."""
+    if settings.get("max_new_tokens") is None:
+        return sampling
+    n = settings["max_new_tokens"]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(f"generation.open_book.max_new_tokens: expected a positive integer, got {n!r}")
+    return Sampling(**{**asdict(sampling), "max_new_tokens": n})
+
+
+_TOOLBOXES: dict[tuple[str, str, str, int], Toolbox] = {}
+
+
+def _toolbox(inputs: CellInputs, settings: Mapping[str, Any], limits: Limits) -> Toolbox:
+    """One toolbox (articles loaded, search helper started) per tool corpus, index and limits in a process."""
+    if inputs.tool_corpus is None or inputs.tool_index is None:
+        raise ConfigError("setting open-book needs --tool-corpus and --tool-index")
+    retriever = dict(settings.get("retriever_settings") or {"type": "bm25"})
+    key = (str(inputs.tool_corpus), str(inputs.tool_index), json.dumps(retriever, sort_keys=True), limits.max_tool_chars)
+    if key not in _TOOLBOXES:
+        _TOOLBOXES[key] = Toolbox(ArticleStore.from_parquet(inputs.tool_corpus),
+                                  Bm25Searcher(inputs.tool_index, retriever), limits.max_tool_chars)
+    return _TOOLBOXES[key]
+
+
+def close_toolboxes() -> None:
+    """Stop the search helpers (the job's end; tests between runs)."""
+    while _TOOLBOXES:
+        _, box = _TOOLBOXES.popitem()
+        box.searcher.close()
+
+
+def _prepare_open_book(cell: Cell, spec: LlmSpec, sampling: Sampling, template: Template, inputs: CellInputs,
+                       options: CellOptions, identity: Mapping[str, Any], questions: list[dict[str, Any]]) -> PreparedCell:
+    settings = dict(options.open_book or {})
+    unknown = sorted(set(settings) - OPEN_BOOK_KEYS)
+    if unknown:
+        raise ConfigError(f"generation.open_book: unknown key(s) {unknown}; valid: {sorted(OPEN_BOOK_KEYS)}")
+    limits = Limits.from_config(settings)
+    turn_sampling = open_book_sampling(sampling, settings)
+
+    # openai with tools_api: the turns go out with tool definitions, so their replies get their own keys
+    tools = TOOL_SCHEMAS if spec.backend == "openai" and spec.options.get("tools_api") else None
+    key_identity = {**identity, "tools_api": True} if tools else dict(identity)
+
+    def key_of(chat: Chat) -> str:
+        return item_key(key_identity, spec.backend, spec.dtype, turn_sampling, chat)
+
+    ctx = AgentContext(_toolbox(inputs, settings, limits), limits, turn_sampling, key_of, tools)
+    dialogues = [Dialogue(q["qid"], build_chat(template, q["question"]), ctx) for q in questions]
+    return PreparedCell(cell, template, turn_sampling, [], [], dialogues)
+
+
+class _SharedBackend:
+    """One engine for every round of the dialogues (and the batch's plain items): made on first use.
+
+    `generate_missing` closes the backend it was given after each call; this proxy ignores that,
+    and `shutdown` closes the engine once at the end.
+    """
+
+    def __init__(self, factory: Callable[[], Backend]) -> None:
+        self._factory = factory
+        self.backend: Backend | None = None
+        self.name = "shared"
+        self.tools: list | None = None
+
+    def get(self) -> _SharedBackend:
+        if self.backend is None:
+            self.backend = self._factory()
+        return self
+
+    def generate(self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None) -> Any:
+        assert self.backend is not None
+        if self.tools:  # the openai backend with tools_api: the turn goes out with tool definitions
+            return self.backend.generate(chats, sampling, labels=labels, tools=self.tools)  # type: ignore[call-arg]
+        return self.backend.generate(chats, sampling, labels=labels)
+
+    def with_tools(self, tools: list | None) -> _SharedBackend:
+        """This engine, for one round, sending `tools` with every request (None: the text format)."""
+        self.get()
+        view = _SharedBackend(self._factory)
+        view.backend, view.tools = self.backend, tools
+        return view
+
+    @property
+    def retries(self) -> int:
+        return 0  # counted once, from the engine itself, by `shutdown`
+
+    def close(self) -> None:
+        pass
+
+    def shutdown(self) -> int:
+        if self.backend is None:
+            return 0
+        retries = int(getattr(self.backend, "retries", 0))
+        self.backend.close()
+        self.backend = None
+        return retries
+
+
+def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cache: ItemCache, label: str,
+                  order_key: Callable[[Item], Any] | None = None, claim_chunk: int = 256,
+                  ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
+    """Every open-book dialogue of `prepared`, step-synchronously: one batch of model calls per round.
+
+    Returns (cached, generated, rounds) completions by key, as `generate_missing` does.
+    """
+    dialogues = [d for p in prepared for d in (p.dialogues or [])]
+    cached_all: dict[str, Completion] = {}
+    generated_all: dict[str, Completion] = {}
+
+    def complete(active: Sequence[Dialogue], chats: Sequence[Chat]) -> tuple[list[Completion], list[bool]]:
+        groups: dict[tuple[str, bool], tuple[Sampling, list[Item]]] = {}
+        keys = []
+        for d, chat in zip(active, chats):
+            key = d.ctx.key_of(chat)
+            keys.append(key)
+            group = (d.ctx.sampling.to_json(), d.ctx.tools is not None)
+            groups.setdefault(group, (d.ctx.sampling, []))[1].append(Item(d.qid, chat, key, []))
+        found: dict[str, Completion] = {}
+        for (_, with_tools), (sampling, items) in groups.items():
+            tools = TOOL_SCHEMAS if with_tools else None
+            cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
+                                                    f"{label} open-book round", order_key, claim_chunk=claim_chunk)
+            cached_all.update(cached)
+            generated_all.update(generated)
+            found.update(cached)
+            found.update(generated)
+        return [found[k] for k in keys], [k in cached for k in keys]
+
+    rounds = run_dialogues(dialogues, complete) if dialogues else 0
+    return cached_all, generated_all, rounds
+
+
 def cell_label(cell: Cell) -> str:
     return "/".join([cell.dataset, cell.split, cell.serialization, cell.retriever, cell.llm, cell.prompt, f"{cell.setting}-k{cell.k}"])
 
@@ -432,27 +585,40 @@ def write_cell(
     cell, sampling, template = prepared.cell, prepared.sampling, prepared.template
     sampling_json = sampling.to_json()
     model_hash = identity_hash(identity)
-    rows = []
+    answers = []  # (qid, prompt hash, output, prompt tokens, output tokens, latency, cached, finish, docids, transcript)
     for it in prepared.items:
         comp = completions[it.key]
-        if comp.error:  # failed for good (never cached): the row says why, and scores as unparsed
-            ext = Extracted("", False, f"generation failed: {comp.error}")
-        else:
-            ext = extract_answer(cell.dataset, comp.text, cell.prompt)
+        answers.append((it.qid, chat_hash(it.chat), comp.text, comp.prompt_tokens, comp.output_tokens, comp.latency_s,
+                        it.key in cached_keys, comp.finish_reason, it.docids, "",
+                        f"generation failed: {comp.error}" if comp.error else ""))
+    for d in prepared.dialogues or []:
+        comps = [c for _, c in d.completions]
+        # a direct-answer prompt reads a marker-less reply as the answer; a dialogue that was cut
+        # off mid-search has not answered (its "Action: X[a | b]" would read as a table row)
+        failure = "" if d.stop_reason == "final_answer" else f"no final answer: the open-book dialogue stopped at {d.stop_reason}"
+        if d.stop_reason == "generation_failed":
+            failure = f"generation failed: {comps[-1].error}"
+        answers.append((d.qid, chat_hash(d.chat), d.final_text, sum(c.prompt_tokens for c in comps),
+                        sum(c.output_tokens for c in comps), sum(c.latency_s for c in comps),
+                        all(step["cached"] for step in d.steps), comps[-1].finish_reason if comps else "",
+                        d.docids, d.transcript(), failure))
+    rows = []
+    for qid, p_hash, text, p_tok, o_tok, latency, was_cached, finish, docids, transcript, failure in answers:
+        ext = Extracted("", False, failure) if failure else extract_answer(cell.dataset, text, cell.prompt)
         rows.append(
             {
-                "qid": it.qid,
-                "prompt_hash": chat_hash(it.chat),
-                "raw_output": comp.text,
+                "qid": qid,
+                "prompt_hash": p_hash,
+                "raw_output": text,
                 "prediction": ext.answer,
                 "parse_ok": bool(ext.ok),
                 "parse_reason": ext.reason,
-                "prompt_tokens": comp.prompt_tokens,
-                "output_tokens": comp.output_tokens,
-                "latency_s": comp.latency_s,
-                "cached": it.key in cached_keys,
-                "finish_reason": comp.finish_reason,
-                "context_docids": it.docids,
+                "prompt_tokens": p_tok,
+                "output_tokens": o_tok,
+                "latency_s": latency,
+                "cached": was_cached,
+                "finish_reason": finish,
+                "context_docids": docids,
                 "dataset": cell.dataset,
                 "split": cell.split,
                 "serialization": cell.serialization,
@@ -466,6 +632,7 @@ def write_cell(
                 "setting": cell.setting,
                 "k": cell.k,
                 "sampling": sampling_json,
+                "transcript": transcript,
             }
         )
     write_parquet(pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA), out_path)
@@ -484,11 +651,33 @@ def write_cell(
         "output_tokens": sum(r["output_tokens"] for r in rows),
         "latency_s": round(sum(r["latency_s"] for r in rows), 3),
         "generated_latency_s": round(sum(r["latency_s"] for r in rows if not r["cached"]), 3),
+        **(_open_book_summary(prepared) if prepared.dialogues is not None else {}),
         **extra,
     }
     if summary_path is not None:
         write_json(summary, summary_path)
     return summary
+
+
+def _open_book_summary(prepared: PreparedCell) -> dict[str, Any]:
+    """The loop's limits and what the dialogues did (steps, tool calls, tool errors, how they ended)."""
+    dialogues = prepared.dialogues or []
+    steps = [s for d in dialogues for s in d.steps]
+    stops: dict[str, int] = {}
+    for d in dialogues:
+        stops[d.stop_reason] = stops.get(d.stop_reason, 0) + 1
+    tools: dict[str, int] = {}
+    for s in steps:
+        if "action" in s:
+            tools[s["action"]] = tools.get(s["action"], 0) + 1
+    return {"open_book": {
+        "limits": dialogues[0].ctx.limits.to_dict() if dialogues else {},
+        "n_model_calls": len(steps),
+        "n_model_calls_generated": sum(not s["cached"] for s in steps),
+        "tool_calls": dict(sorted(tools.items())),
+        "tool_errors": sum(bool(s.get("tool_error")) for s in steps),
+        "stop_reasons": dict(sorted(stops.items())),
+    }}
 
 
 def run_cell(
@@ -508,11 +697,18 @@ def run_cell(
     identity = model_identity(spec)
     prepared = prepare_cell(cell, spec, sampling, template, inputs, options, identity)
     label = cell_label(cell)
-    with open_cache(cache_path, spec, prepared.sampling) as cache:
-        cached, generated, retries = generate_missing(
-            backend_factory or (lambda: make_backend(spec)), [(prepared.sampling, prepared.items)], cache, label,
-            order_for(spec), claim_chunk=claim_chunk_for(spec),
-        )
+    shared = _SharedBackend(backend_factory or (lambda: make_backend(spec)))
+    try:
+        with open_cache(cache_path, spec, prepared.sampling) as cache:
+            if prepared.dialogues is not None:
+                cached, generated, _ = run_open_book([prepared], shared, cache, label, order_for(spec),
+                                                     claim_chunk_for(spec))
+            else:
+                cached, generated, _ = generate_missing(shared.get, [(prepared.sampling, prepared.items)], cache, label,
+                                                        order_for(spec), claim_chunk=claim_chunk_for(spec))
+    finally:
+        retries = shared.shutdown()
+        close_toolboxes()
     summary = write_cell(
         prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path, None,
         {"api_retries": retries, "cache": str(cache_path)},
@@ -544,6 +740,11 @@ class BatchCell:
     template: Template
 
 
+def _cell_keys(p: PreparedCell) -> list[str]:
+    """Every cache key a cell used: its items', and every turn of its dialogues."""
+    return [it.key for it in p.items] + [k for d in p.dialogues or [] for k, _ in d.completions]
+
+
 def run_batch(
     members: Sequence[BatchCell],
     spec: LlmSpec,
@@ -564,23 +765,37 @@ def run_batch(
         raise ConfigError("an engine batch needs at least one cell")
     identity = model_identity(spec)
     prepared = [prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity) for m in members]
-    with open_cache(cache_path, spec, prepared[0].sampling) as cache:
-        cached, generated, retries = generate_missing(
-            backend_factory or (lambda: make_backend(spec)), [(p.sampling, p.items) for p in prepared], cache,
-            f"batch {spec.name}", order_for(spec), claim_chunk=claim_chunk_for(spec),
-        )
+    shared = _SharedBackend(backend_factory or (lambda: make_backend(spec)))
+    rounds = 0
+    widest = max((p.sampling for p in prepared), key=lambda smp: smp.max_new_tokens)  # the cache's size cap
+    try:
+        with open_cache(cache_path, spec, widest) as cache:
+            plain = [(p.sampling, p.items) for p in prepared if p.dialogues is None]
+            cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec),
+                                                    claim_chunk=claim_chunk_for(spec))
+            # then every open-book dialogue of every cell, one batch per round, on the same engine
+            ob_cached, ob_generated, rounds = run_open_book([p for p in prepared if p.dialogues is not None], shared,
+                                                            cache, f"batch {spec.name}", order_for(spec),
+                                                            claim_chunk_for(spec))
+            cached.update(ob_cached)
+            generated.update(ob_generated)
+    finally:
+        retries = shared.shutdown()
+        close_toolboxes()
     manifest = {
         "llm": spec.name,
         "backend": spec.backend,
         "model": dict(identity),
         "cells": [
-            {"cell": cell_label(p.cell), "n_items": len(p.items), "n_without_evidence": len(p.without_evidence),
-             "n_generated": sum(1 for it in p.items if it.key in generated and not generated[it.key].error),
-             "n_failed": sum(1 for it in p.items if it.key in generated and generated[it.key].error)}
+            {"cell": cell_label(p.cell), "n_items": len(p.items) + len(p.dialogues or []),
+             "n_without_evidence": len(p.without_evidence),
+             "n_generated": sum(1 for k in _cell_keys(p) if k in generated and not generated[k].error),
+             "n_failed": sum(1 for k in _cell_keys(p) if k in generated and generated[k].error)}
             for p in prepared
         ],
         "n_cells": len(prepared),
-        "n_items": sum(len(p.items) for p in prepared),
+        "n_items": sum(len(p.items) + len(p.dialogues or []) for p in prepared),
+        "open_book_rounds": rounds,
         "n_unique_prompts": len(cached) + len(generated),
         "n_cached": len(cached),
         "n_generated": sum(1 for c in generated.values() if not c.error),

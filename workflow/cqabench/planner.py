@@ -35,7 +35,9 @@ DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird
 SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
 NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
-PER_CELL_SETTINGS = ("max_questions", "oracle_distractors")
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "open_book")
+# The open-book loop's limits and their defaults (cqabench.agent.loop); each is a result column.
+OPEN_BOOK_LIMITS = {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096, "max_new_tokens": None}
 CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
 GGUF_PREFIXES = ("gguf-package:", "gguf:")
 
@@ -86,6 +88,11 @@ class Plan:
         self.datasets: list[str] = list(c["datasets"])
         self.serializations: list[str] = list(c["serializations"])
         self.pooled: dict[str, list[str]] = {n: list(m) for n, m in (c.get("corpora") or {}).items()}
+        # The open-book agent's tool corpus: pooled like `corpora:` but searched by no dataset's retrieval.
+        self.open_book: dict[str, Any] = dict((c.get("generation") or {}).get("open_book") or {})
+        ob_corpus = self.open_book.get("corpus") or {}
+        self.tool_corpora: dict[str, list[str]] = {ob_corpus["name"]: list(ob_corpus.get("datasets") or [])} if ob_corpus.get("name") else {}
+        self.tool_retrievers: list[str] = [self.open_book["retriever"]] if self.open_book.get("retriever") else []
         # retrieval
         self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
         self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
@@ -241,6 +248,8 @@ class Plan:
             out.append(f"generation.settings: unknown {bad}; valid: {list(SETTINGS)}")
         if "rag" in self.gen_settings and not (self.gen_rag_runs and self.gen_k):
             out.append("generation.settings has rag: set generation.rag_retrievers and generation.k")
+        if "open-book" in self.gen_settings:
+            out += self._open_book_problems()
         for ds in self.datasets:
             try:
                 family_of(ds, g.get("families"))  # every dataset must map to a template family
@@ -262,6 +271,24 @@ class Plan:
                 f"llms.{vllm[0]}: backend vllm runs in its own environment, {self.env.vllm_python} is missing: run "
                 "`make setup` (or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
             )
+        return out
+
+    def _open_book_problems(self) -> list[str]:
+        where = "generation.open_book"
+        ob = self.open_book
+        if not ob or not ob.get("corpus") or not ob.get("retriever"):
+            return ["generation.settings has open-book: set generation.open_book (datasets, corpus, retriever)"]
+        out = []
+        for key, named in (("datasets", ob.get("datasets") or []), ("corpus.datasets", ob["corpus"].get("datasets") or [])):
+            bad = sorted(set(named) - set(self.datasets))
+            if bad:
+                out.append(f"{where}.{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        name = ob["corpus"].get("name")
+        if name in set(self.datasets) | set(self.pooled):
+            out.append(f"{where}.corpus.name: {name!r} is already a dataset or pooled corpus; pick another name")
+        retriever = ob["retriever"]
+        if self.retriever_configs.get(retriever, {}).get("type") != "bm25":
+            out.append(f"{where}.retriever: {retriever!r} must name a bm25 retriever under `retrievers:`")
         return out
 
     def _report_problems(self) -> list[str]:
@@ -288,6 +315,12 @@ class Plan:
                 path = f"{self.prompts_dir}/{prompt}/{family}.txt"
                 if not (self.env.root / path).is_file():
                     out.append(f"generation.prompts_dir: template {path!r} (prompt {prompt}, family {family}) is missing")
+            if "open-book" in self.gen_settings:
+                for ds in self.open_book.get("datasets") or []:
+                    for prompt in self.gen_prompts:
+                        path = self.template_file(ds, prompt, "open-book")
+                        if not (self.env.root / path).is_file():
+                            out.append(f"generation.prompts_dir: open-book template {path!r} (prompt {prompt}) is missing")
         if out:
             raise ConfigError("the config cannot be planned:\n  " + "\n  ".join(out))
 
@@ -307,7 +340,7 @@ class Plan:
         return dataset
 
     def corpus_members(self, corpus: str) -> list[str]:
-        return self.pooled.get(corpus, [corpus])
+        return self.pooled.get(corpus) or self.tool_corpora.get(corpus) or [corpus]
 
     def corpus_splits(self, dataset: str) -> list[str]:
         """The splits whose documents make up a dataset's corpus: `corpus_splits` (e.g. train + dev,
@@ -494,6 +527,9 @@ class Plan:
                             for setting in self.gen_settings:
                                 if setting == "rag":
                                     cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
+                                elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
+                                    if ds in self.open_book.get("datasets", []):
+                                        cells.append((ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
                                 elif setting == "oracle" and not self.gold_evidence[(ds, sp)][0]:
                                     continue  # no gold documents: an "oracle" cell would be closed-book
                                 else:
@@ -511,13 +547,15 @@ class Plan:
     def template_family(self, dataset: str) -> str:
         return family_of(dataset, self.generation.get("families"))
 
-    def template_file(self, dataset: str, prompt: str) -> str:
-        return f"{self.prompts_dir}/{prompt}/{self.template_family(dataset)}.txt"
+    def template_file(self, dataset: str, prompt: str, setting: str | None = None) -> str:
+        """The cell's template; open-book cells have their own (`<family>.open-book.txt`: the tool format)."""
+        suffix = ".open-book" if setting == "open-book" else ""
+        return f"{self.prompts_dir}/{prompt}/{self.template_family(dataset)}{suffix}.txt"
 
     def generation_inputs(self, w: Any) -> dict[str, str]:
         inputs = {
             "queries": self.data_path(w.dataset, w.split, "queries"),
-            "template": self.template_file(w.dataset, w.prompt),
+            "template": self.template_file(w.dataset, w.prompt, w.setting),
         }
         if self.is_gguf(w.llm):
             inputs["model"] = f"{self.models_dir}/{w.llm}"
@@ -527,6 +565,10 @@ class Plan:
             inputs["qrels"] = self.data_path(w.dataset, w.split, "qrels")
         if w.setting == "rag":
             inputs["run"] = self.run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
+        if w.setting == "open-book":
+            tool_corpus = self.open_book["corpus"]["name"]
+            inputs["tool_corpus"] = self.corpus_path(tool_corpus)
+            inputs["tool_index"] = self.index_dir(tool_corpus, w.serialization, w.retriever)
         return inputs
 
     def cell_inputs(self, w: Any) -> dict[str, str]:
@@ -558,7 +600,7 @@ class Plan:
             members.append({
                 "cell": self.cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
                 "inputs": {k: str(v) for k, v in self.generation_inputs(c).items() if k != "model"},
-                "settings": {k: settings[k] for k in PER_CELL_SETTINGS},
+                "settings": {k: settings[k] for k in PER_CELL_SETTINGS if k in settings},
             })  # fmt: skip
         return as_arg(members)
 
@@ -573,7 +615,8 @@ class Plan:
     @staticmethod
     def generation_args(w: Any, input: Any) -> str:
         # Snakemake's InputFiles is a list: `in input` would test the paths, not the names.
-        flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run"}
+        flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run", "tool_corpus": "--tool-corpus",
+                 "tool_index": "--tool-index"}
         return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
 
     def max_questions_of(self, dataset: str) -> int | None:
@@ -594,7 +637,13 @@ class Plan:
             "models_dir": self.models_dir,
             "oracle_distractors": self.distractors_of(w.dataset, w.setting),
             "oracle_seed": self.gen_seed,
+            **({"open_book": self.open_book_settings(w)} if w.setting == "open-book" else {}),
         }
+
+    def open_book_settings(self, w: Any) -> dict[str, Any]:
+        """The loop's limits (defaults filled in) and the WikiSearch retriever's settings."""
+        limits = {k: self.open_book.get(k, default) for k, default in OPEN_BOOK_LIMITS.items()}
+        return {**limits, "retriever_settings": self.retriever_configs[w.retriever]}
 
     def uses_gpu(self, llm: str) -> bool:
         backend, device = self.llms[llm]["backend"], str(self.llms[llm].get("device", ""))
@@ -610,7 +659,7 @@ class Plan:
     def generation_cell(self, w: Any) -> dict[str, Any]:
         """The cell as recorded in metrics.json (docs/architecture.md), everything that names it."""
         llm = self.llms[w.llm]
-        return {
+        cell = {
             "stage": "generation",
             "dataset": w.dataset,
             "split": w.split,
@@ -622,7 +671,7 @@ class Plan:
             "backend": llm["backend"],
             "dtype": llm.get("dtype", "auto"),
             "prompt": w.prompt,
-            "template_hash": file_hash(self.env.root / self.template_file(w.dataset, w.prompt)),
+            "template_hash": file_hash(self.env.root / self.template_file(w.dataset, w.prompt, w.setting)),
             "setting": w.setting,
             "k": int(w.k),
             "max_questions": self.max_questions_of(w.dataset),
@@ -630,6 +679,16 @@ class Plan:
             "oracle_distractors": self.distractors_of(w.dataset, w.setting),
             "sampling": {**(self.generation.get("sampling") or {}), **(llm.get("sampling") or {})},
         }
+        if w.setting == "open-book":  # the tool corpus, and the loop's limits as columns of every result row
+            from cqabench.agent.tools import SEARCH_DEPTH
+
+            cell["corpus"] = self.open_book["corpus"]["name"]
+            cell["retriever_settings"] = {**self.retriever_configs[w.retriever], "k": SEARCH_DEPTH}
+            settings = self.open_book_settings(w)
+            cell.update({f"open_book_{k}": settings[k] for k in OPEN_BOOK_LIMITS})
+            if settings["max_new_tokens"] is not None:
+                cell["sampling"]["max_new_tokens"] = settings["max_new_tokens"]
+        return cell
 
     # ---- report stage ----
 

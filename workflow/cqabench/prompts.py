@@ -33,7 +33,7 @@ from cqabench.tables import document_text, serialize
 
 STRATEGIES = ("few-shot", "few-shot-cot", "zero-shot-cot", "self-ask")
 FAMILIES = ("multihop", "strategy", "ambiguous", "numeric", "table")
-SETTINGS = ("closed", "rag", "oracle")
+SETTINGS = ("closed", "rag", "oracle", "open-book")
 
 # Which template family a dataset's questions get. TAT-QA mixes spans and arithmetic; it goes
 # to `numeric` with FinQA because both put a financial table next to text and most TAT-QA

@@ -35,7 +35,9 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 shell.prefix(
     "set -euo pipefail; cqabench() {{ PYTHONPATH=%s \"${{CQABENCH_PYTHON:-%s}}\" -m cqabench.cli \"$@\"; }}; "
     "export CQABENCH_EXPORT_CACHE=\"${{CQABENCH_EXPORT_CACHE:-%s}}\"; "
-    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"))
+    # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
+    "export CQABENCH_SEARCH_PYTHON=\"${{CQABENCH_SEARCH_PYTHON:-%s}}\"; "
+    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
 )
 
 # The vLLM environment (Makefile: `make setup`); conda runs use envs/vllm.yaml instead.
@@ -55,6 +57,8 @@ RAW_DIR = PLAN.raw_dir
 DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
 POOLED = PLAN.pooled
+TOOL_CORPORA = PLAN.tool_corpora
+TOOL_RETRIEVERS = PLAN.tool_retrievers  # open-book cells name the WikiSearch retriever in their path
 CORPORA = PLAN.corpora
 RETRIEVER_CONFIGS = PLAN.retriever_configs
 RETRIEVAL = PLAN.retrieval
@@ -159,4 +163,4 @@ wildcard_constraints:
     dataset=_one_of(DATASETS),
     split="train|dev|test",
     serialization="pipe|markdown|linear",
-    corpus=_one_of(set(CORPORA) | set(POOLED)),
+    corpus=_one_of(set(CORPORA) | set(POOLED) | set(TOOL_CORPORA)),

@@ -11,7 +11,7 @@ rule evaluate_generation:
         metrics=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/metrics.json",
         per_question=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/per_question.parquet",
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES]),
+        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
         llm=_names(LLMS),
         prompt=_one_of(STRATEGIES),
         setting=_one_of(SETTINGS),

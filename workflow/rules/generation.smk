@@ -66,7 +66,7 @@ rule generate:
         predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
         summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES]),
+        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
         llm=_names(LLMS),
         prompt=_one_of(STRATEGIES),
         setting=_one_of(SETTINGS),

@@ -3,6 +3,8 @@
 convert-model  GGUF source → HF model folder (+ provenance.json), once per model
 generate       one generation cell → predictions.parquet + summary.json (resumable)
 check-api-keys fail, naming the variable, when an openai-backend model has no key set
+tool-search    the open-book agent's BM25 helper (JSON lines on stdin/stdout) for jobs whose
+               environment has no Java (vLLM's); see cqabench.agent.tools
 cache          verify | drop | import: check the item cache, remove bad or selected items,
                copy an SQLite cache of an earlier version (docs/generation.md, "Recovery")
 """
@@ -31,19 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generate", help="generate answers for one cell (resumable through the item cache)")
     for name in ("dataset", "split", "serialization", "llm", "prompt"):
         g.add_argument(f"--{name}", required=True)
-    g.add_argument("--setting", required=True, choices=["closed", "rag", "oracle"])
+    g.add_argument("--setting", required=True, choices=["closed", "rag", "oracle", "open-book"])
     g.add_argument("--retriever", default="none", help='"none" for closed and oracle')
     g.add_argument("--k", type=int, default=0, help="documents per question for rag; 0 for closed and oracle")
     g.add_argument("--queries", required=True, type=Path)
     g.add_argument("--corpus", type=Path, help="corpus.parquet (rag, oracle)")
     g.add_argument("--qrels", type=Path, help="qrels.parquet (oracle)")
     g.add_argument("--run", type=Path, help="retrieval run, Parquet/TREC/JSON (rag)")
+    g.add_argument("--tool-corpus", type=Path, help="corpus.parquet behind the open-book tools (open-book)")
+    g.add_argument("--tool-index", type=Path, help="its BM25 index folder, for WikiSearch (open-book)")
     g.add_argument("--template", required=True, type=Path)
     g.add_argument(
         "--settings",
         default="{}",
         help='JSON: {"llm": <llms.NAME entry>, "sampling": {...}, "max_questions": int|null, '
-        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int}',
+        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int, '
+        '"open_book": {max_steps, max_tool_chars, max_total_tokens, max_new_tokens, retriever_settings}}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
     g.add_argument("--cache", required=True, type=Path, help="item cache folder (shared by the jobs of one model); keep it outside rule outputs")
@@ -62,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--out", required=True, type=Path, help="manifest.json: what the batch generated, per cell")
     b.set_defaults(func=run_generate_batch)
 
+    t = sub.add_parser("tool-search", help="BM25 search helper of the open-book tools (JSON lines in, JSON lines out)")
+    t.add_argument("--index", required=True, type=Path)
+    t.add_argument("--retriever-settings", required=True, help="JSON: the bm25 retriever's settings")
+    t.set_defaults(func=run_tool_search)
     register_cache(sub)
 
     k = sub.add_parser("check-api-keys", help="exit 1 naming the variable if an openai model's key is unset")
@@ -100,7 +109,8 @@ def run_check_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed"}
+SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed",
+                 "open_book"}
 
 
 def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: str):
@@ -130,6 +140,7 @@ def _options(settings: dict[str, Any]):
         max_doc_chars=settings.get("max_doc_chars"),
         oracle_distractors=int(settings.get("oracle_distractors") or 0),
         oracle_seed=int(settings.get("oracle_seed") or 0),
+        open_book=settings.get("open_book"),
     )
 
 
@@ -155,7 +166,8 @@ def run_generate(args: argparse.Namespace) -> int:
         setting=args.setting,
         k=args.k,
     )
-    inputs = CellInputs(queries=args.queries, template=args.template, corpus=args.corpus, qrels=args.qrels, run=args.run)
+    inputs = CellInputs(queries=args.queries, template=args.template, corpus=args.corpus, qrels=args.qrels, run=args.run,
+                        tool_corpus=args.tool_corpus, tool_index=args.tool_index)
     summary = run_cell(
         cell, spec, sampling, load_template(args.template), inputs,
         out_path=args.out, cache_path=args.cache, options=_options(settings), summary_path=args.summary,
@@ -194,15 +206,23 @@ def run_generate_batch(args: argparse.Namespace) -> int:
         if _spec_and_sampling(args.llm, settings, args.threads, f"{where}.settings") != (spec, sampling):
             raise ConfigError(f"{where}.settings: model or sampling differ from --settings; one batch is one engine")
         files = raw["inputs"]
-        unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run"})
+        unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run", "tool_corpus", "tool_index"})
         if unknown or "queries" not in files or "template" not in files:
-            raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run optional); unknown {unknown}")
+            raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run, tool_corpus, tool_index "
+                              f"optional); unknown {unknown}")
         inputs = CellInputs(**{k: _path(v) for k, v in files.items()})
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
     manifest = run_batch(members, spec, sampling, args.cache, args.out)
     print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
           f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['wall_time_s']} s")
     return 0
+
+
+def run_tool_search(args: argparse.Namespace) -> int:
+    """Serve BM25 searches for an open-book job running in another environment (see cqabench.agent.tools)."""
+    from cqabench.agent.tools import serve_search
+
+    return serve_search(args.index, json_object(args.retriever_settings, "--retriever-settings"))
 
 
 def register_cache(sub: argparse._SubParsersAction) -> None:

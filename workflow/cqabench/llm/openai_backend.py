@@ -51,8 +51,12 @@ def _describe_body(resp: object) -> str:
     return f"malformed reply ({kind}, not a chat completion{': ' + repr(snippet) if snippet else ''})"
 
 
-def _check_reply(resp: object) -> tuple[str, str]:
-    """(text, finish reason) of a parsed reply, or _BadReply saying what is wrong with it."""
+def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
+    """(text, finish reason) of a parsed reply, or _BadReply saying what is wrong with it.
+
+    `with_tools` (open-book turns with tools_api): a reply's first tool call is the turn's
+    action, written as the text format's action line after the message's text (often null).
+    """
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list):
         raise _BadReply(_describe_body(resp), empty=False)
@@ -60,6 +64,12 @@ def _check_reply(resp: object) -> tuple[str, str]:
         raise _BadReply("empty reply (no choices)", empty=True)
     message = getattr(choices[0], "message", None)
     content = getattr(message, "content", None)
+    calls = getattr(message, "tool_calls", None) if with_tools else None
+    if calls:
+        from cqabench.agent.openai_tools import action_text
+
+        function = calls[0].function
+        return action_text(content, function.name, function.arguments), str(getattr(choices[0], "finish_reason", "") or "")
     if content is None:
         raise _BadReply("empty reply (message content is null)", empty=True)
     if not str(content).strip():
@@ -132,7 +142,7 @@ class OpenAIBackend:
             return status in RETRY_STATUS or status >= 500, f"HTTP {status}", after
         return False, type(exc).__name__, None
 
-    def _request(self, chat: Chat, sampling: Sampling) -> dict:
+    def _request(self, chat: Chat, sampling: Sampling, tools: list | None = None) -> dict:
         body: dict = {
             "model": self.spec.source,
             "messages": chat,
@@ -145,16 +155,20 @@ class OpenAIBackend:
         }
         if sampling.stop:
             body["stop"] = list(sampling.stop)
+        if tools:  # open-book turns with tools_api (cqabench.agent.openai_tools)
+            from cqabench.agent.openai_tools import to_api_messages
+
+            body["messages"], body["tools"] = to_api_messages(chat), tools
         return body
 
-    def complete(self, chat: Chat, sampling: Sampling, label: str = "") -> Completion:
+    def complete(self, chat: Chat, sampling: Sampling, label: str = "", tools: list | None = None) -> Completion:
         """One item, retried as the module docstring says; latency is the successful call's."""
-        body = self._request(chat, sampling)
+        body = self._request(chat, sampling, tools)
         for attempt in range(self.max_retries + 1):
             began = time.perf_counter()
             try:
                 resp = self.client.chat.completions.create(**body)
-                text, finish = _check_reply(resp)
+                text, finish = _check_reply(resp, with_tools=bool(tools))
             except (self._openai.OpenAIError, ValueError, _BadReply) as exc:
                 if isinstance(exc, _BadReply):
                     retry, what, after = True, exc.what, None
@@ -199,7 +213,8 @@ class OpenAIBackend:
         raise AssertionError("unreachable")
 
     def generate(
-        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None,
+        tools: list | None = None,
     ) -> Iterator[list[tuple[int, Completion]]]:
         """Completions as they finish, at most `max_concurrency` requests in flight.
 
@@ -217,7 +232,7 @@ class OpenAIBackend:
             try:
                 while pending or (failure is None and next_index < len(chats)):
                     while failure is None and next_index < len(chats) and len(pending) < self.max_concurrency:
-                        fut = pool.submit(self.complete, chats[next_index], sampling, labels[next_index])
+                        fut = pool.submit(self.complete, chats[next_index], sampling, labels[next_index], tools)
                         pending[fut] = next_index
                         next_index += 1
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)

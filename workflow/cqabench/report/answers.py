@@ -45,7 +45,7 @@ from cqabench.report.significance import (
 )
 from cqabench.scoring import PARSE_METRIC, PRIMARY, UNIT
 
-SETTING_ORDER = ("closed", "rag", "oracle")
+SETTING_ORDER = ("closed", "rag", "oracle", "open-book")  # open-book: TANQ's tool agent
 DATASET_ORDER = ("ambigqa", "2wikimultihopqa", "musique", "ottqa", "strategyqa", "tatqa", "finqa", "tanq")  # DEXTER's
 GROUP_KEYS = ("dataset", "split", "serialization", "llm", "prompt")
 CELL_KEYS = ("setting", "retriever", "k")

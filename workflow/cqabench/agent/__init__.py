@@ -1,0 +1,1 @@
+"""The open-book tool agent ("Tool LM" of the TANQ paper): tools, a safe calculator, the bounded loop."""
