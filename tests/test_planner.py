@@ -29,11 +29,12 @@ def _plan(config: dict[str, Any], env: Environment = ENV) -> Plan:
     return Plan(config, env)
 
 
-# ---- the shipped configs (counts as `snakemake -n --forceall` planned them before the move) ----
+# ---- the shipped configs (counts as `snakemake -n --forceall` planned them before the move; the
+# default has gained one open-book cell since: TANQ's tool agent) ----
 
 
 @pytest.mark.parametrize(
-    ("name", "generate", "eval_retrieval"), [("config.yaml", 55, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
+    ("name", "generate", "eval_retrieval"), [("config.yaml", 56, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
 )
 def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, eval_retrieval: int) -> None:
     plan = _plan(_config(name))
@@ -43,11 +44,13 @@ def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int,
 
 def test_default_plan_by_hand() -> None:
     """config.yaml: 8 datasets x 1 serialization; closed everywhere, rag over 2 runs x 3 k where the
-    dataset is searched (7, not TANQ), oracle where gold exists (5 of 8): 8 + 42 + 5 = 55."""
+    dataset is searched (7, not TANQ), oracle where gold exists (5 of 8), open-book for TANQ only:
+    8 + 42 + 5 + 1 = 56."""
     plan = _plan(_config())
     cells = plan.generation_cells()
-    by_setting = {s: [c for c in cells if c[6] == s] for s in ("closed", "rag", "oracle")}
-    assert (len(by_setting["closed"]), len(by_setting["rag"]), len(by_setting["oracle"])) == (8, 42, 5)
+    by_setting = {s: [c for c in cells if c[6] == s] for s in ("closed", "rag", "oracle", "open-book")}
+    assert [len(by_setting[s]) for s in ("closed", "rag", "oracle", "open-book")] == [8, 42, 5, 1]
+    assert by_setting["open-book"] == [("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)]
     assert {c[0] for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa"}
     assert plan.corpus_of("musique") == plan.corpus_of("2wikimultihopqa") == "wiki-multihop"
     assert plan.corpus_of("tatqa") == "tatqa"
