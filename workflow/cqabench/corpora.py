@@ -36,8 +36,9 @@ from cqabench.schema import CORPUS_SCHEMA
 
 log = logging.getLogger(__name__)
 
-RUN_ROWS = 200_000  # rows sorted in memory at once (one run)
-MERGE_ROWS = 200_000  # rows read ahead over all runs together while merging
+RUN_ROWS = 100_000  # rows sorted in memory at once (one run)
+FAN_IN = 16  # runs merged at once (more are merged in levels)
+GROUP_ROWS = 1_024  # row group of a run file: what the merge holds of each open run
 
 
 def _check_schema(path: Path) -> None:
@@ -50,7 +51,7 @@ def _check_schema(path: Path) -> None:
 
 
 def _batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=CORPUS_SCHEMA.names):
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=CORPUS_SCHEMA.names, use_threads=False):
         yield pa.Table.from_batches([batch]).cast(CORPUS_SCHEMA)
 
 
@@ -82,15 +83,19 @@ def _link(src: Path, out: Path) -> None:
             shutil.copyfile(src, tmp)
 
 
-def _sorted_runs(corpus_files: Sequence[Path], scratch: Path, run_rows: int) -> list[Path]:
-    """Cut the inputs, in order, into runs sorted (stably) by docid; returns their files in order."""
+def _sorted_runs(corpus_files: Sequence[Path], scratch: Path, run_rows: int, group_rows: int) -> list[Path]:
+    """Cut the inputs, in order, into runs sorted (stably) by docid; returns their files in order.
+
+    Runs are written in row groups of `group_rows`, the rows the merge reads of each at a time
+    (a reader decodes whole row groups)."""
     runs: list[Path] = []
     for path in corpus_files:
         for table in _batches(path, run_rows):
             if table.num_rows == 0:
                 continue
             run = scratch / f"run-{len(runs):06d}.parquet"
-            pq.write_table(table.take(pc.sort_indices(table, sort_keys=[("docid", "ascending")])), run)
+            pq.write_table(table.take(pc.sort_indices(table, sort_keys=[("docid", "ascending")])), run,
+                           row_group_size=group_rows)
             runs.append(run)
     return runs
 
@@ -101,6 +106,20 @@ def _run_rows(run: Path, index: int, batch_size: int) -> Iterator[tuple[str, int
         for row in table.to_pylist():
             yield row["docid"], index, seq, row
             seq += 1
+
+
+def _merged(runs: Sequence[Path], source: Path) -> Iterator[dict[str, Any]]:
+    """The rows of sorted `runs` in docid order, each docid once (its first row: runs in order,
+    then row order); a repeat must have the first one's title and text."""
+    merged = heapq.merge(*(_run_rows(run, i, GROUP_ROWS) for i, run in enumerate(runs)))
+    last: dict[str, Any] | None = None
+    for docid, _run, _seq, row in merged:
+        if last is not None and docid == last["docid"]:
+            if (row["title"], row["text"]) != (last["title"], last["text"]):
+                raise DataError(source, docid, "docid", "two different documents share this id")
+            continue
+        yield row
+        last = row
 
 
 def pool(corpus_files: Sequence[Path], out: Path, run_rows: int = RUN_ROWS) -> int:
@@ -118,19 +137,27 @@ def pool(corpus_files: Sequence[Path], out: Path, run_rows: int = RUN_ROWS) -> i
         log.info("%s: %d documents, the prepared corpus itself (%s, not copied)", out, rows, corpus_files[0])
         return rows
     with scratch_dir(out) as scratch:
-        runs = _sorted_runs(corpus_files, scratch, run_rows)
-        batch = max(1, MERGE_ROWS // max(1, len(runs)))
-        merged = heapq.merge(*(_run_rows(run, i, batch) for i, run in enumerate(runs)))
+        runs = _sorted_runs(corpus_files, scratch, run_rows, GROUP_ROWS)
+        n_runs, level = len(runs), 0
+        # At most FAN_IN runs are open at once (each reader holds a row group or more), so memory
+        # does not grow with the number of runs; consecutive runs merge into one, keeping order.
+        while len(runs) > FAN_IN:
+            level += 1
+            merged_runs = []
+            for i in range(0, len(runs), FAN_IN):
+                run = scratch / f"run-{level}-{len(merged_runs):06d}.parquet"
+                with RowGroupWriter(run, CORPUS_SCHEMA, rows_per_group=GROUP_ROWS) as writer:
+                    for row in _merged(runs[i:i + FAN_IN], corpus_files[0]):
+                        writer.add(row)
+                for done in runs[i:i + FAN_IN]:
+                    done.unlink()
+                merged_runs.append(run)
+            runs = merged_runs
         with atomic_path(out) as tmp, RowGroupWriter(tmp, CORPUS_SCHEMA) as writer:
-            last: dict[str, Any] | None = None
-            for docid, _run, _seq, row in merged:
-                if last is not None and docid == last["docid"]:
-                    if (row["title"], row["text"]) != (last["title"], last["text"]):
-                        raise DataError(corpus_files[0], docid, "docid", "two different documents share this id")
-                    continue
+            for row in _merged(runs, corpus_files[0]):
                 writer.add(row)
-                last = row
-    log.info("%s: %d documents pooled from %d files (%d sorted runs)", out, writer.rows, len(corpus_files), len(runs))
+    log.info("%s: %d documents pooled from %d files (%d sorted runs, %d merge levels)",
+             out, writer.rows, len(corpus_files), n_runs, level + 1)
     return writer.rows
 
 

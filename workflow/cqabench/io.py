@@ -268,8 +268,8 @@ def write_text(text: str, path: str | Path) -> None:
 # cut early. A corpus larger than this is written (and later read) one group at a time, so a
 # writer holds at most this many rows; on the bundled sample every table is one group, which is
 # what `pq.write_table` of the whole table wrote, so the files are byte-identical.
-ROWS_PER_GROUP = 65_536
-CHARS_PER_GROUP = 64 * 1024 * 1024
+ROWS_PER_GROUP = 16_384
+CHARS_PER_GROUP = 32 * 1024 * 1024
 
 
 class RowGroupWriter:
@@ -280,15 +280,15 @@ class RowGroupWriter:
     so a failure leaves no half-written output. Use as a context manager; `rows` counts what was
     written."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema, rows_per_group: int = ROWS_PER_GROUP,
-                 chars_per_group: int = CHARS_PER_GROUP, text_fields: tuple[str, ...] = ("text",)) -> None:
+    def __init__(self, path: str | Path, schema: pa.Schema, rows_per_group: int | None = None,
+                 chars_per_group: int | None = None, text_fields: tuple[str, ...] = ("text",)) -> None:
         self.schema = schema
         self.rows = 0
         self._writer = pq.ParquetWriter(str(path), schema)
         self._buffer: list[dict[str, Any]] = []
         self._chars = 0
-        self._rows_per_group = rows_per_group
-        self._chars_per_group = chars_per_group
+        self._rows_per_group = rows_per_group or ROWS_PER_GROUP
+        self._chars_per_group = chars_per_group or CHARS_PER_GROUP
         self._text_fields = text_fields
 
     def add(self, row: dict[str, Any]) -> None:

@@ -159,6 +159,7 @@ Record = Query | Document | Qrel | Answer
 MAX_MEMBER_CHARS = 16 * 1024 * 1024
 _READ_CHARS = 1 << 20
 _WS = " \t\n\r"
+_NUMBER_CHARS = frozenset("0123456789+-.eE")
 
 
 def collect(records: Iterable[Record]) -> CanonicalData:
@@ -286,7 +287,7 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                         raise _Malformed(pos, "expected ',' or '}' between members")
                     pos += 1
                     skip_ws()
-                key_at = pos
+                key_off = pos - start  # `start` moves when more() drops consumed text; the offset does not
                 if buf[pos] != '"':
                     raise _Malformed(pos, "expected a member name in double quotes")
                 key, pos = json.decoder.scanstring(buf, pos + 1)
@@ -296,8 +297,14 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                 pos += 1
                 skip_ws()
                 value, pos = decoder.raw_decode(buf, pos)
-                if pos >= len(buf) and not eof:  # a number cut off by the window ("12" of 12345): read on
-                    raise _Malformed(pos, "the file ends inside the object")
+                if not eof and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    # A number cut by the window ("12" of 12345, "-0" of "-0.25") counts only once
+                    # a character that cannot continue it has been read.
+                    end = pos
+                    while end < len(buf) and buf[end] in _NUMBER_CHARS:
+                        end += 1
+                    if end >= len(buf):
+                        raise _Malformed(pos, "the file ends inside the object")
             except (json.JSONDecodeError, _Malformed) as exc:
                 # Not enough text yet, or really malformed: read on while the member could still be
                 # complete; past MAX_MEMBER_CHARS (or at the end of the file) it is an error.
@@ -308,7 +315,7 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                 raise DataError(path, f"line {line_at(min(exc.pos, len(buf)))}", "-",
                                 f"not valid JSON ({exc.msg}){where}") from None
             last = key
-            yield line_at(key_at), key, value
+            yield line_at(start + key_off), key, value
         while True:
             while pos < len(buf) and buf[pos] in _WS:
                 pos += 1
