@@ -205,3 +205,15 @@ def test_row_group_writer_holds_one_group(tmp_path: Path) -> None:
     meta = pq.ParquetFile(tmp_path / "c.parquet").metadata
     assert (meta.num_rows, meta.num_row_groups) == (10, 3)
     assert pq.read_table(tmp_path / "c.parquet").equals(pa.Table.from_pylist(rows, schema=CORPUS_SCHEMA))
+
+
+def test_the_corpus_reader_names_a_repeated_docid_after_the_last_document(tmp_path: Path) -> None:
+    from cqabench.retrievers.jobs import iter_documents
+
+    path = _corpus(tmp_path / "c.parquet", [("a", "T", "x"), ("b", "T", "y"), ("a", "T", "x")])
+    seen = []
+    with pytest.raises(DataError) as err:
+        for doc in iter_documents(path, "pipe"):
+            seen.append(doc[0])
+    assert seen == ["a", "b", "a"] and (err.value.record, err.value.field) == ("a", "docid")
+    assert "duplicate document id" in err.value.problem
