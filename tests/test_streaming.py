@@ -12,14 +12,12 @@ import json
 import os
 from pathlib import Path
 
+import cqabench.io as cio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import cqabench.corpora as corpora
-import cqabench.datasets.common as common
-import cqabench.io as cio
-from cqabench.datasets import loader, strategyqa
+from cqabench import corpora
+from cqabench.datasets import common, loader, strategyqa
 from cqabench.datasets.common import IdDigests, iter_json_object
 from cqabench.errors import DataError
 from cqabench.prepare import prepare
@@ -217,3 +215,17 @@ def test_the_corpus_reader_names_a_repeated_docid_after_the_last_document(tmp_pa
             seen.append(doc[0])
     assert seen == ["a", "b", "a"] and (err.value.record, err.value.field) == ("a", "docid")
     assert "duplicate document id" in err.value.problem
+
+
+def test_a_bad_row_deep_in_a_streamed_tsv_names_its_line(tmp_path: Path) -> None:
+    """Line 1,001 of a 3,300-passage psgs_w100 file lacks its title column."""
+    rows = (RAW / "ambigqa" / "psgs_w100_sample.tsv").read_text(encoding="utf-8").splitlines()
+    body = [f"{i + 1}\t{r.split(chr(9), 1)[1]}" for i, r in enumerate(rows[1:] * 3)]
+    body[999] = body[999].rsplit("\t", 1)[0]
+    tsv = tmp_path / "psgs.tsv"
+    tsv.write_text("\n".join([rows[0], *body]) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        prepare("ambigqa", "dev", {"questions": RAW / "ambigqa/dev_light_40.json", "passages": tsv}, tmp_path / "out")
+    assert (err.value.path, err.value.record) == (str(tsv), "line 1001")
+    assert "expected 3 tab-separated columns, got 2" in err.value.problem
+    assert not (tmp_path / "out").exists()
