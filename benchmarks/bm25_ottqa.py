@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from cqabench import retrievers
 from cqabench.datasets import ottqa
 from cqabench.io import write_json, write_parquet
@@ -48,7 +49,8 @@ def pyserini_index(docs: list[tuple[str, str, str]], out: Path, threads: int) ->
     """What `python -m pyserini.index.lucene` does, in process: JsonCollection -> IndexCollection."""
     with tempfile.TemporaryDirectory() as tmp:
         with open(Path(tmp) / "docs.jsonl", "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps({"id": docid, "contents": text if text.strip() else title, "title": title}) + "\n" for docid, title, text in docs)
+            for docid, title, text in docs:
+                fh.write(json.dumps({"id": docid, "contents": text if text.strip() else title, "title": title}) + "\n")
         autoclass("io.anserini.index.IndexCollection").main(
             ["-collection", "JsonCollection", "-generator", "DefaultLuceneDocumentGenerator", "-input", tmp,
              "-index", str(out), "-fields", "title", "-threads", str(threads), "-language", "en", "-storeRaw"]

@@ -77,8 +77,9 @@ def load(n_docs: int | None, n_queries: int | None, seed: int = 0) -> tuple[list
 
 def _st_direct(docs, queries) -> tuple[dict, float]:
     import numpy as np
-    from cqabench.retrievers.encoders import resolve_model
     from sentence_transformers import SentenceTransformer
+
+    from cqabench.retrievers.encoders import resolve_model
 
     m = SentenceTransformer(resolve_model(MODEL), device="cpu")
     t = time.perf_counter()
@@ -91,13 +92,15 @@ def _st_direct(docs, queries) -> tuple[dict, float]:
 
 
 def _dexter(docs, queries) -> tuple[dict, float]:
-    import dexter.retriever.dense.DenseFullSearch as dfs
     import sentence_transformers
-    from cqabench.retrievers.encoders import resolve_model
+
+    import dexter.retriever.dense.DenseFullSearch as dfs
     from dexter.data.datastructures.evidence import Evidence
     from dexter.data.datastructures.hyperparameters.dpr import DenseHyperParams
     from dexter.data.datastructures.question import Question
     from dexter.utils.metrics.SimilarityMatch import CosineSimilarity
+
+    from cqabench.retrievers.encoders import resolve_model
 
     # DenseFullSearch hard-codes device="cuda"; pin its SentenceTransformer to CPU.
     dfs.SentenceTransformer = lambda path, device=None: sentence_transformers.SentenceTransformer(path, device="cpu")

@@ -25,11 +25,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
-from cqabench.datasets import musique
-from cqabench.llm import llm_spec
-from cqabench.llm.base import Sampling
-from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted
-from cqabench.prompts import build_chat, load_template
+from cqabench.datasets import musique  # noqa: E402
+from cqabench.llm import llm_spec  # noqa: E402
+from cqabench.llm.base import Sampling  # noqa: E402
+from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted  # noqa: E402
+from cqabench.prompts import build_chat, load_template  # noqa: E402
 
 
 def prompts(n: int) -> list[list[dict]]:
@@ -72,6 +72,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
+
     from cqabench.llm.hf import HfBackend
 
     model_dir = ensure_converted(DEFAULT_SOURCE, args.model_dir)

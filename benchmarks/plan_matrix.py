@@ -34,14 +34,14 @@ def snakemake(workdir: Path, configfile: str, *args: str) -> tuple[float, subpro
 
 
 def job_count(text: str) -> int:
-    m = re.search(r"^total\s+(\d+)\s*$", text, re.MULTILINE)
+    m = re.search(r"^total\s+(\d+)\s*$", text, re.M)
     return int(m.group(1)) if m else 0
 
 
 def outputs_of_dry_run(text: str) -> list[str]:
     """Every path on the `output:` lines of a dry run."""
     found = []
-    for m in re.finditer(r"^\s+output: (.+)$", text, re.MULTILINE):
+    for m in re.finditer(r"^\s+output: (.+)$", text, re.M):
         found += [p.strip() for p in m.group(1).split(", ") if p.strip()]
     return found
 
