@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -215,6 +215,21 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(tmp)
 
 
+@contextlib.contextmanager
+def scratch_dir(path: str | Path) -> Iterator[Path]:
+    """A temporary folder beside output `path` for a job's intermediate files (sorted runs, say),
+    removed when the block ends; named like the temporaries here, so one a killed job left is
+    swept by the next writer of `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale_siblings(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     """sha256 of a file read in chunks (raw downloads, model weights)."""
     digest = hashlib.sha256()
@@ -247,3 +262,58 @@ def write_jsonl(rows: list[dict[str, Any]], path: str | Path) -> None:
 def write_text(text: str, path: str | Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+# Rows per Parquet row group written by `RowGroupWriter`, and the text held before a group is
+# cut early. A corpus larger than this is written (and later read) one group at a time, so a
+# writer holds at most this many rows; on the bundled sample every table is one group, which is
+# what `pq.write_table` of the whole table wrote, so the files are byte-identical.
+ROWS_PER_GROUP = 16_384
+CHARS_PER_GROUP = 32 * 1024 * 1024
+
+
+class RowGroupWriter:
+    """Append rows (dicts in `schema`'s field order) to a Parquet file one row group at a time.
+
+    Why: `pa.Table.from_pylist` of a whole corpus holds every passage as Python objects and again
+    as Arrow; this holds one group. Write into a temporary path (`atomic_path` / `atomic_files`),
+    so a failure leaves no half-written output. Use as a context manager; `rows` counts what was
+    written."""
+
+    def __init__(self, path: str | Path, schema: pa.Schema, rows_per_group: int | None = None,
+                 chars_per_group: int | None = None, text_fields: tuple[str, ...] = ("text",)) -> None:
+        self.schema = schema
+        self.rows = 0
+        self._writer = pq.ParquetWriter(str(path), schema)
+        self._buffer: list[dict[str, Any]] = []
+        self._chars = 0
+        self._rows_per_group = rows_per_group or ROWS_PER_GROUP
+        self._chars_per_group = chars_per_group or CHARS_PER_GROUP
+        self._text_fields = text_fields
+
+    def add(self, row: dict[str, Any]) -> None:
+        self._buffer.append(row)
+        self._chars += sum(len(row.get(f) or "") for f in self._text_fields)
+        if len(self._buffer) >= self._rows_per_group or self._chars >= self._chars_per_group:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._writer.write_table(pa.Table.from_pylist(self._buffer, schema=self.schema))
+            self.rows += len(self._buffer)
+            self._buffer, self._chars = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        if self.rows == 0:  # an empty table: one empty group, as pq.write_table writes it
+            self._writer.write_table(self.schema.empty_table())
+        self._writer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._writer.close()

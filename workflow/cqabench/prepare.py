@@ -1,26 +1,49 @@
-"""raw files → the four canonical Parquet files of one (dataset, split), checked before writing."""
+"""raw files → the four canonical Parquet files of one (dataset, split), checked before they appear.
+
+The corpus streams from the loader to disk (see `prepare`); peak memory does not grow with it."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow.parquet as pq
 
 from cqabench.datasets import loader
-from cqabench.datasets.common import check_raw_file
+from cqabench.datasets.common import IdDigests, check_raw_file
 from cqabench.errors import ConfigError, DataError
-from cqabench.io import atomic_files
-from cqabench.schema import ANSWER_TYPES, DOC_KINDS, CanonicalData, Query
+from cqabench.io import RowGroupWriter, atomic_files
+from cqabench.schema import (
+    ANSWER_TYPES,
+    CORPUS_SCHEMA,
+    DOC_KINDS,
+    CanonicalData,
+    Document,
+    Qrel,
+    Query,
+)
 
 log = logging.getLogger(__name__)
 TABLES = ("queries", "corpus", "qrels", "answers")
 
 
-def validate(data: CanonicalData, source: Path) -> None:
-    """Invariants every later stage relies on; `source` names the raw file in errors."""
+def check_document(d: Document, source: Path) -> None:
+    """A corpus row every later stage can read: a known kind, a table with cells."""
+    if d.kind not in DOC_KINDS:
+        raise DataError(source, d.docid, "kind", f"unknown document kind {d.kind!r}")
+    if d.kind != "text" and (not d.table_header or not d.table_rows):
+        raise DataError(source, d.docid, "table", "empty table")
+
+
+def validate(data: CanonicalData, source: Path, docids: IdDigests | None = None) -> None:
+    """Invariants every later stage relies on; `source` names the raw file in errors.
+
+    `docids`: the corpus's ids when it was streamed to disk (`data.corpus` then empty and its
+    documents already checked with `check_document`); otherwise `data.corpus` is checked here."""
     qids: set[str] = set()
     for q in data.queries:
         if not q.qid:
@@ -30,23 +53,38 @@ def validate(data: CanonicalData, source: Path) -> None:
         if not q.question.strip():
             raise DataError(source, q.qid, "question", "empty question text")
         qids.add(q.qid)
-    docids: set[str] = set()
-    for d in data.corpus:
-        if d.kind not in DOC_KINDS:
-            raise DataError(source, d.docid, "kind", f"unknown document kind {d.kind!r}")
-        if d.kind != "text" and (not d.table_header or not d.table_rows):
-            raise DataError(source, d.docid, "table", "empty table")
-        docids.add(d.docid)
+    if docids is None:
+        docids = IdDigests()
+        for d in data.corpus:
+            check_document(d, source)
+            docids.add(d.docid)
     for r in data.qrels:
         if r.qid not in qids:
             raise DataError(source, r.qid, "qrels.qid", "qrel for a question that is not in the split")
-        if r.docid not in docids:
+    absent = set(docids.missing(dict.fromkeys(r.docid for r in data.qrels)))
+    for r in data.qrels:
+        if r.docid in absent:
             raise DataError(source, r.qid, "qrels.docid", f"gold document {r.docid!r} is absent from the corpus")
     for a in data.answers:
         if a.qid not in qids:
             raise DataError(source, a.qid, "answers.qid", "answer for a question that is not in the split")
         if a.answer_type not in ANSWER_TYPES:
             raise DataError(source, a.qid, "answer_type", f"unknown answer type {a.answer_type!r}")
+
+
+def _check_unique_docids(corpus_file: Path, docids: IdDigests, source: Path) -> None:
+    """Every docid once: the retrieval corpus of a single dataset is this file itself (see
+    corpora.pool). Candidates come from the digests; the written file names the real repeat."""
+    candidates = docids.repeated()
+    if not candidates:
+        return
+    seen: set[str] = set()
+    for batch in pq.ParquetFile(corpus_file).iter_batches(columns=["docid"], batch_size=65_536):
+        for docid in batch.column(0).to_pylist():
+            if IdDigests.digest(docid) in candidates:
+                if docid in seen:
+                    raise DataError(source, docid, "docid", "two documents of the corpus share this id")
+                seen.add(docid)
 
 
 # Question filters a dataset supports beyond `limit` (the paper's selections, e.g. DEXTER's
@@ -102,8 +140,12 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
             hops: list[int] | None = None, answerable_only: bool = False) -> CanonicalData:
     """Load one (dataset, split), select its questions (`select_questions`), check, write.
 
-    The loader reads the whole file (no limit), so the corpus is the file's whatever `limit`,
-    `hops` or `answerable_only` select."""
+    The loader's records stream through: each document is checked and written to corpus.parquet
+    in row groups as it is read (io.RowGroupWriter), so memory holds the questions, qrels and
+    answers but never the corpus (docids only as 8-byte digests, for the checks). The loader
+    reads the whole file (no limit), so the corpus is the file's whatever `limit`, `hops` or
+    `answerable_only` select. Returns the kept questions, qrels and answers (`corpus` empty:
+    the documents are in corpus.parquet)."""
     module = loader(dataset)
     check_limit(dataset, limit)
     missing = [role for role, required in module.RAW_FILES.items() if required and role not in files]
@@ -116,29 +158,60 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
     for role, path in files.items():
         check_raw_file(Path(path), role)
     main_file = Path(files.get("questions", next(iter(files.values()))))
-    loaded = module.load(files, split, limit=None)
-    if not loaded.queries:
-        # An empty file (0 bytes, `[]`, only blank lines) would otherwise become four empty
-        # tables and, downstream, a metrics.json without metrics.
-        raise DataError(main_file, None, "-", "no questions in the file (an empty file or an empty list); "
-                        "is it the right file, or a download that was cut short?")
-    data = select_questions(loaded, dataset, limit=limit, hops=hops, answerable_only=answerable_only)
-    if not data.queries:
-        raise ConfigError(f"{dataset}/{split}: the question selection (hops {hops}, answerable_only "
-                          f"{answerable_only}) keeps none of the {len(loaded.queries)} questions of {main_file}")
-    if data is not loaded:
-        log.info("%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); the corpus is the whole file's",
-                 dataset, split, len(data.queries), len(loaded.queries), limit, hops, answerable_only)
-    validate(data, main_file)
-    tables = data.tables()
-    # All four only after every check passed, and as one: a failed or killed run leaves none of
-    # them (and no old table beside a new one); see io.atomic_files.
     out_dir = Path(out_dir)
-    with atomic_files({name: out_dir / f"{name}.parquet" for name in TABLES}) as tmp:
-        for name in TABLES:
-            pq.write_table(tables[name], tmp[name])
+    created = not out_dir.exists()
+    try:
+        data, n_docs = _stream_and_write(module, dataset, split, files, main_file, out_dir, limit, hops, answerable_only)
+    except BaseException:
+        # The tables are written as they are read, into temporaries that a failure removes; a
+        # folder this run made for them goes too, so a failed prepare leaves nothing behind.
+        if created and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()
+        raise
     log.info(
         "%s/%s: %d queries, %d documents, %d qrels, %d answers",
-        dataset, split, len(data.queries), len(data.corpus), len(data.qrels), len(data.answers),
+        dataset, split, len(data.queries), n_docs, len(data.qrels), len(data.answers),
     )
     return data
+
+
+def _stream_and_write(module: ModuleType, dataset: str, split: str, files: Mapping[str, Path], main_file: Path,
+                      out_dir: Path, limit: int | None, hops: list[int] | None,
+                      answerable_only: bool) -> tuple[CanonicalData, int]:
+    """The body of `prepare`: (the kept questions, qrels and answers; the number of documents)."""
+    loaded = CanonicalData()
+    docids = IdDigests()
+    # All four only after every check passed, and as one: a failed or killed run leaves none of
+    # them (and no old table beside a new one); see io.atomic_files.
+    with atomic_files({name: out_dir / f"{name}.parquet" for name in TABLES}) as tmp:
+        with RowGroupWriter(tmp["corpus"], CORPUS_SCHEMA) as corpus:
+            for rec in module.records(files, split, limit=None):
+                if isinstance(rec, Document):
+                    check_document(rec, main_file)
+                    docids.add(rec.docid)
+                    corpus.add(asdict(rec))
+                elif isinstance(rec, Query):
+                    loaded.queries.append(rec)
+                elif isinstance(rec, Qrel):
+                    loaded.qrels.append(rec)
+                else:
+                    loaded.answers.append(rec)
+        if not loaded.queries:
+            # An empty file (0 bytes, `[]`, only blank lines) would otherwise become four empty
+            # tables and, downstream, a metrics.json without metrics.
+            raise DataError(main_file, None, "-", "no questions in the file (an empty file or an empty list); "
+                            "is it the right file, or a download that was cut short?")
+        data = select_questions(loaded, dataset, limit=limit, hops=hops, answerable_only=answerable_only)
+        if not data.queries:
+            raise ConfigError(f"{dataset}/{split}: the question selection (hops {hops}, answerable_only "
+                              f"{answerable_only}) keeps none of the {len(loaded.queries)} questions of {main_file}")
+        if data is not loaded:
+            log.info("%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); "
+                     "the corpus is the whole file's", dataset, split, len(data.queries), len(loaded.queries),
+                     limit, hops, answerable_only)
+        validate(data, main_file, docids)
+        _check_unique_docids(tmp["corpus"], docids, main_file)
+        tables = data.tables()
+        for name in ("queries", "qrels", "answers"):
+            pq.write_table(tables[name], tmp[name])
+    return data, corpus.rows

@@ -38,6 +38,8 @@ rule prepare:
         "{params.files} {params.limit} --out-dir {params.out_dir:q} 2> {log:q}"
 
 
+# One member file: the output is a hard link to it (stored once, prepare's row order); several:
+# an external merge sort in bounded memory, sorted by docid (cqabench/corpora.py).
 rule pool_corpus:
     input:
         lambda w: [data_path(ds, split, "corpus") for ds in corpus_members(w.corpus) for split in corpus_splits(ds)],

@@ -1,8 +1,11 @@
-"""Registry of dataset loaders: one module per dataset, raw files → `CanonicalData`.
+"""Registry of dataset loaders: one module per dataset, raw files → canonical records.
 
 Each module defines `RAW_FILES` (role → required?),
-`load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData` and
-`gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]` (see `has_gold_evidence`).
+`records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]`
+(the `Document`s, `Query`s, `Qrel`s and `Answer`s as the raw files are read, so that `prepare`
+can write a corpus of any size without holding it), `load(...) -> CanonicalData` (the same
+records gathered, `common.collect`) and `gold_evidence(files: Mapping[str, Path]) ->
+tuple[bool, str]` (see `has_gold_evidence`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.datasets.common import (
+    IdDigests,
+    Record,
+    collect,
     field,
     limited,
     ordered_unique,
@@ -80,70 +83,92 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
         raise DataError(path, f"line {reader.line_num}", "-", f"not valid TSV ({exc})") from None
 
 
-def read_dpr_passages(path: Path) -> list[Document]:
-    """Read a psgs_w100.tsv-shaped file; the id column is the docid (DPR's own passage ids)."""
-    docs: list[Document] = []
-    seen: set[str] = set()
+def iter_dpr_passages(path: Path) -> Iterator[Document]:
+    """The passages of a psgs_w100.tsv-shaped file, one at a time (21M in DPR's full file); the
+    id column is the docid (DPR's own passage ids).
+
+    Ids are checked unique from 8-byte digests (`IdDigests`), not a set of the ids; a repeat is
+    therefore reported after the last passage (by a second pass naming it and its line), which
+    `prepare` sees before it publishes anything."""
+    digests = IdDigests()
     for line, row in _tsv_rows(path):
         if len(row) != 3:
             raise DataError(path, f"line {line}", "-", f"expected 3 tab-separated columns, got {len(row)}")
         pid, text, title = row
         if not pid:
             raise DataError(path, f"line {line}", "id", "empty passage id")
-        if pid in seen:
-            raise DataError(path, pid, "id", f"duplicate passage id (line {line})")
-        seen.add(pid)
-        docs.append(Document(docid=pid, title=title, text=text))
-    return docs
+        digests.add(pid)
+        yield Document(docid=pid, title=title, text=text)
+    candidates = digests.repeated()
+    if candidates:
+        seen: set[str] = set()
+        for line, row in _tsv_rows(path):
+            if IdDigests.digest(row[0]) in candidates:
+                if row[0] in seen:
+                    raise DataError(path, row[0], "id", f"duplicate passage id (line {line})")
+                seen.add(row[0])
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def read_dpr_passages(path: Path) -> list[Document]:
+    """All passages of a psgs_w100.tsv-shaped file as a list (small files; see iter_dpr_passages)."""
+    return list(iter_dpr_passages(path))
+
+
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """The passages as they are read, then each question's qrels, query and answer.
+
+    The questions are read (and checked) first, so that only the titles they viewed are kept
+    while the passage file streams by: memory holds the questions and their gold passage ids,
+    never the corpus."""
     path = Path(files["questions"])
     raw = read_json_list(path, "questions")
-    records = limited(raw, limit)
-
-    data = CanonicalData()
-    by_title: dict[str, list[str]] = {}
-    if files.get("passages"):
-        data.corpus = read_dpr_passages(Path(files["passages"]))
-        for doc in data.corpus:
-            by_title.setdefault(doc.title.casefold(), []).append(doc.docid)
-
+    parsed: list[tuple[str, str, list[Annotation], list[str] | None, dict[str, Any]]] = []
     seen_qids: set[str] = set()
-    for i, rec in enumerate(records):
+    for i, rec in enumerate(limited(raw, limit)):
         qid = field(rec, "id", str, path, f"index {i}")
         if qid in seen_qids:
             raise DataError(path, qid, "id", "duplicate question id")
         seen_qids.add(qid)
         question = field(rec, "question", str, path, qid)
         annotations = _annotations(rec, path, qid)
-
-        meta: dict[str, Any] = {}
+        titles = None
         if "viewed_doc_titles" in rec:
             titles = field(rec, "viewed_doc_titles", list, path, qid)
             if not all(isinstance(t, str) for t in titles):
                 raise DataError(path, qid, "viewed_doc_titles", "expected a list of strings")
+        extra = {key: rec[key] for key in ("nq_answer", "nq_doc_title") if key in rec}
+        parsed.append((qid, question, annotations, titles, extra))
+    del raw
+
+    wanted = {t.casefold() for *_, titles, _ in parsed for t in titles or ()}
+    by_title: dict[str, list[str]] = {}  # viewed title (casefolded) -> its passages, in file order
+    any_passage = False
+    if files.get("passages"):
+        for doc in iter_dpr_passages(Path(files["passages"])):
+            any_passage = True
+            key = doc.title.casefold()
+            if key in wanted:
+                by_title.setdefault(key, []).append(doc.docid)
+            yield doc
+
+    for qid, question, annotations, titles, extra in parsed:
+        meta: dict[str, Any] = {}
+        if titles is not None:
             meta["viewed_doc_titles"] = titles
-            if by_title:
+            if any_passage:
                 gold = list(dict.fromkeys(d for t in titles for d in by_title.get(t.casefold(), [])))
                 meta["unmatched_titles"] = [t for t in titles if t.casefold() not in by_title]
-                data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
-        for key in ("nq_answer", "nq_doc_title"):
-            if key in rec:
-                meta[key] = rec[key]
-
+                yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        meta.update(extra)
         single = all(a.type == "singleAnswer" for a in annotations)
-        data.queries.append(
-            Query(
-                qid=qid,
-                question=question,
-                question_type="single" if single else "multi",
-                meta=json.dumps(meta, ensure_ascii=False),
-            )
-        )
+        yield Query(qid=qid, question=question, question_type="single" if single else "multi",
+                    meta=json.dumps(meta, ensure_ascii=False))
         pooled = ordered_unique([alias for a in annotations for item in a.answers for alias in item["aliases"]])
-        data.answers.append(Answer(qid=qid, answer_type="interpretations", aliases=pooled, annotations=annotations))
-    return data
+        yield Answer(qid=qid, answer_type="interpretations", aliases=pooled, annotations=annotations)
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 _VIEWED = re.compile(r'"viewed_doc_titles"\s*:\s*\[\s*"')

@@ -29,11 +29,18 @@ different FinQA splits in different stages; here the config decides once.)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, finite, limited, read_json_list
+from cqabench.datasets.common import (
+    Record,
+    collect,
+    field,
+    finite,
+    limited,
+    read_json_list,
+)
 from cqabench.datasets.tatqa import header_and_rows
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
@@ -92,10 +99,10 @@ def _gold(qa: dict[str, Any], filename: str, n_sentences: int, path: Path, qid: 
     return gold
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """Each record's page documents (the first time the page is met), qrels, answer and query."""
     path = Path(files["questions"])
     records = read_json_list(path, "records")
-    data = CanonicalData()
     pages: dict[str, tuple[list[str], list[list[str]], list[str]]] = {}
     seen: set[str] = set()
     for i, rec in enumerate(limited(records, limit)):
@@ -109,21 +116,23 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
         page = (header, rows, sentences)
         if filename not in pages:
             pages[filename] = page
-            data.corpus.append(Document(docid=f"{filename}#table", title="", text="", kind="table",
-                                        table_header=header, table_rows=rows))
-            data.corpus.extend(Document(docid=f"{filename}#text_{k}", title="", text=s)
-                               for k, s in enumerate(sentences))
+            yield Document(docid=f"{filename}#table", title="", text="", kind="table",
+                           table_header=header, table_rows=rows)
+            yield from (Document(docid=f"{filename}#text_{k}", title="", text=s) for k, s in enumerate(sentences))
         elif pages[filename] != page:
             raise DataError(path, qid, "table/pre_text/post_text",
                             f"page {filename!r} differs from an earlier question's copy of it")
         qa = field(rec, "qa", dict, path, qid)
-        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in _gold(qa, filename, len(sentences), path, qid))
-        data.answers.append(_answer(qa, path, qid))
-        data.queries.append(
+        yield from (Qrel(qid=qid, docid=d, relevance=1) for d in _gold(qa, filename, len(sentences), path, qid))
+        yield _answer(qa, path, qid)
+        yield (
             Query(qid=qid, question=field(qa, "question", str, path, f"{qid} qa"),
                   meta=json.dumps({"filename": filename, "gold_inds": sorted(qa["gold_inds"])}, ensure_ascii=False))
         )
-    return data
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from cqabench.datasets.common import (
+    Record,
+    collect,
     field,
-    limited,
     ordered_unique,
     os_error,
     read_json_list,
@@ -55,10 +57,11 @@ def _hops(qid: str) -> str:
     return m.group(1) if m else ""
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """Each question's new paragraphs, qrels, query and answer, record by record (a .jsonl file
+    is read line by line)."""
     path = Path(files["questions"])
-    records = limited(list(_records(path)), limit)
-    data = CanonicalData()
+    records = islice(_records(path), limit)
     seen_docs: set[str] = set()
     seen_qids: set[str] = set()
     for pos, rec in records:
@@ -89,10 +92,10 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             by_idx[idx] = docid
             if docid not in seen_docs:
                 seen_docs.add(docid)
-                data.corpus.append(Document(docid=docid, title=title, text=text))
+                yield Document(docid=docid, title=title, text=text)
             if supporting and docid not in gold:  # one qrel even if the paragraph repeats
                 gold.add(docid)
-                data.qrels.append(Qrel(qid=qid, docid=docid, relevance=1))
+                yield Qrel(qid=qid, docid=docid, relevance=1)
 
         sub_questions: list[str] = []
         sub_answers: list[str] = []
@@ -113,7 +116,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                 raise DataError(path, qid, f"{where}.paragraph_support_idx", problem)
             sub_support.append(by_idx[support])
 
-        data.queries.append(
+        yield (
             Query(
                 qid=qid,
                 question=question,
@@ -130,8 +133,11 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                 ),
             )
         )
-        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=ordered_unique([answer, *aliases])))
-    return data
+        yield Answer(qid=qid, answer_type="aliases", aliases=ordered_unique([answer, *aliases]))
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

@@ -17,12 +17,19 @@ table only. Answer = the single `answer-text` (answer_type "aliases").
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from cqabench.datasets.common import field, limited, read_json, read_json_list
+from cqabench.datasets.common import (
+    Record,
+    collect,
+    field,
+    iter_json_object,
+    limited,
+    read_json_list,
+)
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -66,24 +73,14 @@ def _table_doc(table_id: str, table: Any, path: Path) -> Document:
     return Document(docid=table_id, title=full_title, text="", kind="table", table_header=header, table_rows=rows)
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """The tables, then the passages, as their files are read (common.iter_json_object: the
+    open-domain release has 400k tables and 6M passages), then each question's qrels, answer and
+    query. The questions are read and checked first, so only the ids they name are remembered;
+    a named table or passage the files lack is reported after they were read."""
     qpath, tpath, ppath = (Path(files[r]) for r in ("questions", "tables", "passages"))
-    tables = read_json(tpath)
-    if not isinstance(tables, dict):
-        raise DataError(tpath, None, "-", f"expected a JSON object {{table_id: table}}, got {type(tables).__name__}")
-    passages = read_json(ppath)
-    if not isinstance(passages, dict):
-        raise DataError(ppath, None, "-",
-                        f"expected a JSON object {{'/wiki/Title': text}}, got {type(passages).__name__}")
     questions = read_json_list(qpath, "questions")
-
-    data = CanonicalData()
-    data.corpus.extend(_table_doc(tid, t, tpath) for tid, t in tables.items())
-    for key, text in passages.items():
-        if not isinstance(text, str):
-            raise DataError(ppath, key, "-", f"passage text: expected str, got {type(text).__name__}")
-        data.corpus.append(Document(docid=key, title=passage_title(key), text=text))
-
+    parsed: list[tuple[str, str, list[tuple[int, str]], Answer, Query]] = []  # qid, table id, passage nodes, ...
     seen: set[str] = set()
     for i, rec in enumerate(limited(questions, limit)):
         qid = field(rec, "question_id", str, qpath, f"index {i}")
@@ -91,9 +88,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             raise DataError(qpath, qid, "question_id", "duplicate question id")
         seen.add(qid)
         table_id = field(rec, "table_id", str, qpath, qid)
-        if table_id not in tables:
-            raise DataError(qpath, qid, "table_id", f"table {table_id!r} is not in {tpath}")
-        gold = [table_id]
+        links: list[tuple[int, str]] = []  # (answer-node index, passage key)
         nodes = field(rec, "answer-node", list, qpath, qid) if "answer-node" in rec else []
         for j, node in enumerate(nodes):
             if not (isinstance(node, list) and len(node) == 4 and node[3] in ("table", "passage")):
@@ -103,18 +98,44 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             link = node[2]
             if not isinstance(link, str):
                 raise DataError(qpath, qid, f"answer-node[{j}]", f"passage node without a link ({link!r})")
-            if link not in passages:
+            links.append((j, link))
+        answer = field(rec, "answer-text", str, qpath, qid)
+        query = Query(qid=qid, question=field(rec, "question", str, qpath, qid),
+                      meta=json.dumps({"table_id": table_id}, ensure_ascii=False))
+        parsed.append((qid, table_id, links, Answer(qid=qid, answer_type="aliases", aliases=[answer]), query))
+    del questions
+
+    wanted_tables = {table_id for _, table_id, *_ in parsed}
+    wanted_passages = {link for _, _, links, *_ in parsed for _j, link in links}
+    found_tables: set[str] = set()
+    found_passages: set[str] = set()
+    for _line, tid, table in iter_json_object(tpath, "tables {table_id: table}"):
+        if tid in wanted_tables:
+            found_tables.add(tid)
+        yield _table_doc(tid, table, tpath)
+    for _line, key, text in iter_json_object(ppath, "passages {'/wiki/Title': text}"):
+        if not isinstance(text, str):
+            raise DataError(ppath, key, "-", f"passage text: expected str, got {type(text).__name__}")
+        if key in wanted_passages:
+            found_passages.add(key)
+        yield Document(docid=key, title=passage_title(key), text=text)
+
+    for qid, table_id, links, answer, query in parsed:
+        if table_id not in found_tables:
+            raise DataError(qpath, qid, "table_id", f"table {table_id!r} is not in {tpath}")
+        gold = [table_id]
+        for j, link in links:
+            if link not in found_passages:
                 raise DataError(qpath, qid, f"answer-node[{j}]", f"passage {link!r} is not in {ppath}")
             if link not in gold:
                 gold.append(link)
-        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
-        answer = field(rec, "answer-text", str, qpath, qid)
-        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=[answer]))
-        data.queries.append(
-            Query(qid=qid, question=field(rec, "question", str, qpath, qid),
-                  meta=json.dumps({"table_id": table_id}, ensure_ascii=False))
-        )
-    return data
+        yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        yield answer
+        yield query
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

@@ -13,14 +13,16 @@ retrieval Recall cannot be computed.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from cqabench.datasets.common import (
+    Record,
+    collect,
     field,
+    iter_json_object,
     limited,
-    read_json,
     read_json_list,
     read_jsonl,
 )
@@ -64,16 +66,13 @@ def _evidence(raw: list, path: Path, qid: str) -> list[list[list[str]]]:
     return out
 
 
-def _paragraphs(path: Path) -> list[Document]:
-    raw = read_json(path)
-    if not isinstance(raw, dict):
-        raise DataError(path, None, "-", f"expected an object of paragraphs by id, got {type(raw).__name__}")
-    docs = []
-    for pid, par in raw.items():
+def iter_paragraphs(path: Path) -> Iterator[Document]:
+    """The paragraphs of strategyqa_train_paragraphs.json (one object {"Title-N": {title,
+    content, ...}}, 36.6M members in the official file) one at a time (common.iter_json_object)."""
+    for _line, pid, par in iter_json_object(path, "paragraphs by id"):
         title = field(par, "title", str, path, pid)
         content = field(par, "content", str, path, pid)
-        docs.append(Document(docid=pid, title=title, text=content))
-    return docs
+        yield Document(docid=pid, title=title, text=content)
 
 
 def _predicted(path: Path) -> dict[str, list[str]]:
@@ -87,22 +86,21 @@ def _predicted(path: Path) -> dict[str, list[str]]:
     return out
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """The paragraphs as they are read, then each question's qrels, query and answer.
+
+    Questions are read and checked first, so only their evidence ids are remembered while the
+    paragraph file streams by; an evidence id the file lacks is reported after it, naming the
+    first question (in file order) that cites it."""
     path = Path(files["questions"])
     raw = read_json_list(path, "questions")
-    records = limited(raw, limit)
-
-    data = CanonicalData()
-    known: set[str] | None = None
-    ppath = Path(files["paragraphs"]) if files.get("paragraphs") else None
-    if ppath is not None:
-        data.corpus = _paragraphs(ppath)
-        known = {d.docid for d in data.corpus}
     dpath = Path(files["decompositions"]) if files.get("decompositions") else None
     predicted = _predicted(dpath) if dpath is not None else {}
 
+    queries: list[Query] = []
+    answers: list[Answer] = []
     seen_qids: set[str] = set()
-    for i, rec in enumerate(records):
+    for i, rec in enumerate(limited(raw, limit)):
         qid = field(rec, "qid", str, path, f"index {i}")
         if qid in seen_qids:
             raise DataError(path, qid, "qid", "duplicate question id")
@@ -115,18 +113,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             if qid not in predicted:
                 raise DataError(dpath, qid, "qid", "no predicted decomposition for this question")
             meta["predicted_decomposition"] = predicted[qid]
-
-        if known is not None:
-            for a, steps in enumerate(evidence):
-                pids = list(dict.fromkeys(p for step in steps for p in step))
-                for pid in pids:
-                    if pid not in known:
-                        raise DataError(
-                            path, qid, "evidence", f"paragraph id {pid!r} (annotator {a}) is absent from {ppath}"
-                        )
-                    data.qrels.append(Qrel(qid=qid, docid=pid, relevance=1, annotator=str(a)))
-
-        data.queries.append(
+        queries.append(
             Query(
                 qid=qid,
                 question=question,
@@ -136,10 +123,31 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                 meta=json.dumps(meta, ensure_ascii=False),
             )
         )
-        data.answers.append(
-            Answer(qid=qid, answer_type="boolean", boolean=answer, aliases=["yes" if answer else "no"])
-        )
-    return data
+        answers.append(Answer(qid=qid, answer_type="boolean", boolean=answer, aliases=["yes" if answer else "no"]))
+    del raw, predicted
+
+    ppath = Path(files["paragraphs"]) if files.get("paragraphs") else None
+    if ppath is not None:
+        wanted = {p for q in queries for steps in q.evidence for step in steps for p in step}
+        found: set[str] = set()
+        for doc in iter_paragraphs(ppath):
+            if doc.docid in wanted:
+                found.add(doc.docid)
+            yield doc
+        for q in queries:
+            for a, steps in enumerate(q.evidence):
+                for pid in dict.fromkeys(p for step in steps for p in step):
+                    if pid not in found:
+                        raise DataError(
+                            path, q.qid, "evidence", f"paragraph id {pid!r} (annotator {a}) is absent from {ppath}"
+                        )
+                    yield Qrel(qid=q.qid, docid=pid, relevance=1, annotator=str(a))
+    yield from queries
+    yield from answers
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from cqabench.datasets.common import field, limited, read_jsonl, text_docid
+from cqabench.datasets.common import Record, collect, field, read_jsonl, text_docid
 from cqabench.datasets.tatqa import header_and_rows
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
@@ -162,12 +163,15 @@ def _question(rec: dict[str, Any], path: Path, qid: str) -> str:
     raise DataError(path, qid, "ext_question_rephrased", "missing (nor question / ext_question)")
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """Each question's qrels, answer and query as read; the proof documents after the last line,
+    since a later question can give an earlier document a more specific title (the corpus is
+    the proofs of the question file, which is read line by line)."""
     path = Path(files["questions"])
-    data = CanonicalData()
-    docs: dict[str, tuple[int, tuple[int, str]]] = {}  # docid -> (position in data.corpus, title key)
+    corpus: list[Document] = []
+    docs: dict[str, tuple[int, tuple[int, str]]] = {}  # docid -> (position in corpus, title key)
     seen_qids: set[str] = set()
-    for lineno, rec in limited(list(read_jsonl(path)), limit):
+    for lineno, rec in islice(read_jsonl(path), limit):
         qid = field(rec, "init_qid", str, path, f"line {lineno}")
         if qid in seen_qids:
             raise DataError(path, qid, "init_qid", "duplicate question id")
@@ -187,21 +191,25 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             doc = _proof_doc(proof, path, where)
             key = _title_key(proof, doc.title)
             if doc.docid not in docs:
-                docs[doc.docid] = (len(data.corpus), key)
-                data.corpus.append(doc)
+                docs[doc.docid] = (len(corpus), key)
+                corpus.append(doc)
             elif key < docs[doc.docid][1]:
                 pos = docs[doc.docid][0]
-                data.corpus[pos].title = doc.title
+                corpus[pos].title = doc.title
                 docs[doc.docid] = (pos, key)
             if doc.docid not in gold:
                 gold.append(doc.docid)
-        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
-        data.answers.append(Answer(qid=qid, answer_type="table", table_header=header, table_rows=rows))
-        data.queries.append(
+        yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        yield Answer(qid=qid, answer_type="table", table_header=header, table_rows=rows)
+        yield (
             Query(qid=qid, question=_question(rec, path, qid), question_type=qtype, skills=list(skills),
                   meta=json.dumps({k: rec[k] for k in _META_KEYS if k in rec}, ensure_ascii=False))
         )
-    return data
+    yield from corpus
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def _has_proof(rec: Any) -> bool:

@@ -21,11 +21,11 @@ With a question limit, the corpus holds only the contexts of the kept questions.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import field, finite, read_json_list
+from cqabench.datasets.common import Record, collect, field, finite, read_json_list
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
@@ -94,13 +94,16 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
     raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {valid}")
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """Per context: its questions' qrels, answers and queries, then (if it kept a question) its
+    documents. Uids are checked unique over the file."""
     path = Path(files["questions"])
     contexts = read_json_list(path, "contexts")
-    data = CanonicalData()
+    n_queries = 0
+    seen_docids: set[str] = set()
     seen_qids: set[str] = set()
     for c, ctx in enumerate(contexts):
-        if limit is not None and len(data.queries) >= limit:
+        if limit is not None and n_queries >= limit:
             break
         table = field(ctx, "table", dict, path, f"index {c}")
         table_uid = field(table, "uid", str, path, f"index {c}")
@@ -117,7 +120,7 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             docs.append(Document(docid=uid, title="", text=field(par, "text", str, path, where)))
         questions = field(ctx, "questions", list, path, table_uid)
         if limit is not None:
-            questions = questions[: limit - len(data.queries)]
+            questions = questions[: limit - n_queries]
         for j, q in enumerate(questions):
             qid = field(q, "uid", str, path, f"{table_uid} questions[{j}]")
             if qid in seen_qids:
@@ -139,10 +142,10 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                                         f"paragraph order {r!r} does not exist in context {table_uid}")
                     if by_order[order] not in gold:
                         gold.append(by_order[order])
-            data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
-            data.answers.append(_answer(q, path, qid))
+            yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+            yield _answer(q, path, qid)
             kind = q["answer_type"]
-            data.queries.append(
+            yield (
                 Query(
                     qid=qid,
                     question=field(q, "question", str, path, qid),
@@ -154,19 +157,18 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
                     ),
                 )
             )
+            n_queries += 1
         if questions:
-            data.corpus.extend(docs)
-    _check_unique_docids(data.corpus, path)
-    return data
+            # Uids are meant to be unique across the file; a repeat would silently merge two contexts.
+            for doc in docs:
+                if doc.docid in seen_docids:
+                    raise DataError(path, doc.docid, "uid", "the same uid names two documents")
+                seen_docids.add(doc.docid)
+            yield from docs
 
 
-def _check_unique_docids(corpus: list[Document], path: Path) -> None:
-    """Uids are meant to be unique across the file; a repeat would silently merge two contexts."""
-    seen: set[str] = set()
-    for doc in corpus:
-        if doc.docid in seen:
-            raise DataError(path, doc.docid, "uid", "the same uid names two documents")
-        seen.add(doc.docid)
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

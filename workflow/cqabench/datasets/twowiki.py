@@ -10,10 +10,12 @@ Every question of the file is loaded: only an explicit `limit` caps them.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from cqabench.datasets.common import (
+    Record,
+    collect,
     field,
     limited,
     read_json_list,
@@ -27,18 +29,20 @@ RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}
 
 
 
-def _add(data: CanonicalData, seen: set[str], title: str, text: str) -> str:
+def _add(new: list[Document], seen: set[str], title: str, text: str) -> str:
+    """The paragraph's content id; a paragraph not met before goes to `new`."""
     docid = text_docid(title, text)
     if docid not in seen:
         seen.add(docid)
-        data.corpus.append(Document(docid=docid, title=title, text=text))
+        new.append(Document(docid=docid, title=title, text=text))
     return docid
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+    """Each question's new paragraphs, qrels, query and answer; then the extra passages."""
     path = Path(files["questions"])
     records = limited(read_json_list(path), limit)
-    data = CanonicalData()
+    new: list[Document] = []
     seen_docs: set[str] = set()
     seen_qids: set[str] = set()
     for i, rec in enumerate(records):
@@ -62,7 +66,9 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             ):
                 raise DataError(path, qid, where, "expected [title, [sentence, ...]]")
             title, sentences = par
-            by_title.setdefault(title, []).append(_add(data, seen_docs, title, " ".join(sentences)))
+            by_title.setdefault(title, []).append(_add(new, seen_docs, title, " ".join(sentences)))
+        yield from new
+        new.clear()
 
         gold: list[str] = []
         for j, fact in enumerate(field(rec, "supporting_facts", list, path, qid)):
@@ -80,20 +86,25 @@ def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> Can
             for docid in by_title[fact[0]]:
                 if docid not in gold:
                     gold.append(docid)
-        data.qrels.extend(Qrel(qid=qid, docid=d, relevance=1) for d in gold)
+        yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
 
         meta = {"supporting_facts": rec["supporting_facts"], "evidences": rec.get("evidences", [])}
         meta_json = json.dumps(meta, ensure_ascii=False)
-        data.queries.append(Query(qid=qid, question=question, question_type=qtype, meta=meta_json))
-        data.answers.append(Answer(qid=qid, answer_type="aliases", aliases=[answer]))
+        yield Query(qid=qid, question=question, question_type=qtype, meta=meta_json)
+        yield Answer(qid=qid, answer_type="aliases", aliases=[answer])
 
     if files.get("passages"):
         ppath = Path(files["passages"])
         for i, rec in enumerate(read_json_list(ppath)):
             title = field(rec, "title", str, ppath, f"index {i}")
             text = field(rec, "text", str, ppath, f"index {i}")
-            _add(data, seen_docs, title, text)
-    return data
+            _add(new, seen_docs, title, text)
+            yield from new
+            new.clear()
+
+
+def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
+    return collect(records(files, split, limit))
 
 
 def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from cqabench import retrievers
+from cqabench.datasets.common import IdDigests
 from cqabench.errors import DataError
 from cqabench.io import write_json
 from cqabench.retrievers.base import Doc, QueryText, Results
@@ -35,20 +36,29 @@ def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str
     corpus = Path(corpus)
     if not corpus.is_file():
         raise DataError(corpus, None, "-", "corpus file not found")
-    seen: set[str] = set()
+    # Ids as 8-byte digests, not a set of them (that is 1.7 GB at 21M passages): a repeat is
+    # therefore reported after the last document, named by a second pass over the docid column;
+    # every consumer writes its output atomically, so nothing half-made appears.
+    digests = IdDigests()
     for batch in pq.ParquetFile(corpus).iter_batches(batch_size=4096):
         for row in batch.to_pylist():
             docid = row.get("docid")
             if not docid:
                 raise DataError(corpus, row.get("title"), "docid", "empty document id")
-            if docid in seen:
-                raise DataError(corpus, docid, "docid", "duplicate document id")
-            seen.add(docid)
+            digests.add(docid)
             text = document_text(row, serialization)
             title = row.get("title") or ""
             if not text.strip() and not title.strip():
                 raise DataError(corpus, docid, "text", "title and text are both empty")
             yield docid, title, text, row.get("kind") or "text"
+    candidates = digests.repeated()
+    seen: set[str] = set()
+    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=65_536, columns=["docid"]) if candidates else ():
+        for docid in batch.column(0).to_pylist():
+            if IdDigests.digest(docid) in candidates:
+                if docid in seen:
+                    raise DataError(corpus, docid, "docid", "duplicate document id")
+                seen.add(docid)
 
 
 def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
