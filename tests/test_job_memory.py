@@ -13,7 +13,8 @@ import pytest
 from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
 ROOT = Path(__file__).resolve().parents[1]
-HUNGRY = ("index", "search", "decompose_search", "convert_model", "generate_batch", "generate")
+HUNGRY = ("prepare", "pool_corpus", "export_beir", "index", "search", "decompose_search", "convert_model",
+          "generate_batch", "generate")
 
 
 def test_memory_doubles_per_attempt() -> None:

@@ -116,8 +116,9 @@ def test_gpu_job_asks_for_one_rtx3090_with_its_memory_and_time() -> None:
 
 
 def test_cpu_job_gets_profile_sizes_and_a_zero_gpu_request() -> None:
-    line = _sbatch(PluginJobStandIn("prepare", 2, gpu=0))
-    assert " --mem 32000" in line and " -t 120" in line  # set-resources of rule prepare
+    line = _sbatch(PluginJobStandIn("prepare", 2, gpu=0, mem_mb=4000))
+    # the rule's own memory (prepare streams; doubled per retry), the profile's runtime for it
+    assert " --mem 4000" in line and " -t 120" in line
     assert " --ntasks=1" in line and " --cpus-per-task=2" in line
     # gpu_model is a default resource, so CPU jobs carry a count of 0: SLURM allocates no GPU
     # (the integration test runs such a job on a node that has an rtx3090 and it gets none).

@@ -1,7 +1,8 @@
 """Memory of the memory-hungry rules per attempt: a job killed for exceeding its memory is retried
 with more, instead of failing the whole run (on a cluster, where memory is a hard limit).
 
-The rules (index, search, decompose_search, convert_model, generate_batch, generate) declare
+The rules (prepare, pool_corpus, export_beir, index, search, decompose_search, convert_model,
+generate_batch, generate) declare
 `retries: MEMORY_RETRIES` and `mem_mb=lambda w, attempt: memory_mb(base, attempt)`; Snakemake
 passes `attempt` (1 on the first try). Doubling keeps a badly sized base cheap to recover from: a
 job that needs 3x its base runs on the third attempt, with at most 4x reserved.

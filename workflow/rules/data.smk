@@ -1,4 +1,9 @@
 # Data stage: download (only what resources/raw lacks) → prepare → pooled corpora → BEIR export.
+# prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"),
+# so a few GB suffice at any corpus size; an out-of-memory kill still retries with twice the memory.
+from cqabench.job_memory import MEMORY_RETRIES, memory_mb
+
+DATA_MEM_MB = 4000
 
 
 rule download:
@@ -27,6 +32,9 @@ rule prepare:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
     benchmark:
         f"{RESULTS}/benchmarks/prepare/{{dataset}}/{{split}}.tsv"
     log:
@@ -47,6 +55,9 @@ rule pool_corpus:
         corpus_path("{corpus}"),
     params:
         corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
     benchmark:
         f"{RESULTS}/benchmarks/pool_corpus/{{corpus}}.tsv"
     log:
@@ -68,6 +79,9 @@ rule export_beir:
     # export.json saying why), so the folder is the declared output; see cqabench/beir.py.
     output:
         directory(beir_dir("{dataset}", "{serialization}", "{split}")),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
     benchmark:
         f"{RESULTS}/benchmarks/export_beir/{{dataset}}/{{serialization}}/{{split}}.tsv"
     log:
