@@ -54,6 +54,7 @@ dry-run-dexter: $(STAMP)
 
 lint: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/
 
 clean:
 	rm -rf results .snakemake

@@ -26,10 +26,10 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         data_targets(),
         retrieval_targets(),
         generation_targets(),
         evaluation_targets(),
         report_targets(),
-    default_target: True

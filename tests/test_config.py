@@ -79,6 +79,14 @@ def test_workflow_lints_clean() -> None:
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
+def test_rule_files_are_snakefmt_formatted() -> None:
+    """The style of the Snakemake workflow catalog: `snakefmt --check` leaves every file as it is."""
+    snakefmt = Path(sys.executable).parent / "snakefmt"
+    proc = subprocess.run([str(snakefmt), "--check", "Snakefile", "workflow/"], cwd=ROOT, check=False,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> None:
     config = _config()
     config["retrievers"]["minilm"]["similarity"] = "cosin"

@@ -11,7 +11,14 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cqabench.errors import ConfigError
 from cqabench.llm.convert import CONVERTER_VERSION
-from cqabench.planner import GEN_ENVS, RESULTS, SUFFIX_KIND as _SUFFIX_KIND, Environment, Plan, as_arg
+from cqabench.planner import (
+    GEN_ENVS,
+    RESULTS,
+    SUFFIX_KIND as _SUFFIX_KIND,
+    Environment,
+    Plan,
+    as_arg,
+)
 from cqabench.planner import names_pattern as _names, one_of as _one_of
 from cqabench.prompts import SETTINGS, STRATEGIES
 from cqabench.report.provenance import config_hash
@@ -25,7 +32,9 @@ CONFIG_HASH = config_hash(config)
 # the Python of the environment the job runs in: the project venv's (the one running Snakemake),
 # or a per-rule conda env's under `--sdm conda` (those envs hold dependencies only). Cluster jobs
 # see the same checkout on the shared filesystem.
-_CONDA = any("conda" in str(m).lower() for m in workflow.deployment_settings.deployment_method)
+_CONDA = any(
+    "conda" in str(m).lower() for m in workflow.deployment_settings.deployment_method
+)
 _PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 # (The prefix is formatted like a shell command, hence the doubled braces.)
@@ -33,10 +42,10 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
 # CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus.
 shell.prefix(
-    "set -euo pipefail; cqabench() {{ PYTHONPATH=%s \"${{CQABENCH_PYTHON:-%s}}\" -m cqabench.cli \"$@\"; }}; "
-    "export CQABENCH_EXPORT_CACHE=\"${{CQABENCH_EXPORT_CACHE:-%s}}\"; "
+    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.cli "$@"; }}; '
+    'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
     # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
-    "export CQABENCH_SEARCH_PYTHON=\"${{CQABENCH_SEARCH_PYTHON:-%s}}\"; "
+    'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
     % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
 )
 
@@ -47,7 +56,12 @@ VLLM_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
 )
 
 try:
-    PLAN = Plan(config, Environment(root=Path("."), python=_PYTHON, vllm_python=VLLM_PYTHON, conda=_CONDA))
+    PLAN = Plan(
+        config,
+        Environment(
+            root=Path("."), python=_PYTHON, vllm_python=VLLM_PYTHON, conda=_CONDA
+        ),
+    )
 except ConfigError as exc:
     # One message naming every broken key, no traceback: nothing has run, nothing to clean up.
     sys.exit(f"cqabench: {exc}")
@@ -58,7 +72,9 @@ DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
 POOLED = PLAN.pooled
 TOOL_CORPORA = PLAN.tool_corpora
-TOOL_RETRIEVERS = PLAN.tool_retrievers  # open-book cells name the WikiSearch retriever in their path
+TOOL_RETRIEVERS = (
+    PLAN.tool_retrievers
+)  # open-book cells name the WikiSearch retriever in their path
 CORPORA = PLAN.corpora
 RETRIEVER_CONFIGS = PLAN.retriever_configs
 RETRIEVAL = PLAN.retrieval
@@ -71,7 +87,11 @@ REPORT_DIR = PLAN.report_dir
 PAPER_DATA = PLAN.paper_data
 EXPECTED_FILES = PLAN.expected_files
 TABLE_IDS = PLAN.expected_table_ids()
-PLOTS = {"k_effect": "k_effect.rst", "retriever_heatmap": "heatmap.rst", "tanq_skills": "skills.rst"}
+PLOTS = {
+    "k_effect": "k_effect.rst",
+    "retriever_heatmap": "heatmap.rst",
+    "tanq_skills": "skills.rst",
+}
 GENERATION = PLAN.generation
 LLMS = PLAN.llms
 GEN_K = PLAN.gen_k
@@ -116,8 +136,16 @@ _metric_files = PLAN.metric_files
 
 def report_targets():
     return (
-        [f"{RESULTS}/metrics.parquet", f"{RESULTS}/per_question.parquet", f"{REPORT_DIR}/tables/summary.json"]
-        + [f"{REPORT_DIR}/tables/{t}.{ext}" for t in TABLE_IDS for ext in ("md", "html")]
+        [
+            f"{RESULTS}/metrics.parquet",
+            f"{RESULTS}/per_question.parquet",
+            f"{REPORT_DIR}/tables/summary.json",
+        ]
+        + [
+            f"{REPORT_DIR}/tables/{t}.{ext}"
+            for t in TABLE_IDS
+            for ext in ("md", "html")
+        ]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
         + [f"{REPORT_DIR}/index.html"]
     )
@@ -131,7 +159,10 @@ def check_api_keys():
     """
     missing = PLAN.missing_api_keys(os.environ)
     for name, env in missing:
-        print(f"llms.{name}: backend openai reads its API key from ${env}, which is not set", file=sys.stderr)
+        print(
+            f"llms.{name}: backend openai reads its API key from ${env}, which is not set",
+            file=sys.stderr,
+        )
     if missing:
         raise SystemExit(1)
 
@@ -148,7 +179,10 @@ def check_cluster_profile():
     plugin = workflow.executor_plugin
     if plugin is None or plugin.name != "slurm":
         return
-    if any(a == "--workflow-profile" or a.startswith("--workflow-profile=") for a in sys.argv):
+    if any(
+        a == "--workflow-profile" or a.startswith("--workflow-profile=")
+        for a in sys.argv
+    ):
         return
     print(
         "the SLURM executor runs with profiles/default applied as Snakemake's workflow profile, whose "

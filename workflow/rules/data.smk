@@ -9,15 +9,15 @@ DATA_MEM_MB = 4000
 rule download:
     output:
         f"{RESULTS}/raw/{{path}}",
+    log:
+        f"{RESULTS}/logs/download/{{path}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/download/{{path}}.tsv"
+    conda:
+        "../../envs/data.yaml"
     params:
         spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
         raw_dir=RAW_DIR,
-    benchmark:
-        f"{RESULTS}/benchmarks/download/{{path}}.tsv"
-    log:
-        f"{RESULTS}/logs/download/{{path}}.log",
-    conda:
-        "../../envs/data.yaml"
     shell:
         "cqabench download --name {wildcards.path:q} --spec {params.spec} "
         "--raw-dir {params.raw_dir:q} --out {output:q} 2> {log:q}"
@@ -27,20 +27,23 @@ rule prepare:
     input:
         unpack(prepare_inputs),
     output:
-        **{t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")},
+        **{
+            t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet"
+            for t in ("queries", "corpus", "qrels", "answers")
+        },
+    log:
+        f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/prepare/{{dataset}}/{{split}}.tsv"
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
     params:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
-    benchmark:
-        f"{RESULTS}/benchmarks/prepare/{{dataset}}/{{split}}.tsv"
-    log:
-        f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
-    conda:
-        "../../envs/data.yaml"
     shell:
         "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "{params.files} {params.limit} --out-dir {params.out_dir:q} 2> {log:q}"
@@ -50,20 +53,24 @@ rule prepare:
 # an external merge sort in bounded memory, sorted by docid (cqabench/corpora.py).
 rule pool_corpus:
     input:
-        lambda w: [data_path(ds, split, "corpus") for ds in corpus_members(w.corpus) for split in corpus_splits(ds)],
+        lambda w: [
+            data_path(ds, split, "corpus")
+            for ds in corpus_members(w.corpus)
+            for split in corpus_splits(ds)
+        ],
     output:
         corpus_path("{corpus}"),
-    params:
-        corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
-    benchmark:
-        f"{RESULTS}/benchmarks/pool_corpus/{{corpus}}.tsv"
     log:
         f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/pool_corpus/{{corpus}}.tsv"
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         "../../envs/data.yaml"
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
+    params:
+        corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
     shell:
         "cqabench pool-corpus {params.corpora} --out {output:q} 2> {log:q}"
 
@@ -79,15 +86,15 @@ rule export_beir:
     # export.json saying why), so the folder is the declared output; see cqabench/beir.py.
     output:
         directory(beir_dir("{dataset}", "{serialization}", "{split}")),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
-    benchmark:
-        f"{RESULTS}/benchmarks/export_beir/{{dataset}}/{{serialization}}/{{split}}.tsv"
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/export_beir/{{dataset}}/{{serialization}}/{{split}}.tsv"
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         "../../envs/data.yaml"
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
     shell:
         "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "

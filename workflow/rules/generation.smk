@@ -7,21 +7,23 @@ from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 rule convert_model:
     output:
         directory(f"{MODELS_DIR}/{{llm}}"),
+    log:
+        f"{RESULTS}/logs/convert_model/{{llm}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
     wildcard_constraints:
         llm=_names(GGUF_LLMS),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        "../../envs/generation.yaml"
+    resources:
+        mem_mb=lambda w, attempt: memory_mb(
+            LLMS[w.llm].get("convert_mem_mb", 4000), attempt
+        ),
     params:
         source=lambda w: LLMS[w.llm]["source"],
         dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
         converter=CONVERTER_VERSION,  # a new converter (tokenizer fix) re-converts the folder
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("convert_mem_mb", 4000), attempt),
-    benchmark:
-        f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
-    log:
-        f"{RESULTS}/logs/convert_model/{{llm}}.log",
-    conda:
-        "../../envs/generation.yaml"
     shell:
         "cqabench convert-model --source {params.source:q} --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"
 
@@ -34,25 +36,25 @@ rule generate_batch:
         batch_inputs,
     output:
         batch_manifest("{llm}"),
+    log:
+        f"{RESULTS}/logs/generate_batch/{{llm}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
     wildcard_constraints:
         llm=_names(GEN_BATCH_LLMS),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
+    threads: int(GENERATION.get("threads", 2))
+    resources:
+        gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
+        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
+        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     params:
         cells=batch_members,
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
-    threads: int(GENERATION.get("threads", 2))
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
-        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
-        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
-    benchmark:
-        f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
-    log:
-        f"{RESULTS}/logs/generate_batch/{{llm}}.log",
-    conda:
-        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     shell:
         "CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
         "--cells {params.cells} "
@@ -65,29 +67,29 @@ rule generate:
     output:
         predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
         summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
+    log:
+        f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
     wildcard_constraints:
         retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
         llm=_names(LLMS),
         prompt=_one_of(STRATEGIES),
         setting=_one_of(SETTINGS),
         k=r"\d+",
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
+    threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
+    resources:
+        gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
+        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
+        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     params:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
-    threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
-        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
-        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
-    benchmark:
-        f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
-    log:
-        f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
-    conda:
-        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     shell:
         "CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "

@@ -7,22 +7,24 @@
 rule aggregate:
     input:
         metrics=lambda w: _metric_files(),
-        queries=lambda w: [data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)],
+        queries=lambda w: [
+            data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)
+        ],
     output:
         # Not report(): Snakemake shows Parquet as a blank text/plain page; report_page writes the
         # CSV and HTML views of it that the report bundles instead.
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
+    log:
+        f"{RESULTS}/logs/report/aggregate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/aggregate.tsv"
+    conda:
+        "../../envs/evaluation.yaml"
     params:
         results=lambda w, output: Path(output.metrics).parent,
         # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
         config_hash=CONFIG_HASH,
-    benchmark:
-        f"{RESULTS}/benchmarks/aggregate.tsv"
-    log:
-        f"{RESULTS}/logs/report/aggregate.log",
-    conda:
-        "../../envs/evaluation.yaml"
     shell:
         "cqabench aggregate --metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} --config-hash {params.config_hash} "
@@ -68,6 +70,12 @@ rule report_tables:
             )
             for t in TABLE_IDS
         ],
+    log:
+        f"{RESULTS}/logs/report/tables.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_tables.tsv"
+    conda:
+        "../../envs/evaluation.yaml"
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
@@ -76,12 +84,6 @@ rule report_tables:
         correction=SIGNIFICANCE["correction"],
         alpha=SIGNIFICANCE["alpha"],
         baseline=SIGNIFICANCE["baseline"],
-    benchmark:
-        f"{RESULTS}/benchmarks/report_tables.tsv"
-    log:
-        f"{RESULTS}/logs/report/tables.log",
-    conda:
-        "../../envs/evaluation.yaml"
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
@@ -96,17 +98,21 @@ rule report_plots:
         expected=EXPECTED_FILES,
     output:
         **{
-            name: report(f"{REPORT_DIR}/plots/{name}.png", caption=f"../report/{caption}", category="Plots")
+            name: report(
+                f"{REPORT_DIR}/plots/{name}.png",
+                caption=f"../report/{caption}",
+                category="Plots",
+            )
             for name, caption in PLOTS.items()
         },
-    params:
-        k_values=" ".join(str(k) for k in GEN_K),
-    benchmark:
-        f"{RESULTS}/benchmarks/report_plots.tsv"
     log:
         f"{RESULTS}/logs/report/plots.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_plots.tsv"
     conda:
         "../../envs/evaluation.yaml"
+    params:
+        k_values=" ".join(str(k) for k in GEN_K),
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
@@ -143,6 +149,12 @@ rule report_page:
             caption="../report/fact_table.rst",
             category="Fact tables",
         ),
+    log:
+        f"{RESULTS}/logs/report/page.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/report_page.tsv"
+    conda:
+        "../../envs/evaluation.yaml"
     params:
         config=lambda w: as_arg(config),
         tables=" ".join(TABLE_IDS),
@@ -154,12 +166,6 @@ rule report_page:
         benchmarks_dir=f"{RESULTS}/benchmarks",
         # Wall times of jobs that ran before their rule declared benchmark: (no memory there).
         snakemake_logs=".snakemake/log",
-    benchmark:
-        f"{RESULTS}/benchmarks/report_page.tsv"
-    log:
-        f"{RESULTS}/logs/report/page.log",
-    conda:
-        "../../envs/evaluation.yaml"
     shell:
         "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
         "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "

@@ -9,21 +9,23 @@ rule index:
         corpus=lambda w: corpus_path(w.corpus),
     output:
         directory(f"{RESULTS}/index/{{corpus}}/{{serialization}}/{{retriever}}"),
-    wildcard_constraints:
-        retriever=_names(RETRIEVER_CONFIGS),
-    params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
-    benchmark:
-        f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     log:
         f"{RESULTS}/logs/index/{{corpus}}/{{serialization}}/{{retriever}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
+    wildcard_constraints:
+        retriever=_names(RETRIEVER_CONFIGS),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
+    resources:
+        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+    params:
+        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
     shell:
         "cqabench index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
@@ -35,23 +37,27 @@ rule search:
         queries=data_path("{dataset}", "{split}", "queries"),
     output:
         trec=run_file("{dataset}", "{split}", "{serialization}", "{retriever}", "trec"),
-        parquet=run_file("{dataset}", "{split}", "{serialization}", "{retriever}", "parquet"),
+        parquet=run_file(
+            "{dataset}", "{split}", "{serialization}", "{retriever}", "parquet"
+        ),
+    log:
+        f"{RESULTS}/logs/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(RETRIEVER_CONFIGS),
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        "../../envs/retrieval.yaml"
+    resources:
+        gpu=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         k=RETRIEVAL_K,
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"], attempt),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["runtime"],
-    benchmark:
-        f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
-    log:
-        f"{RESULTS}/logs/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.log",
-    conda:
-        "../../envs/retrieval.yaml"
     shell:
         "cqabench search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --k {params.k} --tag {wildcards.retriever:q} "
@@ -63,27 +69,33 @@ rule decompose_search:
         index=lambda w: index_dir(corpus_of(w.dataset), w.serialization, w.retriever),
         queries=data_path("{dataset}", "{split}", "queries"),
     output:
-        trec=run_file("{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "trec"),
-        parquet=run_file("{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "parquet"),
+        trec=run_file(
+            "{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "trec"
+        ),
+        parquet=run_file(
+            "{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "parquet"
+        ),
         steps=f"{RESULTS}/runs/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.steps.json",
+    log:
+        f"{RESULTS}/logs/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.tsv"
     wildcard_constraints:
         retriever=_names(RETRIEVER_CONFIGS),
         kind="irq|ird-gold|ird-pred",
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    conda:
+        "../../envs/retrieval.yaml"
+    resources:
+        gpu=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         kind=lambda w: _SUFFIX_KIND[w.kind],
         k=int(DECOMPOSITION.get("k", 10)),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
-    resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"], attempt),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["runtime"],
-    benchmark:
-        f"{RESULTS}/benchmarks/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.tsv"
-    log:
-        f"{RESULTS}/logs/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.log",
-    conda:
-        "../../envs/retrieval.yaml"
     shell:
         "cqabench decompose-search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --kind {params.kind} --k {params.k} "
@@ -98,17 +110,17 @@ rule import_run:
     output:
         trec=run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
         parquet=run_file("{dataset}", "{split}", "{serialization}", "{name}", "parquet"),
+    log:
+        f"{RESULTS}/logs/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     wildcard_constraints:
         name=_names(EXTERNAL_RUNS),
+    conda:
+        "../../envs/retrieval.yaml"
     params:
         spec=lambda w: as_arg(EXTERNAL_RUNS[w.name]),
         format=lambda w: EXTERNAL_RUNS[w.name].get("format", "trec"),
-    benchmark:
-        f"{RESULTS}/benchmarks/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
-    log:
-        f"{RESULTS}/logs/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
-    conda:
-        "../../envs/retrieval.yaml"
     shell:
         "cqabench import-run --run {input.run:q} --format {params.format} --queries {input.queries:q} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
@@ -122,21 +134,28 @@ rule eval_retrieval:
     output:
         metrics=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/metrics.json",
         per_query=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/per_query.parquet",
-    wildcard_constraints:
-        run=_names(ALL_RUN_NAMES),
-    params:
-        cell=lambda w: as_arg(
-            {"dataset": w.dataset, "split": w.split, "corpus": corpus_of(w.dataset),
-             "serialization": w.serialization, "retriever": w.run, "retriever_settings": _run_settings(w.run)}
-        ),  # fmt: skip
-        drop=str(bool(RETRIEVAL.get("drop_identical_ids", True))).lower(),
-        strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
-    benchmark:
-        f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
     log:
         f"{RESULTS}/logs/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
+    wildcard_constraints:
+        run=_names(ALL_RUN_NAMES),
     conda:
         "../../envs/retrieval.yaml"
+    params:
+        cell=lambda w: as_arg(
+            {
+                "dataset": w.dataset,
+                "split": w.split,
+                "corpus": corpus_of(w.dataset),
+                "serialization": w.serialization,
+                "retriever": w.run,
+                "retriever_settings": _run_settings(w.run),
+            }
+        ),
+        # fmt: skip
+        drop=str(bool(RETRIEVAL.get("drop_identical_ids", True))).lower(),
+        strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
     shell:
         "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
         "--cell {params.cell} --drop-identical-ids {params.drop} {params.strategyqa} "
