@@ -302,6 +302,24 @@ def test_score_tanq_with_breakdowns():
     assert len(per_q) == 2 * 11
 
 
+def test_tanq_no_answer_scores_zero_but_an_empty_table_keeps_rms_convention():
+    """No table extracted (prose, or a dialogue cut by its step limit) is 0 on P, R and F1, as an
+    unanswered question is for every dataset; a table the model really left empty keeps RMS's own
+    convention (precision 1, recall 0: deplot's datapoint metric on an empty prediction)."""
+    queries, answers = _tables(
+        [Query("t1", "?", "composition"), Query("t2", "?", "composition"), Query("t3", "?", "composition")],
+        [Answer(q, "table", table_header=["entity", "a"], table_rows=[["z", "100"]]) for q in ("t1", "t2", "t3")],
+    )
+    preds = pd.DataFrame({"qid": ["t1", "t2", "t3"],
+                          "prediction": ["I do not know, sorry.", "entity,a\nz,100", "| entity | a |\n|---|---|"],
+                          "parse_ok": [True, False, True], "parse_reason": ["", "open-book: step limit", ""]})
+    _, per_q = score_predictions("tanq", queries, answers, preds)
+    got = {(r.qid, r.metric): r.value for r in per_q.itertuples() if r.metric.startswith("rms_")}
+    for qid in ("t1", "t2"):  # t2's text would be a perfect table: parse_ok False wins, as documented
+        assert (got[(qid, "rms_precision")], got[(qid, "rms_recall")], got[(qid, "rms_f1")]) == (0.0, 0.0, 0.0)
+    assert (got[("t3", "rms_precision")], got[("t3", "rms_recall")], got[("t3", "rms_f1")]) == (1.0, 0.0, 0.0)
+
+
 def test_tanq_groups_buckets():
     g = tanq_groups({"question_type": "", "skills": ["a", "b", "c", "d"]},
                     {"table_header": ["e"] + ["c"] * 7, "table_rows": [["r"]] * 11})

@@ -43,7 +43,7 @@ def _jsonl(path: Path, rows: list) -> Path:
 def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tmp_path: Path, capsys):
     preds = _jsonl(tmp_path / "preds.jsonl", [
         {"qid": "t1", "prediction": "entity|a|b\nx|1|foo\ny|2|bar"},  # exact: 1, 1, 1
-        {"qid": "t2", "prediction": "no idea"},  # no table -> P 1, R 0, F1 0
+        {"qid": "t2", "prediction": "no idea"},  # no table: no answer -> P 0, R 0, F1 0
     ])
     out, per_q = tmp_path / "m" / "metrics.json", tmp_path / "m" / "per_question.parquet"
     rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
@@ -56,7 +56,7 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
     # Fractions (0..1), every entry saying so.
     assert {r["unit"] for r in doc["metrics"]} == {"fraction"}
-    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(1.0)  # (1 + 1) / 2
+    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
     assert m[("rms_recall", "tanq")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
     assert m[("rms_f1", "tanq")]["value"] == pytest.approx(0.5)
     assert m[("rms_f1", "tanq")]["n"] == 2

@@ -23,7 +23,7 @@ from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
 from cqabench.metrics import answers as am
 from cqabench.metrics import tanq_breakdowns, tanq_failures
-from cqabench.metrics.tables import rms
+from cqabench.metrics.tables import RmsScore, rms
 
 DEFAULT = "default"
 DEXTER = "dexter"
@@ -131,9 +131,12 @@ def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str
 
 
 def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
-    table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
+    parsed = ext.ok and isinstance(ext.value, ParsedTable)
+    table = ext.value if parsed else EMPTY_TABLE
     gold_header, gold_rows = answer.get("table_header") or [], answer.get("table_rows") or []
-    s = rms(gold_header, gold_rows, table.header, table.rows)
+    # RMS gives an empty predicted table precision 1 (deplot's convention, kept for a table the
+    # model really left empty); no answer at all scores 0 on every metric, as for every dataset.
+    s = rms(gold_header, gold_rows, table.header, table.rows) if parsed else RmsScore(0.0, 0.0, 0.0)
     failures = tanq_failures.classify(gold_header, gold_rows, table)  # the table RMS scored
     return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1),
             *tanq_failures.failure_scores(failures)]
