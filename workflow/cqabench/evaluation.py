@@ -161,20 +161,27 @@ def from_generation_summary(path: Path | None) -> dict[str, Any]:
     return out
 
 
-def run_evaluate_generation(args: argparse.Namespace) -> int:
-    cell = json_object(args.cell, "--cell")
+def _cell_predictions_and_answers(args: argparse.Namespace) -> tuple[pd.DataFrame, pa.Table]:
+    """A cell's predictions and the answers of exactly the questions it was asked.
+
+    A generation cell holds a row for every question it was asked (failures included), so its
+    questions are exactly the scored set; questions left out by an explicit `max_questions` cap
+    were never asked and must not count as wrong.
+    """
     preds_table = _read_table(args.predictions, "predictions")
     for col in ("qid", "prediction"):
         if col not in preds_table.column_names:
             raise DataError(args.predictions, None, col, "column missing")
     preds = preds_table.to_pandas()
-    queries = _read_table(args.queries, "queries")
     answers = _read_table(args.answers, "answers")
-    # A generation cell holds a row for every question it was asked (failures included), so its
-    # questions are exactly the scored set; questions left out by an explicit `max_questions`
-    # cap were never asked and must not count as wrong.
     asked = pa.array(preds["qid"].astype(str).unique())
-    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
+    return preds, answers.filter(pc.is_in(answers["qid"], value_set=asked))
+
+
+def run_evaluate_generation(args: argparse.Namespace) -> int:
+    cell = json_object(args.cell, "--cell")
+    preds, answers = _cell_predictions_and_answers(args)
+    queries = _read_table(args.queries, "queries")
     keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
     summary, per_question = score_predictions(
         args.dataset, queries, answers, preds[keep], source=str(args.predictions)
@@ -188,16 +195,9 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
 
 def run_tanq_failures(args: argparse.Namespace) -> int:
     """Print (and with --out write as JSONL) each TANQ question's failure categories and why."""
-    preds_table = _read_table(args.predictions, "predictions")
-    for col in ("qid", "prediction"):
-        if col not in preds_table.column_names:
-            raise DataError(args.predictions, None, col, "column missing")
-    preds = preds_table.to_pandas()
-    answers = _read_table(args.answers, "answers")
+    preds, answers = _cell_predictions_and_answers(args)
     if "table_header" not in answers.column_names:
         raise DataError(args.answers, None, "table_header", "column missing: not a TANQ answers file")
-    asked = pa.array(preds["qid"].astype(str).unique())  # as evaluate-generation: the cell's questions
-    answers = answers.filter(pc.is_in(answers["qid"], value_set=asked))
     keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
     rows = tanq_failure_records(answers, preds[keep], source=str(args.predictions))
     for r in rows:

@@ -201,18 +201,12 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     For outputs that are folders (indexes, converted models): a reader never sees half of one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_siblings(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent))
-    try:
+    with scratch_dir(path) as tmp:
         yield tmp
         _publish_mode(tmp, is_dir=True)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
 
 @contextlib.contextmanager
