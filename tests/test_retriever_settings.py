@@ -31,15 +31,7 @@ from cqabench.errors import ConfigError  # noqa: E402
 from cqabench.retrievers import bm25, colbert, dense, splade  # noqa: E402
 from cqabench.retrievers.decomposition import decomposed_search  # noqa: E402
 
-TEXTS = [
-    ("d0", "Apple", "The apple is a sweet fruit grown on trees in orchards."),
-    ("d1", "Volcano", "A volcano erupts molten rock called lava and ash."),
-    ("d2", "Chess", "Chess is a board game for two players with sixteen pieces each."),
-    ("d3", "Jupiter", "Jupiter is the largest planet of the solar system."),
-    ("d4", "Violin", "The violin is a string instrument played with a bow."),
-    ("d5", "Bread", "Bread is baked from flour, water and yeast."),
-    ("d6", "Glacier", "A glacier is a slowly moving mass of ice."),
-]
+TEXTS = mf.TOY_DOCS
 QUERIES = [("q0", "a sweet fruit from the orchard"), ("q1", "the largest planet of the solar system"),
            ("q2", "string instrument with a bow")]  # fmt: skip
 WORDS = ("apple volcano chess jupiter violin bread glacier harbor tiger copper lantern meadow river "

@@ -16,13 +16,7 @@ from cqabench import retrievers  # noqa: E402
 from cqabench.errors import ConfigError  # noqa: E402
 from cqabench.retrievers import splade  # noqa: E402
 
-DOCS = [
-    ("d0", "Apple", "The apple is a sweet fruit grown on trees in orchards."),
-    ("d1", "Volcano", "A volcano erupts molten rock called lava and ash."),
-    ("d2", "Chess", "Chess is a board game for two players with sixteen pieces each."),
-    ("d3", "Jupiter", "Jupiter is the largest planet of the solar system."),
-    ("d4", "Violin", "The violin is a string instrument played with a bow."),
-]
+DOCS = mf.TOY_DOCS[:5]
 
 
 @pytest.fixture(scope="session")
