@@ -3,8 +3,11 @@
 The index holds two fields per document: `contents` (the text, a serialized table for table
 documents) and `title`. Which fields a search scores, and with what boost, is the `fields`
 setting (`{title: 1.0, text: 1.0}`: the sum of BM25 over both), so changing boosts reuses the
-index. We call the Anserini classes pyserini's `LuceneSearcher` wraps (`SimpleSearcher`,
-`IndexCollection`) instead of importing `pyserini.search`, whose import pulls in torch.
+index. We call the Anserini classes pyserini wraps (`SimpleSearcher` for `LuceneSearcher`,
+`SimpleIndexer` for `LuceneIndexer`) instead of importing `pyserini.search`, whose import pulls
+in torch. The index is built from the document stream, batch by batch, with `IndexCollection`'s
+arguments (`index_arguments`): no JsonCollection copy of the corpus is written, and the index
+equals the one `IndexCollection` builds from the `collection_record`s (tests/test_bm25_stream.py).
 
 Settings (all optional): k1 (0.9), b (0.4), fields ({title: 1.0, text: 1.0}),
 language (Anserini language code, "en"), stemmer (porter | krovetz | none; English only),
@@ -15,8 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,9 @@ STEMMERS = ("porter", "krovetz", "none")
 SEARCH_ONLY_KEYS = frozenset({"k1", "b", "fields", "threads"})
 LUCENE_DIR = "lucene"
 BATCH = 20_000  # queries per Java call, to bound the result map held in the JVM
+# Documents per Java indexing call: enough to keep `threads` threads busy, few enough that the
+# batch (as Python strings and as their Java copies) stays a few MB at any corpus size.
+INDEX_BATCH = 4096
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
@@ -102,25 +108,39 @@ def index_arguments(input_dir: str | Path, index_dir: str | Path, settings: dict
     return args
 
 
-def _write_collection(docs: Iterable[Doc], folder: Path) -> int:
-    """Anserini JsonCollection: one JSON object a line, extra keys become extra fields."""
-    count = 0
-    with open(folder / "docs.jsonl", "w", encoding="utf-8") as fh:
-        for docid, title, text in docs:
-            fh.write(json.dumps(collection_record(docid, title, text), ensure_ascii=False))
-            fh.write("\n")
-            count += 1
-    return count
+def _raw_batches(docs: Iterable[Doc], size: int) -> Iterator[list[str]]:
+    """The documents as JsonCollection JSON lines, `size` at a time: the Python side holds one batch."""
+    records = (json.dumps(collection_record(docid, title, text), ensure_ascii=False) for docid, title, text in docs)
+    while batch := list(islice(records, size)):
+        yield batch
 
 
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
+    """Feed the documents to Lucene as they are read; no JsonCollection copy of the corpus on disk.
+
+    Anserini's `SimpleIndexer` (what pyserini's `LuceneIndexer` wraps) takes `IndexCollection`'s
+    own arguments, so the analyzer, the `title` field and the stored raw JSON are those of an
+    `IndexCollection` run over the same records (tests/test_bm25_stream.py checks the two indexes
+    agree document by document and term by term). Each batch of `INDEX_BATCH` documents is one
+    Java call indexed by `threads` threads; the JVM flushes its in-memory segment at
+    SimpleIndexer's fixed 2 GB RAM buffer, so neither side grows with the corpus.
+    """
     s = resolve(settings)
     start_jvm()
-    indexer = autoclass("io.anserini.index.IndexCollection")
-    with tempfile.TemporaryDirectory(prefix="cqabench-bm25-") as tmp:
-        count = _write_collection(docs, Path(tmp))
-        args = index_arguments(tmp, index_dir / LUCENE_DIR, s)
-        indexer.main(args)
+    # `-input` is required by the argument parser and unused by SimpleIndexer (pyserini passes "").
+    indexer = autoclass("io.anserini.index.SimpleIndexer")(index_arguments("", index_dir / LUCENE_DIR, s))
+    count = 0
+    try:
+        for batch in _raw_batches(docs, INDEX_BATCH):
+            added = int(indexer.addRawDocuments(batch))
+            if added != len(batch):
+                raise ConfigError(
+                    f"bm25: Lucene indexed {added} of a batch of {len(batch)} documents "
+                    f"(documents {count + 1}-{count + len(batch)}); see the Anserini log above"
+                )
+            count += added
+    finally:
+        indexer.close()  # commits; on an error the caller's atomic_dir discards the partial index
     indexed = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir / LUCENE_DIR))
     try:
         total = int(indexed.get_total_num_docs())
@@ -128,7 +148,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
         indexed.close()
     if total != count:
         raise ConfigError(
-            f"bm25: Lucene indexed {total} of {count} documents (empty or duplicate ids?); "
+            f"bm25: Lucene holds {total} of {count} documents (empty or duplicate ids?); "
             "see the Anserini log above"
         )
     log.info("bm25: indexed %d documents into %s", count, index_dir)
