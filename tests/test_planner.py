@@ -216,6 +216,18 @@ def test_corpus_only_splits_get_their_download_spec() -> None:
     assert spec["url"].startswith("https://")
 
 
+def test_export_beir_false_drops_only_the_exports() -> None:
+    """`export_beir: false` skips the BEIR / Pyserini copies of each corpus (docs/data.md); the
+    canonical tables and retrieval corpora stay targets."""
+    config = _config()
+    default = _plan(config).data_targets()
+    skipped = _plan({**config, "export_beir": False}).data_targets()
+    beir = [t for t in default if t.startswith("results/beir/")]
+    assert len(beir) == sum(len(_plan(config).splits(ds)) for ds in config["datasets"]) * len(config["serializations"])
+    assert skipped == [t for t in default if t not in beir] and beir
+    assert _plan({**config, "export_beir": True}).data_targets() == default
+
+
 def test_unchanged_config_is_not_mutated() -> None:
     config = _config()
     before = copy.deepcopy(config)

@@ -382,9 +382,10 @@ class Plan:
             for table in ("queries", "corpus", "qrels", "answers")
         ]
         targets += [self.corpus_path(c) for c in self.corpora]
-        targets += [
-            self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
-        ]
+        if self.config.get("export_beir", True):  # false: no second and third copy of each corpus
+            targets += [
+                self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
+            ]
         return targets
 
     def question_selection_args(self, dataset: str, split: str) -> str:
