@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import models_fixtures as mf  # noqa: E402
 
 from cqabench import retrievers  # noqa: E402
-from cqabench.errors import ConfigError  # noqa: E402
+from cqabench.errors import ConfigError, DataError  # noqa: E402
 from cqabench.retrievers import colbert  # noqa: E402
 
 WORDS = "apple volcano chess jupiter violin bread glacier harbor tiger copper lantern meadow".split()
@@ -68,3 +68,49 @@ def test_bad_settings(tmp_path: Path) -> None:
         colbert.resolve({"type": "colbert", "model": "x", "nbits": 3})
     with pytest.raises(ConfigError, match="PLAID"):
         colbert.search(tmp_path, [("q", "x")], 3, {"type": "colbert", "model": "x"})
+
+
+@pytest.mark.slow
+def test_chunked_index_has_the_chunks_asked_and_ranks_as_one_chunk(model: Path, tmp_path: Path) -> None:
+    """`chunksize` reaches colbert-ai: 36 passages in chunks of 10 make 4 chunk files, and the
+    search finds what the one-chunk index finds (chunking is file layout, not content)."""
+    import json
+
+    settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 16, "query_maxlen": 8,
+                "kmeans_niters": 2, "timeout_s": 900}  # fmt: skip
+    try:
+        retrievers.build_index(iter(DOCS), tmp_path / "one", settings)
+    except colbert.ColbertError as exc:
+        pytest.skip(f"colbert-ai cannot index on this machine: {exc}")
+    retrievers.build_index(iter(DOCS), tmp_path / "four", {**settings, "chunksize": 10})
+    meta = {name: json.loads((tmp_path / name / "plaid" / "metadata.json").read_text()) for name in ("one", "four")}
+    assert (meta["one"]["num_chunks"], meta["four"]["num_chunks"]) == (1, 4)
+    assert meta["one"]["num_embeddings"] == meta["four"]["num_embeddings"]
+    assert sorted(p.name for p in (tmp_path / "four" / "plaid").glob("*.codes.pt")) == [
+        f"{n}.codes.pt" for n in range(4)
+    ]
+    doclens = [len(json.loads((tmp_path / "four" / "plaid" / f"doclens.{n}.json").read_text())) for n in range(4)]
+    assert doclens == [10, 10, 10, 6]
+    queries = [(docid, text) for docid, _, text in DOCS[:12]]
+    one = retrievers.search(tmp_path / "one", queries, 5, settings)
+    four = retrievers.search(tmp_path / "four", queries, 5, {**settings, "chunksize": 10})  # search-only: reused
+    for qid, _ in queries:
+        assert [d for d, _ in four[qid]] == [d for d, _ in one[qid]], qid
+        assert [s for _, s in four[qid]] == pytest.approx([s for _, s in one[qid]], abs=1e-3)
+        assert four[qid][0][0] == qid
+
+
+def test_tsv_passages_stream_what_colbert_ai_loads(tmp_path: Path) -> None:
+    """The worker streams collection.tsv; the passages are those colbert-ai's loader returns."""
+    from colbert.evaluation.loaders import load_collection
+
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_text("".join(f"{n}\t{colbert.passage_text(colbert.resolve({'model': 'm'}), t, x)}\n"
+                           for n, (_, t, x) in enumerate(DOCS + [("e", "Title", " spaced  text ")])))  # fmt: skip
+    passages = colbert.TsvPassages(tsv)
+    assert len(passages) == 37
+    assert list(passages) == load_collection(str(tsv)) == list(passages)  # every pass reads the file again
+    assert list(passages)[-1] == "Title | spaced text"
+    tsv.write_text("0\tfirst\n2\tskipped a pid\n")
+    with pytest.raises(DataError, match=r"collection.tsv: record 'line 2', field 'pid': expected pid 1"):
+        list(colbert.TsvPassages(tsv))

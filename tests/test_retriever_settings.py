@@ -62,6 +62,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "type": "family", "model": "index", "nbits": "index", "doc_maxlen": "index", "query_maxlen": "ranking",
         "kmeans_niters": "index", "doc_format": "index", "ncells": "ranking", "centroid_score_threshold": "ranking",
         "ndocs": "ranking", "batch_size": "runtime", "device": "runtime", "threads": "runtime", "timeout_s": "runtime",
+        "chunksize": "runtime",  # index chunk files, same ranking: tests/test_colbert.py
     },
 }
 _ids = count()
@@ -99,6 +100,7 @@ def test_every_accepted_key_has_a_stated_effect(family: str) -> None:
         ({"type": "colbert", "model": "x", "ndocs": -1}, "ndocs must be a positive integer"),
         ({"type": "colbert", "model": "x", "timeout_s": "1h"}, "timeout_s must be a positive number"),
         ({"type": "colbert", "model": "x", "batch_size": "abc"}, "batch_size must be a positive integer"),
+        ({"type": "colbert", "model": "x", "chunksize": 0}, "chunksize must be a positive integer, got 0"),
         ({"type": "colbert", "model": "x", "device": "cuda:1"}, "colbert device must be cpu or cuda"),
     ],
 )
@@ -385,8 +387,10 @@ def test_splade_runtime_keys_reach_the_encoder_and_keep_the_ranking(
 def test_colbert_settings_reach_the_worker_request_and_colbert_config() -> None:
     s = colbert.resolve({"type": "colbert", "model": "m", "nbits": 4, "doc_maxlen": 20, "query_maxlen": 9,
                          "kmeans_niters": 3, "batch_size": 5, "ndocs": 64, "ncells": 2,
-                         "centroid_score_threshold": 0.4, "threads": 3, "timeout_s": 30})  # fmt: skip
+                         "centroid_score_threshold": 0.4, "threads": 3, "timeout_s": 30,
+                         "chunksize": 1000})  # fmt: skip
     index_req = colbert._request(s, "index", root="r")
+    assert index_req["chunksize"] == 1000 and "chunksize" not in retrievers.signature({**s, "type": "colbert"})
     search_req = colbert._request(s, "search", root="r", k=3)
     assert not {"ndocs", "ncells", "centroid_score_threshold"} & set(index_req)
     assert (search_req["ndocs"], search_req["ncells"], search_req["centroid_score_threshold"]) == (64, 2, 0.4)

@@ -18,21 +18,26 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError, CqaError
+from cqabench.errors import ConfigError, CqaError, DataError
 from cqabench.retrievers.base import Doc, QueryText, Results, check_positive_int, rank
 
-SEARCH_ONLY_KEYS = frozenset({"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size"})
+SEARCH_ONLY_KEYS = frozenset(
+    {"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", "chunksize"}
+)
 # Run-time settings and what reads them: device (torch, colbert-ai's gpus), threads
 # (OMP_NUM_THREADS of the worker), timeout_s (the worker's wall-clock limit), batch_size
 # (colbert-ai index_bsize: passages per encoder batch while indexing; colbert-ai batches
-# queries itself), ncells / centroid_score_threshold / ndocs (PLAID search; None: colbert-ai's
-# defaults for k).
+# queries itself), chunksize (passages per colbert-ai index chunk: encoded, compressed and
+# saved as one `N.codes.pt` / `N.residuals.pt` pair; None: colbert-ai's min(25,000, 1 + N);
+# the chunk's float embeddings are the indexing job's largest buffer, and chunking changes
+# the file layout, not what a search finds), ncells / centroid_score_threshold / ndocs (PLAID
+# search; None: colbert-ai's defaults for k).
 _RUNTIME_DEFAULTS: dict[str, Any] = {
-    "device": "cpu", "threads": None, "timeout_s": 6 * 3600, "batch_size": None,
+    "device": "cpu", "threads": None, "timeout_s": 6 * 3600, "batch_size": None, "chunksize": None,
     "ncells": None, "centroid_score_threshold": None, "ndocs": None,
 }  # fmt: skip
 _PLAID_SEARCH = ("ncells", "centroid_score_threshold", "ndocs")
@@ -67,7 +72,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
     if runtime["device"] not in ("cpu", "cuda"):
         raise ConfigError(f"colbert device must be cpu or cuda, got {runtime['device']!r}")
-    check_positive_int("colbert", runtime, "threads", "batch_size", "ncells", "ndocs")
+    check_positive_int("colbert", runtime, "threads", "batch_size", "chunksize", "ncells", "ndocs")
     for key in ("timeout_s", "centroid_score_threshold"):
         value = runtime[key]
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
@@ -181,6 +186,49 @@ def _colbert_config(req: dict[str, Any], **extra: Any) -> Any:
     )
 
 
+class TsvPassages:
+    """The passages of our collection.tsv, read from disk on every pass instead of held in a list.
+
+    colbert-ai's `Collection(path=...)` loads every passage into a Python list (at 21M passages
+    ~15 GB); indexing only needs `len` and passes in order (the k-means sample, then the
+    chunks), so `Collection(data=TsvPassages(path))` streams them. Each line is parsed as
+    colbert-ai's `load_collection` parses it, so the passages are the same strings.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        with open(self.path, "rb") as fh:
+            self._count = sum(1 for _ in fh)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        with open(self.path, encoding="utf-8") as fh:
+            for line_idx, line in enumerate(fh):
+                pid, passage, *rest = line.strip("\n\r ").split("\t")
+                if int(pid) != line_idx or rest:
+                    raise DataError(self.path, f"line {line_idx + 1}", "pid", f"expected pid {line_idx} and one passage")
+                yield passage
+
+    def __getitem__(self, item: int) -> str:
+        raise TypeError("TsvPassages streams; colbert-ai's indexing never indexes the collection by position")
+
+
+def _collection(req: dict[str, Any]) -> Any:
+    """The collection colbert-ai indexes: streamed, in chunks of `chunksize` passages if set."""
+    from colbert.data import Collection
+
+    collection = Collection(data=TsvPassages(req["collection"]))
+    collection.path = req["collection"]  # what colbert-ai records as the collection's provenance
+    if req.get("chunksize"):
+        size = int(req["chunksize"])
+        # Collection.cast accepts the class itself only (`type(obj) is cls`), so the chunk size
+        # is set on the instance, not by a subclass; colbert-ai reads it through this method.
+        collection.get_chunksize = lambda: min(size, 1 + len(collection))
+    return collection
+
+
 def _worker(action: str, req: dict[str, Any]) -> None:
     from colbert import Indexer, Searcher
     from colbert.infra import Run, RunConfig
@@ -194,7 +242,7 @@ def _worker(action: str, req: dict[str, Any]) -> None:
         if action == "index":
             path = Path(req["index_path"])
             indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))
-            indexer.index(name=path.name, collection=req["collection"], overwrite=True)
+            indexer.index(name=path.name, collection=_collection(req), overwrite=True)
             return
         extra = {k: req[k] for k in _PLAID_SEARCH if req.get(k) is not None}
         searcher = Searcher(index=req["index_path"], checkpoint=checkpoint, config=_colbert_config(req, **extra),
