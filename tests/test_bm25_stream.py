@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-
 from cqabench import retrievers
 from cqabench.cli import main
 from cqabench.errors import ConfigError
