@@ -121,7 +121,7 @@ def main() -> None:
     print(f"exact index (encoding included): {time.perf_counter() - t:.0f} s", flush=True)
     meta = json.loads((flat / dense.RESOLVED_FILE).read_text())
     record = {"shards": meta["shards"], "dim": meta["dim"], "count": meta["count"]}
-    nlist = max(1, round(4 * math.sqrt(n)))
+    nlist = max(1, min(round(4 * math.sqrt(n)), n // 39))  # dense.py caps it at 39 points per list too
     builds = {
         f"ivfpq nlist {nlist} pq_m 16": {"index": "ivfpq", "nlist": nlist, "pq_m": 16},
         f"ivfpq nlist {nlist} pq_m 48": {"index": "ivfpq", "nlist": nlist, "pq_m": 48},
