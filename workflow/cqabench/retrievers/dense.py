@@ -7,6 +7,10 @@ neither building nor searching ever holds more than one shard of embeddings in R
 approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
 and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
 
+With `encode_jobs: N` the shards are written by N part jobs (`encode_part`, each a contiguous run
+of whole shards numbered as here) and `gather` assembles the same index from them
+(cqabench.retrievers.parts).
+
 Cosine similarity is inner product on L2-normalized vectors, so every index is an IP index.
 What each family means (encoders, pooling, similarity, how title and text are joined) is resolved
 once by `resolve()` and written to `dense.json` in the index, next to `settings.json`.
