@@ -13,7 +13,7 @@ import pytest
 from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
 ROOT = Path(__file__).resolve().parents[1]
-HUNGRY = ("prepare", "pool_corpus", "export_beir", "index", "search", "decompose_search", "convert_model",
+HUNGRY = ("prepare", "pool_corpus", "export_beir", "index", "encode_part", "gather_index", "search", "decompose_search", "convert_model",
           "generate_batch", "generate")
 
 

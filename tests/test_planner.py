@@ -247,3 +247,50 @@ def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path
     assert proc.returncode != 0
     assert "datasets.musique.corpus: 'wiki-multihopp' is neither a configured dataset nor a pooled corpus" in out
     assert "Traceback" not in out and "KeyError" not in out
+
+
+# ---- dense / SPLADE encoding in part jobs (encode_jobs) ----
+
+
+def test_dexter_plans_32_encode_parts_for_every_neural_retriever_on_every_corpus() -> None:
+    """config/dexter.yaml: encode_jobs 32 for SPLADE and the five dense retrievers, ColBERTv2 one
+    job (colbert-ai chunks its own indexing), BM25 one job; 6 corpora x 1 serialization."""
+    plan = _plan(_config("dexter.yaml"))
+    assert sorted(plan.sharded_retrievers()) == ["ance", "contriever", "dpr", "mpnet", "splade", "tasb"]
+    searched = sorted({plan.corpus_of(ds) for ds in plan.retrieval_datasets})  # DEXTER's seven; not TANQ's
+    assert searched == ["ambigqa", "finqa", "ottqa", "strategyqa", "tatqa", "wiki-multihop"]
+    for corpus in searched:
+        for retriever in plan.sharded_retrievers():
+            parts = plan.index_parts(corpus, "pipe", retriever)
+            assert parts == [f"results/index_parts/{corpus}/pipe/{retriever}/{i}-of-32" for i in range(32)]
+        assert plan.index_parts(corpus, "pipe", "colbertv2") == plan.index_parts(corpus, "pipe", "bm25") == []
+    # The part jobs ask for what the index job asks for (a GPU where `device` is not cpu).
+    assert plan.resources("dpr", 16000, 4000, 240, 60) == {"gpu": 0, "mem_mb": 16000, "runtime": 240}
+
+
+def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
+    config = _config()
+    config["retrievers"]["bm25"]["encode_jobs"] = 4
+    with pytest.raises(ConfigError, match="retrievers.bm25: bm25 retriever: unknown setting.*encode_jobs"):
+        _plan(config)
+    config = _config()
+    config["retrievers"]["minilm"]["encode_jobs"] = 0
+    with pytest.raises(ConfigError, match="retrievers.minilm: dense retriever: encode_jobs must be a positive integer"):
+        _plan(config)
+    config = _config()
+    config["retrievers"]["minilm"]["encode_jobs"] = 3
+    plan = _plan(config)
+    assert plan.sharded_retrievers() == ["minilm"]
+    assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/index_parts/tatqa/pipe/minilm/2-of-3"
+
+
+def test_snakemake_dry_run_of_dexter_plans_the_encode_parts() -> None:
+    """`snakemake -n --configfile config/dexter.yaml`: 6 retrievers x 6 corpora x 32 = 1152
+    encode_part jobs, 36 gather_index jobs; index jobs left for BM25 and ColBERTv2 (2 x 6)."""
+    from test_rebuild import job_table
+
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", str(ROOT / "config" / "dexter.yaml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = job_table(done.stdout + done.stderr)
+    assert (table["encode_part"], table["gather_index"], table["index"]) == (1152, 36, 12), table

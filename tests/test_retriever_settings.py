@@ -52,11 +52,13 @@ EFFECTS: dict[str, dict[str, str]] = {
         "index": "index", "backend": "index", "quantize": "index", "nlist": "index", "pq_m": "index",
         "hnsw_m": "index", "train_size": "index", "nprobe": "ranking", "ef_search": "ranking",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime", "threads": "runtime",
+        "encode_jobs": "runtime",  # the same index from N part jobs: tests/test_encode_parts.py
     },
     "splade": {
         "type": "family", "model": "index", "query_model": "ranking", "doc_max_length": "index",
         "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "threads": "runtime",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime",
+        "encode_jobs": "runtime",  # tests/test_encode_parts.py
     },
     "colbert": {
         "type": "family", "model": "index", "nbits": "index", "doc_maxlen": "index", "query_maxlen": "ranking",

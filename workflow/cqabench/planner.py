@@ -419,6 +419,25 @@ class Plan:
     def index_dir(corpus: str, serialization: str, retriever: str) -> str:
         return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
 
+    def encode_jobs(self, retriever: str) -> int:
+        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense and SPLADE; 1:
+        the single `index` job). cqabench.retrievers.parts: the index is the same for any N."""
+        value = self.retriever_configs[retriever].get("encode_jobs")
+        return 1 if value is None else int(value)
+
+    def sharded_retrievers(self) -> list[str]:
+        """Retrievers whose index is gathered from encode parts (the `gather_index` rule's)."""
+        return [r for r in self.retriever_configs if self.encode_jobs(r) > 1]
+
+    @staticmethod
+    def part_dir(corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
+        return f"{RESULTS}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
+
+    def index_parts(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The part folders the index of (corpus, serialization, retriever) is gathered from, in order."""
+        n = self.encode_jobs(retriever)
+        return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)] if n > 1 else []
+
     @staticmethod
     def run_file(dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
         return f"{RESULTS}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"

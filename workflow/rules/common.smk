@@ -77,6 +77,8 @@ TOOL_RETRIEVERS = (
 )  # open-book cells name the WikiSearch retriever in their path
 CORPORA = PLAN.corpora
 RETRIEVER_CONFIGS = PLAN.retriever_configs
+SHARDED_RETRIEVERS = PLAN.sharded_retrievers()  # encode_jobs > 1: encode_part + gather_index
+UNSHARDED_RETRIEVERS = [r for r in RETRIEVER_CONFIGS if r not in SHARDED_RETRIEVERS]
 RETRIEVAL = PLAN.retrieval
 RETRIEVAL_K = PLAN.retrieval_k
 DECOMPOSITION = PLAN.decomposition
@@ -113,6 +115,7 @@ prepare_inputs = PLAN.prepare_inputs
 prepare_file_args = PLAN.prepare_file_args
 data_targets = PLAN.data_targets
 index_dir = PLAN.index_dir
+index_parts = PLAN.index_parts
 run_file = PLAN.run_file
 _run_settings = PLAN.run_settings
 _resources = PLAN.resources

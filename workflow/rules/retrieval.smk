@@ -14,7 +14,7 @@ rule index:
     benchmark:
         f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
-        retriever=_names(RETRIEVER_CONFIGS),
+        retriever=_names(UNSHARDED_RETRIEVERS),  # encode_jobs > 1: gather_index below
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
@@ -29,6 +29,71 @@ rule index:
     shell:
         "cqabench index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
+
+
+# encode_jobs: N > 1 (dense, SPLADE): N encode_part jobs, each its own GPU / SLURM job over a
+# contiguous range of whole chunks of the corpus, then gather_index builds the same index the
+# single `index` job would (cqabench/retrievers/parts.py; docs/retrievers_neural.md). A killed
+# part leaves no folder (atomic), so a rerun runs that part, the gather and what follows.
+rule encode_part:
+    input:
+        corpus=lambda w: corpus_path(w.corpus),
+    output:
+        directory(
+            f"{RESULTS}/index_parts/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}"
+        ),
+    log:
+        f"{RESULTS}/logs/encode_part/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/encode_part/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}.tsv"
+    wildcard_constraints:
+        retriever=_names(SHARDED_RETRIEVERS),
+        part=r"\d+",
+        parts=r"\d+",
+    retries: MEMORY_RETRIES
+    conda:
+        "../../envs/retrieval.yaml"
+    resources:
+        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+    params:
+        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+    shell:
+        "cqabench encode-part --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "--retriever-settings {params.settings} --part {wildcards.part} --of {wildcards.parts} "
+        "--out {output:q} > {log:q} 2>&1"
+
+
+rule gather_index:
+    input:
+        corpus=lambda w: corpus_path(w.corpus),
+        parts=lambda w: index_parts(w.corpus, w.serialization, w.retriever),
+    output:
+        directory(f"{RESULTS}/index/{{corpus}}/{{serialization}}/{{retriever}}"),
+    log:
+        f"{RESULTS}/logs/gather_index/{{corpus}}/{{serialization}}/{{retriever}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/gather_index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
+    wildcard_constraints:
+        retriever=_names(SHARDED_RETRIEVERS),
+    retries: MEMORY_RETRIES
+    conda:
+        "../../envs/retrieval.yaml"
+    resources:
+        # No model runs here: links the parts' shards (flat), or trains and fills faiss on CPU.
+        gpu=0,
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+    params:
+        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+    shell:
+        "cqabench gather-index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "--retriever-settings {params.settings} --parts {input.parts:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule search:

@@ -1,4 +1,5 @@
-"""`cqabench` subcommands of the retrieval stage: index, search, decompose-search, import-run, eval-retrieval, pyserini."""
+"""`cqabench` subcommands of the retrieval stage: index, encode-part, gather-index, search,
+decompose-search, import-run, eval-retrieval, pyserini."""
 
 from __future__ import annotations
 
@@ -25,6 +26,20 @@ def _index(args: argparse.Namespace) -> int:
     from cqabench.retrievers.jobs import index_corpus
 
     index_corpus(Path(args.corpus), args.serialization, _settings(args), Path(args.out))
+    return 0
+
+
+def _encode_part(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.parts import encode_corpus_part
+
+    encode_corpus_part(Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out))
+    return 0
+
+
+def _gather(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.parts import gather_index
+
+    gather_index(Path(args.corpus), args.serialization, _settings(args), [Path(p) for p in args.parts], Path(args.out))
     return 0
 
 
@@ -85,6 +100,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retriever-settings", required=True, help="JSON {type: bm25|dense|splade|colbert, ...}")
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
     p.set_defaults(func=_index)
+
+    p = sub.add_parser("encode-part", help="encode part i of N of a corpus (dense, splade: encode_jobs > 1)")
+    p.add_argument("--corpus", required=True, help="results/corpora/{corpus}/corpus.parquet")
+    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
+    p.add_argument("--retriever-settings", required=True, help="JSON {type: dense|splade, ...}")
+    p.add_argument("--part", required=True, type=int, help="0-based part number")
+    p.add_argument("--of", required=True, type=int, help="number of parts N")
+    p.add_argument("--out", required=True, help="part folder (gets part.json, docids.txt and the vectors)")
+    p.set_defaults(func=_encode_part)
+
+    p = sub.add_parser("gather-index", help="build the index from the N parts of encode-part, in order")
+    p.add_argument("--corpus", required=True, help="the corpus the parts encode (its row count is checked)")
+    p.add_argument("--serialization", required=True)
+    p.add_argument("--retriever-settings", required=True)
+    p.add_argument("--parts", required=True, nargs="+", help="part folders 0..N-1, in order")
+    p.add_argument("--out", required=True, help="index directory (gets settings.json)")
+    p.set_defaults(func=_gather)
 
     p = sub.add_parser("search", help="search every question of a queries table")
     p.add_argument("--index", required=True)

@@ -7,6 +7,10 @@ neither building nor searching ever holds more than one shard of embeddings in R
 approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
 and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
 
+With `encode_jobs: N` the shards are written by N part jobs (`encode_part`, each a contiguous run
+of whole shards numbered as here) and `gather` assembles the same index from them
+(cqabench.retrievers.parts).
+
 Cosine similarity is inner product on L2-normalized vectors, so every index is an IP index.
 What each family means (encoders, pooling, similarity, how title and text are joined) is resolved
 once by `resolve()` and written to `dense.json` in the index, next to `settings.json`.
@@ -18,6 +22,7 @@ import heapq
 import itertools
 import json
 import logging
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +42,9 @@ from cqabench.retrievers.base import (
 
 log = logging.getLogger(__name__)
 
-SEARCH_ONLY_KEYS = frozenset({"nprobe", "ef_search", "threads", "batch_size", "device"})
+# encode_jobs: how many part jobs encode the corpus (cqabench.retrievers.parts); the index is the
+# same for any value, so it is not part of what an index is checked against.
+SEARCH_ONLY_KEYS = frozenset({"nprobe", "ef_search", "threads", "batch_size", "device", "encode_jobs"})
 RESOLVED_FILE = "dense.json"
 SIMILARITIES = ("dot", "cosine")
 INDEXES = ("flat", "ivf", "ivfpq", "hnsw")
@@ -70,7 +77,7 @@ _DEFAULTS = {
 }
 _KNOWN = {
     "type", "family", "model", "query_model", "doc_model", "pooling", "similarity", "doc_format",
-    "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search",
+    "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
     *_DEFAULTS,
 }
 
@@ -78,6 +85,7 @@ _KNOWN = {
 # Search/run-time settings (not part of the recipe in dense.json): what they default to.
 _RUNTIME_DEFAULTS: dict[str, Any] = {
     "batch_size": 32, "query_batch_size": None, "device": "cpu", "threads": None, "nprobe": None, "ef_search": None,
+    "encode_jobs": 1,
 }  # fmt: skip
 # A key that only one kind of index (or family) reads: given anywhere else it would be recorded
 # in the results while changing nothing, so it is refused at planning time.
@@ -135,7 +143,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"dense setting {key} applies to {where} only; this retriever has "
                               f"family {out['family']}, index {out['index']}")  # fmt: skip
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
-    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search")
+    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search", "encode_jobs")
     check_device("dense", runtime["device"])
     if runtime["device"] != "cpu" and (out["backend"] != "torch" or out["quantize"] != "none"):
         raise ConfigError(
@@ -230,16 +238,25 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     """Encode shard by shard to .npy files, then (approximate indexes only) fill faiss from them."""
     recipe = resolve(settings)
     index_dir = Path(index_dir)
-    shards_dir = index_dir / "shards"
+    meta = _encode_shards(docs, index_dir, recipe, 0)
+    if not meta["count"]:
+        raise ConfigError("dense index: the corpus is empty")
+    _finish_index(index_dir, meta["shards"], meta["dim"], meta["count"], recipe)
+
+
+def _encode_shards(docs: Iterable[Doc], out: Path, recipe: dict[str, Any], first_shard: int) -> dict[str, Any]:
+    """Encode `docs` in chunks of `shard_size` into out/shards/NNNNN.npy (numbered from
+    `first_shard`) and out/docids.txt; the one encoding loop of a whole index and of a part."""
+    shards_dir = out / "shards"
     shards_dir.mkdir(parents=True, exist_ok=True)
-    encoders = _Encoders(recipe, index_dir)
+    encoders = _Encoders(recipe, out)
     batch_size = int(recipe["batch_size"])
     log.info("dense: encoding documents in batches of %d", batch_size)
     seen: set[str] = set()
     shard_files: list[str] = []
     dim = 0
-    with open(index_dir / "docids.txt", "w", encoding="utf-8") as ids:
-        for n, chunk in enumerate(_chunks(docs, recipe["shard_size"])):
+    with open(out / "docids.txt", "w", encoding="utf-8") as ids:
+        for n, chunk in enumerate(_chunks(docs, recipe["shard_size"]), start=first_shard):
             for docid, _, _ in chunk:
                 if docid in seen or "\n" in docid:
                     raise ConfigError(f"dense index: docid {docid!r} is repeated or holds a newline")
@@ -251,12 +268,56 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
             np.save(shards_dir / name, vectors)
             shard_files.append(name)
             log.info("dense: encoded shard %d (%d documents so far)", n, len(seen))
-    if not seen:
-        raise ConfigError("dense index: the corpus is empty")
+    return {"dim": dim, "count": len(seen), "shards": shard_files}
+
+
+def _finish_index(index_dir: Path, shard_files: list[str], dim: int, count: int, recipe: dict[str, Any]) -> None:
+    """The approximate index (if asked) and dense.json, from the shards in index_dir/shards."""
     if recipe["index"] != "flat":
         _build_faiss(index_dir, shard_files, dim, recipe)
-    meta = {"recipe": recipe_of(recipe), "dim": dim, "count": len(seen), "shards": shard_files}
+    meta = {"recipe": recipe_of(recipe), "dim": dim, "count": count, "shards": shard_files}
     (index_dir / RESOLVED_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# ---- encoding in part jobs (cqabench.retrievers.parts) ----
+
+
+def part_chunk(settings: dict[str, Any]) -> int:
+    """A part covers whole shards: each shard is encoded exactly as the single job encodes it."""
+    return int(resolve(settings)["shard_size"])
+
+
+def encode_part(docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_shard: int) -> dict[str, Any]:
+    """One part's shards (numbered as in the whole index), docids.txt and, for onnx, its graph."""
+    return _encode_shards(docs, Path(out), resolve(settings), first_shard)
+
+
+def gather(parts: list[tuple[Path, dict[str, Any]]], index_dir: Path, settings: dict[str, Any]) -> None:
+    """The index from checked parts, in order: shards linked in, docids joined, faiss filled."""
+    from cqabench.retrievers.parts import link_or_copy
+
+    recipe = resolve(settings)
+    index_dir = Path(index_dir)
+    (index_dir / "shards").mkdir(parents=True, exist_ok=True)
+    shard_files: list[str] = []
+    dims = {int(rec["dim"]) for _, rec in parts if rec["count"]}
+    if len(dims) > 1:
+        raise ConfigError(f"dense parts have different vector sizes {sorted(dims)}; rerun them")
+    with open(index_dir / "docids.txt", "wb") as ids:
+        for folder, rec in parts:
+            for name in rec["shards"]:
+                link_or_copy(folder / "shards" / name, index_dir / "shards" / name)
+                shard_files.append(name)
+            with open(folder / "docids.txt", "rb") as fh:
+                shutil.copyfileobj(fh, ids)
+    count = sum(int(rec["count"]) for _, rec in parts)
+    if not count:
+        raise ConfigError("dense index: the corpus is empty")
+    # The exported ONNX graph search reuses (every part holds the same one: the export cache).
+    onnx = next((folder / "onnx" for folder, _ in parts if (folder / "onnx").is_dir()), None)
+    if onnx is not None:
+        shutil.copytree(onnx, index_dir / "onnx", copy_function=lambda s, d: link_or_copy(Path(s), Path(d)))
+    _finish_index(index_dir, shard_files, dims.pop(), count, recipe)
 
 
 def _build_faiss(index_dir: Path, shard_files: list[str], dim: int, recipe: dict[str, Any]) -> None:

@@ -27,11 +27,49 @@ from cqabench.tables import document_text
 log = logging.getLogger(__name__)
 
 
-def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str, str, str, str]]:
+def corpus_rows(corpus: str | Path) -> int:
+    """The corpus' row count from the Parquet footer (no row is read)."""
+    corpus = Path(corpus)
+    if not corpus.is_file():
+        raise DataError(corpus, None, "-", "corpus file not found")
+    return int(pq.ParquetFile(corpus).metadata.num_rows)
+
+
+def _row_batches(
+    corpus: Path, rows: tuple[int, int] | None, batch_size: int, columns: list[str] | None = None
+) -> Iterator[Any]:
+    """Record batches of the rows [start, stop) (all rows when None), reading only the row
+    groups that overlap them: a part job of a 21M-passage corpus skips the others unread."""
+    pf = pq.ParquetFile(corpus)
+    if rows is None:
+        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        return
+    start, stop = rows
+    offset = 0
+    for group in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(group).num_rows
+        lo, hi = max(start, offset), min(stop, offset + n)
+        if lo < hi:
+            at = offset
+            for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], columns=columns):
+                a, b = max(lo - at, 0), min(hi - at, len(batch))
+                if a < b:
+                    yield batch.slice(a, b - a)
+                at += len(batch)
+        offset += n
+        if offset >= stop:
+            break
+
+
+def iter_documents(
+    corpus: str | Path, serialization: str, rows: tuple[int, int] | None = None
+) -> Iterator[tuple[str, str, str, str]]:
     """(docid, title, text, kind) of every corpus row, tables serialized; one pass, batch by batch.
 
     The one reader of corpus documents for indexing and for the exports (`cqabench.beir`), so an
-    exported document is exactly the one our retrievers index, checked the same way.
+    exported document is exactly the one our retrievers index, checked the same way. `rows`
+    (start, stop) reads only that contiguous row range (an encode-part job's share); docids are
+    then checked unique within it, and the gather step checks them across the parts.
     """
     corpus = Path(corpus)
     if not corpus.is_file():
@@ -40,7 +78,7 @@ def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str
     # therefore reported after the last document, named by a second pass over the docid column;
     # every consumer writes its output atomically, so nothing half-made appears.
     digests = IdDigests()
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=4096):
+    for batch in _row_batches(corpus, rows, 4096):
         for row in batch.to_pylist():
             docid = row.get("docid")
             if not docid:
@@ -53,17 +91,17 @@ def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str
             yield docid, title, text, row.get("kind") or "text"
     candidates = digests.repeated()
     seen: set[str] = set()
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=65_536, columns=["docid"]) if candidates else ():
-        for docid in batch.column(0).to_pylist():
+    for batch in _row_batches(corpus, rows, 65_536, ["docid"]) if candidates else ():
+        for docid in batch.column("docid").to_pylist():
             if IdDigests.digest(docid) in candidates:
                 if docid in seen:
                     raise DataError(corpus, docid, "docid", "duplicate document id")
                 seen.add(docid)
 
 
-def read_documents(corpus: str | Path, serialization: str) -> Iterator[Doc]:
-    """(docid, title, text) of every corpus row, tables serialized; one pass, batch by batch."""
-    for docid, title, text, _kind in iter_documents(corpus, serialization):
+def read_documents(corpus: str | Path, serialization: str, rows: tuple[int, int] | None = None) -> Iterator[Doc]:
+    """(docid, title, text) of every corpus row (or of `rows`), tables serialized; batch by batch."""
+    for docid, title, text, _kind in iter_documents(corpus, serialization, rows):
         yield docid, title, text
 
 

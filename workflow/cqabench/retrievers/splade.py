@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,7 +36,11 @@ LUCENE_DIR = "lucene"
 # pool with no useful message. Trained SPLADE queries have tens of terms; past the limit we keep
 # the heaviest ones and say so.
 MAX_QUERY_TERMS = 1024
-SEARCH_ONLY_KEYS = frozenset({"threads", "batch_size", "query_batch_size", "device"})
+# encode_jobs: how many part jobs encode the corpus (cqabench.retrievers.parts); same index for any value.
+SEARCH_ONLY_KEYS = frozenset({"threads", "batch_size", "query_batch_size", "device", "encode_jobs"})
+# Documents per encoder flush (their texts are batched longest-first among themselves); a part of
+# an `encode_jobs` split starts at a multiple of it, so it encodes the batches a single job does.
+FLUSH_DOCS = 1024
 _DEFAULTS: dict[str, Any] = {
     "doc_max_length": None,
     "query_max_length": None,
@@ -45,7 +50,7 @@ _DEFAULTS: dict[str, Any] = {
 # Run-time settings (search-only keys; the index is the same): torch and Anserini threads,
 # documents per encoder batch while indexing, queries per batch while searching, torch device.
 # threads None: torch's own default for encoding, one Anserini thread.
-_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu"}
+_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
 _KNOWN = {"type", "model", "query_model", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 
 
@@ -64,7 +69,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     if "{text}" not in out["doc_format"]:
         raise ConfigError(f"splade doc_format {out['doc_format']!r} must contain {{text}}")
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
-    check_positive_int("splade", runtime, "threads", "batch_size", "query_batch_size")
+    check_positive_int("splade", runtime, "threads", "batch_size", "query_batch_size", "encode_jobs")
     check_device("splade", runtime["device"])
     return {**out, **runtime}
 
@@ -117,41 +122,57 @@ class SpladeEncoder:
 
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
     s = resolve(settings)
+    start_jvm()
+    with tempfile.TemporaryDirectory(prefix="cqabench-splade-") as tmp:
+        with open(Path(tmp) / "vectors.jsonl", "w", encoding="utf-8") as fh:
+            count = _write_vectors(docs, fh, None, s)
+        _lucene_index(Path(tmp), Path(index_dir), s, count)
+
+
+def _write_vectors(docs: Iterable[Doc], fh: Any, ids: Any, s: dict[str, Any]) -> int:
+    """Encode `docs` in flushes of FLUSH_DOCS as JsonVectorCollection lines (and their ids to
+    `ids`, one a line, when given); the one encoding loop of a whole index and of a part."""
     encoder = SpladeEncoder(s["model"], s["threads"], s["device"])
     batch_size = int(s["batch_size"])
     log.info("splade: encoding documents in batches of %d", batch_size)
-    start_jvm()
     count = 0
     progress = Progress("splade encode", None, unit="docs", logger=log)  # docs stream in: no total
-    with tempfile.TemporaryDirectory(prefix="cqabench-splade-") as tmp:
-        with open(Path(tmp) / "vectors.jsonl", "w", encoding="utf-8") as fh:
-            chunk: list[Doc] = []
+    chunk: list[Doc] = []
 
-            def flush() -> None:
-                texts = [s["doc_format"].format(title=t, text=x).strip() if t.strip() else x for _, t, x in chunk]
-                for (docid, _, _), vec in zip(chunk, encoder.term_maps(texts, s["doc_max_length"], batch_size, s["quantization"])):
-                    fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
-                progress.update(len(chunk))
-                chunk.clear()
+    def flush() -> None:
+        texts = [s["doc_format"].format(title=t, text=x).strip() if t.strip() else x for _, t, x in chunk]
+        for (docid, _, _), vec in zip(chunk, encoder.term_maps(texts, s["doc_max_length"], batch_size, s["quantization"])):
+            fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
+            if ids is not None:
+                ids.write(docid + "\n")
+        progress.update(len(chunk))
+        chunk.clear()
 
-            for doc in docs:
-                chunk.append(doc)
-                count += 1
-                if len(chunk) >= 1024:
-                    flush()
-            if chunk:
-                flush()
-        if not count:
-            raise ConfigError("splade index: the corpus is empty")
-        autoclass("io.anserini.index.IndexCollection").main([
-            "-collection", "JsonVectorCollection",
-            "-generator", "DefaultLuceneDocumentGenerator",
-            "-input", tmp,
-            "-index", str(Path(index_dir) / LUCENE_DIR),
-            "-threads", str(int(s["threads"] or 1)),
-            "-impact", "-pretokenized",
-        ])  # fmt: skip
-    searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(Path(index_dir) / LUCENE_DIR))
+    for doc in docs:
+        chunk.append(doc)
+        count += 1
+        if len(chunk) >= FLUSH_DOCS:
+            flush()
+    if chunk:
+        flush()
+    return count
+
+
+def _lucene_index(input_dir: Path, index_dir: Path, s: dict[str, Any], count: int) -> None:
+    """Anserini's impact index over the JsonVectorCollection files of `input_dir` (read in name
+    order by one thread unless `threads` says otherwise), checked to hold `count` documents."""
+    if not count:
+        raise ConfigError("splade index: the corpus is empty")
+    start_jvm()
+    autoclass("io.anserini.index.IndexCollection").main([
+        "-collection", "JsonVectorCollection",
+        "-generator", "DefaultLuceneDocumentGenerator",
+        "-input", str(input_dir),
+        "-index", str(index_dir / LUCENE_DIR),
+        "-threads", str(int(s["threads"] or 1)),
+        "-impact", "-pretokenized",
+    ])  # fmt: skip
+    searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(index_dir / LUCENE_DIR))
     try:
         total = int(searcher.get_total_num_docs())
     finally:
@@ -159,6 +180,40 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     if total != count:
         raise ConfigError(f"splade: Lucene indexed {total} of {count} documents (duplicate ids or all-zero vectors?)")
     log.info("splade: indexed %d documents into %s", count, index_dir)
+
+
+# ---- encoding in part jobs (cqabench.retrievers.parts) ----
+
+
+def part_chunk(settings: dict[str, Any]) -> int:
+    return FLUSH_DOCS
+
+
+def encode_part(docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_chunk: int) -> dict[str, Any]:
+    """One part's term weights as vectors.jsonl (the lines a single job writes) and docids.txt."""
+    s = resolve(settings)
+    out = Path(out)
+    with open(out / "vectors.jsonl", "w", encoding="utf-8") as fh, open(out / "docids.txt", "w", encoding="utf-8") as ids:
+        count = _write_vectors(docs, fh, ids, s)
+    return {"count": count}
+
+
+def gather(parts: list[tuple[Path, dict[str, Any]]], index_dir: Path, settings: dict[str, Any]) -> None:
+    """One impact index over the parts' vectors, fed in part order (file names 00000.jsonl, ...)."""
+    from cqabench.retrievers.parts import link_or_copy
+
+    s = resolve(settings)
+    # Inside the index folder being built (the same filesystem as the parts, usually: hard links,
+    # not copies; a killed job leaves it inside that temporary folder, which the next run sweeps).
+    staging = Path(index_dir) / ".input"
+    staging.mkdir()
+    try:
+        for i, (folder, rec) in enumerate(parts):
+            if rec["count"]:
+                link_or_copy(folder / "vectors.jsonl", staging / f"{i:05d}.jsonl")
+        _lucene_index(staging, Path(index_dir), s, sum(int(rec["count"]) for _, rec in parts))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
