@@ -264,8 +264,8 @@ def test_dexter_plans_32_encode_parts_for_every_neural_retriever_on_every_corpus
             parts = plan.index_parts(corpus, "pipe", retriever)
             assert parts == [f"results/index_parts/{corpus}/pipe/{retriever}/{i}-of-32" for i in range(32)]
         assert plan.index_parts(corpus, "pipe", "colbertv2") == plan.index_parts(corpus, "pipe", "bm25") == []
-    # The part jobs ask for what the index job asks for (a GPU where `device` is not cpu).
-    assert plan.resources("dpr", 16000, 4000, 240, 60) == {"gpu": 0, "mem_mb": 16000, "runtime": 240}
+    # The part jobs ask for what the index job asks for: a GPU, as dexter.yaml puts the encoders on cuda.
+    assert plan.resources("dpr", 16000, 4000, 240, 60) == {"gpu": 1, "mem_mb": 16000, "runtime": 240}
 
 
 def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:

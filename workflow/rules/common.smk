@@ -77,7 +77,9 @@ TOOL_RETRIEVERS = (
 )  # open-book cells name the WikiSearch retriever in their path
 CORPORA = PLAN.corpora
 RETRIEVER_CONFIGS = PLAN.retriever_configs
-SHARDED_RETRIEVERS = PLAN.sharded_retrievers()  # encode_jobs > 1: encode_part + gather_index
+SHARDED_RETRIEVERS = (
+    PLAN.sharded_retrievers()
+)  # encode_jobs > 1: encode_part + gather_index
 UNSHARDED_RETRIEVERS = [r for r in RETRIEVER_CONFIGS if r not in SHARDED_RETRIEVERS]
 RETRIEVAL = PLAN.retrieval
 RETRIEVAL_K = PLAN.retrieval_k
