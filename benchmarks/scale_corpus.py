@@ -8,13 +8,13 @@ read off a fit. This measures it at 0.25M, 0.5M, 1M and 2M passages and extrapol
 Per size, in a folder of its own (removed after it is measured):
 - raw files in the official shapes (`raw_corpora.py`), from real passage text recombined with
   new ids: the 1,100 passages of the bundled psgs_w100 sample, OTT-QA's 17,841 dev passages, the
-  6,119 of the 2Wiki distractor corpus and MuSiQue's 1,834 distinct train paragraphs (26,894 in
-  all). **psgs_w100 TSV**: passages 1..1,100 are the sample's (the pages the questions view),
-  then passage i is the (i - 1,101 mod F)-th of the other F = 25,7xx whose title is none of the
-  sample's, with id i; so the gold set does not grow with the corpus. **StrategyQA paragraphs
-  JSON**: first one paragraph per evidence id of the 229 dev questions (title from the id, text
-  of the next real passage), then paragraph j = real passage (j mod 26,894) with id "Title-k"
-  (k counts that title's paragraphs, skipping evidence ids).
+  6,119 of the 2Wiki distractor corpus and MuSiQue's 1,890 distinct train paragraphs (26,950 in
+  all). **psgs_w100 TSV**: passages 1..1,100 are the sample's (the 549 pages the questions
+  view), then passage i is the ((i - 1,101) mod F)-th of the other F = 25,832 whose title is none
+  of the sample's, with id i; so the gold set does not grow with the corpus. **StrategyQA
+  paragraphs JSON**: first one paragraph per evidence id of the 229 dev questions (998 ids; title
+  from the id, text of real passage j), then paragraph j = real passage (j mod 26,950) with id
+  "Title-k" (k counts that title's paragraphs, skipping evidence ids).
 - questions: AmbigQA's 2,002 light dev questions, each given two `viewed_doc_titles` (sample
   titles t[i mod 549] and t[(i + 1) mod 549], so every question has qrels; the light release has
   no viewed titles); StrategyQA's 229 dev questions as they are.
