@@ -157,8 +157,9 @@ def _questions(work: Path) -> tuple[Path, list[str]]:
 
 
 def run_size(n: int, work: Path, env: dict[str, str], cqabench: str, qpath: Path, evidence: list[str],
-             settings: dict[str, dict], keep: bool) -> list[Job]:
-    """Every data-stage job at `n` passages per corpus; the folder is removed afterwards unless `keep`."""
+             settings: dict[str, dict], keep: bool, bm25: bool) -> list[Job]:
+    """Every data-stage job at `n` passages per corpus (BM25 indexing only if `bm25`); the folder
+    is removed afterwards unless `keep`."""
     d = work / f"n{n}"
     shutil.rmtree(d, ignore_errors=True)
     (d / "logs").mkdir(parents=True)
@@ -197,6 +198,8 @@ def run_size(n: int, work: Path, env: dict[str, str], cqabench: str, qpath: Path
     ]
     out: list[Job] = []
     for stage, rows, args, outputs in jobs:
+        if stage.startswith("index bm25") and not bm25:
+            continue
         if not args:  # the raw file itself: bytes only
             out.append(Job(n, stage, rows, float("nan"), float("nan"), float("nan"), float("nan"), _bytes(*outputs)))
             continue
@@ -335,6 +338,8 @@ def main() -> int:
                     help="passages of the dense shard jobs (two sizes separate the fixed cost)")
     ap.add_argument("--quick", action="store_true", help="smoke run: sizes 20k 40k, shards 100 300")
     ap.add_argument("--no-dense", action="store_true")
+    ap.add_argument("--bm25-max", type=int, default=None,
+                    help="index BM25 only at sizes up to this (it costs most; default: every size)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/scalebench"))
     ap.add_argument("--keep", action="store_true", help="keep each size's folder")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
@@ -367,15 +372,15 @@ def main() -> int:
             args.out.write_text("\n".join(text) + "\n", encoding="utf-8")
 
     print("\n".join(rows), flush=True)
-    if not args.no_dense:
-        dense = run_dense(args.shards, args.work, env, cqabench, settings["minilm"])
-        rows += [_row(j) for j in dense]
-        emit(False)
     for n in args.sizes:
-        sized = run_size(n, args.work, env, cqabench, qpath, evidence, settings, args.keep)
+        bm25 = args.bm25_max is None or n <= args.bm25_max
+        sized = run_size(n, args.work, env, cqabench, qpath, evidence, settings, args.keep, bm25)
         jobs += sized
         rows += [_row(j) for j in sized]
         emit(False)
+    if not args.no_dense:
+        dense = run_dense(args.shards, args.work, env, cqabench, settings["minilm"])
+        rows += [_row(j) for j in dense]
     emit(True)
     return 0
 
