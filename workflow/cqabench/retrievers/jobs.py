@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from cqabench import retrievers
 from cqabench.datasets.common import IdDigests
 from cqabench.errors import DataError
-from cqabench.io import write_json
+from cqabench.io import iter_parquet_batches, write_json
 from cqabench.retrievers.base import Doc, QueryText, Results
 from cqabench.retrievers.decomposition import STOP_WORD_LIST, decomposed_search
 from cqabench.runs import ranked, read_run, write_run
@@ -40,7 +40,7 @@ def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str
     # therefore reported after the last document, named by a second pass over the docid column;
     # every consumer writes its output atomically, so nothing half-made appears.
     digests = IdDigests()
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=4096):
+    for batch in iter_parquet_batches(corpus, 4096):
         for row in batch.to_pylist():
             docid = row.get("docid")
             if not docid:
@@ -53,7 +53,7 @@ def iter_documents(corpus: str | Path, serialization: str) -> Iterator[tuple[str
             yield docid, title, text, row.get("kind") or "text"
     candidates = digests.repeated()
     seen: set[str] = set()
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=65_536, columns=["docid"]) if candidates else ():
+    for batch in iter_parquet_batches(corpus, 65_536, ["docid"]) if candidates else ():
         for docid in batch.column(0).to_pylist():
             if IdDigests.digest(docid) in candidates:
                 if docid in seen:
