@@ -251,6 +251,27 @@ def _row(j: Job) -> str:
             f"{j.tree_mib:8.0f} {j.out_bytes / 1e6:8.0f}")
 
 
+def read_tables(paths: Sequence[Path]) -> tuple[list[Job], list[Job]]:
+    """The job rows of earlier runs' --out files (data-stage jobs, dense jobs), as printed
+    (rounded: 0.1 s, 1 MiB, 1 MB), so runs made at different times can be fitted together."""
+    jobs: list[Job] = []
+    dense: list[Job] = []
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            head, stage, rest = line[:9], line[11:39].strip(), line[39:].split()
+            if not head.strip().isdigit() or not stage or not rest:
+                continue
+            n = int(head)
+            if len(rest) == 1:
+                jobs.append(Job(n, stage, n, *[float("nan")] * 4, int(float(rest[0]) * 1e6)))
+                continue
+            wall, _rate, cpu, peak, tree, mb = map(float, rest)
+            job = Job(n, stage, 2 * n if stage.startswith("pool-corpus (2") else n, wall, cpu, peak, tree,
+                      int(mb * 1e6))
+            (dense if stage.startswith("index minilm") else jobs).append(job)
+    return jobs, dense
+
+
 def fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """Least squares y = a + b x: (a, b, R^2)."""
     b, a = np.polyfit(x, y, 1)
@@ -343,7 +364,17 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/scalebench"))
     ap.add_argument("--keep", action="store_true", help="keep each size's folder")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--from-tables", type=Path, nargs="+", default=None, metavar="OUT",
+                    help="run nothing: fit the rows of earlier --out files together (e.g. a later 2M run)")
     args = ap.parse_args()
+    if args.from_tables:
+        jobs, dense = read_tables(args.from_tables)
+        lines = [f"scale_corpus: rows of {', '.join(str(p) for p in args.from_tables)}", HEADER,
+                 *(_row(j) for j in sorted(jobs, key=lambda j: j.size)), *(_row(j) for j in dense), *summary(jobs, dense)]
+        print("\n".join(lines))
+        if args.out:
+            args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return 0
     if args.quick:
         args.sizes, args.shards = [20_000, 40_000], [100, 300]
     args.work.mkdir(parents=True, exist_ok=True)
