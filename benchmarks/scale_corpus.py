@@ -246,9 +246,9 @@ HEADER = (f"{'passages':>9s}  {'stage':28s} {'wall s':>8s} {'pass./s':>8s} {'CPU
 
 def _row(j: Job) -> str:
     if j.wall_s != j.wall_s:  # raw file: no job
-        return f"{j.size:9d}  {j.stage:28s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {j.out_bytes / 1e6:8.0f}"
+        return f"{j.size:9d}  {j.stage:28s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {j.out_bytes / 1e6:8.1f}"
     return (f"{j.size:9d}  {j.stage:28s} {j.wall_s:8.1f} {j.rows / j.wall_s:8.0f} {j.cpu_s:8.1f} {j.maxrss_mib:8.0f} "
-            f"{j.tree_mib:8.0f} {j.out_bytes / 1e6:8.0f}")
+            f"{j.tree_mib:8.0f} {j.out_bytes / 1e6:8.1f}")
 
 
 def read_tables(paths: Sequence[Path]) -> tuple[list[Job], list[Job]]:
@@ -339,11 +339,16 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
         else:
             a, b = 0.0, js[0].wall_s / js[0].size
         rate = 1 / b
+        # Bytes per passage from the difference of the two shards: the index folder also holds the
+        # exported ONNX graph (tens of MB, once per index). A single shard gives an upper bound.
+        per = ((js[-1].out_bytes - js[0].out_bytes) / (js[-1].size - js[0].size) if len(js) > 1
+               else js[-1].out_bytes / js[-1].size)
         lines += ["", f"dense encoding, minilm onnx int8, this machine: {rate:.0f} passages/s after a fixed "
                   f"{a:.0f} s (ONNX export, quantization); peak RSS {max(j.maxrss_mib for j in js):.0f} MiB; "
-                  f"{js[-1].out_bytes / js[-1].size:.0f} bytes of index per passage"]
+                  f"{per:.0f} bytes of index per passage (minilm: 384 float32 = 1,536 B of vector)"]
         for name, n in TARGETS.items():
-            lines.append(f"  {name}: {n / rate / 3600:8.1f} CPU-hours here; {js[-1].out_bytes / js[-1].size * n / 1e9:6.1f} GB of vectors")
+            lines.append(f"  {name}: {n / rate / 3600:8.1f} CPU-hours here (wall at {rate:.0f}/s); "
+                         f"{per * n / 1e9:6.1f} GB of vectors")
         lines.append("GPU-hours to encode, at ASSUMED throughputs (not measured; DEXTER states no hardware; "
                      "A100-class GPU, fp16, ~130 word pieces per passage):")
         for model, r in ASSUMED_GPU_RATES.items():
