@@ -11,7 +11,7 @@ and the ratio between the two.
 The passages are real text: the 1,100 of resources/raw/ambigqa/psgs_w100_sample.tsv followed by
 the 17,841 OTT-QA dev passages of ../shared/data/ottqa/dev_passages.json (title from the
 "/wiki/Title" key as the OTT-QA loader makes it), cycled in that order with new ids 1..N
-(DPR's ids are integers too) until N are written. Nothing is random.
+(DPR's ids are integers too) until N are written (`raw_corpora.py`). Nothing is random.
 
     python benchmarks/prepare_memory.py                    # 50k and 200k, this tree vs main
     python benchmarks/prepare_memory.py --sizes 50000 200000 --baseline-ref main --work /tmp/pm
@@ -20,21 +20,16 @@ the 17,841 OTT-QA dev passages of ../shared/data/ottqa/dev_passages.json (title 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import unquote
 
-ROOT = Path(__file__).resolve().parents[1]
+from raw_corpora import ROOT, real_passages, write_psgs_tsv
+
 QUESTIONS = ROOT / "resources/raw/ambigqa/dev_light_40.json"
-SAMPLE_TSV = ROOT / "resources/raw/ambigqa/psgs_w100_sample.tsv"
-OTT_PASSAGES = ROOT.parent / "shared/data/ottqa/dev_passages.json"
 
 # Runs in a fresh interpreter with the code under test first on sys.path; prints peak RSS (KiB).
 _CHILD = """
@@ -48,25 +43,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - 
 """
 
 
-def _real_passages() -> Iterator[tuple[str, str]]:
-    """(text, title) of the real passages, in a fixed order."""
-    with open(SAMPLE_TSV, encoding="utf-8", newline="") as fh:
-        rows = csv.reader(fh, delimiter="\t")
-        next(rows)
-        for _pid, text, title in rows:
-            yield text, title
-    for key, text in json.loads(OTT_PASSAGES.read_text(encoding="utf-8")).items():
-        yield " ".join(text.split()), unquote(key.removeprefix("/wiki/")).replace("_", " ")
-
-
 def write_tsv(path: Path, n: int) -> None:
-    """A psgs_w100.tsv-shaped file of `n` passages (ids 1..n), quoted as DPR quotes its text."""
-    pool = list(_real_passages())
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write("id\ttext\ttitle\n")
-        for i in range(n):
-            text, title = pool[i % len(pool)]
-            fh.write(f'{i + 1}\t"{text.replace(chr(34), chr(34) * 2)}"\t{title}\n')
+    """A psgs_w100.tsv-shaped file of `n` passages (ids 1..n): the sample's and OTT-QA's, cycled."""
+    write_psgs_tsv(path, n, real_passages(("sample", "ottqa")))
 
 
 def peak_rss_mb(code: Path, tsv: Path, out: Path) -> tuple[float, float]:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from cqabench.datasets.common import IdDigests
 from cqabench.errors import DataError
-from cqabench.io import RowGroupWriter, atomic_path, scratch_dir
+from cqabench.io import RowGroupWriter, atomic_path, iter_parquet_batches, scratch_dir
 from cqabench.schema import CORPUS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -51,19 +51,19 @@ def _check_schema(path: Path) -> None:
 
 
 def _batches(path: Path, batch_size: int) -> Iterator[pa.Table]:
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=CORPUS_SCHEMA.names, use_threads=False):
+    for batch in iter_parquet_batches(path, batch_size, CORPUS_SCHEMA.names):
         yield pa.Table.from_batches([batch]).cast(CORPUS_SCHEMA)
 
 
 def _unique_docids(path: Path) -> bool:
     """Whether every docid of `path` occurs once (8-byte digests; a candidate is checked exactly)."""
     digests = IdDigests()
-    for batch in pq.ParquetFile(path).iter_batches(columns=["docid"], batch_size=65_536):
+    for batch in iter_parquet_batches(path, 65_536, ["docid"]):
         for docid in batch.column(0).to_pylist():
             digests.add(docid)
     candidates = digests.repeated()
     seen: set[str] = set()
-    for batch in pq.ParquetFile(path).iter_batches(columns=["docid"], batch_size=65_536) if candidates else ():
+    for batch in iter_parquet_batches(path, 65_536, ["docid"]) if candidates else ():
         for docid in batch.column(0).to_pylist():
             if IdDigests.digest(docid) in candidates:
                 if docid in seen:

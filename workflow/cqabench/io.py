@@ -242,6 +242,18 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
+def iter_parquet_batches(path: str | Path, batch_size: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The batches of a Parquet file, in order, in memory that does not grow with the file.
+
+    `pre_buffer=False`: with pyarrow's default (pre_buffer=True) `iter_batches` keeps the
+    buffered column chunks of every row group it has read until the iterator ends, about 290
+    bytes per psgs_w100 passage (measured with pyarrow 26: 150 MB of Arrow memory after 400k rows,
+    12 MB without), which is 6 GB at 21M passages. Pre-buffering only pays on high-latency
+    file systems (object stores); reading a local file is as fast without it."""
+    reader = pq.ParquetFile(path, pre_buffer=False)
+    yield from reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
+
+
 def write_json(obj: Any, path: str | Path) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

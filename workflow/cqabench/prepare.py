@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from cqabench.datasets import loader
 from cqabench.datasets.common import IdDigests, check_raw_file
 from cqabench.errors import ConfigError, DataError
-from cqabench.io import RowGroupWriter, atomic_files
+from cqabench.io import RowGroupWriter, atomic_files, iter_parquet_batches
 from cqabench.schema import (
     ANSWER_TYPES,
     CORPUS_SCHEMA,
@@ -79,7 +79,7 @@ def _check_unique_docids(corpus_file: Path, docids: IdDigests, source: Path) -> 
     if not candidates:
         return
     seen: set[str] = set()
-    for batch in pq.ParquetFile(corpus_file).iter_batches(columns=["docid"], batch_size=65_536):
+    for batch in iter_parquet_batches(corpus_file, 65_536, ["docid"]):
         for docid in batch.column(0).to_pylist():
             if IdDigests.digest(docid) in candidates:
                 if docid in seen:

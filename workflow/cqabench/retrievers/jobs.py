@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from cqabench import retrievers
 from cqabench.datasets.common import IdDigests
 from cqabench.errors import DataError
-from cqabench.io import write_json
+from cqabench.io import iter_parquet_batches, write_json
 from cqabench.retrievers.base import Doc, QueryText, Results
 from cqabench.retrievers.decomposition import STOP_WORD_LIST, decomposed_search
 from cqabench.runs import ranked, read_run, write_run
@@ -39,11 +39,12 @@ def _row_batches(
     corpus: Path, rows: tuple[int, int] | None, batch_size: int, columns: list[str] | None = None
 ) -> Iterator[Any]:
     """Record batches of the rows [start, stop) (all rows when None), reading only the row
-    groups that overlap them: a part job of a 21M-passage corpus skips the others unread."""
-    pf = pq.ParquetFile(corpus)
+    groups that overlap them: a part job of a 21M-passage corpus skips the others unread.
+    Read without pre-buffering, as `io.iter_parquet_batches` says why."""
     if rows is None:
-        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+        yield from iter_parquet_batches(corpus, batch_size, columns)
         return
+    pf = pq.ParquetFile(corpus, pre_buffer=False)
     start, stop = rows
     offset = 0
     for group in range(pf.metadata.num_row_groups):
@@ -51,7 +52,7 @@ def _row_batches(
         lo, hi = max(start, offset), min(stop, offset + n)
         if lo < hi:
             at = offset
-            for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], columns=columns):
+            for batch in pf.iter_batches(batch_size=batch_size, row_groups=[group], columns=columns, use_threads=False):
                 a, b = max(lo - at, 0), min(hi - at, len(batch))
                 if a < b:
                     yield batch.slice(a, b - a)
