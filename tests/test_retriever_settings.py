@@ -43,7 +43,7 @@ HAS_CUDA = __import__("torch").cuda.is_available()
 EFFECTS: dict[str, dict[str, str]] = {
     "bm25": {
         "type": "family", "k1": "ranking", "b": "ranking", "fields": "ranking", "language": "index",
-        "stemmer": "index", "threads": "runtime",
+        "stemmer": "index", "threads": "runtime", "memory_buffer_mb": "runtime",
     },
     "dense": {
         "type": "family", "family": "index", "model": "index", "query_model": "ranking", "doc_model": "index",
@@ -86,6 +86,7 @@ def test_every_accepted_key_has_a_stated_effect(family: str) -> None:
     [
         ({"type": "bm25", "device": "cuda"}, "unknown setting(s) device"),
         ({"type": "bm25", "threads": "abc"}, "threads must be a positive integer"),
+        ({"type": "bm25", "memory_buffer_mb": 4096}, "memory_buffer_mb must be a whole number of MB in 16..2047"),
         ({"type": "dense", "model": "x", "batch_size": "abc"}, "batch_size must be a positive integer, got 'abc'"),
         ({"type": "dense", "model": "x", "query_batch_size": 0}, "query_batch_size must be a positive integer"),
         ({"type": "dense", "model": "x", "threads": True}, "threads must be a positive integer"),
@@ -184,6 +185,14 @@ def test_bm25_threads_reach_anserini_and_do_not_change_the_ranking(tmp_path: Pat
     _, a = _build_search(tmp_path, {"type": "bm25", "threads": 1}, BM25_DOCS, [("q", "cat dog")])
     _, b = _build_search(tmp_path, {"type": "bm25", "threads": 3}, BM25_DOCS, [("q", "cat dog")])
     assert _same(a, b)
+
+
+def test_bm25_memory_buffer_reaches_lucene_and_does_not_change_the_ranking(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="cqabench.retrievers.bm25"):
+        _, a = _build_search(tmp_path, {"type": "bm25", "memory_buffer_mb": 16}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")])
+    assert "Lucene indexing RAM buffer 16 MB" in caplog.text  # read back from the IndexWriter's live config
+    _, b = _build_search(tmp_path, {"type": "bm25"}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")])
+    assert _same(a, b) and a["q"]
 
 
 # ---- dense ----
