@@ -157,6 +157,25 @@ def test_id_digests_find_repeats_and_absent_ids() -> None:
     assert IdDigests().repeated() == set() and IdDigests().missing(["x"]) == ["x"]
 
 
+def test_id_digests_spilled_to_buckets_answer_as_in_memory() -> None:
+    """Past `buffer` digests go to bucket files on disk (flat memory); the answers do not change.
+    Real ids: the bundled psgs_w100 sample's passage ids, with every 7th one added twice."""
+    ids = [line.split("\t", 1)[0] for line in (RAW / "ambigqa/psgs_w100_sample.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    stream = ids + ids[::7]
+    memory, spilled = IdDigests(), IdDigests(buffer=50)
+    for v in stream:
+        memory.add(v)
+        spilled.add(v)
+    assert spilled._spill is not None and len(list(spilled._spill.iterdir())) > 100  # ~250 buckets on disk
+    assert len(spilled) == len(memory) == len(stream)
+    assert spilled.repeated() == memory.repeated() == {IdDigests.digest(v) for v in ids[::7]}
+    probe = ["no-such-id", ids[0], ids[-1], "another", ids[500]]
+    assert spilled.missing(probe) == memory.missing(probe) == ["no-such-id", "another"]
+    folder = spilled._spill
+    del spilled
+    assert not folder.exists()  # the temporary buckets go with the object
+
+
 def _corpus(path: Path, docs: list[tuple[str, str, str]]) -> Path:
     table = CanonicalData(corpus=[Document(i, t, x) for i, t, x in docs]).tables()["corpus"]
     pq.write_table(table, path)

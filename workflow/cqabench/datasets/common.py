@@ -330,41 +330,87 @@ def _digest(value: str) -> int:
 
 
 class IdDigests:
-    """Ids seen so far as 8-byte digests, not strings: 8 bytes an id (170 MB at 21M passages)
-    where a Python set of the ids takes about 100. For checking ids are unique and present
-    over a stream of any size. A digest collision (probability about n^2 / 2^65: 4e-5 at 36.6M
-    ids) is resolved by the callers with the real strings (`repeated` only names candidates)."""
+    """Ids seen so far as 8-byte digests, not strings, in memory that does not grow with the stream.
 
-    def __init__(self) -> None:
+    For checking ids are unique and present over a stream of any size. Up to `buffer` digests
+    (8 MB) are held in memory; beyond that they are spilled to 256 bucket files by their top
+    byte (8 bytes an id on disk, in a temporary folder removed with the object), and `repeated` /
+    `missing` read one bucket at a time (36.6M ids: ~1.1 MB a bucket). A Python set of the ids
+    would take about 100 bytes an id (2 GB at 21M passages), an in-memory digest array 8 (and 16
+    while sorted). A digest collision (probability about n^2 / 2^65: 4e-5 at 36.6M ids) is
+    resolved by the callers with the real strings (`repeated` only names candidates)."""
+
+    BUCKETS = 256
+
+    def __init__(self, buffer: int = 1 << 20) -> None:
         self._digests = array("Q")
-        self._exact: set[str] | None = None
+        self._buffer = max(1, int(buffer))
+        self._spill: Path | None = None
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._digests)
+        return self._count
 
     def add(self, value: str) -> None:
         self._digests.append(_digest(value))
+        self._count += 1
+        if len(self._digests) >= self._buffer:
+            self._flush()
 
-    def _sorted(self) -> np.ndarray:
-        arr = np.frombuffer(self._digests, dtype=np.uint64).copy() if len(self._digests) else np.zeros(0, np.uint64)
-        arr.sort()
-        return arr
+    def _flush(self) -> None:
+        if not len(self._digests):
+            return
+        if self._spill is None:
+            import shutil
+            import tempfile
+            import weakref
+
+            self._spill = Path(tempfile.mkdtemp(prefix="cqabench-ids-"))
+            weakref.finalize(self, shutil.rmtree, str(self._spill), True)
+        arr = np.frombuffer(self._digests, dtype=np.uint64)
+        top = (arr >> np.uint64(56)).astype(np.int64)
+        order = np.argsort(top, kind="stable")
+        arr, top = arr[order], top[order]
+        bounds = np.searchsorted(top, np.arange(self.BUCKETS + 1))
+        for bucket in range(self.BUCKETS):
+            lo, hi = bounds[bucket], bounds[bucket + 1]
+            if lo < hi:
+                with open(self._spill / f"{bucket:03d}.u64", "ab") as fh:
+                    fh.write(arr[lo:hi].tobytes())
+        self._digests = array("Q")
+
+    def _buckets(self) -> Iterator[tuple[int | None, np.ndarray]]:
+        """(bucket, its digests sorted); one (None, all) when nothing was spilled."""
+        if self._spill is None:
+            arr = np.frombuffer(self._digests, dtype=np.uint64).copy() if len(self._digests) else np.zeros(0, np.uint64)
+            arr.sort()
+            yield None, arr
+            return
+        self._flush()
+        for bucket in range(self.BUCKETS):
+            path = self._spill / f"{bucket:03d}.u64"
+            arr = np.fromfile(path, dtype=np.uint64) if path.is_file() else np.zeros(0, np.uint64)
+            arr.sort()
+            yield bucket, arr
 
     def repeated(self) -> set[int]:
         """Digests added more than once (candidates: check the real ids with `digest`)."""
-        arr = self._sorted()
-        return set(arr[1:][arr[1:] == arr[:-1]].tolist())
+        out: set[int] = set()
+        for _, arr in self._buckets():
+            out.update(arr[1:][arr[1:] == arr[:-1]].tolist())
+        return out
 
     def missing(self, values: Iterable[str]) -> list[str]:
         """Those of `values` that were surely never added (order kept)."""
-        arr = self._sorted()
-        out = []
-        for v in values:
-            d = np.uint64(_digest(v))
-            i = int(np.searchsorted(arr, d))
-            if i >= len(arr) or arr[i] != d:
-                out.append(v)
-        return out
+        values = list(values)
+        wanted = np.array([_digest(v) for v in values], dtype=np.uint64)
+        found = np.zeros(len(values), dtype=bool)
+        top = (wanted >> np.uint64(56)).astype(np.int64)
+        for bucket, arr in self._buckets():
+            sel = np.ones(len(values), dtype=bool) if bucket is None else top == bucket
+            if sel.any() and len(arr):
+                found[sel] |= np.isin(wanted[sel], arr, assume_unique=False)
+        return [v for v, ok in zip(values, found) if not ok]
 
     @staticmethod
     def digest(value: str) -> int:
