@@ -6,7 +6,10 @@ import codecs
 import hashlib
 import json
 import math
+import shutil
 import stat
+import tempfile
+import weakref
 from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -361,10 +364,6 @@ class IdDigests:
         if not len(self._digests):
             return
         if self._spill is None:
-            import shutil
-            import tempfile
-            import weakref
-
             self._spill = Path(tempfile.mkdtemp(prefix="cqabench-ids-"))
             weakref.finalize(self, shutil.rmtree, str(self._spill), True)
         arr = np.frombuffer(self._digests, dtype=np.uint64)
