@@ -177,3 +177,32 @@ def test_a_document_lucene_refuses_fails_the_build_and_leaves_nothing(tmp_path: 
     with pytest.raises(ConfigError, match=r"bm25: Lucene indexed 1 of a batch of 2 documents \(documents 1-2\)"):
         retrievers.build_index(iter(docs), tmp_path / "idx", {"type": "bm25", "threads": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_indexing_jvm_heap_is_capped_at_the_buffer_plus_headroom(tmp_path: Path) -> None:
+    """A fresh process that builds a BM25 index runs its JVM with -Xmx = memory_buffer_mb + 256 MB
+    (Java's Runtime.maxMemory reads it back), so the job's memory cannot grow with the corpus."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from cqabench.retrievers import bm25\n"
+        "from cqabench.retrievers.java import autoclass\n"
+        "docs = [(f'd{i}', 't', f'text number {i}') for i in range(10)]\n"
+        "settings = {'type': 'bm25', 'memory_buffer_mb': int(sys.argv[2])}\n"
+        "bm25.build_index(iter(docs), Path(sys.argv[1]), settings)\n"
+        "print(json.dumps({'max': int(autoclass('java.lang.Runtime').getRuntime().maxMemory()),"
+        " 'want': bm25.index_heap_mb(settings)}))\n"
+    )  # fmt: skip
+    for buffer_mb in (128, 64):
+        out = tmp_path / f"idx{buffer_mb}"
+        out.mkdir()
+        done = subprocess.run([sys.executable, "-c", script, str(out), str(buffer_mb)],
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        assert got["want"] == buffer_mb + bm25.HEAP_HEADROOM_MB
+        # maxMemory is the heap the JVM may use: -Xmx, less at most one survivor space (~10 %)
+        assert 0.85 * got["want"] * 2**20 <= got["max"] <= got["want"] * 2**20, got

@@ -4,7 +4,9 @@ On the real TAT-QA sample corpus (252 documents, tables serialized as `pipe`), e
 bundled MiniLM on onnxruntime int8 as config/config.yaml runs it: the index gathered from 3 part
 jobs equals the single job's index byte for byte (docids, every shard, dense.json) and gives the
 same top-100 (docids and scores) for all 240 sample questions; SPLADE likewise (a tiny local
-MLM, flushes made small so the parts split real chunks). The gather refuses parts that do not
+MLM, flushes made small so the parts split real chunks); ColBERT (a tiny local checkpoint,
+chunks of 40) from one codec job and 3 part jobs equals colbert-ai's own single-job index file
+by file. The gather refuses parts that do not
 tile the corpus, naming the part file and field. A real Snakemake run with encode_jobs 3, one
 part job SIGKILLed while it runs and rerun: only that part, the gather and nothing else run.
 """
@@ -31,7 +33,7 @@ import models_fixtures as mf  # noqa: E402
 
 from cqabench import retrievers  # noqa: E402
 from cqabench.errors import ConfigError, DataError  # noqa: E402
-from cqabench.retrievers import jobs, parts, splade  # noqa: E402
+from cqabench.retrievers import colbert, jobs, parts, splade  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "resources" / "raw"
@@ -181,6 +183,70 @@ def test_splade_parts_build_the_single_job_index(tatqa: Path, tmp_path: Path, mo
     assert one == three and sum(len(r) for r in one.values()) > 0
 
 
+def _torch_files_equal(a: Path, b: Path) -> bool:
+    import torch
+
+    x, y = torch.load(a), torch.load(b)
+    if isinstance(x, tuple):
+        return isinstance(y, tuple) and len(x) == len(y) and all(torch.equal(u, v) for u, v in zip(x, y))
+    return torch.equal(x, y)
+
+
+@pytest.mark.slow
+def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path: Path) -> None:
+    """One codec job, 3 part jobs, the gather: the PLAID index colbert-ai's `Indexer.index` builds.
+
+    252 documents in colbert-ai chunks of 40 make 7 chunks; the parts hold chunks 0-1, 2-3 and
+    4-6. Every tensor file (codec, codes, residuals, IVF) is equal, every doclens and chunk
+    metadata file is byte-equal, metadata.json equal but for the paths and run name, and the first
+    60 questions get the same top-100 docids and scores.
+    """
+    from cqabench.cli import main
+
+    model = mf.tiny_colbert(tmp_path / "model")
+    settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16,
+                "kmeans_niters": 2, "chunksize": 40, "timeout_s": 900}  # fmt: skip
+    corpus = tatqa / "corpus.parquet"
+    single = tmp_path / "single"
+    jobs.index_corpus(corpus, "pipe", settings, single)
+    scattered = {**settings, "encode_jobs": 3}
+    codec = tmp_path / "codec"
+    assert main(["train-codec", "--corpus", str(corpus), "--serialization", "pipe",
+                 "--retriever-settings", json.dumps(scattered), "--out", str(codec)]) == 0  # fmt: skip
+    assert json.loads((codec / colbert.CODEC_FILE).read_text())["num_chunks"] == 7
+    folders = [tmp_path / f"{i}-of-3" for i in range(3)]
+    for i, folder in enumerate(folders):
+        assert main(["encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
+                     json.dumps(scattered), "--part", str(i), "--of", "3", "--out", str(folder),
+                     "--codec", str(codec)]) == 0  # fmt: skip
+    assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]
+    gathered = tmp_path / "gathered"
+    assert main(["gather-index", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
+                 json.dumps(scattered), "--parts", *map(str, folders), "--out", str(gathered),
+                 "--codec", str(codec)]) == 0  # fmt: skip
+    one, many = single / colbert.PLAID_DIR, gathered / colbert.PLAID_DIR
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in many.iterdir())
+    assert {"ivf.pid.pt", "centroids.pt", "6.residuals.pt", "doclens.6.json", "6.metadata.json"} <= set(names)
+    for name in names:
+        if name.endswith(".pt"):
+            assert _torch_files_equal(one / name, many / name), name
+        elif name in ("metadata.json", "plan.json"):
+            a, b = json.loads((one / name).read_text()), json.loads((many / name).read_text())
+            paths = {"index_path", "collection", "root", "index_name", "experiment", "name"}  # paths; run time
+            assert {k: v for k, v in a.items() if k != "config"} == {k: v for k, v in b.items() if k != "config"}, name
+            assert {k: v for k, v in a["config"].items() if k not in paths} == {
+                k: v for k, v in b["config"].items() if k not in paths
+            }, name
+        else:
+            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    assert (single / "docids.txt").read_bytes() == (gathered / "docids.txt").read_bytes()
+    queries = _queries(tatqa)[:60]
+    assert retrievers.search(single, queries, 100, settings) == retrievers.search(gathered, queries, 100, scattered)
+    with pytest.raises(DataError, match=r"codec.json.*'rows': is 252, the parts need 251"):
+        colbert.read_codec(codec, 251, 40)
+
+
 # ---- a real Snakemake run: a killed part job is rerun alone ----
 
 
@@ -239,3 +305,31 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     assert not list(part_dirs[1].parent.glob(".1-of-3.*.tmp"))  # the killed job's leftovers swept
     assert len((work / index / "docids.txt").read_text().splitlines()) == 252
     assert [parts.read_part(p)["rows"] for p in part_dirs] == [[0, 80], [80, 160], [160, 252]]
+
+
+@pytest.mark.slow
+def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Path) -> None:
+    """The rules wired as config/dexter.yaml uses them, run for real on the TAT-QA sample: one
+    colbert_codec job, then 3 encode_part jobs given its folder, then gather_index."""
+    from test_rebuild import job_table
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "resources"):
+        (work / name).symlink_to(REPO / name)
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["retrievers"]["colbert"] = {"type": "colbert", "model": str(mf.tiny_colbert(tmp_path / "model")),
+                                       "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16, "kmeans_niters": 2,
+                                       "chunksize": 40, "encode_jobs": 3, "timeout_s": 900}  # fmt: skip
+    config_file = work / "colbert.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    index = "results/index/tatqa/pipe/colbert"
+    plan = job_table(_snakemake(work, config_file, "-n", index))
+    assert {r: plan.get(r) for r in ("colbert_codec", "encode_part", "gather_index", "index")} == {
+        "colbert_codec": 1, "encode_part": 3, "gather_index": 1, "index": None}, plan  # fmt: skip
+    out = _snakemake(work, config_file, index)
+    assert "--codec results/index_parts/tatqa/pipe/colbert/codec" in out
+    meta = json.loads((work / index / colbert.PLAID_DIR / "metadata.json").read_text())
+    assert (meta["num_chunks"], len((work / index / "docids.txt").read_text().splitlines())) == (7, 252)
+    folders = [work / f"results/index_parts/tatqa/pipe/colbert/{i}-of-3" for i in range(3)]
+    assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]

@@ -249,23 +249,28 @@ def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path
     assert "Traceback" not in out and "KeyError" not in out
 
 
-# ---- dense / SPLADE encoding in part jobs (encode_jobs) ----
+# ---- dense / SPLADE / ColBERT encoding in part jobs (encode_jobs) ----
 
 
 def test_dexter_plans_32_encode_parts_for_every_neural_retriever_on_every_corpus() -> None:
-    """config/dexter.yaml: encode_jobs 32 for SPLADE and the five dense retrievers, ColBERTv2 one
-    job (colbert-ai chunks its own indexing), BM25 one job; 6 corpora x 1 serialization."""
+    """config/dexter.yaml: encode_jobs 32 for SPLADE, the five dense retrievers and ColBERTv2 (its
+    parts after one codec job per corpus), BM25 one job; 6 corpora x 1 serialization."""
     plan = _plan(_config("dexter.yaml"))
-    assert sorted(plan.sharded_retrievers()) == ["ance", "contriever", "dpr", "mpnet", "splade", "tasb"]
+    neural = ["ance", "colbertv2", "contriever", "dpr", "mpnet", "splade", "tasb"]
+    assert sorted(plan.sharded_retrievers()) == neural
+    assert plan.codec_retrievers() == ["colbertv2"]
     searched = sorted({plan.corpus_of(ds) for ds in plan.retrieval_datasets})  # DEXTER's seven; not TANQ's
     assert searched == ["ambigqa", "finqa", "ottqa", "strategyqa", "tatqa", "wiki-multihop"]
     for corpus in searched:
         for retriever in plan.sharded_retrievers():
             parts = plan.index_parts(corpus, "pipe", retriever)
             assert parts == [f"results/index_parts/{corpus}/pipe/{retriever}/{i}-of-32" for i in range(32)]
-        assert plan.index_parts(corpus, "pipe", "colbertv2") == plan.index_parts(corpus, "pipe", "bm25") == []
+            codec = [f"results/index_parts/{corpus}/pipe/colbertv2/codec"] if retriever == "colbertv2" else []
+            assert plan.part_codec(corpus, "pipe", retriever) == codec
+        assert plan.index_parts(corpus, "pipe", "bm25") == []
     # The part jobs ask for what the index job asks for: a GPU, as dexter.yaml puts the encoders on cuda.
-    assert plan.resources("dpr", 16000, 4000, 240, 60) == {"gpu": 1, "mem_mb": 16000, "runtime": 240}
+    for retriever in ("dpr", "colbertv2"):
+        assert plan.resources(retriever, 16000, 4000, 240, 60) == {"gpu": 1, "mem_mb": 16000, "runtime": 240}
 
 
 def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
@@ -285,12 +290,13 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
 
 
 def test_snakemake_dry_run_of_dexter_plans_the_encode_parts() -> None:
-    """`snakemake -n --configfile config/dexter.yaml`: 6 retrievers x 6 corpora x 32 = 1152
-    encode_part jobs, 36 gather_index jobs; index jobs left for BM25 and ColBERTv2 (2 x 6)."""
+    """`snakemake -n --configfile config/dexter.yaml`: 7 neural retrievers x 6 corpora x 32 = 1344
+    encode_part jobs, 42 gather_index jobs, 6 colbert_codec jobs; index jobs left for BM25 (6)."""
     from test_rebuild import job_table
 
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", str(ROOT / "config" / "dexter.yaml")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     table = job_table(done.stdout + done.stderr)
-    assert (table["encode_part"], table["gather_index"], table["index"]) == (1152, 36, 12), table
+    counts = tuple(table[rule] for rule in ("encode_part", "gather_index", "colbert_codec", "index"))
+    assert counts == (1344, 42, 6, 6), table

@@ -65,6 +65,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "kmeans_niters": "index", "doc_format": "index", "ncells": "ranking", "centroid_score_threshold": "ranking",
         "ndocs": "ranking", "batch_size": "runtime", "device": "runtime", "threads": "runtime", "timeout_s": "runtime",
         "chunksize": "runtime",  # index chunk files, same ranking: tests/test_colbert.py
+        "encode_jobs": "runtime",  # codec + N part jobs, the same index: tests/test_encode_parts.py
     },
 }
 _ids = count()

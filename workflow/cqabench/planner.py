@@ -420,7 +420,7 @@ class Plan:
         return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
 
     def encode_jobs(self, retriever: str) -> int:
-        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense and SPLADE; 1:
+        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense, SPLADE, ColBERT; 1:
         the single `index` job). cqabench.retrievers.parts: the index is the same for any N."""
         value = self.retriever_configs[retriever].get("encode_jobs")
         return 1 if value is None else int(value)
@@ -432,6 +432,21 @@ class Plan:
     @staticmethod
     def part_dir(corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
         return f"{RESULTS}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
+
+    def codec_retrievers(self) -> list[str]:
+        """Sharded retrievers whose parts share a codec trained first (ColBERT: the `colbert_codec` rule)."""
+        return [r for r in self.sharded_retrievers() if self.retriever_configs[r]["type"] == "colbert"]
+
+    @staticmethod
+    def codec_dir(corpus: str, serialization: str, retriever: str) -> str:
+        return f"{RESULTS}/index_parts/{corpus}/{serialization}/{retriever}/codec"
+
+    def part_codec(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The codec folder the parts of this index are encoded with and gathered by ([] if none)."""
+        return [self.codec_dir(corpus, serialization, retriever)] if retriever in self.codec_retrievers() else []
+
+    def codec_arg(self, corpus: str, serialization: str, retriever: str) -> str:
+        return " ".join(f"--codec {shlex.quote(p)}" for p in self.part_codec(corpus, serialization, retriever))
 
     def index_parts(self, corpus: str, serialization: str, retriever: str) -> list[str]:
         """The part folders the index of (corpus, serialization, retriever) is gathered from, in order."""

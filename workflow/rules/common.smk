@@ -81,6 +81,7 @@ SHARDED_RETRIEVERS = (
     PLAN.sharded_retrievers()
 )  # encode_jobs > 1: encode_part + gather_index
 UNSHARDED_RETRIEVERS = [r for r in RETRIEVER_CONFIGS if r not in SHARDED_RETRIEVERS]
+CODEC_RETRIEVERS = PLAN.codec_retrievers()  # ColBERT parts: colbert_codec first
 RETRIEVAL = PLAN.retrieval
 RETRIEVAL_K = PLAN.retrieval_k
 DECOMPOSITION = PLAN.decomposition
@@ -118,6 +119,8 @@ prepare_file_args = PLAN.prepare_file_args
 data_targets = PLAN.data_targets
 index_dir = PLAN.index_dir
 index_parts = PLAN.index_parts
+part_codec = PLAN.part_codec
+codec_arg = PLAN.codec_arg
 run_file = PLAN.run_file
 _run_settings = PLAN.run_settings
 _resources = PLAN.resources

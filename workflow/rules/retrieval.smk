@@ -31,13 +31,44 @@ rule index:
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
 
 
-# encode_jobs: N > 1 (dense, SPLADE): N encode_part jobs, each its own GPU / SLURM job over a
-# contiguous range of whole chunks of the corpus, then gather_index builds the same index the
-# single `index` job would (cqabench/retrievers/parts.py; docs/retrievers_neural.md). A killed
+# encode_jobs: N > 1 (dense, SPLADE, ColBERT): N encode_part jobs, each its own GPU / SLURM job
+# over a contiguous range of whole chunks of the corpus, then gather_index builds the same index
+# the single `index` job would (cqabench/retrievers/parts.py; docs/retrievers_neural.md). A killed
 # part leaves no folder (atomic), so a rerun runs that part, the gather and what follows.
+# ColBERT's parts share colbert-ai's codec (centroids, residual buckets), trained once first.
+rule colbert_codec:
+    input:
+        corpus=lambda w: corpus_path(w.corpus),
+    output:
+        directory(
+            f"{RESULTS}/index_parts/{{corpus}}/{{serialization}}/{{retriever}}/codec"
+        ),
+    log:
+        f"{RESULTS}/logs/colbert_codec/{{corpus}}/{{serialization}}/{{retriever}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/colbert_codec/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
+    wildcard_constraints:
+        retriever=_names(CODEC_RETRIEVERS),
+    retries: MEMORY_RETRIES
+    conda:
+        "../../envs/retrieval.yaml"
+    resources:
+        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+    params:
+        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+    shell:
+        "cqabench train-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
+
+
 rule encode_part:
     input:
         corpus=lambda w: corpus_path(w.corpus),
+        codec=lambda w: part_codec(w.corpus, w.serialization, w.retriever),
     output:
         directory(
             f"{RESULTS}/index_parts/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}"
@@ -61,16 +92,18 @@ rule encode_part:
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
     shell:
         "cqabench encode-part --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --part {wildcards.part} --of {wildcards.parts} "
-        "--out {output:q} > {log:q} 2>&1"
+        "--out {output:q} {params.codec} > {log:q} 2>&1"
 
 
 rule gather_index:
     input:
         corpus=lambda w: corpus_path(w.corpus),
         parts=lambda w: index_parts(w.corpus, w.serialization, w.retriever),
+        codec=lambda w: part_codec(w.corpus, w.serialization, w.retriever),
     output:
         directory(f"{RESULTS}/index/{{corpus}}/{{serialization}}/{{retriever}}"),
     log:
@@ -83,7 +116,8 @@ rule gather_index:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        # No model runs here: links the parts' shards (flat), or trains and fills faiss on CPU.
+        # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
+        # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
         gpu=0,
         mem_mb=lambda w, attempt: memory_mb(
             _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
@@ -91,9 +125,11 @@ rule gather_index:
         runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
     shell:
         "cqabench gather-index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
-        "--retriever-settings {params.settings} --parts {input.parts:q} --out {output:q} > {log:q} 2>&1"
+        "--retriever-settings {params.settings} --parts {input.parts:q} --out {output:q} "
+        "{params.codec} > {log:q} 2>&1"
 
 
 rule search:

@@ -32,14 +32,21 @@ def _index(args: argparse.Namespace) -> int:
 def _encode_part(args: argparse.Namespace) -> int:
     from cqabench.retrievers.parts import encode_corpus_part
 
-    encode_corpus_part(Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out))
+    encode_corpus_part(Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out), args.codec)
+    return 0
+
+
+def _codec(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.parts import train_codec
+
+    train_codec(Path(args.corpus), args.serialization, _settings(args), Path(args.out))
     return 0
 
 
 def _gather(args: argparse.Namespace) -> int:
     from cqabench.retrievers.parts import gather_index
 
-    gather_index(Path(args.corpus), args.serialization, _settings(args), [Path(p) for p in args.parts], Path(args.out))
+    gather_index(Path(args.corpus), args.serialization, _settings(args), [Path(p) for p in args.parts], Path(args.out), args.codec)
     return 0
 
 
@@ -92,22 +99,31 @@ def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
     p.add_argument("--tag", required=tag_required, help="run tag (TREC column 6); default: retriever type")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add this stage's subcommands (each sets `func`)."""
-    p = sub.add_parser("index", help="build a retriever index over a corpus")
+def _corpus_job(sub: argparse._SubParsersAction, name: str, help: str, types: str) -> argparse.ArgumentParser:
+    """A subcommand reading one corpus with one retriever's settings (index, train-codec, encode-part)."""
+    p = sub.add_parser(name, help=help)
     p.add_argument("--corpus", required=True, help="results/corpora/{corpus}/corpus.parquet")
     p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
-    p.add_argument("--retriever-settings", required=True, help="JSON {type: bm25|dense|splade|colbert, ...}")
+    p.add_argument("--retriever-settings", required=True, help=f"JSON {{type: {types}, ...}}")
+    return p
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this stage's subcommands (each sets `func`)."""
+    p = _corpus_job(sub, "index", "build a retriever index over a corpus", "bm25|dense|splade|colbert")
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
     p.set_defaults(func=_index)
 
-    p = sub.add_parser("encode-part", help="encode part i of N of a corpus (dense, splade: encode_jobs > 1)")
-    p.add_argument("--corpus", required=True, help="results/corpora/{corpus}/corpus.parquet")
-    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
-    p.add_argument("--retriever-settings", required=True, help="JSON {type: dense|splade, ...}")
+    p = _corpus_job(sub, "train-codec", "train the codec the parts of a colbert index share (encode_jobs > 1)", "colbert")
+    p.add_argument("--out", required=True, help="codec folder (gets codec.json, plaid/ and settings.json)")
+    p.set_defaults(func=_codec)
+
+    p = _corpus_job(sub, "encode-part", "encode part i of N of a corpus (dense, splade, colbert: encode_jobs > 1)",
+                    "dense|splade|colbert")  # fmt: skip
     p.add_argument("--part", required=True, type=int, help="0-based part number")
     p.add_argument("--of", required=True, type=int, help="number of parts N")
     p.add_argument("--out", required=True, help="part folder (gets part.json, docids.txt and the vectors)")
+    p.add_argument("--codec", help="colbert: the train-codec folder the parts share")
     p.set_defaults(func=_encode_part)
 
     p = sub.add_parser("gather-index", help="build the index from the N parts of encode-part, in order")
@@ -116,6 +132,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retriever-settings", required=True)
     p.add_argument("--parts", required=True, nargs="+", help="part folders 0..N-1, in order")
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
+    p.add_argument("--codec", help="colbert: the train-codec folder the parts were encoded with")
     p.set_defaults(func=_gather)
 
     p = sub.add_parser("search", help="search every question of a queries table")

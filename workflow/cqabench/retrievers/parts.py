@@ -1,6 +1,6 @@
 """Encoding a corpus in N part jobs, then building the index from the parts (scatter / gather).
 
-`encode_jobs: N` (dense and SPLADE retrievers) splits the encoding of a corpus into N jobs, each
+`encode_jobs: N` (dense, SPLADE and ColBERT retrievers) splits the encoding of a corpus into N jobs, each
 schedulable on its own GPU or SLURM allocation. Part i of N encodes one contiguous range of
 corpus rows and writes it, atomically, as its own folder; the gather job (the `index` rule's
 output) builds the index from the N folders in order. N changes how the work is scheduled, never
@@ -18,6 +18,10 @@ The row count comes from the Parquet footer inside the job, so planning (which m
 the corpus exists) needs only i and N. Every part records what it covers (`part.json`); the
 gather refuses parts that do not tile the corpus, were made with other settings, or repeat a
 document id across parts, naming the part folder and the field.
+
+ColBERT's parts share a codec (k-means centroids and residual buckets over a sample of the whole
+corpus), so one `colbert_codec` job (`train_codec`) runs before them; its chunk size is
+colbert-ai's min(chunksize or 25,000, 1 + rows), known from the corpus' row count.
 """
 
 from __future__ import annotations
@@ -66,24 +70,58 @@ def _module(settings: Mapping[str, Any]) -> ModuleType:
     module = retrievers.family(settings)
     if not hasattr(module, "encode_part"):
         raise ConfigError(
-            f"retriever type {settings.get('type')!r} cannot be encoded in parts (encode_jobs is for dense and splade)"
+            f"retriever type {settings.get('type')!r} cannot be encoded in parts (encode_jobs is for dense, splade, colbert)"
         )
     return module
 
 
+def needs_codec(settings: Mapping[str, Any]) -> bool:
+    """Whether the parts share a codec trained first over the whole corpus (ColBERT)."""
+    return bool(getattr(retrievers.family(settings), "NEEDS_CODEC", False))
+
+
+def _codec_arg(module: ModuleType, codec: str | Path | None) -> dict[str, Path]:
+    if not getattr(module, "NEEDS_CODEC", False):
+        if codec is not None:
+            raise ConfigError("--codec is for colbert parts only")
+        return {}
+    if codec is None:
+        raise ConfigError("colbert parts need --codec: the colbert_codec job's folder")
+    return {"codec": Path(codec)}
+
+
+def train_codec(corpus: str | Path, serialization: str, settings: Mapping[str, Any], out: str | Path) -> dict[str, Any]:
+    """The codec every part of a ColBERT index shares, trained over the whole corpus (atomic)."""
+    started = time.perf_counter()
+    module = _module(settings)
+    if not getattr(module, "NEEDS_CODEC", False):
+        raise ConfigError(f"retriever type {settings.get('type')!r} has no codec to train")
+    resolved = retrievers.resolve(settings)
+    with atomic_dir(out) as tmp:
+        record = module.train_codec(read_documents(corpus, serialization), tmp, resolved)
+        write_settings(tmp, resolved)
+    log.info("trained the codec for %d documents in %.1f s", record["rows"], time.perf_counter() - started)
+    return record
+
+
 def encode_corpus_part(
-    corpus: str | Path, serialization: str, settings: Mapping[str, Any], part: int, of: int, out: str | Path
-) -> dict[str, Any]:
+    corpus: str | Path, serialization: str, settings: Mapping[str, Any], part: int, of: int, out: str | Path,
+    codec: str | Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Encode part `part` of `of` of the corpus into folder `out` (all of it appears, or nothing)."""
     started = time.perf_counter()
     module = _module(settings)
+    extra = _codec_arg(module, codec)
     resolved = retrievers.resolve(settings)
     total = corpus_rows(corpus)
-    chunk = int(module.part_chunk(resolved))
+    chunk = int(module.part_chunk(resolved, total))
+    if extra:
+        module.read_codec(extra["codec"], total, chunk)
     start, stop = part_rows(total, chunk, part, of)
     log.info("encode part %d of %d: rows [%d, %d) of %d (chunks of %d)", part, of, start, stop, total, chunk)
     with atomic_dir(out) as tmp:
-        meta = module.encode_part(read_documents(corpus, serialization, (start, stop)), tmp, resolved, start // chunk)
+        docs = read_documents(corpus, serialization, (start, stop))
+        meta = module.encode_part(docs, tmp, resolved, start // chunk, **extra)
         if int(meta["count"]) != stop - start:
             raise DataError(corpus, f"rows {start}-{stop}", "-", f"read {meta['count']} documents, expected {stop - start}")
         record = {
@@ -156,15 +194,17 @@ def _check_unique_docids(corpus: str | Path, parts: Sequence[str | Path]) -> Non
 
 
 def gather_index(
-    corpus: str | Path, serialization: str, settings: Mapping[str, Any], parts: Sequence[str | Path], out: str | Path
-) -> None:
+    corpus: str | Path, serialization: str, settings: Mapping[str, Any], parts: Sequence[str | Path], out: str | Path,
+    codec: str | Path | None = None,
+) -> None:  # fmt: skip
     """Build the index at `out` from the parts (checked first); settings.json as `cqabench index`."""
     started = time.perf_counter()
     module = _module(settings)
+    extra = _codec_arg(module, codec)
     resolved = retrievers.resolve(settings)
     records = check_parts(corpus, serialization, resolved, parts)
     with atomic_dir(out) as tmp:
-        module.gather(list(zip((Path(p) for p in parts), records)), tmp, resolved)
+        module.gather(list(zip((Path(p) for p in parts), records)), tmp, resolved, **extra)
         write_settings(tmp, resolved)
     log.info("gathered %d parts into %s in %.1f s", len(parts), out, time.perf_counter() - started)
 

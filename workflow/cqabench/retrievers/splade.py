@@ -185,7 +185,7 @@ def _lucene_index(input_dir: Path, index_dir: Path, s: dict[str, Any], count: in
 # ---- encoding in part jobs (cqabench.retrievers.parts) ----
 
 
-def part_chunk(settings: dict[str, Any]) -> int:
+def part_chunk(settings: dict[str, Any], rows: int) -> int:
     return FLUSH_DOCS
 
 
