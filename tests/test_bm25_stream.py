@@ -180,8 +180,9 @@ def test_a_document_lucene_refuses_fails_the_build_and_leaves_nothing(tmp_path: 
 
 
 def test_the_indexing_jvm_heap_is_capped_at_the_buffer_plus_headroom(tmp_path: Path) -> None:
-    """A fresh process that builds a BM25 index runs its JVM with -Xmx = memory_buffer_mb + 256 MB
-    (Java's Runtime.maxMemory reads it back), so the job's memory cannot grow with the corpus."""
+    """A fresh process that builds a BM25 index runs its JVM with a fixed heap of memory_buffer_mb +
+    256 MB (Java's Runtime.maxMemory / totalMemory read it back, the process's RSS holds it from
+    the start), so the job's memory cannot grow with the corpus."""
     import subprocess
     import sys
 
@@ -193,7 +194,9 @@ def test_the_indexing_jvm_heap_is_capped_at_the_buffer_plus_headroom(tmp_path: P
         "docs = [(f'd{i}', 't', f'text number {i}') for i in range(10)]\n"
         "settings = {'type': 'bm25', 'memory_buffer_mb': int(sys.argv[2])}\n"
         "bm25.build_index(iter(docs), Path(sys.argv[1]), settings)\n"
-        "print(json.dumps({'max': int(autoclass('java.lang.Runtime').getRuntime().maxMemory()),"
+        "rt = autoclass('java.lang.Runtime').getRuntime()\n"
+        "rss = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')][0]\n"
+        "print(json.dumps({'max': int(rt.maxMemory()), 'total': int(rt.totalMemory()), 'rss_kb': rss,"
         " 'want': bm25.index_heap_mb(settings)}))\n"
     )  # fmt: skip
     for buffer_mb in (128, 64):
@@ -206,3 +209,5 @@ def test_the_indexing_jvm_heap_is_capped_at_the_buffer_plus_headroom(tmp_path: P
         assert got["want"] == buffer_mb + bm25.HEAP_HEADROOM_MB
         # maxMemory is the heap the JVM may use: -Xmx, less at most one survivor space (~10 %)
         assert 0.85 * got["want"] * 2**20 <= got["max"] <= got["want"] * 2**20, got
+        assert got["total"] >= 0.85 * got["want"] * 2**20, got  # committed from the start (-Xms = -Xmx)
+        assert got["rss_kb"] * 1024 >= got["want"] * 2**20, got  # and touched: resident already

