@@ -56,17 +56,21 @@ def _queries(data: Path) -> list[tuple[str, str]]:
     return [(r["qid"], r["question"]) for r in pq.read_table(data / "queries.parquet").to_pylist()]
 
 
-def _scattered(corpus: Path, settings: dict[str, Any], n: int, root: Path) -> tuple[list[Path], Path]:
-    """N part jobs through the CLI, then the gather, as the rules run them."""
+def _scattered(
+    corpus: Path, settings: dict[str, Any], n: int, root: Path, codec: Path | None = None
+) -> tuple[list[Path], Path]:
+    """N part jobs through the CLI, then the gather, as the rules run them (ColBERT: with --codec)."""
     from cqabench.cli import main
 
+    codec_args = ["--codec", str(codec)] if codec else []
     folders = [root / f"{i}-of-{n}" for i in range(n)]
     for i, folder in enumerate(folders):
         assert main(["encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                     json.dumps(settings), "--part", str(i), "--of", str(n), "--out", str(folder)]) == 0  # fmt: skip
+                     json.dumps(settings), "--part", str(i), "--of", str(n), "--out", str(folder),
+                     *codec_args]) == 0  # fmt: skip
     index = root / "gathered"
     assert main(["gather-index", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                 json.dumps(settings), "--parts", *map(str, folders), "--out", str(index)]) == 0  # fmt: skip
+                 json.dumps(settings), "--parts", *map(str, folders), "--out", str(index), *codec_args]) == 0  # fmt: skip
     return folders, index
 
 
@@ -214,16 +218,8 @@ def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path:
     assert main(["train-codec", "--corpus", str(corpus), "--serialization", "pipe",
                  "--retriever-settings", json.dumps(scattered), "--out", str(codec)]) == 0  # fmt: skip
     assert json.loads((codec / colbert.CODEC_FILE).read_text())["num_chunks"] == 7
-    folders = [tmp_path / f"{i}-of-3" for i in range(3)]
-    for i, folder in enumerate(folders):
-        assert main(["encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                     json.dumps(scattered), "--part", str(i), "--of", "3", "--out", str(folder),
-                     "--codec", str(codec)]) == 0  # fmt: skip
+    folders, gathered = _scattered(corpus, scattered, 3, tmp_path, codec)
     assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]
-    gathered = tmp_path / "gathered"
-    assert main(["gather-index", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                 json.dumps(scattered), "--parts", *map(str, folders), "--out", str(gathered),
-                 "--codec", str(codec)]) == 0  # fmt: skip
     one, many = single / colbert.PLAID_DIR, gathered / colbert.PLAID_DIR
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in many.iterdir())
@@ -250,6 +246,15 @@ def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path:
 # ---- a real Snakemake run: a killed part job is rerun alone ----
 
 
+def _workdir(tmp_path: Path) -> Path:
+    """A folder that runs this repository's workflow with its own results/."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "resources"):
+        (work / name).symlink_to(REPO / name)
+    return work
+
+
 def _snakemake(work: Path, config: Path, *args: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}  # fmt: skip
@@ -265,10 +270,7 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     job and the gather, and leaves the finished parts' files as they were."""
     from test_rebuild import job_table
 
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "workflow", "config", "profiles", "resources"):
-        (work / name).symlink_to(REPO / name)
+    work = _workdir(tmp_path)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["retrievers"]["minilm"].update({"encode_jobs": 3, "shard_size": 40})
     config_file = work / "parts.yaml"
@@ -313,10 +315,7 @@ def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Pat
     colbert_codec job, then 3 encode_part jobs given its folder, then gather_index."""
     from test_rebuild import job_table
 
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "workflow", "config", "profiles", "resources"):
-        (work / name).symlink_to(REPO / name)
+    work = _workdir(tmp_path)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["retrievers"]["colbert"] = {"type": "colbert", "model": str(mf.tiny_colbert(tmp_path / "model")),
                                        "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16, "kmeans_niters": 2,

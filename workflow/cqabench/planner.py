@@ -435,7 +435,9 @@ class Plan:
 
     def codec_retrievers(self) -> list[str]:
         """Sharded retrievers whose parts share a codec trained first (ColBERT: the `colbert_codec` rule)."""
-        return [r for r in self.sharded_retrievers() if self.retriever_configs[r]["type"] == "colbert"]
+        from cqabench.retrievers.parts import needs_codec
+
+        return [r for r in self.sharded_retrievers() if needs_codec(self.retriever_configs[r])]
 
     @staticmethod
     def codec_dir(corpus: str, serialization: str, retriever: str) -> str:
