@@ -212,6 +212,8 @@ def test_dexter_config_follows_the_paper_in_named_values() -> None:
     assert ds["ambigqa"]["files"]["dev"]["passages"]["url"].endswith("psgs_w100_20200201.tsv.gz")
     gpt = c["llms"]["gpt-3.5-turbo"]["sampling"]
     assert gpt == {"temperature": 0.3, "max_new_tokens": 512, "frequency_penalty": 0.8, "presence_penalty": 0.6}
+    # Table 5 names the base model (the toolkit's LlamaEngine loaded the chat model): the paper's.
+    assert c["llms"]["llama2-7b"]["source"] == "meta-llama/Llama-2-7b-hf"
     for name in ("mistral-7b", "llama2-7b"):  # decided and written down (docs/fidelity.md)
         assert c["llms"][name]["sampling"]["temperature"] == 0.3 and "frequency_penalty" not in c["llms"][name]["sampling"]
     assert c["raw_dir"] != "resources/raw"  # the sample's same-named files must not stand in for the full data
@@ -239,6 +241,7 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert "results/generation/finqa/test/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k10/predictions.parquet" in outputs
     got, want = figure2_cells("dexter.yaml")
     assert got == want == 28
+    assert "meta-llama/Llama-2-7b-hf" in plan and "Llama-2-7b-chat-hf" not in plan  # Table 5's checkpoint
 
 
 def test_every_published_dexter_cell_is_planned() -> None:
