@@ -8,6 +8,13 @@
 * `GetIntro[article]`: the article's introduction.
 * `Python[expression]`: `cqabench.agent.calc` (a whitelisted expression evaluator).
 
+A tool call is model text, and a model's turn is cached: a call that raised out of the tool box
+would crash every rerun of the cell the same way. So any failure while running one call
+(`MemoryError`, `RecursionError`, a bug) becomes an error observation the agent reads, and is
+logged with its traceback. The batched BM25 search is not a tool's answer but the job's search
+service: its failure (a dead helper process) still stops the job, since a dialogue answered
+without it would be recorded as a valid result.
+
 An article is the documents of the corpus that share a title. OTT-QA names a table
 "<page> - <section>", so a table document belongs to the article before the first " - "
 (its section is shown with each row). The introduction is the article's first text document
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
 import subprocess
@@ -39,6 +47,8 @@ from cqabench.agent.calc import CalcError, evaluate, format_value
 from cqabench.errors import ConfigError, DataError
 from cqabench.prompts import truncate
 
+LOG = logging.getLogger(__name__)
+MAX_ERROR_CHARS = 200  # an unexpected exception's text in an observation
 TOOLS = ("WikiSearch", "FindEvidence", "GetIntro", "Python")
 SEARCH_PYTHON_ENV = "CQABENCH_SEARCH_PYTHON"
 SEARCH_DEPTH = 10  # documents WikiSearch ranks; the best one's article is shown
@@ -245,8 +255,20 @@ class Toolbox:
         hits = dict(zip(searches, ranked))
         out = []
         for i, call in enumerate(calls):
-            out.append(self._cut(self._run(call, hits.get(i, []))))
+            out.append(self._cut(self._run_safely(call, hits.get(i, []))))
         return out
+
+    def _run_safely(self, call: ToolCall, hits: list[str]) -> Observation:
+        """`_run`, with any failure as an error observation (see the module's docstring).
+
+        `Exception` and not `BaseException`: KeyboardInterrupt and SystemExit stop the job.
+        """
+        try:
+            return self._run(call, hits)
+        except Exception as exc:  # noqa: BLE001 - model text must never crash the job
+            LOG.warning("the %s tool failed on %r", call.tool, call.argument[:MAX_ERROR_CHARS], exc_info=True)
+            return Observation(f"Error: the {call.tool} tool failed on this input "
+                               f"({type(exc).__name__}: {str(exc)[:MAX_ERROR_CHARS]}); try another call", error=True)
 
     def _run(self, call: ToolCall, hits: list[str]) -> Observation:
         arg = call.argument.strip()
