@@ -205,8 +205,10 @@ def test_figures_load_and_are_not_empty(rendered: _Dom) -> None:
 
 def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     tables = rendered.text("paper-tables")
-    # DEXTER Table 2, BM25 on MuSiQue (MQA): ours 0.250, the paper's 0.191, the caption its own.
-    assert "0.250 / 0.191 (Δ+0.059) FAIL" in tables
+    # DEXTER Table 2, BM25 on MuSiQue (MQA): ours 0.250, the paper's 0.191, the caption its own;
+    # not judged, the run is not on the paper's data (no --paper-data).
+    assert "0.250 / 0.191 (not comparable [1])" in tables
+    assert "not comparable: bundled sample, not the paper's data" in tables
     assert "DEXTER Table 2: nDCG@10 by retriever and dataset. Compares our nDCG@10" in tables
     assert "finqa dev n=1" in tables and "musique train n=30" in tables
     assert "config 'test-run', not from the paper's data" in tables
