@@ -83,6 +83,7 @@ class Grid:
     # (dataset, split) -> (fewest, most) questions behind one of our cells there, for the caption.
     coverage: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     judged: bool = False  # built with a RunContext: comparability was checked
+    paper_data: bool = False  # that run's report.paper_data (the caption's default)
 
     def footnotes(self) -> list[str]:
         """The distinct notes of the table's cells, in table order: "n/a: <reason>" and "not
@@ -274,7 +275,8 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
         cells[key] = Cell(ours=value, paper=paper, n_cells=count, reason=None if value is not None else na.get(key),
                           reference=spec.is_reference(values), tolerance=spec.tolerance_for(values),
                           not_comparable=why)
-    return Grid(spec, rows, cols, cells, notes, coverage, judged=run is not None)
+    return Grid(spec, rows, cols, cells, notes, coverage, judged=run is not None,
+                paper_data=bool(run is not None and run.paper_data))
 
 
 def _coverage(chosen: pd.DataFrame, per_question: bool) -> dict[tuple[str, str], tuple[int, int]]:
@@ -369,13 +371,16 @@ def _per_dataset_limits(spec: TableSpec) -> str:
     return f"{spec.tolerance:g} ({others})"
 
 
-def caption(grid: Grid, run: str | None = None, paper_data: bool = False) -> list[str]:
+def caption(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> list[str]:
     """This table's caption as sentences: what is compared, n and split, unit, formats, caveat.
 
-    `run` names the configuration the numbers come from; unless `paper_data` says the run is on
-    the paper's full data, the caption says that the sample is not the paper's data.
+    `run` names the configuration the numbers come from; unless `paper_data` (default: the run
+    the grid was judged against, else False) says the run is on the paper's full data, the
+    caption says that the sample is not the paper's data.
     """
     spec, s = grid.spec, grid.summary()
+    if paper_data is None:
+        paper_data = grid.paper_data
     metrics = ", ".join(spec.label("metric", m) for m in spec.metric)
     how = "mean over questions of each cell" if spec.source == "per_question" else "one value per cell"
     source = spec.title.split(":")[0].strip() or spec.id  # "DEXTER Table 2", "TANQ Table 5"
@@ -405,11 +410,11 @@ def caption(grid: Grid, run: str | None = None, paper_data: bool = False) -> lis
     return parts + grid.notes
 
 
-def _legend(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def _legend(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     return " ".join(caption(grid, run, paper_data))
 
 
-def caption_rst(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def caption_rst(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     """The caption as reStructuredText for `snakemake --report` (one per table, written beside it)."""
     text = "\n\n".join(caption(grid, run, paper_data))
     # Escape the characters reST would read as markup in numbers and names.
@@ -430,7 +435,7 @@ def _names(grid: Grid) -> list[tuple[str, str]]:
     return out
 
 
-def to_markdown(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def to_markdown(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     spec = grid.spec
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
     header = [corner] + [_label(spec, c, spec.columns) for c in grid.col_keys]
@@ -462,7 +467,7 @@ _CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "back
         NA: "background:#fff4d6", NOT_COMPARABLE: "background:#e4ecf7"}
 
 
-def to_html(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     spec = grid.spec
     esc = html.escape
     out = [f"<h3>{esc(spec.title)}</h3>"]
