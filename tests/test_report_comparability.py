@@ -80,8 +80,7 @@ def test_question_selection_is_read_from_the_config() -> None:
     run = RunContext.of(copy.deepcopy(RUN.config))
     run.config["datasets"]["musique"].update(hops=None, limit=50)
     assert cmp.reasons(SETUP, run, "t2", "trec_eval", _row(dataset="musique", corpus="pool")) == [
-        "musique questions: every hop count, answerable only, the first 50 questions; the paper's: hops [2], "
-        "answerable only, no question limit"]
+        "musique questions: answerable only, the first 50 questions; the paper's: hops [2], answerable only"]
 
 
 def test_sample_no_config_no_setup() -> None:
@@ -111,9 +110,9 @@ def test_bad_paper_setup_names_the_key(raw: dict, message: str) -> None:
 def test_describe_says_split_relevance_questions_corpus() -> None:
     run = RunContext.of(DEXTER_CONFIG)
     assert cmp.describe(run, "musique") == {
-        "split": "dev", "relevance": "paper", "questions": "hops [2], answerable only, no question limit",
+        "split": "dev", "relevance": "paper", "questions": "hops [2], answerable only",
         "corpus": "wiki-multihop (pooled: 2wikimultihopqa + musique) from train + dev"}
-    assert cmp.describe(run, "2wikimultihopqa")["questions"] == "every hop count, the first 1200 questions"
+    assert cmp.describe(run, "2wikimultihopqa")["questions"] == "the first 1200 questions"
     assert cmp.describe(run, "finqa")["corpus"] == "finqa from train + dev + test"
 
 

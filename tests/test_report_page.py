@@ -328,3 +328,28 @@ def test_wall_times_from_snakemake_logs_fill_rules_without_benchmarks(tmp_path: 
     assert "Snakemake's log" in rows["index"]["largest job"]
     assert rows["search"]["jobs"] == 0  # started, never finished
     assert "all" not in rows  # not one of the workflow's rules the page lists
+
+
+def test_dataset_setup_by_hand() -> None:
+    """What was run, per dataset: split, relevance mode, question selection, corpus (and its splits), n."""
+    config = {"corpora": {"wiki": ["musique", "2wikimultihopqa"]},
+              "datasets": {"musique": {"splits": ["dev"], "hops": [2], "answerable_only": True,
+                                       "corpus_splits": ["train", "dev"], "relevance": "supporting"},
+                           "2wikimultihopqa": {"splits": ["dev"], "limit": 1200},
+                           "finqa": {"splits": ["test"]}}}
+    metrics = pd.DataFrame([{"dataset": "finqa", "stage": "retrieval", "n": 1147}])
+    table = page.dataset_setup(config, metrics).set_index("dataset")
+    assert table.loc["musique"].to_dict() == {
+        "split": "dev", "relevance": "supporting", "questions": "hops [2], answerable only",
+        "corpus": "wiki (pooled: 2wikimultihopqa + musique) from train + dev", "n": ""}
+    assert table.loc["2wikimultihopqa", "questions"] == "the first 1200 questions"
+    assert table.loc["2wikimultihopqa", "relevance"] == "paper"  # the default mode
+    assert table.loc["finqa"].to_dict() == {"split": "test", "relevance": "paper",
+                                            "questions": "every question of the split",
+                                            "corpus": "finqa from test", "n": "retrieval n=1147"}
+
+
+def test_what_was_run_shows_each_datasets_setup(rendered: _Dom) -> None:
+    text = rendered.text("run")
+    assert "dataset split relevance questions corpus n" in text
+    assert "musique train paper every question of the split musique from train" in text

@@ -221,11 +221,12 @@ def selection_of(run: RunContext, dataset: str) -> tuple[tuple[int, ...] | None,
 
 
 def _selection_text(hops: tuple[int, ...] | None, answerable_only: bool, limit: int | None) -> str:
-    parts = [f"hops {list(hops)}" if hops is not None else "every hop count"]
+    parts = [f"hops {list(hops)}"] if hops is not None else []
     if answerable_only:
         parts.append("answerable only")
-    parts.append(f"the first {limit} questions" if limit is not None else "no question limit")
-    return ", ".join(parts)
+    if limit is not None:
+        parts.append(f"the first {limit} questions")
+    return ", ".join(parts) or "every question of the split"
 
 
 def describe(run: RunContext, dataset: str) -> dict[str, str]:
