@@ -264,3 +264,24 @@ def test_strategyqa_table9_uses_the_same_mechanism() -> None:
     assert irq.not_comparable.startswith("strategyqa split dev, the paper's is test (the official test set")
     assert "36.6M-paragraph Wikipedia index" in irq.not_comparable
     assert "0.400 / 0.174 (not comparable [1])" in to_markdown(grid)
+
+
+def test_cli_report_tables_reads_the_runs_config(tmp_path: Path, capsys) -> None:
+    """The rule passes the run's config (--config JSON): the CLI judges with it, and says the counts."""
+    from cqabench.cli import main
+
+    config, metrics, _ = _full_run()
+    metrics.to_parquet(tmp_path / "metrics.parquet")
+    args = ["report-tables", "--metrics", str(tmp_path / "metrics.parquet"), "--per-question",
+            str(tmp_path / "absent.parquet"), "--expected", str(REPO / "config" / "expected" / "dexter.yaml"),
+            "--out-dir", str(tmp_path / "out"), "--run", "dexter", "--bootstrap-resamples", "99",
+            "--test-resamples", "99"]
+    assert main(args + ["--config", json.dumps(config)]) == 0  # paper_data from the config's report block
+    assert "dexter_table2_ndcg10: OK 6, FAIL 1, not comparable 14, missing 35" in capsys.readouterr().out
+    assert main(args + ["--paper-data"]) == 0  # full data claimed, but no config: nothing can be checked
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())[0]
+    assert (summary["ok"], summary["fail"], summary["not_comparable"]) == (0, 0, 21)
+    assert list(summary["not_comparable_reasons"]) == [cmp.NO_CONFIG]
+    capsys.readouterr()
+    assert main(args + ["--config", "{nope"]) != 0
+    assert "--config: not valid JSON" in capsys.readouterr().err
