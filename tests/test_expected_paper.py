@@ -17,6 +17,7 @@ import yaml
 
 from cqabench.errors import ConfigError
 from cqabench.report.expected import PAPER_LABELS, load_expected, our_name, paper_label
+from cqabench.report.comparability import RunContext
 from cqabench.report.tables import build_grid, format_cell, tanq_type, to_markdown
 
 REPO = Path(__file__).resolve().parents[1]
@@ -268,11 +269,14 @@ def test_default_report_shows_the_paper_beside_ours_with_the_sample_note(tmp_pat
          "llm": "smollm2-135m", "prompt": "few-shot", "setting": "oracle", "metric": "cover_em", "variant": "default",
          "value": 0.1, "unit": "fraction", "n": 30}])
     specs = _specs("dexter")
-    md2 = to_markdown(build_grid(metrics, None, specs["dexter_table2_ndcg10"]))
-    assert "0.500 / 0.432 (Δ+0.068) FAIL" in md2  # ours beside the paper's Tat-QA BM25
+    sample = RunContext.of({"name": "default", "datasets": {"tatqa": {"splits": ["dev"]}}})  # paper_data false
+    md2 = to_markdown(build_grid(metrics, None, specs["dexter_table2_ndcg10"], sample), run="default")
+    # ours beside the paper's Tat-QA BM25, not judged: the sample is not the paper's data
+    assert "0.500 / 0.432 (not comparable [1])" in md2 and ") FAIL" not in md2 and ") OK" not in md2
+    assert "[1] not comparable: bundled sample, not the paper's data (report.paper_data: false)" in md2
     assert "bundled sample" in md2 and "not the paper's data" in md2
     assert md2.index("bundled sample") < md2.index("| retriever")  # the note comes before the table
-    md3 = to_markdown(build_grid(metrics, None, specs["dexter_table3_answers"]))
+    md3 = to_markdown(build_grid(metrics, None, specs["dexter_table3_answers"], sample))
     assert "smollm2-135m / few-shot / RAG-Oracle / - / 0" in md3 and "gpt-3.5-turbo / few-shot / RAG-Oracle" in md3
     assert "WQA = 2wikimultihopqa" in md3  # labels explained
 

@@ -208,3 +208,31 @@ def test_benjamini_hochberg_when_configured_holm_kept_beside() -> None:
     assert doc["method"]["correction"]["method"] == "bh" and doc["method"]["correction"]["alpha"] == 0.1
     md = to_markdown(doc)
     assert "p / p BH" in md and "0.062 / 0.094 *" in md and "Benjamini-Hochberg" in md
+
+
+def test_oracle_with_fewer_questions_is_compared_on_the_shared_ones_only() -> None:
+    """The oracle drops questions without gold documents: closed-book scores q0..q3, oracle q0..q2."""
+    metrics, per_q = _frames(
+        _cell("musique", "closed", "none", 0, [0, 0, 1, 0]),
+        _cell("musique", "oracle", "none", 0, [1, 1, 0]),  # q3 has no gold: not asked
+        _cell("musique", "rag", "bm25", 5, [1, 0, 1, 1]),
+    )
+    doc = answers_by_setting(metrics, per_q)
+    cells = {c["setting"]: c for c in doc["cells"]}
+    assert (cells["closed"]["n"], cells["closed"]["mean"]) == (4, 0.25)  # each cell's own questions
+    assert cells["oracle"]["n"] == 3 and cells["oracle"]["mean"] == pytest.approx(2 / 3)
+    comps = {c["setting"]: c for c in doc["comparisons"]}
+    oracle = comps["oracle"]
+    # By hand, on q0..q2: oracle 1, 1, 0 (mean 2/3), closed 0, 0, 1 (mean 1/3); d = 1, 1, -1, Δ = +1/3.
+    assert (oracle["n_cell"], oracle["n_closed"], oracle["n_common"]) == (3, 4, 3)
+    assert oracle["same_questions"] is False
+    assert oracle["mean"] == pytest.approx(2 / 3) and oracle["mean_closed"] == pytest.approx(1 / 3)
+    assert oracle["diff"] == pytest.approx(1 / 3)  # not 2/3 - 1/4, the two own-question means
+    # Exact over 2^3 flips: every sum of three ±1 has |mean| >= 1/3, so p = 8/8.
+    assert oracle["exact"] and oracle["p_value"] == pytest.approx(1.0)
+    rag = comps["rag"]
+    assert rag["same_questions"] is True and (rag["n_cell"], rag["n_closed"], rag["n_common"]) == (4, 4, 4)
+    md = to_markdown(doc)
+    assert "+0.333 on 3 shared (n shared=3: oracle 0.667 vs closed 0.333; oracle n=3, closed n=4) [1]" in md
+    assert "[1] this cell and the closed-book cell scored different questions" in md
+    assert "+0.500 (n=4) |" in md  # RAG on the same four questions: Δ (3/4 - 1/4) and n only

@@ -205,8 +205,10 @@ def test_figures_load_and_are_not_empty(rendered: _Dom) -> None:
 
 def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     tables = rendered.text("paper-tables")
-    # DEXTER Table 2, BM25 on MuSiQue (MQA): ours 0.250, the paper's 0.191, the caption its own.
-    assert "0.250 / 0.191 (Δ+0.059) FAIL" in tables
+    # DEXTER Table 2, BM25 on MuSiQue (MQA): ours 0.250, the paper's 0.191, the caption its own;
+    # not judged, the run is not on the paper's data (no --paper-data).
+    assert "0.250 / 0.191 (not comparable [1])" in tables
+    assert "not comparable: bundled sample, not the paper's data" in tables
     assert "DEXTER Table 2: nDCG@10 by retriever and dataset. Compares our nDCG@10" in tables
     assert "finqa dev n=1" in tables and "musique train n=30" in tables
     assert "config 'test-run', not from the paper's data" in tables
@@ -326,3 +328,28 @@ def test_wall_times_from_snakemake_logs_fill_rules_without_benchmarks(tmp_path: 
     assert "Snakemake's log" in rows["index"]["largest job"]
     assert rows["search"]["jobs"] == 0  # started, never finished
     assert "all" not in rows  # not one of the workflow's rules the page lists
+
+
+def test_dataset_setup_by_hand() -> None:
+    """What was run, per dataset: split, relevance mode, question selection, corpus (and its splits), n."""
+    config = {"corpora": {"wiki": ["musique", "2wikimultihopqa"]},
+              "datasets": {"musique": {"splits": ["dev"], "hops": [2], "answerable_only": True,
+                                       "corpus_splits": ["train", "dev"], "relevance": "supporting"},
+                           "2wikimultihopqa": {"splits": ["dev"], "limit": 1200},
+                           "finqa": {"splits": ["test"]}}}
+    metrics = pd.DataFrame([{"dataset": "finqa", "stage": "retrieval", "n": 1147}])
+    table = page.dataset_setup(config, metrics).set_index("dataset")
+    assert table.loc["musique"].to_dict() == {
+        "split": "dev", "relevance": "supporting", "questions": "hops [2], answerable only",
+        "corpus": "wiki (pooled: 2wikimultihopqa + musique) from train + dev", "n": ""}
+    assert table.loc["2wikimultihopqa", "questions"] == "the first 1200 questions"
+    assert table.loc["2wikimultihopqa", "relevance"] == "paper"  # the default mode
+    assert table.loc["finqa"].to_dict() == {"split": "test", "relevance": "paper",
+                                            "questions": "every question of the split",
+                                            "corpus": "finqa from test", "n": "retrieval n=1147"}
+
+
+def test_what_was_run_shows_each_datasets_setup(rendered: _Dom) -> None:
+    text = rendered.text("run")
+    assert "dataset split relevance questions corpus n" in text
+    assert "musique train paper every question of the split musique from train" in text

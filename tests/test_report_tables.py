@@ -63,15 +63,16 @@ def test_grid_compares_within_tolerance(tmp_path: Path) -> None:
     assert format_cell(ok, spec) == "0.312 / 0.300 (Δ+0.012) OK"
     assert format_cell(grid.cells[(("dpr",), ("musique",))], spec) == "0.200"  # ours only
     assert grid.summary() == {"id": "t2", "unit": "fraction", "tolerance": 0.02, "ok": 1, "fail": 1,
-                              "missing": 1, "not_available": 0, "ours_only": 1, "ambiguous": 0}
+                              "not_comparable": 0, "missing": 1, "not_available": 0, "ours_only": 1,
+                              "ambiguous": 0, "not_comparable_reasons": {}}
 
 
 def test_markdown_and_html_written(tmp_path: Path) -> None:
     specs = load_expected(_expected(tmp_path, [TABLE2]))
-    summaries = render_tables(METRICS, None, specs, tmp_path / "out")
+    summaries = render_tables(METRICS, None, specs, tmp_path / "out", paper_data=True, config={})
     md = (tmp_path / "out" / "t2.md").read_text()
     assert "| retriever \\ dataset | musique | finqa |" in md or "| retriever \\ dataset | finqa | musique |" in md
-    assert "0.150 / 0.200 (Δ-0.050) FAIL" in md and "— / 0.350 (missing)" in md
+    assert "0.150 / 0.200 (Δ-0.050) FAIL" in md and "— / 0.350 (missing)" in md  # no paper_setup: judged
     html = (tmp_path / "out" / "t2.html").read_text()
     assert "<table" in html and "FAIL" in html and "background:#f8d0d0" in html
     assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summaries
@@ -339,4 +340,6 @@ def test_each_table_caption_is_its_own(tmp_path: Path) -> None:
     assert "Caveat" not in " ".join(caption(grid, run="dexter", paper_data=True))
     render_tables(frame, None, [spec], tmp_path / "out", run="sample")
     rst = (tmp_path / "out" / "t2.caption.rst").read_text()
-    assert "finqa dev n=1" in rst and "OK\\|FAIL" in rst  # reST markup characters escaped
+    # reST markup characters escaped; on the sample (paper_data false) no cell is judged
+    assert "finqa dev n=1" in rst and "ndcg\\_cut\\_10" in rst and "OK\\|FAIL" not in rst
+    assert "not comparable [i]" in rst and "no cell is judged" in rst

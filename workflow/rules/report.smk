@@ -81,13 +81,15 @@ rule report_tables:
         not_planned=lambda w: as_arg(not_planned_cells()),
         run=shlex.quote(str(config.get("name", "unnamed"))),
         paper_data="--paper-data" if PAPER_DATA else "",
+        # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
+        config=lambda w: as_arg(config),
         correction=SIGNIFICANCE["correction"],
         alpha=SIGNIFICANCE["alpha"],
         baseline=SIGNIFICANCE["baseline"],
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
-        "--run {params.run} {params.paper_data} "
+        "--run {params.run} {params.paper_data} --config {params.config} "
         "--correction {params.correction} --alpha {params.alpha} --baseline {params.baseline:q} > {log:q} 2>&1"
 
 

@@ -69,13 +69,29 @@ def _tables(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected for spec in load_expected(path)]
     not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=args.paper_data)
+    config = _config_arg(args.config)
+    paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
+                              config=config)
     for s in summaries:
-        print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
-              f"ours only {s['ours_only']}")
+        print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, not comparable {s['not_comparable']}, "
+              f"missing {s['missing']}, n/a {s['not_available']}, ours only {s['ours_only']}")
     _answers(args, metrics, per_question)
     _retrieval_significance(args, metrics, per_question)
     return 0
+
+
+def _config_arg(text: str | None) -> dict[str, Any] | None:
+    """--config: the run's configuration as JSON (what the comparability check reads), or None."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--config: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--config: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:
@@ -188,6 +204,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
+    p.add_argument("--config", default=None,
+                   help="the run's configuration as JSON: each cell's setup (split, relevance, questions, corpus) "
+                        "is checked against the paper's; without it a full-data run's cells read not comparable")
     _answer_args(p)
     p.set_defaults(func=_tables)
 

@@ -18,6 +18,14 @@ gives, for each primary answer metric of the dataset (`cqabench.scoring.PRIMARY`
   serializations, LLMs, prompts, settings and primary metrics), so a claim like "RAG helps on
   MuSiQue" is corrected for everything tried on MuSiQue.
 
+Shared questions: a cell's own mean is over its own questions, and those can differ from the
+closed-book cell's (the oracle drops questions without gold documents, cqabench.oracle). Δ, p and
+the two means of a comparison (`mean`, `mean_closed`) are therefore always on the questions
+both scored, paired by qid; each comparison records `n_cell`, `n_closed`, `n_common` and
+`same_questions`, and where the sets differ the table says so beside Δ (the two means on the
+shared questions, and both n) with a note, so two point estimates on different questions are
+never read as a difference.
+
 A metric with no evaluable question (null value in the fact table) is "n/a" with its reason;
 a comparison that cannot be made (no closed-book cell, no common question) is "n/a" too.
 Cells the workflow did not plan (`not_planned`: [{dataset, split, setting, reason}, ...]) are
@@ -59,6 +67,9 @@ FEWER_THAN_TWO = "fewer than 2 questions: no bootstrap interval"
 NO_CLOSED = "no closed-book cell in this group to compare with"
 NO_COMMON = "no question scored by both this cell and the closed-book cell"
 NO_SCORES = "no per-question scores for this cell"
+DIFFERENT_QUESTIONS = ("this cell and the closed-book cell scored different questions (the oracle drops questions "
+                       "without gold documents): Δ, p and the two means beside Δ are on the questions both scored "
+                       "only; the mean column is each cell's own questions")
 
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -304,7 +315,8 @@ def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resa
              seed: int) -> dict[str, Any]:
     out = {**{k: row[k] for k in (*GROUP_KEYS, *CELL_KEYS, "metric", "variant", "cell_id")},
            "unit": UNIT, "against": "closed", "against_cell_id": None if ref is None else ref["cell_id"],
-           "n_common": 0, "mean": None, "mean_closed": None, "diff": None, "p_value": None, "exact": None,
+           "n_cell": 0, "n_closed": 0, "n_common": 0, "same_questions": None,
+           "mean": None, "mean_closed": None, "diff": None, "p_value": None, "exact": None,
            "resamples": None, "p_holm": None, "p_adjusted": None, "family_size": None, "significant": None,
            "reason": None}
     if ref is None:
@@ -316,6 +328,7 @@ def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resa
         out["reason"] = row["reason"] or ref["reason"] or NO_SCORES
         return out
     common = a.index.intersection(b.index).sort_values()
+    out.update(n_cell=len(a), n_closed=len(b), same_questions=set(a.index) == set(b.index))
     if len(common) == 0:
         out["reason"] = NO_COMMON
         return out
@@ -406,9 +419,19 @@ def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Note
             out += ["n/a" + notes.ref(comp["reason"]), "n/a"]
         else:
             star = " *" if comp["significant"] else ""
-            out += [f"{_f(comp['diff'], sign=True)} (n={comp['n_common']})",
+            out += [_delta_text(comp, cell["setting"], notes),
                     f"{_p(comp['p_value'])} / {_p(comp.get('p_adjusted', comp['p_holm']))}{star}"]
     return out
+
+
+def _delta_text(comp: dict[str, Any], setting: str, notes: _Notes) -> str:
+    """Δ and its n; where the two cells scored different questions, both means on the shared ones and both n."""
+    text = f"{_f(comp['diff'], sign=True)} (n={comp['n_common']})"
+    if comp.get("same_questions") is False:
+        text = (f"{_f(comp['diff'], sign=True)} on {comp['n_common']} shared (n shared={comp['n_common']}: "
+                f"{setting} {_f(comp['mean'])} vs closed {_f(comp['mean_closed'])}; {setting} n={comp['n_cell']}, "
+                f"closed n={comp['n_closed']})" + notes.ref(DIFFERENT_QUESTIONS))
+    return text
 
 
 def _header(metrics: list[tuple[str, str]], correction: str = "holm") -> list[str]:
@@ -427,7 +450,9 @@ def method_text(doc: dict[str, Any]) -> str:
             f"over the cell's questions with a {i['confidence']:.0%} percentile bootstrap interval "
             f"(scipy.stats.bootstrap, {i['resamples']} resamples, seed {i['seed']}); n = questions; parse rate = "
             f"share of questions whose final answer could be extracted. Δ = mean(cell − closed-book) on the "
-            f"questions both scored; p = two-sided paired sign-flip randomization test ({t['resamples']} "
+            f"questions both scored, paired by question (n shared; where the cells scored different questions, "
+            f"e.g. the oracle without questions lacking gold documents, both means on the shared questions and "
+            f"both n are given beside Δ); p = two-sided paired sign-flip randomization test ({t['resamples']} "
             f"resamples, exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c.get('description', name)} over "
             f"{c['family']}; * = p {name} < {c['alpha']}. n/a = not evaluable (see the notes).")
 

@@ -17,12 +17,16 @@ File layout:
       order: {dimension: [value, ...]}      # display order (others follow, sorted)
       labels: {value: shown label}          # optional renaming for display
       tolerance: float             # |ours - paper| <= tolerance  ->  OK, else FAIL, as a fraction (0..1)
+      tolerance_by_dataset: {dataset: float}   # optional: a dataset whose n makes its own tolerance
       paper_unit: percent | fraction   # how the paper prints `cells` values; required when cells are given
       digits: int                  # decimals shown (default 3)
       reference: {dimension: [value, ...]}  # rows only the paper has (its models, a human or
                                    # supervised baseline): printed as "paper x", never "missing"
       cells: [{<dimension>: value, ..., value: float}, ...]   # published numbers, as printed
   label_set: dexter | tanq | strategyqa   # optional: which set of PAPER_LABELS names the cells
+  paper_setup: {...}               # optional: what the paper's numbers are on, per dataset, and the
+                                   # known differences; a cell of ours that differs prints "not
+                                   # comparable: <reason>" (format: cqabench.report.comparability)
 
 Names: cells use our names (config names, metric ids, wildcard values); the paper's labels
 (WQA = 2wikimultihopqa, RAG-Oracle = oracle, ...) live in one place, `PAPER_LABELS` below,
@@ -46,8 +50,9 @@ import yaml
 from cqabench.errors import ConfigError
 
 _TABLE_KEYS = {"id", "title", "source", "metric", "variant", "rows", "columns", "filters", "order",
-               "labels", "tolerance", "paper_unit", "paper_scale", "digits", "cells", "note", "reference"}
-_FILE_KEYS = {"paper", "tables", "label_set", "note"}
+               "labels", "tolerance", "tolerance_by_dataset", "paper_unit", "paper_scale", "digits", "cells", "note",
+               "reference"}
+_FILE_KEYS = {"paper", "tables", "label_set", "note", "paper_setup"}
 UNIT = "fraction"  # ours, and the paper's after conversion
 PAPER_UNITS = {"fraction": 1.0, "percent": 0.01}
 _LEGACY_SCALES = {1.0: "fraction", 0.01: "percent"}
@@ -156,6 +161,15 @@ class TableSpec:
     note: str = ""
     reference: dict[str, list[str]] = field(default_factory=dict)
     label_set: str = ""
+    # Per-dataset tolerances where n (hence the sampling error) differs a lot between datasets.
+    tolerance_by_dataset: dict[str, float] = field(default_factory=dict)
+    # The file's `paper_setup` (cqabench.report.comparability.PaperSetup): what the paper's numbers
+    # are on; None: nothing is judged not comparable.
+    setup: Any = None
+
+    def tolerance_for(self, values: dict[str, Any]) -> float:
+        """The tolerance of one cell (dimension -> value): its dataset's, else the table's."""
+        return self.tolerance_by_dataset.get(str(values.get("dataset")), self.tolerance)
 
     def label(self, dimension: str, value: Any) -> str:
         """The printed label of one dimension value: the table's own `labels`, else the paper's."""
@@ -208,6 +222,15 @@ def _paper_unit(raw: dict[str, Any], where: str) -> str:
     return str(unit)
 
 
+def _tolerances(raw: Any, where: str) -> dict[str, float]:
+    if raw is None:
+        return {}
+    try:
+        return {str(k): float(v) for k, v in dict(raw).items()}
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: tolerance_by_dataset must map dataset -> number, not {raw!r}") from None
+
+
 def parse_table(raw: dict[str, Any], paper: str, where: str, label_set: str = "") -> TableSpec:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: each table must be a mapping")
@@ -236,6 +259,7 @@ def parse_table(raw: dict[str, Any], paper: str, where: str, label_set: str = ""
         note=str(raw.get("note", "")),
         reference={str(k): [str(v) for v in _as_list(vals)] for k, vals in (raw.get("reference") or {}).items()},
         label_set=label_set,
+        tolerance_by_dataset=_tolerances(raw.get("tolerance_by_dataset"), where),
     )
     bad = sorted(set(spec.reference) - set(spec.dimensions))
     if bad:
@@ -277,6 +301,12 @@ def load_expected(path: str | Path) -> list[TableSpec]:
         raise ConfigError(f"{path}: label_set {label_set!r} is not one of {sorted(PAPER_LABELS)}")
     note = str(doc.get("note") or "")
     specs = [parse_table(t, paper, f"{path} tables[{i}]", label_set) for i, t in enumerate(doc["tables"])]
+    if doc.get("paper_setup") is not None:
+        from cqabench.report.comparability import parse_paper_setup
+
+        setup = parse_paper_setup(doc["paper_setup"], f"{path} paper_setup")
+        for spec in specs:
+            spec.setup = setup
     if note:  # a file-wide note (e.g. what data the published numbers are on) ends every table's note
         for spec in specs:
             spec.note = f"{spec.note}\n\n{note}".strip() if spec.note else note

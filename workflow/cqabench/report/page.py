@@ -31,6 +31,7 @@ import pandas as pd
 
 from cqabench.io import write_text
 from cqabench.report import provenance
+from cqabench.report.comparability import RunContext, describe
 from cqabench.report.plots import heatmap_cells, heatmap_paper, metric_name
 
 esc = html.escape
@@ -163,6 +164,14 @@ def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = 
                               + ", ".join(f"{k} {v}" for k, v in versions.items())))
     facts.append(("Fact table", f"{len(metrics)} rows × {len(metrics.columns)} columns"))
     return facts
+
+
+def dataset_setup(config: dict[str, Any], metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per configured dataset: split, relevance mode, question selection, corpus and n, the
+    fields a paper cell's comparability is judged on (cqabench.report.comparability)."""
+    run, sizes = RunContext.of(config), _dataset_sizes(metrics)
+    rows = [{"dataset": name, **describe(run, name), "n": sizes.get(name, "")} for name in (config.get("datasets") or {})]
+    return pd.DataFrame(rows, columns=["dataset", "split", "relevance", "questions", "corpus", "n"])
 
 
 def _dataset_sizes(metrics: pd.DataFrame) -> dict[str, str]:
@@ -345,7 +354,13 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
         '<p class="warn">This run is on the configuration\'s own questions (the bundled sample for '
         "config/config.yaml), not the papers' data: n is small and Δ to the paper measures the sample, "
         "not the method's fidelity. config/dexter.yaml and config/tanq.yaml are the full reproductions.</p>")
-    sections.append(Section("run", "What was run", f'<table class="run">{facts}</table>{caveat}'))
+    setup = dataset_setup(config, metrics)
+    setup_html = ('<p class="caption">Per dataset: the evaluated split, the relevance mode (qrels and oracle '
+                  "documents; datasets.&lt;ds&gt;.relevance, default paper), the question selection, the corpus "
+                  "searched and the splits it is built from, and the most questions a cell was evaluated on. A "
+                  "paper-table cell is judged OK / FAIL only where these are the paper's.</p>"
+                  + _table(setup, table_id="dataset-setup")) if not setup.empty else ""
+    sections.append(Section("run", "What was run", f'<table class="run">{facts}</table>{setup_html}{caveat}'))
 
     def tables(ids: list[str]) -> tuple[str, list[str]]:
         parts, found = [], []

@@ -9,6 +9,13 @@ within the stated tolerance, which we miss, and which we have not run (shown as 
 as zero). Every number is a fraction in 0..1 (ours from the fact tables, the paper's converted
 from its `paper_unit` on read). A cell we ran but could not evaluate (null value with a reason,
 e.g. retrieval on a split without qrels) shows "n/a" with a numbered footnote giving the reason.
+
+Comparable or not (cqabench.report.comparability): given the run (`RunContext`: its config and
+whether it is on the paper's data), a cell of ours is judged OK / FAIL only when its dataset,
+split, question selection, corpus, relevance mode and metric variant are the paper's and no
+known difference applies; otherwise it shows ours beside the paper's as "not comparable" with a
+numbered note giving the reason, and the summary counts it apart. A run on the bundled sample is
+not comparable anywhere.
 """
 
 from __future__ import annotations
@@ -23,12 +30,15 @@ from typing import Any
 import pandas as pd
 
 from cqabench.io import write_json, write_text
+from cqabench.report import comparability
+from cqabench.report.comparability import RunContext
 from cqabench.metrics.tanq_breakdowns import groups as tanq_groups_of
 from cqabench.metrics.tanq_breakdowns import table_length, tanq_type  # noqa: F401  (re-exported)
 from cqabench.report.expected import TableSpec
 
 MISSING = "missing"
 NA = "n/a"
+NOT_COMPARABLE = "not comparable"
 UNIT_NOTE = "All numbers are fractions (0–1); the paper's are converted from the unit it prints them in."
 
 
@@ -39,6 +49,8 @@ class Cell:
     n_cells: int = 0  # how many of our cells matched (more than one is ambiguous)
     reason: str | None = None  # ours is n/a (ran, nothing evaluable): why
     reference: bool = False  # a row only the paper has (its model, a human baseline): never "missing"
+    tolerance: float | None = None  # this cell's (spec.tolerance_for); None: the table's
+    not_comparable: str | None = None  # the run's setup differs from the paper's here: why
 
     @property
     def diff(self) -> float | None:
@@ -55,7 +67,10 @@ class Cell:
             return NA
         if self.ours is None:
             return "" if self.reference else MISSING
-        return "OK" if abs(self.diff) <= tolerance + 1e-12 else "FAIL"
+        if self.not_comparable:
+            return NOT_COMPARABLE
+        limit = tolerance if self.tolerance is None else self.tolerance
+        return "OK" if abs(self.diff) <= limit + 1e-12 else "FAIL"
 
 
 @dataclass
@@ -67,30 +82,54 @@ class Grid:
     notes: list[str] = field(default_factory=list)  # e.g. a dimension our fact table cannot give
     # (dataset, split) -> (fewest, most) questions behind one of our cells there, for the caption.
     coverage: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    judged: bool = False  # built with a RunContext: comparability was checked
+    paper_data: bool = False  # that run's report.paper_data (the caption's default)
 
-    def reasons(self) -> list[str]:
-        """The distinct n/a reasons, in the order of the table (footnote i is reasons()[i-1])."""
+    def footnotes(self) -> list[str]:
+        """The distinct notes of the table's cells, in table order: "n/a: <reason>" and "not
+        comparable: <reason>" (footnote i is footnotes()[i-1])."""
         out: list[str] = []
         for r in self.row_keys:
             for c in self.col_keys:
-                cell = self.cells.get((r, c))
-                if cell is not None and cell.not_available and cell.reason not in out:
-                    out.append(cell.reason)
+                note = _note_of(self.cells.get((r, c)), self.spec.tolerance)
+                if note is not None and note not in out:
+                    out.append(note)
         return out
+
+    def reasons(self) -> list[str]:
+        """The distinct n/a reasons, in the order of the table."""
+        return [n.removeprefix(NA + ": ") for n in self.footnotes() if n.startswith(NA + ": ")]
 
     def summary(self) -> dict[str, Any]:
         statuses = [c.status(self.spec.tolerance) for c in self.cells.values()]
+        why: dict[str, int] = {}
+        for c in self.cells.values():
+            if c.status(self.spec.tolerance) == NOT_COMPARABLE:
+                why[c.not_comparable] = why.get(c.not_comparable, 0) + 1
         return {
             "id": self.spec.id,
             "unit": "fraction",
             "tolerance": self.spec.tolerance,
             "ok": statuses.count("OK"),
             "fail": statuses.count("FAIL"),
+            "not_comparable": statuses.count(NOT_COMPARABLE),
             "missing": statuses.count(MISSING),
             "not_available": sum(1 for c in self.cells.values() if c.not_available),
             "ours_only": sum(1 for c in self.cells.values() if c.paper is None and c.ours is not None),
             "ambiguous": sum(1 for c in self.cells.values() if c.n_cells > 1),
+            "not_comparable_reasons": why,
         }
+
+
+def _note_of(cell: Cell | None, tolerance: float) -> str | None:
+    """The footnote a cell points to, if any."""
+    if cell is None:
+        return None
+    if cell.not_available:
+        return f"{NA}: {cell.reason}"
+    if cell.status(tolerance) == NOT_COMPARABLE:
+        return f"{NOT_COMPARABLE}: {cell.not_comparable}"
+    return None
 
 
 def _matches(frame: pd.DataFrame, filters: dict[str, Any]) -> pd.Series:
@@ -178,10 +217,16 @@ def _ordered(keys: set[tuple[str, ...]], dims: list[str], spec: TableSpec) -> li
     return sorted(keys, key=rank)
 
 
-def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: TableSpec) -> Grid:
-    """Our numbers (means over cells for per-question tables) and the paper's, on one grid."""
+def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: TableSpec,
+               run: RunContext | None = None) -> Grid:
+    """Our numbers (means over cells for per-question tables) and the paper's, on one grid.
+
+    With `run`, each cell that has both numbers is checked against the paper's setup
+    (`spec.setup`, cqabench.report.comparability) on the row it shows; without, none is.
+    """
     published = spec.published()
     ours: dict[tuple, tuple[float, int]] = {}
+    shown: dict[tuple, dict[str, Any]] = {}  # the fact-table row behind each of our cells
     na: dict[tuple, str] = {}  # cells we ran whose value is null: the reason
     notes: list[str] = []
     if spec.source == "per_question":
@@ -197,6 +242,7 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
                 first = group.iloc[0].to_dict()
                 key = spec.key_of(first)
                 mean = float(pd.to_numeric(group["value"], errors="coerce").mean())
+                shown.setdefault(key, first)
                 prev = ours.get(key)
                 ours[key] = (mean, 1) if prev is None else (prev[0], prev[1] + 1)
     else:
@@ -211,6 +257,7 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
                 if isinstance(reason, str) and reason:
                     na.setdefault(key, reason)
                 continue
+            shown.setdefault(key, record)
             prev = ours.get(key)
             ours[key] = (float(value), 1) if prev is None else (prev[0], prev[1] + 1)
     keys = set(ours) | set(published) | set(na)
@@ -221,9 +268,15 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
     for key in keys:
         value, count = ours.get(key, (None, 0))
         values = dict(zip(spec.rows, key[0])) | dict(zip(spec.columns, key[1]))
-        cells[key] = Cell(ours=value, paper=published.get(key), n_cells=count,
-                          reason=None if value is not None else na.get(key), reference=spec.is_reference(values))
-    return Grid(spec, rows, cols, cells, notes, coverage)
+        paper = published.get(key)
+        why = None
+        if value is not None and paper is not None:
+            why = comparability.reason_text(comparability.reasons(spec.setup, run, spec.id, spec.variant, shown[key]))
+        cells[key] = Cell(ours=value, paper=paper, n_cells=count, reason=None if value is not None else na.get(key),
+                          reference=spec.is_reference(values), tolerance=spec.tolerance_for(values),
+                          not_comparable=why)
+    return Grid(spec, rows, cols, cells, notes, coverage, judged=run is not None,
+                paper_data=bool(run is not None and run.paper_data))
 
 
 def _coverage(chosen: pd.DataFrame, per_question: bool) -> dict[tuple[str, str], tuple[int, int]]:
@@ -258,7 +311,9 @@ def _label(spec: TableSpec, key: tuple[str, ...], dims: list[str]) -> str:
 
 
 def format_cell(cell: Cell | None, spec: TableSpec, footnote: int | None = None) -> str:
-    """'ours / paper (Δ±d) OK|FAIL', 'ours', '— / paper (missing)', or 'n/a [i]' (/ paper)."""
+    """'ours / paper (Δ±d) OK|FAIL', 'ours / paper (not comparable [i])', 'ours', '— / paper
+    (missing)', or 'n/a [i]' (/ paper). No Δ beside a cell that is not comparable: it would read
+    as a judgment."""
     if cell is None:
         return ""
     d = spec.digits
@@ -273,6 +328,8 @@ def format_cell(cell: Cell | None, spec: TableSpec, footnote: int | None = None)
     status = cell.status(spec.tolerance)
     if cell.ours is None:
         return f"paper {cell.paper:.{d}f}" if cell.reference else f"— / {cell.paper:.{d}f} ({MISSING})"
+    if status == NOT_COMPARABLE:
+        return f"{ours} / {cell.paper:.{d}f} ({NOT_COMPARABLE}" + (f" [{footnote}])" if footnote else ")")
     return f"{ours} / {cell.paper:.{d}f} (Δ{cell.diff:+.{d}f}) {status}"
 
 
@@ -290,8 +347,14 @@ def _formats(grid: Grid) -> list[str]:
     """The cell formats that occur in this table, each explained once (and only those)."""
     spec, cells = grid.spec, list(grid.cells.values())
     out = []
-    if any(c.ours is not None and c.paper is not None for c in cells):
-        out.append(f"'ours / paper (Δ = ours − paper) OK|FAIL': OK when |Δ| ≤ {spec.tolerance:g}")
+    judged = [c for c in cells if c.status(spec.tolerance) in ("OK", "FAIL")]
+    if judged:
+        limits = sorted({c.tolerance if c.tolerance is not None else spec.tolerance for c in judged})
+        out.append("'ours / paper (Δ = ours − paper) OK|FAIL': OK when |Δ| ≤ "
+                   + (f"{limits[0]:g}" if len(limits) == 1 else _per_dataset_limits(spec)))
+    if any(c.status(spec.tolerance) == NOT_COMPARABLE for c in cells):
+        out.append(f"'ours / paper ({NOT_COMPARABLE} [i])': the run's setup differs from the paper's here "
+                   "(reason in note i), so the cell is not judged")
     if any(c.ours is not None and c.paper is None for c in cells):
         out.append("a number alone: ours, the paper has no such cell")
     if any(c.status(spec.tolerance) == MISSING for c in cells):
@@ -303,13 +366,21 @@ def _formats(grid: Grid) -> list[str]:
     return out
 
 
-def caption(grid: Grid, run: str | None = None, paper_data: bool = False) -> list[str]:
+def _per_dataset_limits(spec: TableSpec) -> str:
+    others = ", ".join(f"{spec.label('dataset', d)} {t:g}" for d, t in spec.tolerance_by_dataset.items())
+    return f"{spec.tolerance:g} ({others})"
+
+
+def caption(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> list[str]:
     """This table's caption as sentences: what is compared, n and split, unit, formats, caveat.
 
-    `run` names the configuration the numbers come from; unless `paper_data` says the run is on
-    the paper's full data, the caption says that the sample is not the paper's data.
+    `run` names the configuration the numbers come from; unless `paper_data` (default: the run
+    the grid was judged against, else False) says the run is on the paper's full data, the
+    caption says that the sample is not the paper's data.
     """
     spec, s = grid.spec, grid.summary()
+    if paper_data is None:
+        paper_data = grid.paper_data
     metrics = ", ".join(spec.label("metric", m) for m in spec.metric)
     how = "mean over questions of each cell" if spec.source == "per_question" else "one value per cell"
     source = spec.title.split(":")[0].strip() or spec.id  # "DEXTER Table 2", "TANQ Table 5"
@@ -322,26 +393,28 @@ def caption(grid: Grid, run: str | None = None, paper_data: bool = False) -> lis
     formats = _formats(grid)
     if formats:
         parts.append("Cells: " + "; ".join(formats) + ".")
-    parts.append(f"OK {s['ok']}, FAIL {s['fail']}, missing {s['missing']}, n/a {s['not_available']}, "
-                 f"ours only {s['ours_only']}.")
+    parts.append(f"OK {s['ok']}, FAIL {s['fail']}, not comparable {s['not_comparable']}, missing {s['missing']}, "
+                 f"n/a {s['not_available']}, ours only {s['ours_only']}.")
     if s["ambiguous"]:
         parts.append(f"{s['ambiguous']} cells matched several of our runs (×N): narrow the table's filters; "
                      "the first by cell_id is shown.")
     if not paper_data:
         where = f"config '{run}'" if run else "this run"
-        parts.append(f"Caveat: our numbers come from {where}, not from the paper's data (other questions, "
-                     "far smaller n); OK / FAIL only speaks to fidelity on a full run.")
+        judged = ("so no cell is judged: each reads 'not comparable'." if grid.judged
+                  else "OK / FAIL only speaks to fidelity on a full run.")
+        parts.append(f"Caveat: our numbers come from {where}, not from the paper's data (report.paper_data: "
+                     f"false: the bundled sample or another subset, other questions, far smaller n); {judged}")
     names = _names(grid)
     if names:
         parts.append("Names: " + "; ".join(f"{label} = {ours}" for label, ours in names) + ".")
     return parts + grid.notes
 
 
-def _legend(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def _legend(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     return " ".join(caption(grid, run, paper_data))
 
 
-def caption_rst(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def caption_rst(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     """The caption as reStructuredText for `snakemake --report` (one per table, written beside it)."""
     text = "\n\n".join(caption(grid, run, paper_data))
     # Escape the characters reST would read as markup in numbers and names.
@@ -362,7 +435,7 @@ def _names(grid: Grid) -> list[tuple[str, str]]:
     return out
 
 
-def to_markdown(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def to_markdown(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     spec = grid.spec
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
     header = [corner] + [_label(spec, c, spec.columns) for c in grid.col_keys]
@@ -373,28 +446,28 @@ def to_markdown(grid: Grid, run: str | None = None, paper_data: bool = False) ->
         lines += [f"> {para}" if para else ">" for para in spec.note.splitlines()] + [""]
     lines += ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
               "|" + "---|" * len(header)]
-    notes = grid.reasons()
+    notes = grid.footnotes()
     for r in grid.row_keys:
         row = [_label(spec, r, spec.rows)] + [_formatted(grid, r, c, notes) for c in grid.col_keys]
         lines.append("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
     if not grid.row_keys:
         lines.append("| (no cells) |")
     lines += ["", _legend(grid, run, paper_data)]
-    lines += [""] + [f"[{i}] n/a: {reason}" for i, reason in enumerate(notes, 1)] if notes else []
+    lines += [""] + [f"[{i}] {note}" for i, note in enumerate(notes, 1)] if notes else []
     return "\n".join(lines) + "\n"
 
 
 def _formatted(grid: Grid, r: tuple[str, ...], c: tuple[str, ...], notes: list[str]) -> str:
     cell = grid.cells.get((r, c))
-    note = notes.index(cell.reason) + 1 if cell is not None and cell.not_available else None
-    return format_cell(cell, grid.spec, note)
+    note = _note_of(cell, grid.spec.tolerance)
+    return format_cell(cell, grid.spec, notes.index(note) + 1 if note is not None else None)
 
 
 _CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "background:#eeeeee;color:#777",
-        NA: "background:#fff4d6"}
+        NA: "background:#fff4d6", NOT_COMPARABLE: "background:#e4ecf7"}
 
 
-def to_html(grid: Grid, run: str | None = None, paper_data: bool = False) -> str:
+def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     spec = grid.spec
     esc = html.escape
     out = [f"<h3>{esc(spec.title)}</h3>"]
@@ -405,36 +478,41 @@ def to_html(grid: Grid, run: str | None = None, paper_data: bool = False) -> str
     out.append(f'<table class="paper-table" id="{esc(spec.id)}" border="1" cellspacing="0" cellpadding="4">')
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
     out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in grid.col_keys) + "</tr>")
-    notes = grid.reasons()
+    notes = grid.footnotes()
     for r in grid.row_keys:
         tds = []
         for c in grid.col_keys:
             cell = grid.cells.get((r, c))
             style = _CSS.get(NA if cell is not None and cell.not_available else
                              cell.status(spec.tolerance), "") if cell else ""
-            tds.append(f'<td style="{style}">{esc(_formatted(grid, r, c, notes))}</td>')
+            note = _note_of(cell, spec.tolerance)
+            title = f' title="{esc(note)}"' if note else ""
+            tds.append(f'<td style="{style}"{title}>{esc(_formatted(grid, r, c, notes))}</td>')
         out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
     out.append("</table>")
     out.append('<div class="caption">' + "".join(f"<p>{esc(part)}</p>" for part in caption(grid, run, paper_data))
                + "</div>")
     if notes:
-        out.append("<ol>" + "".join(f"<li>n/a: {esc(reason)}</li>" for reason in notes) + "</ol>")
+        out.append("<ol>" + "".join(f"<li>{esc(note)}</li>" for note in notes) + "</ol>")
     return "\n".join(out) + "\n"
 
 
 def render_tables(
     metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path,
-    run: str | None = None, paper_data: bool = False,
+    run: str | None = None, paper_data: bool = False, config: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Write <id>.md, <id>.html and <id>.caption.rst per table plus summary.json; returns the summaries.
 
     The .caption.rst is the table's own caption for `snakemake --report` (report.smk points each
-    table's report() caption at it), so the bundled report says what each table shows.
+    table's report() caption at it), so the bundled report says what each table shows. Every
+    cell is checked for comparability against the run (`config`, `paper_data`): on the sample,
+    none is judged OK / FAIL.
     """
     out_dir = Path(out_dir)
+    context = RunContext.of(config, paper_data)
     summaries = []
     for spec in specs:
-        grid = build_grid(metrics, per_question, spec)
+        grid = build_grid(metrics, per_question, spec, context)
         write_text(to_markdown(grid, run, paper_data), out_dir / f"{spec.id}.md")
         write_text("<!DOCTYPE html><meta charset='utf-8'>\n" + to_html(grid, run, paper_data),
                    out_dir / f"{spec.id}.html")
