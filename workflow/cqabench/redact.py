@@ -3,10 +3,11 @@
 A server can echo the request back (a proxy's HTML error page that prints the headers, a JSON
 error body quoting the `Authorization` header), and the openai/httpx exceptions' str() can hold
 the request or the response; so every message built from a reply passes `redact()` before it
-is logged, raised or stored. Two choke points catch the rest: `install()` (called by the CLI)
-puts a redacting formatter on the root logger's handlers and redacting `sys.excepthook` /
-`threading.excepthook`, so whatever reaches the console or a job log is redacted even if a
-message was built without `redact()`.
+is logged, raised or stored. Choke points catch the rest: `install()` (called by the CLI) makes
+every log record's message redacted as it is created (the record factory, which the openai
+backend also installs), puts a redacting formatter on the root logger's handlers (tracebacks of
+`log.exception`) and installs redacting `sys.excepthook` / `threading.excepthook`, so whatever
+reaches the console or a job log is redacted even if a message was built without `redact()`.
 
 What is masked, for every registered key (`register_key`, called by `read_api_key` and by the
 CLI for every configured `api_key_env` and every `*_API_KEY` variable of the environment):
@@ -149,8 +150,37 @@ class RedactingFormatter(logging.Formatter):
         return redact(self.inner.format(record))
 
 
+def _redacting_factory(inner: Any) -> Any:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = inner(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 (a bad format string: logging itself reports it later)
+            return record
+        record.msg, record.args = redact(message), None
+        return record
+
+    factory.redacting = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_record_redaction() -> None:
+    """Redact every log record's message as it is made, whichever logger or handler gets it.
+
+    Process-wide and idempotent; the record factory is the one point every record passes (a
+    filter on a logger misses records propagated from its children, a handler's formatter misses
+    handlers added later, caplog's records included). Records are made only for enabled levels,
+    so the cost is one `redact()` per line actually logged.
+    """
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "redacting", False):
+        logging.setLogRecordFactory(_redacting_factory(current))
+
+
 def install_log_redaction(logger: logging.Logger | None = None) -> None:
-    """Redact everything the logger's handlers (the root logger's by default) write."""
+    """Redact every record's message, and everything the logger's handlers (the root logger's by
+    default) write: the formatter also sees the traceback text of `log.exception`."""
+    install_record_redaction()
     for handler in (logger or logging.getLogger()).handlers:
         if not isinstance(handler.formatter, RedactingFormatter):
             handler.setFormatter(RedactingFormatter(handler.formatter))

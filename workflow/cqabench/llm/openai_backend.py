@@ -28,7 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from cqabench.errors import ConfigError, CqaError
 from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
-from cqabench.redact import redact, register_key
+from cqabench.redact import install_record_redaction, redact, register_key
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,21 @@ class _BadReply(Exception):
         self.empty = empty
 
 
+def _fields(resp: object) -> str:
+    """A parsed body as the JSON it came as (the client's model without its empty fields), else repr."""
+    try:
+        return json.dumps(resp.model_dump(exclude_none=True), default=str)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 (not a pydantic model, or one that cannot dump: its repr will do)
+        return repr(resp)
+
+
 def _describe_body(resp: object) -> str:
     """What came back instead of a chat completion: its kind and its first 80 characters, redacted.
 
     A proxy's error page may echo the request headers, so the whole text is redacted before it
     is cut (a cut inside the key would leave a fragment redaction could no longer recognise).
     """
-    text = resp if isinstance(resp, str) else json.dumps(resp) if isinstance(resp, (list, dict)) else repr(resp)
+    text = resp if isinstance(resp, str) else json.dumps(resp) if isinstance(resp, (list, dict)) else _fields(resp)
     kind = "an HTML page" if isinstance(resp, str) and "<html" in resp[:500].lower() else \
         "an empty body" if resp in ("", None) else f"a {type(resp).__name__} body"
     snippet = redact(" ".join(str(text).split()))[:80]
@@ -121,9 +129,11 @@ class OpenAIBackend:
         self.timeout_s = float(opts.get("timeout_s", 120.0))
         # records per yield: each yield is one durable cache transaction
         self.flush_every = max(1, int(opts.get("flush_every", 1)))
-        # Headers the client might log at DEBUG carry the key; keep those loggers quiet.
-        for name in ("openai", "httpx", "httpcore"):
+        # Headers the client might log at DEBUG carry the key (and echoes of it); keep those loggers
+        # quiet (openai 3 logs through httpx2 / httpcore2), and redact any record that is made anyway.
+        for name in ("openai", "httpx", "httpcore", "httpx2", "httpcore2"):
             logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.WARNING))
+        install_record_redaction()
         self.client = openai.OpenAI(
             api_key=self._key,
             base_url=opts.get("base_url") or None,
