@@ -45,8 +45,10 @@ def fake_key() -> str:
 
 
 def leaks(text: str, key: str) -> list[str]:
-    """Which forms of the key occur in `text`: whole, Bearer form, a 12-character slice (middle and tail)."""
-    forms = {"key": key, "bearer": f"Bearer {key}", "slice": key[10:22], "tail": key[-12:]}
+    """Which forms of the key occur in `text`: whole, Bearer form, or any 12-character slice of it
+    (a prefix left by a cut snippet, a suffix, a middle part)."""
+    forms = {"key": key, "bearer": f"Bearer {key}"}
+    forms |= {f"slice[{i}:{i + 12}]": key[i:i + 12] for i in range(len(key) - 11)}
     return [name for name, form in forms.items() if form in text]
 
 
@@ -95,10 +97,9 @@ class EchoingProxyTestDouble:
         """(status, content type, body, extra headers) for one request."""
         echo = {"Authorization": auth, "Content-Type": "application/json", "Host": "127.0.0.1"}
         if self.mode == "html":
-            # the header starts 47 characters into the page's text, so the backend's 80-character
-            # snippet is cut inside the key: what is left of it is a 33-character prefix
-            page = (f"<html><body>Proxy error 502. Headers received: Authorization: {auth}<br>Host: 127.0.0.1"
-                    "</body></html>")
+            # the key starts 43 characters into the page's text, so the backend's 80-character
+            # snippet is cut inside it: what is left is a 37-character prefix of the key
+            page = f"<html><body>Headers: Authorization: {auth}<br>Host: 127.0.0.1</body></html>"
             return 200, "text/html", page.encode(), {}
         if self.mode == "json":
             return 200, "application/json", json.dumps({"proxy": "echo", "request_headers": echo}).encode(), {}
@@ -303,3 +304,62 @@ def test_an_uncaught_traceback_is_redacted(key: str) -> None:
     assert done.returncode == 1
     assert "RuntimeError: thread: Bearer [redacted]" in done.stderr and "ValueError: main: [redacted]" in done.stderr
     assert leaks(done.stderr, key) == []
+
+
+# -- the whole workflow: `snakemake` runs the generate job against the echoing proxy -----------------
+
+SNAKEMAKE_CONFIG = """\
+name: redact
+raw_dir: resources/raw
+serializations: [pipe]
+datasets:
+  musique:
+    splits: [train]
+    files:
+      train:
+        questions: {{path: musique/musique_train_100.jsonl}}
+retrieval: {{retrievers: [], datasets: []}}
+llms:
+  api: {{backend: openai, source: test-model, base_url: "{base_url}", max_retries: 2, backoff_s: 0.01,
+         max_backoff_s: 0.05, timeout_s: 10, max_concurrency: 1}}
+generation:
+  llms: [api]
+  batch_llms: []
+  prompts: [few-shot]
+  settings: [closed]
+  max_questions: 2
+  sampling: {{temperature: 0, max_new_tokens: 16}}
+"""
+CELL = "results/generation/musique/train/pipe/none/api/few-shot/closed-k0/predictions.parquet"
+
+
+def _snakemake_work(tmp_path: Path, base_url: str) -> Path:
+    """A throw-away copy of the checkout (code linked, results/ and .snakemake/ its own), one cell planned."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "profiles", "resources"):
+        (work / name).symlink_to(REPO / name)
+    (work / "config.yaml").write_text(SNAKEMAKE_CONFIG.format(base_url=base_url))
+    return work
+
+
+@pytest.mark.parametrize("mode", ["html", "401"])
+def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: str, tmp_path: Path) -> None:
+    """The case as it was found: Snakemake's console (with the failed job's log shown, as the
+    default profile asks), its .snakemake/log folder, the job log and results/ are grepped."""
+    with EchoingProxyTestDouble(mode) as api:
+        work = _snakemake_work(tmp_path, api.base_url)
+        env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1",
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1", CELL],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+    console = done.stdout + done.stderr
+    _assert_echoed(api, key)
+    job_log = work / "results/logs/generate/musique/train/pipe/none/api/few-shot/closed-k0.log"
+    assert done.returncode != 0 and job_log.is_file(), console[-3000:]
+    assert "cqabench generate: error:" in job_log.read_text() and "[redacted]" in job_log.read_text()
+    assert "[redacted]" in console  # the failed job's log is shown on the console ...
+    assert leaks(console, key) == []  # ... redacted
+    assert list((work / ".snakemake" / "log").glob("*.snakemake.log")), "Snakemake wrote its log"
+    assert files_with_key(work / ".snakemake" / "log", key) == {}
+    assert files_with_key(work / "results", key) == {}

@@ -40,7 +40,7 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -52,7 +52,7 @@ MIN_KEY = 4  # a "key" shorter than this identifies nothing and masking it would
 # A credential after `Bearer ` or a key header's name: a token of 8+ token characters (RFC 6750's
 # b64token), so ordinary prose ("the bearer of") is left alone.
 _HEADER_SECRET = re.compile(
-    r"(?i)(\bbearer\s+|\b(?:authorization|x-api-key|api-key)[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?)"
+    r"(?i)(\bbearer\s+|\b(?:authorization|x-api-key|api-key)[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token)\s+)?)"
     r"[A-Za-z0-9._~+/=-]{8,}"
 )
 
@@ -157,7 +157,9 @@ def _redacting_factory(inner: Any) -> Any:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 (a bad format string: logging itself reports it later)
             return record
-        record.msg, record.args = redact(message), None
+        clean = redact(message)
+        if clean != message:  # a record without a secret is left as it was made (msg objects, args)
+            record.msg, record.args = clean, None
         return record
 
     factory.redacting = True  # type: ignore[attr-defined]
@@ -198,12 +200,10 @@ def _thread_excepthook(args: threading.ExceptHookArgs) -> None:
     sys.stderr.write(redact(f"Exception in thread {name}:\n{text}"))
 
 
-def install(llms: Mapping[str, Any] | None = None, hooks: Iterable[str] = ("log", "except")) -> None:
+def install(llms: Mapping[str, Any] | None = None) -> None:
     """The CLI's choke points: register the environment's keys, redact logs and uncaught tracebacks."""
     register_env_keys(llms)
-    if "log" in hooks:
-        logging.captureWarnings(True)  # warnings.warn text goes through the redacting handlers too
-        install_log_redaction()
-    if "except" in hooks:
-        sys.excepthook = _excepthook
-        threading.excepthook = _thread_excepthook
+    logging.captureWarnings(True)  # warnings.warn text goes through the redacting handlers too
+    install_log_redaction()
+    sys.excepthook = _excepthook
+    threading.excepthook = _thread_excepthook
