@@ -12,6 +12,7 @@ console of a `cqabench generate` process, or any file the job wrote (predictions
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -23,7 +24,9 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
+import pyarrow.parquet as pq
 import pytest
 
 from cqabench import redact as redaction
@@ -162,9 +165,6 @@ def test_redact_masks_url_encoded_json_escaped_and_html_escaped_forms() -> None:
     odd = 'k3y+with/odd="chars"&<more>\\Z9'  # a key from a provider whose keys are not [A-Za-z0-9_-]
     redaction.register_key(odd)
     try:
-        from urllib.parse import quote
-        import html
-
         for form in (odd, quote(odd, safe=""), json.dumps(odd)[1:-1], html.escape(odd)):
             assert form != "" and leaks(redaction.redact(f"echo: [{form}]"), odd) == []
             assert odd[5:13] not in redaction.redact(form) and "[redacted]" in redaction.redact(form)
@@ -284,8 +284,6 @@ def test_a_generate_job_stores_an_answer_that_quotes_the_key_redacted(key: str, 
         done = _generate_process(queries, out, api.base_url, key)
     _assert_echoed(api, key)
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
-    import pyarrow.parquet as pq
-
     rows = pq.read_table(out / "cell" / "predictions.parquet").to_pylist()
     assert [r["raw_output"] for r in rows] == ["Final Answer: alpha? (you sent Bearer [redacted])",
                                                "Final Answer: bravo? (you sent Bearer [redacted])"]
