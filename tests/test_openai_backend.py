@@ -203,7 +203,7 @@ def test_a_non_retryable_error_stops_at_once_without_leaking_the_key(api_key: st
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_concurrency=1)))
         with pytest.raises(ApiError) as err:
             list(backend.generate(_chats(3), Sampling()))
-    assert "HTTP 401" in str(err.value) and KEY not in str(err.value) and "***" in str(err.value)
+    assert "HTTP 401" in str(err.value) and KEY not in str(err.value) and "[redacted]" in str(err.value)
     assert sum(api.attempts.values()) == 1  # no retry, and nothing else was sent after the failure
     assert KEY not in caplog.text
 

@@ -14,6 +14,7 @@ import sys
 import threading
 
 from cqabench.errors import CqaError
+from cqabench import redact
 
 STAGES = ("data", "retrieval", "generation", "evaluate", "report")
 
@@ -47,10 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # No key in any output (issue 21): every log line, the error line below and any uncaught
+    # traceback are redacted (cqabench.redact); configured keys are registered as they are read.
+    redact.install()
     try:
         return int(args.func(args) or 0)
     except CqaError as exc:
-        print(f"cqabench {args.command}: error: {exc}", file=sys.stderr)
+        print(redact.redact(f"cqabench {args.command}: error: {exc}"), file=sys.stderr)
         return 1
 
 

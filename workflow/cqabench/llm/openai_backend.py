@@ -9,6 +9,10 @@ A 200 reply is checked too (issue 11): a body that is not a chat completion (tru
 an HTML page from a proxy, an empty body) is retried like a 5xx and stops the job, naming
 what came back, when the retries run out; a reply with no choices or a null / empty message
 is retried, then returned as a failed item (`Completion.error`), which is never cached.
+
+Nothing built from a reply leaves this module unredacted (issue 21): the body snippet, the
+status text, the client's exception text and the answer text pass `cqabench.redact.redact`
+(the key, its Bearer form, any 8+ characters of it) before they are logged, raised or returned.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from cqabench.errors import ConfigError, CqaError
 from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
+from cqabench.redact import install_record_redaction, redact, register_key
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +48,24 @@ class _BadReply(Exception):
         self.empty = empty
 
 
+def _fields(resp: object) -> str:
+    """A parsed body as the JSON it came as (the client's model without its empty fields), else repr."""
+    try:
+        return json.dumps(resp.model_dump(exclude_none=True), default=str)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 (not a pydantic model, or one that cannot dump: its repr will do)
+        return repr(resp)
+
+
 def _describe_body(resp: object) -> str:
-    text = resp if isinstance(resp, str) else json.dumps(resp)[:200] if isinstance(resp, (list, dict)) else repr(resp)
+    """What came back instead of a chat completion: its kind and its first 80 characters, redacted.
+
+    A proxy's error page may echo the request headers, so the whole text is redacted before it
+    is cut (a cut inside the key would leave a fragment redaction could no longer recognise).
+    """
+    text = resp if isinstance(resp, str) else json.dumps(resp) if isinstance(resp, (list, dict)) else _fields(resp)
     kind = "an HTML page" if isinstance(resp, str) and "<html" in resp[:500].lower() else \
         "an empty body" if resp in ("", None) else f"a {type(resp).__name__} body"
-    snippet = " ".join(str(text).split())[:80]
+    snippet = redact(" ".join(str(text).split()))[:80]
     return f"malformed reply ({kind}, not a chat completion{': ' + repr(snippet) if snippet else ''})"
 
 
@@ -69,12 +87,14 @@ def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
         from cqabench.agent.openai_tools import action_text
 
         function = calls[0].function
-        return action_text(content, function.name, function.arguments), str(getattr(choices[0], "finish_reason", "") or "")
+        text = action_text(content, function.name, function.arguments)
+        return redact(text, headers=False), str(getattr(choices[0], "finish_reason", "") or "")
     if content is None:
         raise _BadReply("empty reply (message content is null)", empty=True)
     if not str(content).strip():
         raise _BadReply("empty reply (message content is empty)", empty=True)
-    return str(content), str(getattr(choices[0], "finish_reason", "") or "")
+    # a server that echoes the request into an answer must not put the key into the cache
+    return redact(str(content), headers=False), str(getattr(choices[0], "finish_reason", "") or "")
 
 
 def read_api_key(spec: LlmSpec) -> str:
@@ -88,6 +108,7 @@ def read_api_key(spec: LlmSpec) -> str:
             f"llm {spec.name!r} (backend openai) needs an API key in the environment variable {env}, "
             "which is not set"
         )
+    register_key(key)  # from here on, no output of this process can carry it
     return key
 
 
@@ -108,9 +129,11 @@ class OpenAIBackend:
         self.timeout_s = float(opts.get("timeout_s", 120.0))
         # records per yield: each yield is one durable cache transaction
         self.flush_every = max(1, int(opts.get("flush_every", 1)))
-        # Headers the client might log at DEBUG carry the key; keep those loggers quiet.
-        for name in ("openai", "httpx", "httpcore"):
+        # Headers the client might log at DEBUG carry the key (and echoes of it); keep those loggers
+        # quiet (openai 3 logs through httpx2 / httpcore2), and redact any record that is made anyway.
+        for name in ("openai", "httpx", "httpcore", "httpx2", "httpcore2"):
             logging.getLogger(name).setLevel(max(logging.getLogger(name).level, logging.WARNING))
+        install_record_redaction()
         self.client = openai.OpenAI(
             api_key=self._key,
             base_url=opts.get("base_url") or None,
@@ -119,9 +142,6 @@ class OpenAIBackend:
         )
         self.retries = 0  # across the backend's life; read by the caller for per-cell totals
         self._lock = threading.Lock()
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
 
     def _retryable(self, exc: Exception) -> tuple[bool, str, float | None]:
         """(retry?, short description without secrets, server-suggested delay)."""
@@ -173,7 +193,7 @@ class OpenAIBackend:
                 if isinstance(exc, _BadReply):
                     retry, what, after = True, exc.what, None
                 elif isinstance(exc, ValueError):  # the client could not parse the body (truncated JSON)
-                    retry, what, after = True, f"malformed reply (invalid JSON: {str(exc)[:80]})", None
+                    retry, what, after = True, f"malformed reply (invalid JSON: {redact(exc)[:80]})", None
                 else:
                     retry, what, after = self._retryable(exc)
                 if not retry or attempt == self.max_retries:
@@ -185,7 +205,7 @@ class OpenAIBackend:
                             latency_s=time.perf_counter() - began, finish_reason="failed",
                             error=f"{what} after {attempt + 1} attempt(s)",
                         )
-                    detail = "" if isinstance(exc, _BadReply) else f": {self._redact(str(exc))[:300]}"
+                    detail = "" if isinstance(exc, _BadReply) else f": {redact(exc)[:300]}"
                     raise ApiError(
                         f"llm {self.spec.name!r}: request {label or '?'} failed ({what}) after "
                         f"{attempt + 1} attempt(s){detail}"
