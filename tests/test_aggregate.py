@@ -200,3 +200,20 @@ def test_per_question_rows_carry_the_unit(results: Path) -> None:
     assert set(frame["unit"]) == {"fraction"}
     metrics = pd.read_parquet(results / "m.parquet")
     assert list(metrics.columns[metrics.columns.get_loc("value"):][:4]) == ["value", "unit", "n", "reason"]
+
+
+def test_docs_given_are_typed_columns_null_where_unrecorded(tmp_path: Path) -> None:
+    """A RAG@5 cell that gave 3, 5 and 5 documents (metrics.json provenance docs_given_*: min 3,
+    mean 13/3, max 5) keeps them as int/float columns; a retrieval cell has them null."""
+    root = tmp_path / "results"
+    doc = {**GENERATION, "provenance": {**GENERATION["provenance"], "docs_given_min": 3, "docs_given_mean": 13 / 3,
+                                        "docs_given_max": 5}}
+    files = [_write_cell(root, "metrics/musique/dev/pipe/bm25/smollm2/cot/rag-k5", doc),
+             _write_cell(root, "retrieval/musique/dev/pipe/bm25", RETRIEVAL)]
+    table = build_metrics_table(files, root)
+    assert [table.schema.field(f"docs_given_{s}").type for s in ("min", "mean", "max")] == [pa.int64(), pa.float64(),
+                                                                                            pa.int64()]
+    rows = {r["stage"]: r for r in table.to_pylist()}
+    assert (rows["generation"]["docs_given_min"], rows["generation"]["docs_given_max"]) == (3, 5)
+    assert rows["generation"]["docs_given_mean"] == pytest.approx(13 / 3)
+    assert rows["retrieval"]["docs_given_mean"] is None

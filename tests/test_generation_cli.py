@@ -89,6 +89,33 @@ def test_rag_cell_uses_the_top_k_of_the_run_in_rank_order(split, tmp_path: Path,
     assert summary["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows.values())
 
 
+def test_a_rag_cell_records_the_documents_it_gave_each_question(split, tmp_path: Path, monkeypatch) -> None:
+    """k 3 on a run ranking 3 / 2 / 0 documents for q1 / q2 / q3: n_docs 3, 2, 0 (counted by hand
+    from the fixture), docs_given min 0, mean 5/3, max 3 in what metrics.json records."""
+    from cqabench.evaluation import generation_provenance
+
+    monkeypatch.setenv(ENV, KEY)
+    with OpenAITestDouble() as api:
+        assert _generate(split, tmp_path, api.base_url, "rag", retriever="bm25", k=3) == 0
+    table = pq.read_table(tmp_path / "rag" / "predictions.parquet")
+    rows = {r["qid"]: r for r in table.to_pylist()}
+    assert {q: (r["k"], r["n_docs"]) for q, r in rows.items()} == {"q1": (3, 3), "q2": (3, 2), "q3": (3, 0)}
+    assert rows["q2"]["context_docids"] == ["d2", "t1"]
+    prov = generation_provenance(table.to_pandas())
+    assert (prov["docs_given_min"], prov["docs_given_max"]) == (0, 3)
+    assert prov["docs_given_mean"] == pytest.approx(5 / 3)
+
+
+def test_a_k_deeper_than_the_whole_run_is_refused(split, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The run ranks at most 3 documents (q1): k 4 would label every row 4 while giving at most 3;
+    an external run's depth is unknown at planning, so generate checks the file."""
+    monkeypatch.setenv(ENV, KEY)
+    assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", "rag", retriever="bm25", k=4) == 1
+    err = capsys.readouterr().err
+    assert str(split["run"]) in err and "ranks at most 3 document(s) per question, fewer than k = 4" in err
+    assert not (tmp_path / "rag" / "predictions.parquet").exists()
+
+
 def test_oracle_uses_gold_documents_and_a_rerun_needs_no_model(split, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(ENV, KEY)
     with OpenAITestDouble() as api:

@@ -142,6 +142,11 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("rag_retrievers typo without rag",
      lambda c: c["generation"].update(settings=["closed"], rag_retrievers=["bm25x"]),
      "generation.rag_retrievers: ['bm25x'] name no run"),
+    ("generation.k deeper than retrieval.k", lambda c: c["generation"].__setitem__("k", [5, 200]),
+     "generation.k: 200 exceeds retrieval.k: 100 for rag_retrievers bm25"),
+    ("generation.k deeper than the IR-Q run",
+     lambda c: c["generation"].update(rag_retrievers=["bm25", "bm25-irq"], k=[20]),
+     "generation.k: 20 exceeds retrieval.decomposition.k: 10 for rag_retrievers bm25-irq"),
     ("families key", lambda c: c["generation"].__setitem__("families", {"hotpotqa": "multihop"}),
      "generation.families: datasets ['hotpotqa'] are not configured"),
     ("oracle_distractors key", lambda c: c["generation"].__setitem__("oracle_distractors", {"musiqu": 2}),
@@ -167,6 +172,27 @@ def test_each_broken_reference_names_its_key(what: str, edit: Callable[[dict[str
     with pytest.raises(ConfigError) as err:
         _plan(config)
     assert message in str(err.value)
+
+
+def test_rag_k_up_to_the_run_depth_plans_and_every_deeper_pair_is_named() -> None:
+    """retrieval.k 100, decomposition.k 10 (config.yaml): k 10 fits every run; k 11 is refused for
+    the IR-Q run only, k 101 for all three runs (hand-listed: 4 lines); an external run has no
+    depth at planning (generate refuses a k its file cannot fill)."""
+    config = _config()
+    config["generation"].update(rag_retrievers=["bm25", "minilm", "bm25-irq"], k=[10])
+    assert ("strategyqa", "dev", "pipe", "bm25-irq", "smollm2-135m", "few-shot", "rag", 10) in _plan(config).generation_cells()
+    config["generation"]["k"] = [11, 101]
+    with pytest.raises(ConfigError) as err:
+        _plan(config)
+    lines = [ln.strip() for ln in str(err.value).splitlines() if ln.strip().startswith("generation.k:")]
+    assert [ln.split(" (")[0] for ln in lines] == [
+        "generation.k: 101 exceeds retrieval.k: 100 for rag_retrievers bm25",
+        "generation.k: 101 exceeds retrieval.k: 100 for rag_retrievers minilm",
+        "generation.k: 11 exceeds retrieval.decomposition.k: 10 for rag_retrievers bm25-irq",
+        "generation.k: 101 exceeds retrieval.decomposition.k: 10 for rag_retrievers bm25-irq",
+    ]
+    plan = _plan({**_config(), "external_runs": {"ext": {"path": "config/config.yaml", "dataset": "tatqa", "split": "dev"}}})
+    assert plan.run_depth("ext") is None and plan.run_depth("bm25") == ("retrieval.k", 100)
 
 
 def test_external_run_without_its_file_names_the_path(tmp_path: Path) -> None:

@@ -236,3 +236,18 @@ def test_oracle_with_fewer_questions_is_compared_on_the_shared_ones_only() -> No
     assert "+0.333 on 3 shared (n shared=3: oracle 0.667 vs closed 0.333; oracle n=3, closed n=4) [1]" in md
     assert "[1] this cell and the closed-book cell scored different questions" in md
     assert "+0.500 (n=4) |" in md  # RAG on the same four questions: Δ (3/4 - 1/4) and n only
+
+
+def test_the_k_column_says_how_many_documents_a_rag_cell_gave() -> None:
+    """docs_given_mean (fact column) 4.2 on a RAG@5 cell: "5 (4.2 given)"; 5.0 on another: plain
+    "5"; closed-book (0 given at k 0) and cells without the column stay plain."""
+    m_short, q_short = _cell("musique", "rag", "bm25", 5, [1, 0])
+    m_full, q_full = _cell("musique", "rag", "minilm", 5, [1, 1])
+    m_short[0]["docs_given_mean"], m_full[0]["docs_given_mean"] = 4.2, 5.0
+    metrics, per_q = _frames((m_short, q_short), (m_full, q_full), _cell("musique", "closed", "none", 0, [0, 0]))
+    doc = answers_by_setting(metrics, per_q)
+    by_retriever = {c["retriever"]: c["docs_given"] for c in doc["cells"]}
+    assert by_retriever == {"bm25": pytest.approx(4.2), "minilm": 5.0, "none": None}
+    md = to_markdown(doc)
+    assert "| rag | bm25 | 5 (4.2 given) | 2 |" in md
+    assert "| rag | minilm | 5 | 2 |" in md and "| closed | none | 0 | 2 |" in md

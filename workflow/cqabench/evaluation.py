@@ -140,7 +140,24 @@ def generation_provenance(preds: pd.DataFrame) -> dict[str, Any]:
                 out[col] = int(out[col])
     if "parse_ok" in preds.columns:
         out["parse_failures"] = int((~preds["parse_ok"].astype(bool)).sum())
+    out.update(docs_given(preds))
     return out
+
+
+def docs_given(preds: pd.DataFrame) -> dict[str, Any]:
+    """docs_given_min/mean/max: the documents the prompts actually gave per question, so a RAG@k
+    cell whose run ranked fewer than k for some question says so (`n_docs`, else the length of
+    `context_docids` in predictions written before `n_docs` existed); {} when neither is there."""
+    if "n_docs" in preds.columns:
+        counts = pd.to_numeric(preds["n_docs"], errors="coerce").dropna()
+    elif "context_docids" in preds.columns:
+        counts = preds["context_docids"].map(lambda ids: 0 if ids is None else len(ids))
+    else:
+        return {}
+    if counts.empty:
+        return {}
+    return {"docs_given_min": int(counts.min()), "docs_given_mean": float(counts.mean()),
+            "docs_given_max": int(counts.max())}
 
 
 def from_generation_summary(path: Path | None) -> dict[str, Any]:

@@ -57,6 +57,7 @@ PREDICTION_SCHEMA = pa.schema(
         ("cached", pa.bool_()),
         ("finish_reason", pa.string()),
         ("context_docids", pa.list_(pa.string())),
+        ("n_docs", pa.int32()),  # documents the prompt gave (rag: at most k; fewer where the run ranks fewer)
         ("dataset", pa.string()),
         ("split", pa.string()),
         ("serialization", pa.string()),
@@ -125,8 +126,18 @@ def gold_docids(qrels: pa.Table, qids: set[str]) -> dict[str, list[str]]:
 
 
 def retrieved_docids(run_path: Path, qids: set[str], k: int) -> dict[str, list[str]]:
-    """Top-k per question from a run file; a question the run lacks gets no documents (logged)."""
-    top = ranked({q: d for q, d in read_run(run_path).items() if q in qids}, k)
+    """Top-k per question from a run file; a question the run lacks gets no documents (logged).
+
+    A run ranking fewer than k documents for every question (an external run, whose depth the
+    planner cannot know) is refused: each row would say k while giving fewer. A question with
+    a shorter ranking than k gets what the run has; its row's `n_docs` records how many.
+    """
+    run = read_run(run_path)
+    deepest = max((len(docs) for docs in run.values()), default=0)
+    if run and deepest < k:
+        raise DataError(run_path, None, "k", f"the run ranks at most {deepest} document(s) per question, fewer than "
+                        f"k = {k}: every row would say k = {k}; use a k <= {deepest} or a deeper run")
+    top = ranked({q: d for q, d in run.items() if q in qids}, k)
     missing = sorted(qids - set(top))
     if missing:
         log.warning("%s has no ranking for %d question(s), e.g. %s: they get no context", run_path, len(missing), missing[0])
@@ -619,6 +630,7 @@ def write_cell(
                 "cached": was_cached,
                 "finish_reason": finish,
                 "context_docids": docids,
+                "n_docs": len(docids),
                 "dataset": cell.dataset,
                 "split": cell.split,
                 "serialization": cell.serialization,

@@ -298,6 +298,27 @@ class Plan:
                 out.append(f"report.expected: {path!r} is not a file")
         return out
 
+    def run_depth(self, run: str) -> tuple[str, int] | None:
+        """(config key, depth) of the ranking a run holds per question; None for an external run,
+        whose depth is its file's (generate checks the file: `cqabench.generate.retrieved_docids`)."""
+        if run in self.external_runs:
+            return None
+        if run in self.decomposition_runs:
+            return "retrieval.decomposition.k", self.decomposition_k
+        return "retrieval.k", self.retrieval_k
+
+    def _rag_depth_problems(self) -> list[str]:
+        """A RAG k deeper than its run would give fewer documents than every row says it had."""
+        if "rag" not in self.gen_settings:
+            return []
+        out = []
+        for run in [r for r in self.gen_rag_runs if r in self.all_run_names]:
+            depth = self.run_depth(run)
+            for k in sorted({k for k in self.gen_k if depth is not None and k > depth[1]}):
+                out.append(f"generation.k: {k} exceeds {depth[0]}: {depth[1]} for rag_retrievers {run} "
+                           f"(the run holds at most {depth[1]} documents per question)")
+        return out
+
     def _check_after_expansion(self) -> None:
         """Checks that need the expanded run names and cells."""
         out = []
@@ -305,6 +326,7 @@ class Plan:
         bad = sorted(set(self.gen_rag_runs) - set(self.all_run_names))
         if bad:
             out.append(f"generation.rag_retrievers: {bad} name no run; runs: {self.all_run_names}")
+        out += self._rag_depth_problems()
         baseline = (self.report.get("significance") or {}).get("baseline")
         if baseline is not None and self.all_run_names and baseline not in self.all_run_names:
             # a typo would turn every row of retrieval_vs_baseline into "no ... run to compare with"

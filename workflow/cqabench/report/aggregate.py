@@ -85,6 +85,10 @@ PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
     "wall_time_s": pa.float64(),
     "prompt_tokens": pa.int64(),
     "output_tokens": pa.int64(),
+    # documents the prompts gave per question (cqabench.evaluation.docs_given): RAG@k may give fewer than k
+    "docs_given_min": pa.int64(),
+    "docs_given_mean": pa.float64(),
+    "docs_given_max": pa.int64(),
 }
 # Generation settings that decide the output; null on retrieval rows (nothing is sampled).
 SAMPLING_COLUMNS: dict[str, pa.DataType] = {

@@ -128,7 +128,26 @@ def _cell_info(row: dict[str, Any]) -> dict[str, Any]:
     info["k"] = _k(row.get("k"))
     if info["setting"] in ("closed", "oracle"):
         info["retriever"], info["k"] = "none", 0
+    info["docs_given"] = _docs_given(row)
     return info
+
+
+def _docs_given(row: dict[str, Any]) -> float | None:
+    """The cell's mean documents given per question (fact column docs_given_mean), None if unrecorded."""
+    try:
+        value = float(row.get("docs_given_mean"))
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def k_label(cell: dict[str, Any]) -> str:
+    """The k column: k, with the mean documents actually given when a RAG cell gave other than k
+    (a run ranking fewer than k for some question), e.g. "5 (4.2 given)"."""
+    given = cell.get("docs_given")
+    if cell.get("setting") != "rag" or given is None or abs(given - cell["k"]) < 1e-9:
+        return str(cell["k"])
+    return f"{cell['k']} ({given:.1f} given)"
 
 
 CELL_COLUMNS = ["cell_id", *GROUP_KEYS, *CELL_KEYS, "metric", "variant", "unit", "mean", "ci_low", "ci_high", "n",
@@ -399,7 +418,7 @@ def _title(key: dict[str, Any]) -> str:
 
 def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Notes) -> list[str]:
     cell = row["cell"]
-    out = [cell["setting"], cell["retriever"], str(cell["k"])]
+    out = [cell["setting"], cell["retriever"], k_label(cell)]
     ns = sorted({str(r["n"]) for r, _ in row["by_metric"].values()})
     out += ["/".join(ns), _f(cell["parse_rate"])]
     for mv in metrics:
