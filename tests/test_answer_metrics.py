@@ -8,6 +8,7 @@ import pytest
 from cqabench.extraction import ParsedNumber, parse_answer
 from cqabench.metrics.answers import (
     boolean_accuracy,
+    boolean_cover_em,
     cover_em,
     cover_em_all,
     dexter_gold_value,
@@ -46,8 +47,50 @@ def test_cover_em_punctuation_and_articles():
     assert cover_em("beatles", ["The Beatles"]) == 1.0
     # any alias suffices
     assert cover_em("JFK", ["John F. Kennedy", "JFK"]) == 1.0
-    # substring on characters, as the original toolkit does: "no" is inside "not"
+    # substring on characters, as the original toolkit does: "no" is inside "not" (the reason
+    # StrategyQA does not use this function: boolean_cover_em below)
     assert cover_em("I do not know", ["no"]) == 1.0
+
+
+# StrategyQA cover-EM: (case name, final answer, gold, expected). Each checked by hand: normalize
+# (lower-case, delete string.punctuation, drop a/an/the), then look for yes/true (gold True) or
+# no/false (gold False) as a whole word.
+BOOLEAN_COVER_CASES = [
+    ("issue 19's example: 'not' is no 'no'", "Yes, though he did not", False, 0.0),
+    ("issue 19's example, gold yes", "Yes, though he did not", True, 1.0),
+    ("bare no", "no", False, 1.0),
+    ("No. with punctuation and capitals", "No.", False, 1.0),
+    ("'know' and 'not' hold no 'no'", "I do not know", False, 0.0),
+    ("unknown", "Unknown", False, 0.0),
+    ("cannot", "It cannot be determined", False, 0.0),
+    ("nothing / none / notably", "Nothing, none, notably", False, 0.0),
+    ("yesterday is not yes", "Yesterday", True, 0.0),
+    ("truest / untrue are not true", "the truest and untrue", True, 0.0),
+    ("falsely is not false", "falsely", False, 0.0),
+    ("true/false form: False for gold no", "False", False, 1.0),
+    ("true/false form: TRUE for gold yes", "TRUE", True, 1.0),
+    ("yes for gold no", "Yes", False, 0.0),
+    ("both polarities: covered for gold yes (toolkit-faithful)", "yes and no", True, 1.0),
+    ("both polarities: covered for gold no (toolkit-faithful)", "yes and no", False, 1.0),
+    ("'not true' holds 'true': covered for gold yes", "No, that is not true.", True, 1.0),
+    ("'yes/no': the slash is deleted -> 'yesno', one word", "Yes/No", True, 0.0),
+    ("'no-one': the hyphen is deleted -> 'noone'", "No-one knows", False, 0.0),
+    ("curly quotes are kept by normalization but bound the word", "\u201cNo\u201d", False, 1.0),
+    ("a marker phrase left in the answer", "The answer is: NO", False, 1.0),
+    ("empty answer", "", True, 0.0),
+]
+
+
+@pytest.mark.parametrize(("case", "answer", "gold", "expected"), BOOLEAN_COVER_CASES,
+                         ids=[c[0] for c in BOOLEAN_COVER_CASES])
+def test_boolean_cover_em_matches_the_gold_as_a_whole_word(case: str, answer: str, gold: bool, expected: float):
+    assert boolean_cover_em(answer, gold) == expected, case
+
+
+def test_boolean_cover_em_fixes_the_substring_inflation_of_no():
+    # the old StrategyQA scoring (generic cover_em on the alias "no") counted these as right
+    for answer in ("Yes, though he did not", "I do not know", "unknown", "It cannot be said", "nothing"):
+        assert cover_em(answer, ["no"]) == 1.0 and boolean_cover_em(answer, False) == 0.0
 
 
 def test_exact_match_and_token_f1():
@@ -234,7 +277,20 @@ def test_score_strategyqa_and_tatqa_multispan():
     preds = pd.DataFrame({"qid": ["a", "b"], "prediction": ["Yes, it is.", "True"]})
     s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
     assert s[("accuracy", "default")] == (0.5, 2)  # a right, b wrong
-    assert s[("cover_em", "default")] == (0.5, 2)  # "yes" in "yes it is"; "no" not in "true"
+    assert s[("cover_em", "default")] == (0.5, 2)  # a: "yes" a word of "yes it is"; b: "true" is gold yes's form
+
+    # a constant "No, ..." answer: gold no is covered by the word "no"; gold yes only by "yes"/"true"
+    queries, answers = _tables(
+        [Query("y", "?"), Query("n", "?")],
+        [Answer("y", "boolean", ["yes"], boolean=True), Answer("n", "boolean", ["no"], boolean=False)],
+    )
+    preds = pd.DataFrame({"qid": ["y", "n"], "prediction": ["No, he did not know it.", "No, he did not know it."]})
+    s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
+    assert s[("accuracy", "default")] == (0.5, 2) and s[("cover_em", "default")] == (0.5, 2)
+    preds = pd.DataFrame({"qid": ["y", "n"], "prediction": ["Yes, though he did not", "Yes, though he did not"]})
+    s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
+    # old substring scoring: 1.0 (y: "yes"; n: "no" inside "not"); now only y
+    assert s[("accuracy", "default")] == (0.5, 2) and s[("cover_em", "default")] == (0.5, 2)
 
     queries, answers = _tables([Query("m", "?")], [Answer("m", "aliases", ["2019", "2018"], numeric_type="multi-span")])
     s = _summary(score_predictions("tatqa", queries, answers, pd.DataFrame({"qid": ["m"], "prediction": ["2019"]}))[0])

@@ -93,7 +93,8 @@ def _text_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
 def _strategyqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     gold = answer.get("boolean")
     acc = am.boolean_accuracy(ext.value if ext.ok else None, bool(gold)) if gold is not None else 0.0
-    cover = am.cover_em(ext.answer, answer.get("aliases") or []) if ext.ok else 0.0
+    # the gold's yes/no (or true/false) as a whole word, as the toolkit matched it (not "not")
+    cover = am.boolean_cover_em(ext.answer, bool(gold)) if ext.ok and gold is not None else 0.0
     return [("accuracy", DEFAULT, acc), ("cover_em", DEFAULT, cover)]
 
 
