@@ -103,7 +103,8 @@ def final_answer(text: str | None, prompt: str | None = None) -> Extracted:
     Reasoning prompts (names containing "cot", or "self-ask") fail without a marker: scoring
     the whole rationale by substring match would reward verbosity. Direct-answer prompts
     ("few-shot", "zero-shot", or None for text that is already the answer) ask for the answer
-    alone, so without a marker the whole reply is the answer, as the original toolkit reads it.
+    alone, so without a marker the whole reply is the answer (the original toolkit's scripts
+    count any generation without "[Final Answer]:" as a miss; docs/metrics.md, Extraction).
     """
     if text is None or not str(text).strip():
         return Extracted("", False, "empty output")
