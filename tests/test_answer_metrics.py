@@ -8,6 +8,7 @@ import pytest
 from cqabench.extraction import ParsedNumber, parse_answer
 from cqabench.metrics.answers import (
     boolean_accuracy,
+    boolean_cover_em,
     cover_em,
     cover_em_all,
     dexter_gold_value,
@@ -46,8 +47,50 @@ def test_cover_em_punctuation_and_articles():
     assert cover_em("beatles", ["The Beatles"]) == 1.0
     # any alias suffices
     assert cover_em("JFK", ["John F. Kennedy", "JFK"]) == 1.0
-    # substring on characters, as the original toolkit does: "no" is inside "not"
+    # substring on characters, as the original toolkit does: "no" is inside "not" (the reason
+    # StrategyQA does not use this function: boolean_cover_em below)
     assert cover_em("I do not know", ["no"]) == 1.0
+
+
+# StrategyQA cover-EM: (case name, final answer, gold, expected). Each checked by hand: normalize
+# (lower-case, delete string.punctuation, drop a/an/the), then look for yes/true (gold True) or
+# no/false (gold False) as a whole word.
+BOOLEAN_COVER_CASES = [
+    ("issue 19's example: 'not' is no 'no'", "Yes, though he did not", False, 0.0),
+    ("issue 19's example, gold yes", "Yes, though he did not", True, 1.0),
+    ("bare no", "no", False, 1.0),
+    ("No. with punctuation and capitals", "No.", False, 1.0),
+    ("'know' and 'not' hold no 'no'", "I do not know", False, 0.0),
+    ("unknown", "Unknown", False, 0.0),
+    ("cannot", "It cannot be determined", False, 0.0),
+    ("nothing / none / notably", "Nothing, none, notably", False, 0.0),
+    ("yesterday is not yes", "Yesterday", True, 0.0),
+    ("truest / untrue are not true", "the truest and untrue", True, 0.0),
+    ("falsely is not false", "falsely", False, 0.0),
+    ("true/false form: False for gold no", "False", False, 1.0),
+    ("true/false form: TRUE for gold yes", "TRUE", True, 1.0),
+    ("yes for gold no", "Yes", False, 0.0),
+    ("both polarities: covered for gold yes (toolkit-faithful)", "yes and no", True, 1.0),
+    ("both polarities: covered for gold no (toolkit-faithful)", "yes and no", False, 1.0),
+    ("'not true' holds 'true': covered for gold yes", "No, that is not true.", True, 1.0),
+    ("'yes/no': the slash is deleted -> 'yesno', one word", "Yes/No", True, 0.0),
+    ("'no-one': the hyphen is deleted -> 'noone'", "No-one knows", False, 0.0),
+    ("curly quotes are kept by normalization but bound the word", "\u201cNo\u201d", False, 1.0),
+    ("a marker phrase left in the answer", "The answer is: NO", False, 1.0),
+    ("empty answer", "", True, 0.0),
+]
+
+
+@pytest.mark.parametrize(("case", "answer", "gold", "expected"), BOOLEAN_COVER_CASES,
+                         ids=[c[0] for c in BOOLEAN_COVER_CASES])
+def test_boolean_cover_em_matches_the_gold_as_a_whole_word(case: str, answer: str, gold: bool, expected: float):
+    assert boolean_cover_em(answer, gold) == expected, case
+
+
+def test_boolean_cover_em_fixes_the_substring_inflation_of_no():
+    # the old StrategyQA scoring (generic cover_em on the alias "no") counted these as right
+    for answer in ("Yes, though he did not", "I do not know", "unknown", "It cannot be said", "nothing"):
+        assert cover_em(answer, ["no"]) == 1.0 and boolean_cover_em(answer, False) == 0.0
 
 
 def test_exact_match_and_token_f1():
@@ -234,7 +277,20 @@ def test_score_strategyqa_and_tatqa_multispan():
     preds = pd.DataFrame({"qid": ["a", "b"], "prediction": ["Yes, it is.", "True"]})
     s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
     assert s[("accuracy", "default")] == (0.5, 2)  # a right, b wrong
-    assert s[("cover_em", "default")] == (0.5, 2)  # "yes" in "yes it is"; "no" not in "true"
+    assert s[("cover_em", "default")] == (0.5, 2)  # a: "yes" a word of "yes it is"; b: "true" is gold yes's form
+
+    # a constant "No, ..." answer: gold no is covered by the word "no"; gold yes only by "yes"/"true"
+    queries, answers = _tables(
+        [Query("y", "?"), Query("n", "?")],
+        [Answer("y", "boolean", ["yes"], boolean=True), Answer("n", "boolean", ["no"], boolean=False)],
+    )
+    preds = pd.DataFrame({"qid": ["y", "n"], "prediction": ["No, he did not know it.", "No, he did not know it."]})
+    s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
+    assert s[("accuracy", "default")] == (0.5, 2) and s[("cover_em", "default")] == (0.5, 2)
+    preds = pd.DataFrame({"qid": ["y", "n"], "prediction": ["Yes, though he did not", "Yes, though he did not"]})
+    s = _summary(score_predictions("strategyqa", queries, answers, preds)[0])
+    # old substring scoring: 1.0 (y: "yes"; n: "no" inside "not"); now only y
+    assert s[("accuracy", "default")] == (0.5, 2) and s[("cover_em", "default")] == (0.5, 2)
 
     queries, answers = _tables([Query("m", "?")], [Answer("m", "aliases", ["2019", "2018"], numeric_type="multi-span")])
     s = _summary(score_predictions("tatqa", queries, answers, pd.DataFrame({"qid": ["m"], "prediction": ["2019"]}))[0])
@@ -279,33 +335,49 @@ def test_score_tanq_with_breakdowns():
          Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]])],
     )
     preds = pd.DataFrame({"qid": ["t1", "t2"],
-                          "prediction": ["| entity | a | b |\n|---|---|---|\n| x | 1 | foo |", "entity,a\nz,105"]})
+                          "prediction": ["entity | a | b\n---|---|---\nx | 1 | foo", "entity,a\nz,105"]})
     summary, per_q = score_predictions("tanq", queries, answers, preds)
     s = _summary(summary)
-    # t1: P 1, R 0.5, F1 2/3 (test_rms.test_partial_table); t2: 0.95 each
-    assert s[("rms_precision", "tanq")] == (pytest.approx(0.975), 2)
-    assert s[("rms_recall", "tanq")] == (pytest.approx(0.725), 2)
-    assert s[("rms_f1", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
-    assert s[("rms_f1/question_type=composition", "tanq")] == (pytest.approx(2 / 3), 1)
-    # The paper's Tables 5-9 groups (metrics.tanq_breakdowns)
-    assert s[("rms_f1/tanq_type=composition", "tanq")] == (pytest.approx(2 / 3), 1)
-    assert s[("rms_f1/tanq_type=all", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
-    assert s[("rms_f1/skill=filtering", "tanq")] == (pytest.approx(2 / 3), 1)
+    # cqabench_parse: t1 is the table [x, 1, foo] (separator dropped): P 1, R 0.5, F1 2/3
+    # (test_rms.test_partial_table); t2 is read as CSV: 0.95 each
+    p = "cqabench_parse"
+    assert s[("rms_precision", p)] == (pytest.approx(0.975), 2)
+    assert s[("rms_recall", p)] == (pytest.approx(0.725), 2)
+    assert s[("rms_f1", p)] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
+    assert s[("rms_f1/question_type=composition", p)] == (pytest.approx(2 / 3), 1)
+    # official (TANQ's reading): t1's separator line is a data row, datapoints "--- a", "--- b",
+    # "x a" -> 1, "x b" -> foo; gold x a, x b, y a, y b; x a and x b match exactly (score 2),
+    # y a / y b get the "---" keys (ANLS 0: 3 edits / 5) -> P 2/4, R 2/4, F1 0.5 (transposed: all
+    # keys "a x"-like, ANLS 0 -> 0). t2 has no "|": one-cell rows, no datapoints -> (1, 0, 0).
+    o = "official"
+    assert s[("rms_precision", o)] == (pytest.approx(0.75), 2)
+    assert s[("rms_recall", o)] == (pytest.approx(0.25), 2)
+    assert s[("rms_f1", o)] == (pytest.approx(0.25), 2)
+    # The paper's Tables 5-9 groups (metrics.tanq_breakdowns), for both readings
+    assert s[("rms_f1/tanq_type=composition", p)] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/tanq_type=composition", o)] == (pytest.approx(0.5), 1)
+    assert s[("rms_f1/tanq_type=all", p)] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
+    assert s[("rms_f1/tanq_type=all", o)] == (pytest.approx(0.25), 2)
+    assert s[("rms_f1/skill=filtering", p)] == (pytest.approx(2 / 3), 1)
     assert not any(k[0] == "rms_f1/skill=none" for k in s)  # no skill: in no skill group, as in Table 6
-    assert s[("rms_f1/n_skills=2", "tanq")][1] == 1 and ("rms_f1/n_skills=0", "tanq") not in s
+    assert s[("rms_f1/n_skills=2", p)][1] == 1 and ("rms_f1/n_skills=0", p) not in s
     # t1 asks for 2 relations ("3": up to three), t2 for 1; both tables are short (<= 3 rows)
-    assert s[("rms_f1/n_relations=3", "tanq")] == (pytest.approx(2 / 3), 1)
-    assert s[("rms_f1/n_relations=1", "tanq")] == (pytest.approx(0.95), 1)
-    assert s[("rms_f1/table_length=short", "tanq")] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
-    # breakdowns are summary-only: per question P, R, F1, the 7 computed failure categories
-    # (tests/test_tanq_failures.py) and parse_ok
-    assert len(per_q) == 2 * 11
+    assert s[("rms_f1/n_relations=3", p)] == (pytest.approx(2 / 3), 1)
+    assert s[("rms_f1/n_relations=1", p)] == (pytest.approx(0.95), 1)
+    assert s[("rms_f1/n_relations=1", o)] == (pytest.approx(0.0), 1)
+    assert s[("rms_f1/table_length=short", p)] == (pytest.approx((2 / 3 + 0.95) / 2), 2)
+    # breakdowns are summary-only: per question P, R, F1 of both readings, the 7 computed failure
+    # categories (tests/test_tanq_failures.py) and parse_ok
+    assert len(per_q) == 2 * 14
 
 
 def test_tanq_no_answer_scores_zero_but_an_empty_table_keeps_rms_convention():
-    """No table extracted (prose, or a dialogue cut by its step limit) is 0 on P, R and F1, as an
-    unanswered question is for every dataset; a table the model really left empty keeps RMS's own
-    convention (precision 1, recall 0: deplot's datapoint metric on an empty prediction)."""
+    """No final answer (a dialogue cut by its step limit) is 0 on P, R and F1 in both readings, as
+    an unanswered question is for every dataset. A final answer without a table our parser reads
+    (prose) is 0 for cqabench_parse and (1, 0, 0) for official, which reads any text and gives a
+    prediction without datapoints precision 1 (tanq_utils.py:246-247). A table the model really
+    left empty keeps that convention for cqabench_parse; the official reading makes its separator
+    line a data row of "---" cells, so it is (0, 0, 0) there."""
     queries, answers = _tables(
         [Query("t1", "?", "composition"), Query("t2", "?", "composition"), Query("t3", "?", "composition")],
         [Answer(q, "table", table_header=["entity", "a"], table_rows=[["z", "100"]]) for q in ("t1", "t2", "t3")],
@@ -314,10 +386,18 @@ def test_tanq_no_answer_scores_zero_but_an_empty_table_keeps_rms_convention():
                           "prediction": ["I do not know, sorry.", "entity,a\nz,100", "| entity | a |\n|---|---|"],
                           "parse_ok": [True, False, True], "parse_reason": ["", "open-book: step limit", ""]})
     _, per_q = score_predictions("tanq", queries, answers, preds)
-    got = {(r.qid, r.metric): r.value for r in per_q.itertuples() if r.metric.startswith("rms_")}
-    for qid in ("t1", "t2"):  # t2's text would be a perfect table: parse_ok False wins, as documented
-        assert (got[(qid, "rms_precision")], got[(qid, "rms_recall")], got[(qid, "rms_f1")]) == (0.0, 0.0, 0.0)
-    assert (got[("t3", "rms_precision")], got[("t3", "rms_recall")], got[("t3", "rms_f1")]) == (1.0, 0.0, 0.0)
+    got = {(r.qid, r.metric, r.variant): r.value for r in per_q.itertuples() if r.metric.startswith("rms_")}
+
+    def prf(qid: str, variant: str) -> tuple[float, float, float]:
+        return tuple(got[(qid, m, variant)] for m in ("rms_precision", "rms_recall", "rms_f1"))
+
+    # t2's text would be a perfect table: parse_ok False (no final answer) wins, as documented
+    assert prf("t1", "cqabench_parse") == prf("t2", "cqabench_parse") == prf("t2", "official") == (0.0, 0.0, 0.0)
+    assert prf("t1", "official") == (1.0, 0.0, 0.0)
+    assert prf("t3", "cqabench_parse") == (1.0, 0.0, 0.0)
+    # official t3: header ["", entity, a, ""], row ["", ---, ---, ""] -> " a" -> "---" vs gold
+    # "z a" -> "100": key ANLS 2/3, value ANLS 0 -> score 0 (transposed: keys "a " etc., ANLS 0)
+    assert prf("t3", "official") == (0.0, 0.0, 0.0)
 
 
 def test_tanq_groups_buckets():

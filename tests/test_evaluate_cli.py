@@ -43,7 +43,9 @@ def _jsonl(path: Path, rows: list) -> Path:
 def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tmp_path: Path, capsys):
     preds = _jsonl(tmp_path / "preds.jsonl", [
         {"qid": "t1", "prediction": "entity|a|b\nx|1|foo\ny|2|bar"},  # exact: 1, 1, 1
-        {"qid": "t2", "prediction": "no idea"},  # no table: no answer -> P 0, R 0, F1 0
+        # no table: cqabench_parse finds none -> P 0, R 0, F1 0; the official reading reads the text,
+        # one one-cell line, no datapoints -> P 1, R 0, F1 0 (tanq_utils.py:246-247)
+        {"qid": "t2", "prediction": "no idea"},
     ])
     out, per_q = tmp_path / "m" / "metrics.json", tmp_path / "m" / "per_question.parquet"
     rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
@@ -56,10 +58,13 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
     # Fractions (0..1), every entry saying so.
     assert {r["unit"] for r in doc["metrics"]} == {"fraction"}
-    assert m[("rms_precision", "tanq")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
-    assert m[("rms_recall", "tanq")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
-    assert m[("rms_f1", "tanq")]["value"] == pytest.approx(0.5)
-    assert m[("rms_f1", "tanq")]["n"] == 2
+    assert m[("rms_precision", "cqabench_parse")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
+    assert m[("rms_recall", "cqabench_parse")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
+    assert m[("rms_f1", "cqabench_parse")]["value"] == pytest.approx(0.5)
+    assert m[("rms_precision", "official")]["value"] == pytest.approx(1.0)  # (1 + 1) / 2
+    assert m[("rms_recall", "official")]["value"] == pytest.approx(0.5)  # (1 + 0) / 2
+    assert m[("rms_f1", "official")]["value"] == pytest.approx(0.5)
+    assert m[("rms_f1", "official")]["n"] == m[("rms_f1", "cqabench_parse")]["n"] == 2
     assert m[("parse_ok", "default")]["value"] == pytest.approx(0.5)
     # Table 10's failure shares: t2 is no table; the two that need judgement are n/a with a reason.
     assert m[("failure_non_table", "tanq")]["value"] == pytest.approx(0.5)
@@ -69,19 +74,21 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
     assert "provenance" in doc
     table = pq.read_table(per_q)
     assert table.schema.names == ["qid", "metric", "variant", "value"]
-    assert table.num_rows == 2 * 11  # P, R, F1, 7 failure categories, parse_ok
+    assert table.num_rows == 2 * 14  # P, R, F1 of both readings, 7 failure categories, parse_ok
 
 
 def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
     preds = _jsonl(tmp_path / "p.jsonl", [
-        {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\n| entity | a | b |\n|--|--|--|\n| x | 1 | foo |\n| y | 2 | bar |"},
-        {"qid": "t2", "prediction": "entity|a\nz|100"},  # no marker under a CoT prompt -> wrong
+        # the prompt's format after the marker: both readings read the gold table exactly -> 1
+        {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\nentity | a | b\nx | 1 | foo\ny | 2 | bar"},
+        {"qid": "t2", "prediction": "entity|a\nz|100"},  # no marker under a CoT prompt -> wrong (0) in both
     ])
     out = tmp_path / "metrics.json"
     assert main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
                  "--data-dir", str(tanq_split), "--prompt", "few-shot-cot", "--out", str(out)]) == 0
     m = {(r["metric"], r["variant"]): r["value"] for r in json.loads(out.read_text())["metrics"]}
-    assert m[("rms_f1", "tanq")] == pytest.approx(0.5)
+    assert m[("rms_f1", "official")] == m[("rms_f1", "cqabench_parse")] == pytest.approx(0.5)
+    assert m[("rms_precision", "official")] == pytest.approx(0.5)  # t2 has no final answer: 0, not 1
 
 
 @pytest.mark.parametrize(
@@ -274,7 +281,10 @@ def test_missing_predictions_are_warned_about_and_counted(real_tanq, tmp_path: P
     doc = json.loads(out.read_text())
     assert doc["provenance"]["n_predictions"] == 7 and doc["provenance"]["n_missing_predictions"] == 3
     m = {(r["metric"], r["variant"]): r for r in doc["metrics"]}
-    assert m[("rms_f1", "tanq")]["n"] == 10  # the missing three still count, as wrong
+    assert m[("rms_f1", "official")]["n"] == m[("rms_f1", "cqabench_parse")]["n"] == 10  # the missing three count
+    # as wrong: 0 in both readings; the seven prose answers get the official reading's precision 1
+    assert m[("rms_precision", "official")]["value"] == pytest.approx(0.7)
+    assert m[("rms_precision", "cqabench_parse")]["value"] == 0.0
 
 
 def test_a_bad_generation_summary_is_named(tmp_path: Path, capsys):

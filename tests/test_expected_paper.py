@@ -227,7 +227,7 @@ def test_our_tanq_rows_sit_beside_the_papers() -> None:
     spec = _specs("tanq")["tanq_table5_by_type"]
     per_q = pd.DataFrame([
         {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "smollm2-135m", "prompt": "few-shot", "qid": q,
-         "metric": "rms_f1", "variant": "tanq", "value": v, "question_type": qt, "skills": None}
+         "metric": "rms_f1", "variant": "official", "value": v, "question_type": qt, "skills": None}
         for q, v, qt in (("a", 1.0, "wikidata_comp"), ("b", 0.5, "wikitables_composition"), ("c", 0.0, "wikidata_intersection"))])
     grid = build_grid(pd.DataFrame(), per_q, spec)
     ours = ("closed", "smollm2-135m", "few-shot")
@@ -285,7 +285,7 @@ def test_tables_8_and_9_group_by_the_gold_tables_shape() -> None:
     # Relations = gold columns - 1, in the paper's groups read as upper bounds; length = gold rows.
     per_q = pd.DataFrame([
         {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "m", "prompt": "few-shot", "qid": q,
-         "metric": "rms_f1", "variant": "tanq", "value": v, "question_type": "wikidata_comp", "skills": None,
+         "metric": "rms_f1", "variant": "official", "value": v, "question_type": "wikidata_comp", "skills": None,
          "answer_columns": cols, "answer_rows": rows}
         for q, v, cols, rows in (("a", 1.0, 2, 3), ("b", 0.5, 4, 4), ("c", 0.0, 3, 7), ("d", 0.2, 9, 16))])
     ours = ("closed", "m", "few-shot")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cqabench.errors import ConfigError, DataError
-from cqabench.extraction import extract_answer
+from cqabench.extraction import extract_answer, parse_table
+from cqabench.metrics.tables import read_table_official, rms_official
 from cqabench.prompts import (
     DATASET_FAMILY,
     FAMILIES,
@@ -79,10 +80,40 @@ def test_exemplar_outputs_are_read_back_by_the_answer_extraction(strategy: str, 
         "strategy": "yes",
         "ambiguous": "1908\n1948\n2012",
         "numeric": "25%",
-        "table": "| Member | Birth year |\n| John Lennon | 1940 |\n| Paul McCartney | 1942 |\n"
-        "| George Harrison | 1943 |\n| Ringo Starr | 1940 |",
+        "table": "Member | Birth year\nJohn Lennon | 1940\nPaul McCartney | 1942\nGeorge Harrison | 1943\nRingo Starr | 1940",
     }[family]
     assert ext.answer == expected
+
+
+TANQ_ROOT = ROOT.parent / "prompts_tanq"
+TABLE_TEMPLATES = [*(template_path(ROOT, s, "table") for s in STRATEGIES), ROOT / "few-shot" / "table.open-book.txt",
+                   TANQ_ROOT / "few-shot" / "table.txt"]
+_EXEMPLAR_TABLE = re.compile(r"^(?:Final Answer:|So the final answer is:)\n((?:.+\n)+)", re.M)
+
+
+@pytest.mark.parametrize("path", TABLE_TEMPLATES, ids=lambda p: str(p.relative_to(ROOT.parent)))
+def test_table_templates_ask_for_the_format_tanqs_official_reader_reads(path: Path) -> None:
+    """Every table template (TANQ's, the open-book one included) asks for the lines TANQ's own
+    evaluation reads (metrics.tables.read_table_official: every line a row, cells split at "|"),
+    and its demonstrations are written so: no outer pipes, no separator line, no fence. Read
+    either way a demonstration gives the same table, and it scores RMS 1 against itself."""
+    t = load_template(path)
+    prompt = t.system + "\n" + t.user
+    for phrase in ('cells separated by " | "', 'no "|" at the start or end of a line', "no separator line",
+                   "no code fence", "nothing after the table"):
+        assert phrase in prompt, (path, phrase)
+    tables = [m.group(1).strip() for m in _EXEMPLAR_TABLE.finditer(t.user)]
+    assert len(tables) == (0 if "zero-shot" in str(path) else 1 if "open-book" in path.name else
+                           3 if path.is_relative_to(TANQ_ROOT) else 5), path
+    for text in tables:
+        lines = text.splitlines()
+        assert not any(ln.startswith("|") or ln.endswith("|") or set(ln) <= set("|-: ") for ln in lines), text
+        official = read_table_official(text)
+        parsed = parse_table(text)
+        assert list(official.header) == [c.lower() for c in parsed.header]
+        assert [list(r) for r in official.rows] == [[c.lower() for c in r] for r in parsed.rows]
+        header, rows = parsed.header, parsed.rows
+        assert rms_official(header, rows, text).f1 == 1.0
 
 
 def _template(tmp_path: Path, body: str) -> Path:

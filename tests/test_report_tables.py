@@ -282,6 +282,15 @@ def test_plots_write_png_with_and_without_data(tmp_path: Path) -> None:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_skill_plot_reads_the_primary_rms_variant_only() -> None:
+    # TANQ RMS comes in two readings per question; the plot keeps scoring.PRIMARY's (official)
+    tanq = pd.DataFrame([
+        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "variant": "official", "value": 0.2, "skills": json.dumps(["a"])},
+        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "variant": "cqabench_parse", "value": 1.0,
+         "skills": json.dumps(["a"])}])
+    assert plots.skill_data(tanq).loc["a"].iloc[0] == pytest.approx(0.2)  # not the mean 0.6
+
+
 def test_k_effect_axis_range() -> None:
     assert plots._top([0.0, 0.0, None]) == 0.1  # all zero: [0, 0.1], not ±0.04
     assert plots._top([0.31]) == 0.4 and plots._top([0.9]) == 1.0

@@ -103,7 +103,8 @@ def final_answer(text: str | None, prompt: str | None = None) -> Extracted:
     Reasoning prompts (names containing "cot", or "self-ask") fail without a marker: scoring
     the whole rationale by substring match would reward verbosity. Direct-answer prompts
     ("few-shot", "zero-shot", or None for text that is already the answer) ask for the answer
-    alone, so without a marker the whole reply is the answer, as the original toolkit reads it.
+    alone, so without a marker the whole reply is the answer (the original toolkit's scripts
+    count any generation without "[Final Answer]:" as a miss; docs/metrics.md, Extraction).
     """
     if text is None or not str(text).strip():
         return Extracted("", False, "empty output")
@@ -434,6 +435,9 @@ def format_table(header: list[str], rows: list[list[str]]) -> str:
 
 LIST_DATASETS = ("ambigqa",)
 TABLE_DATASETS = ("tanq",)
+# why a final answer of a table dataset failed: it is there but holds no table `parse_table` reads
+# (TANQ's official RMS reading still reads it: scoring._tanq_scores)
+NO_TABLE = "no table (markdown, pipe, TSV, CSV or HTML) in the answer"
 
 
 def parse_answer(dataset: str, text: str | None) -> Extracted:
@@ -456,7 +460,7 @@ def parse_answer(dataset: str, text: str | None) -> Extracted:
     if dataset in TABLE_DATASETS:
         table = parse_table(text)
         if table is None:
-            return Extracted(text, False, "no table (markdown, pipe, TSV, CSV or HTML) in the answer", EMPTY_TABLE)
+            return Extracted(text, False, NO_TABLE, EMPTY_TABLE)
         return Extracted(text, True, value=table)
     return Extracted(text, True, value=text)
 

@@ -20,15 +20,17 @@ import pandas as pd
 import pyarrow as pa
 
 from cqabench.errors import ConfigError, DataError
-from cqabench.extraction import EMPTY_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
+from cqabench.extraction import EMPTY_TABLE, NO_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
 from cqabench.metrics import answers as am
 from cqabench.metrics import tanq_breakdowns, tanq_failures
-from cqabench.metrics.tables import RmsScore, rms
+from cqabench.metrics.tables import RmsScore, rms, rms_official
 
 DEFAULT = "default"
 DEXTER = "dexter"
-OFFICIAL = "official"
+OFFICIAL = "official"  # AmbigQA's and TANQ's own evaluation scripts
+CQABENCH_PARSE = "cqabench_parse"  # TANQ RMS on the table extraction.parse_table reads
 TANQ = "tanq"
+RMS_METRICS = ("rms_precision", "rms_recall", "rms_f1")
 
 # dataset -> (metric, variant) rows its summary has (TANQ adds breakdown rows, see tanq_groups).
 METRICS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -37,9 +39,10 @@ METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
     "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
-    # RMS, then the share of predictions in each failure category of TANQ's Table 10
-    # (metrics.tanq_failures; the categories that need judgement are n/a with the reason).
-    "tanq": (("rms_precision", TANQ), ("rms_recall", TANQ), ("rms_f1", TANQ),
+    # RMS with the official reading of the prediction, RMS with our parser's table, then the
+    # share of predictions in each failure category of TANQ's Table 10 (metrics.tanq_failures;
+    # the categories that need judgement are n/a with the reason).
+    "tanq": (*((m, OFFICIAL) for m in RMS_METRICS), *((m, CQABENCH_PARSE) for m in RMS_METRICS),
              *((metric, TANQ) for metric, _, _ in tanq_failures.CATEGORIES)),
 }
 PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
@@ -52,7 +55,7 @@ PRIMARY: dict[str, tuple[tuple[str, str], ...]] = {
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL),),
     "finqa": (("em_tol", DEFAULT),),
-    "tanq": (("rms_f1", TANQ),),
+    "tanq": (("rms_f1", OFFICIAL),),
 }
 NO_QUESTIONS = "no question was scored (the cell asked none)"
 NO_MULTI = "no multi-answer question (every question has a singleAnswer annotation)"
@@ -93,7 +96,8 @@ def _text_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
 def _strategyqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     gold = answer.get("boolean")
     acc = am.boolean_accuracy(ext.value if ext.ok else None, bool(gold)) if gold is not None else 0.0
-    cover = am.cover_em(ext.answer, answer.get("aliases") or []) if ext.ok else 0.0
+    # the gold's yes/no (or true/false) as a whole word, as the toolkit matched it (not "not")
+    cover = am.boolean_cover_em(ext.answer, bool(gold)) if ext.ok and gold is not None else 0.0
     return [("accuracy", DEFAULT, acc), ("cover_em", DEFAULT, cover)]
 
 
@@ -130,16 +134,31 @@ def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str
             ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean))]
 
 
+def has_final_answer(ext: Extracted) -> bool:
+    """Whether the output gave a final answer to read: extracted, or extracted but holding no
+    table our parser reads (no prediction, an empty output, a missing marker, a cut-off
+    open-book dialogue have none)."""
+    return ext.ok or (ext.reason == NO_TABLE and bool(ext.answer.strip()))
+
+
+def _rms_rows(variant: str, s: RmsScore) -> list[tuple[str, str, float]]:
+    return [(metric, variant, value) for metric, value in zip(RMS_METRICS, (s.precision, s.recall, s.f1))]
+
+
 def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     parsed = ext.ok and isinstance(ext.value, ParsedTable)
     table = ext.value if parsed else EMPTY_TABLE
     gold_header, gold_rows = answer.get("table_header") or [], answer.get("table_rows") or []
-    # RMS gives an empty predicted table precision 1 (deplot's convention, kept for a table the
-    # model really left empty); no answer at all scores 0 on every metric, as for every dataset.
-    s = rms(gold_header, gold_rows, table.header, table.rows) if parsed else RmsScore(0.0, 0.0, 0.0)
-    failures = tanq_failures.classify(gold_header, gold_rows, table)  # the table RMS scored
-    return [("rms_precision", TANQ, s.precision), ("rms_recall", TANQ, s.recall), ("rms_f1", TANQ, s.f1),
-            *tanq_failures.failure_scores(failures)]
+    zero = RmsScore(0.0, 0.0, 0.0)  # no answer at all scores 0 on every metric, as for every dataset
+    # official: the final-answer text read as TANQ's script reads it, table or not (text without
+    # datapoints gets its precision 1); cqabench_parse: the table extraction found, else 0 (RMS's
+    # precision 1 for an empty table is kept for a table the model really left empty).
+    official = rms_official(gold_header, gold_rows, ext.answer) if has_final_answer(ext) else zero
+    ours = rms(gold_header, gold_rows, table.header, table.rows) if parsed else zero
+    # failure types read the parsed table, as the paper's annotators read an output (a separator
+    # row or a fence is not data to them): metrics.tanq_failures
+    failures = tanq_failures.classify(gold_header, gold_rows, table)
+    return [*_rms_rows(OFFICIAL, official), *_rms_rows(CQABENCH_PARSE, ours), *tanq_failures.failure_scores(failures)]
 
 
 _SCORERS = {

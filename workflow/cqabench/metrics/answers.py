@@ -4,6 +4,8 @@ Definitions (docs/metrics.md has the worked examples):
 - `normalize_answer`: SQuAD's: lower-case, delete string.punctuation, drop the words a/an/the,
   collapse whitespace. Used by every string metric here, for every dataset.
 - `cover_em`: 1 if any normalized gold alias is a substring of the normalized prediction.
+- `boolean_cover_em` (StrategyQA): the gold's yes/no (or true/false) as a whole word of the
+  normalized answer, never inside another word ("not", "unknown" do not cover "no").
 - `exact_match` / `token_f1`: SQuAD EM and bag-of-tokens F1, maximum over aliases.
 - TAT-QA multi-span: every span must be covered (`cover_em_all`); EM: the prediction is the
   spans in any order joined only by punctuation/"and"; F1: token F1 against all spans pooled.
@@ -114,6 +116,32 @@ def multispan_f1(prediction: str, spans: Sequence[str]) -> float:
 def boolean_accuracy(prediction: bool | None, gold: bool) -> float:
     """1 when the extracted yes/no equals the gold; None (nothing extracted) is wrong."""
     return float(prediction is not None and bool(prediction) == bool(gold))
+
+
+# The words a yes/no gold is written as. StrategyQA's golds are booleans; our prompts ask for
+# yes/no, the original toolkit's for true/false, so both forms of the gold count.
+BOOLEAN_FORMS: dict[bool, frozenset[str]] = {True: frozenset({"yes", "true"}), False: frozenset({"no", "false"})}
+_BOOLEAN_WORDS = {gold: re.compile(r"\b(?:" + "|".join(sorted(forms)) + r")\b") for gold, forms in BOOLEAN_FORMS.items()}
+
+
+def boolean_cover_em(prediction: str, gold: bool) -> float:
+    """StrategyQA cover-EM: 1 when a word of the gold's polarity is a whole word of the answer.
+
+    The toolkit's check (`str(bool).lower() in answer`, dexter_toolkit.md "Cover-EM as actually
+    scored") looks for the gold word in the final answer. Done on characters, as the generic
+    `cover_em` does, gold "no" would be covered by "not", "know", "unknown", "cannot", "nothing"
+    and gold "yes" by "yesterday"; so the answer is normalized (`normalize_answer`) and its
+    *words* (regex word boundaries, so a quote or dash that normalization keeps, "“No”",
+    "No—", still bounds a word) are compared with the gold's forms (yes/true, no/false).
+    Punctuation inside a word is deleted by normalization, so "no-one" ("noone") and "yes/no"
+    ("yesno") hold no polarity word.
+
+    Both polarities in one answer ("yes and no", "No, that is not true"): covered for either
+    gold, the toolkit-faithful reading (its substring test counts the gold word wherever it
+    is). The stricter reading is StrategyQA `accuracy`, which takes the first yes/no/true/false
+    word as the answer (`extraction.parse_yes_no`, on the raw text).
+    """
+    return float(bool(_BOOLEAN_WORDS[bool(gold)].search(normalize_answer(prediction))))
 
 
 # --- AmbigQA ----------------------------------------------------------------------------------

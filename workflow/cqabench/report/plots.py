@@ -350,6 +350,11 @@ def skill_data(per_question: pd.DataFrame, dataset: str = "tanq", metric: str = 
     if per_question.empty or not need <= set(per_question.columns):
         return pd.DataFrame()
     part = per_question[(per_question["dataset"] == dataset) & (per_question["metric"] == metric)].copy()
+    # a metric scored in several variants (TANQ RMS: official, cqabench_parse) is plotted in the
+    # dataset's primary one (scoring.PRIMARY), never averaged across them
+    variant = dict(PRIMARY.get(dataset, ())).get(metric)
+    if variant is not None and "variant" in part.columns:
+        part = part[part["variant"].astype("string") == variant]
     if part.empty:
         return pd.DataFrame()
     part["skill"] = part["skills"].map(lambda s: json.loads(s) if isinstance(s, str) and s else ["(none)"])
