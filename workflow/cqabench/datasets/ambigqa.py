@@ -23,6 +23,9 @@ Gold (`relevance`, config `datasets.ambigqa.relevance`):
   whole words** (" alias " in " text "). Whole words, not cover-EM's bare substring: a
   100-word passage would otherwise "contain" the answer "1" in "1990" or "no" in "not"; it is
   also how open-domain QA checks a passage for an answer (DPR's has_answer matches tokens).
+  Because SQuAD's normalization deletes punctuation ("Theresa May's" -> "theresa mays"), the
+  alias and the passage are also compared with punctuation turned into spaces; either form
+  matching counts (`contains_answer`).
   (The toolkit's AmbigQADataLoader has no answer check: it marks the first passage of each
   viewed title; docs/fidelity.md.)
 - `viewed`: every passage of every viewed article, relevance 1.
@@ -33,6 +36,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import string
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -141,16 +145,27 @@ def _pooled(annotations: list[Annotation]) -> list[str]:
     return ordered_unique([alias for a in annotations for item in a.answers for alias in item["aliases"]])
 
 
+_PUNCT_RUN = re.compile(f"[{re.escape(string.punctuation)}]+")
+
+
+def _forms(text: str) -> set[str]:
+    """`text` normalized as the answer metrics normalize it (SQuAD's `normalize_answer`: the
+    punctuation deleted), and once more with the punctuation turned into spaces first, so that
+    a possessive ("Theresa May's" -> "theresa mays") or a hyphenated word still shows the words
+    the answer is made of ("theresa may s")."""
+    return {normalize_answer(text), normalize_answer(_PUNCT_RUN.sub(" ", text))}
+
+
 def answer_keys(aliases: list[str]) -> list[str]:
-    """The aliases as `contains_answer` looks for them: normalized, padded with spaces (whole
-    words), empty ones (an alias of only punctuation or articles) dropped."""
-    return list(dict.fromkeys(f" {n} " for n in map(normalize_answer, aliases) if n))
+    """The aliases as `contains_answer` looks for them: both normal forms (`_forms`), padded
+    with spaces (whole words); an alias of only punctuation or articles gives no key."""
+    return sorted({f" {n} " for a in aliases for n in _forms(a) if n})
 
 
 def contains_answer(text: str, keys: list[str]) -> bool:
-    """Whether the normalized `text` holds one of `answer_keys(...)` as whole words."""
-    padded = f" {normalize_answer(text)} "
-    return any(k in padded for k in keys)
+    """Whether one of `answer_keys(...)` occurs as whole words in a normal form of `text`."""
+    padded = [f" {n} " for n in _forms(text)]
+    return any(k in t for k in keys for t in padded)
 
 
 def records(files: Mapping[str, Path], split: str, limit: int | None = None,
