@@ -411,3 +411,26 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
     commands = [line for line in done.stdout.splitlines() if "cqabench prepare" in line]
     assert len(commands) == len(targets) == 12  # musique, 2wiki: 2 splits; finqa: 3; the other five: 1
     assert all("--relevance paper " in line for line in commands)
+
+
+def test_the_mode_is_a_column_of_metrics_parquet(tmp_path: Path) -> None:
+    """A retrieval cell's `relevance` (as eval_retrieval writes it) reaches metrics.parquet, in
+    CELL_COLUMNS right after `corpus`; a file written before the key existed gives null."""
+    from cqabench.report.aggregate import CELL_COLUMNS, build_metrics_table
+
+    assert list(CELL_COLUMNS)[list(CELL_COLUMNS).index("corpus") + 1] == "relevance"
+    cells = {"new": "supporting", "old": None}
+    files = []
+    for name, mode in cells.items():
+        cell = {"stage": "retrieval", "dataset": "2wikimultihopqa", "split": "dev", "corpus": "wiki-multihop",
+                "serialization": "pipe", "retriever": "bm25", "identical_id_policy": "drop"}
+        if mode:
+            cell["relevance"] = mode
+        folder = tmp_path / "results" / "retrieval" / name
+        folder.mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps({
+            "cell": cell, "provenance": {},
+            "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.4, "n": 2, "unit": "fraction"}]}))
+        files.append(folder / "metrics.json")
+    table = build_metrics_table(files, tmp_path / "results")
+    assert sorted(table.column("relevance").to_pylist(), key=str) == [None, "supporting"]
