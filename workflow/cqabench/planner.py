@@ -25,8 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cqabench.datasets import DATASETS as DATASET_NAMES
-from cqabench.datasets import has_gold_evidence, relevance_modes
+from cqabench.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
 from cqabench.errors import ConfigError
 from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 
@@ -537,7 +536,7 @@ class Plan:
             role: self.env.root / self.raw_input(spec["path"])
             for role, spec in self.config["datasets"][ds]["files"][sp].items()
         }
-        return has_gold_evidence(ds, files)
+        return has_gold_evidence(ds, files, self.relevance_of(ds))
 
     def not_planned_cells(self) -> list[dict[str, str]]:
         """Configured cells left out of the plan, with the reason the report prints."""
