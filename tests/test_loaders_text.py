@@ -68,7 +68,8 @@ def test_musique_real_sample(musique_file: Path):
     supporting = sum(p["is_supporting"] for p in records)
     assert (len(unique), supporting) == (1890, 237)
 
-    data = musique.load({"questions": musique_file}, "train")
+    # the stricter mode (the paper's, every paragraph relevant: tests/test_relevance.py)
+    data = musique.load({"questions": musique_file}, "train", relevance="supporting")
     _check_consistent(data)
     assert len(data.queries) == 100
     assert len(data.corpus) == len(unique)
@@ -172,7 +173,8 @@ def twowiki_files(shared_data: Path) -> dict[str, Path]:
 
 def test_twowiki_real_dev(twowiki_files: dict[str, Path]):
     raw = json.loads(twowiki_files["questions"].read_text(encoding="utf-8"))
-    data = twowiki.load({"questions": twowiki_files["questions"]}, "dev")
+    # the stricter mode (the paper's, all 10 context paragraphs: tests/test_relevance.py)
+    data = twowiki.load({"questions": twowiki_files["questions"]}, "dev", relevance="supporting")
     _check_consistent(data)
     assert [q.qid for q in data.queries] == ["8813f87c0bdd11eba7f7acde48001122", "61a46987092f11ebbdaeac1f6bf848b6"]
     assert [q.question_type for q in data.queries] == ["compositional", "comparison"]
@@ -225,8 +227,10 @@ def test_twowiki_has_no_hidden_cap(tmp_path: Path):
     ]
     f = tmp_path / "dev.json"
     f.write_text(json.dumps(records), encoding="utf-8")
-    data = twowiki.load({"questions": f}, "dev")
+    data = twowiki.load({"questions": f}, "dev", relevance="supporting")
     assert len(data.queries) == 1300 and len(data.corpus) == 1301 and len(data.qrels) == 1300
+    # the paper's mode: both context paragraphs of each question (2 x 1300)
+    assert len(twowiki.load({"questions": f}, "dev").qrels) == 2600
     assert data.corpus[0].text == "s0. s1."
     assert len(twowiki.load({"questions": f}, "dev", limit=5).queries) == 5
 
@@ -314,8 +318,9 @@ def test_strategyqa_real_dev(strategyqa_files: dict[str, Path]):
 
 
 def test_strategyqa_with_paragraphs(strategyqa_files: dict[str, Path], tmp_path: Path):
-    """A paragraphs file in the official shape naming every evidence id gives one qrel per
-    (question, annotator, paragraph)."""
+    """A paragraphs file in the official shape naming every evidence id gives, in mode
+    `paragraphs`, one qrel per (question, annotator, paragraph); the paper's mode (qrels by
+    title) is tests/test_relevance.py."""
     raw = json.loads(strategyqa_files["questions"].read_text(encoding="utf-8"))
     ids = sorted({pid for r in raw for ann in r["evidence"] for pid in _evidence_ids(ann)})
     paragraphs = {
@@ -330,7 +335,8 @@ def test_strategyqa_with_paragraphs(strategyqa_files: dict[str, Path], tmp_path:
     }
     pfile = tmp_path / "strategyqa_train_paragraphs.json"
     pfile.write_text(json.dumps(paragraphs), encoding="utf-8")
-    data = strategyqa.load({"questions": strategyqa_files["questions"], "paragraphs": pfile}, "dev")
+    data = strategyqa.load({"questions": strategyqa_files["questions"], "paragraphs": pfile}, "dev",
+                           relevance="paragraphs")
     _check_consistent(data)
     assert len(data.corpus) == len(ids)
     assert sum(len(_evidence_ids(ann)) for r in raw for ann in r["evidence"]) == len(data.qrels)
@@ -464,7 +470,7 @@ def test_ambigqa_qrels_from_viewed_titles(shared_data: Path, tmp_path: Path):
     ]
     q = tmp_path / "dev.json"
     q.write_text(json.dumps(records), encoding="utf-8")
-    data = ambigqa.load({"questions": q, "passages": tsv}, "dev")
+    data = ambigqa.load({"questions": q, "passages": tsv}, "dev", relevance="viewed")
     _check_consistent(data)
     assert sorted(r.docid for r in data.qrels if r.qid == "9") == expected
     assert [r for r in data.qrels if r.qid == "7"] == []  # no carry-over of the previous evidence

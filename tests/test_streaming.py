@@ -108,7 +108,7 @@ def test_streamed_paragraphs_name_file_record_and_field(tmp_path: Path, monkeypa
     pars = {**_paragraphs(1500), **{pid: {"title": pid.rsplit("-", 1)[0], "content": f"text of {pid}"} for pid in ids}}
     path = tmp_path / "paragraphs.json"
     path.write_text(json.dumps(pars), encoding="utf-8")  # one line, as the official file
-    data = strategyqa.load({"questions": questions, "paragraphs": path}, "dev")
+    data = strategyqa.load({"questions": questions, "paragraphs": path}, "dev", relevance="paragraphs")
     assert [d.docid for d in data.corpus] == list(pars)
     assert len(data.qrels) == 1492  # as the in-memory loader counted on this file (test_loaders_text)
     del pars["Page 700-1"]["content"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cqabench.datasets import has_gold_evidence
+from cqabench.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
 from cqabench.errors import ConfigError
 from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 
@@ -176,6 +176,11 @@ class Plan:
             missing = [sp for sp in spec.get("corpus_splits") or [] if sp not in files]
             if missing:
                 out.append(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
+            modes = relevance_modes(ds) if ds in DATASET_NAMES else {}
+            mode = spec.get("relevance", "paper")
+            if modes and mode not in modes:
+                out.append(f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
+                           f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)")
             explicit = spec.get("corpus")
             if explicit and explicit not in corpus_names:
                 out.append(
@@ -410,6 +415,16 @@ class Plan:
             ]
         return targets
 
+    def relevance_of(self, dataset: str) -> str:
+        """The dataset's relevance mode (`datasets.<name>.relevance`, default `paper`): recorded in
+        every result row of the dataset, since it decides the qrels (FinQA: also the corpus)."""
+        return str(self.config["datasets"][dataset].get("relevance") or "paper")
+
+    def relevance_arg(self, dataset: str) -> str:
+        """`cqabench prepare --relevance MODE`, for every split (a corpus-only split too: FinQA's
+        corpus depends on the mode), so a change of mode re-runs prepare and all downstream."""
+        return f"--relevance {shlex.quote(self.relevance_of(dataset))}"
+
     def question_selection_args(self, dataset: str, split: str) -> str:
         """`cqabench prepare` flags of a dataset's explicit question selection (limit, hops,
         answerable_only), for the splits it evaluates; a corpus-only split is prepared whole."""
@@ -543,7 +558,7 @@ class Plan:
             role: self.env.root / self.raw_input(spec["path"])
             for role, spec in self.config["datasets"][ds]["files"][sp].items()
         }
-        return has_gold_evidence(ds, files)
+        return has_gold_evidence(ds, files, self.relevance_of(ds))
 
     def not_planned_cells(self) -> list[dict[str, str]]:
         """Configured cells left out of the plan, with the reason the report prints."""
@@ -723,6 +738,7 @@ class Plan:
             "dataset": w.dataset,
             "split": w.split,
             "corpus": self.corpus_of(w.dataset),
+            "relevance": self.relevance_of(w.dataset),
             "serialization": w.serialization,
             "retriever": w.retriever,
             "retriever_settings": self.run_settings(w.retriever) if w.retriever != "none" else {},

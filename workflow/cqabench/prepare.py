@@ -14,7 +14,7 @@ from types import ModuleType
 import pyarrow.parquet as pq
 
 from cqabench.datasets import loader
-from cqabench.datasets.common import IdDigests, check_raw_file
+from cqabench.datasets.common import IdDigests, check_raw_file, check_relevance
 from cqabench.errors import ConfigError, DataError
 from cqabench.io import RowGroupWriter, atomic_files, iter_parquet_batches
 from cqabench.schema import (
@@ -137,8 +137,11 @@ def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = N
 
 
 def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, limit: int | None = None,
-            hops: list[int] | None = None, answerable_only: bool = False) -> CanonicalData:
+            hops: list[int] | None = None, answerable_only: bool = False, relevance: str = "paper") -> CanonicalData:
     """Load one (dataset, split), select its questions (`select_questions`), check, write.
+
+    `relevance`: the loader's relevance mode (its RELEVANCE; config `datasets.<name>.relevance`),
+    which decides the qrels and, for FinQA, the corpus itself; checked before any file is read.
 
     The loader's records stream through: each document is checked and written to corpus.parquet
     in row groups as it is read (io.RowGroupWriter), so memory holds the questions, qrels and
@@ -148,6 +151,7 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
     the documents are in corpus.parquet)."""
     module = loader(dataset)
     check_limit(dataset, limit)
+    check_relevance(dataset, module.RELEVANCE, relevance)
     missing = [role for role, required in module.RAW_FILES.items() if required and role not in files]
     unknown = sorted(set(files) - set(module.RAW_FILES))
     if missing or unknown:
@@ -161,7 +165,8 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     try:
-        data, n_docs = _stream_and_write(module, dataset, split, files, main_file, out_dir, limit, hops, answerable_only)
+        data, n_docs = _stream_and_write(module, dataset, split, files, main_file, out_dir, limit, hops,
+                                         answerable_only, relevance)
     except BaseException:
         # The tables are written as they are read, into temporaries that a failure removes; a
         # folder this run made for them goes too, so a failed prepare leaves nothing behind.
@@ -169,15 +174,16 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
             out_dir.rmdir()
         raise
     log.info(
-        "%s/%s: %d queries, %d documents, %d qrels, %d answers",
-        dataset, split, len(data.queries), n_docs, len(data.qrels), len(data.answers),
+        "%s/%s (relevance %s): %d queries, %d documents, %d qrels (%d relevant), %d answers",
+        dataset, split, relevance, len(data.queries), n_docs, len(data.qrels),
+        sum(1 for r in data.qrels if r.relevance > 0), len(data.answers),
     )
     return data
 
 
 def _stream_and_write(module: ModuleType, dataset: str, split: str, files: Mapping[str, Path], main_file: Path,
                       out_dir: Path, limit: int | None, hops: list[int] | None,
-                      answerable_only: bool) -> tuple[CanonicalData, int]:
+                      answerable_only: bool, relevance: str) -> tuple[CanonicalData, int]:
     """The body of `prepare`: (the kept questions, qrels and answers; the number of documents)."""
     loaded = CanonicalData()
     docids = IdDigests()
@@ -185,7 +191,7 @@ def _stream_and_write(module: ModuleType, dataset: str, split: str, files: Mappi
     # them (and no old table beside a new one); see io.atomic_files.
     with atomic_files({name: out_dir / f"{name}.parquet" for name in TABLES}) as tmp:
         with RowGroupWriter(tmp["corpus"], CORPUS_SCHEMA) as corpus:
-            for rec in module.records(files, split, limit=None):
+            for rec in module.records(files, split, limit=None, relevance=relevance):
                 if isinstance(rec, Document):
                     check_document(rec, main_file)
                     docids.add(rec.docid)

@@ -43,10 +43,11 @@ rule prepare:
     params:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
+        relevance=lambda w: relevance_arg(w.dataset),  # datasets.<name>.relevance: a change re-runs prepare
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
     shell:
         "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
-        "{params.files} {params.limit} --out-dir {params.out_dir:q} 2> {log:q}"
+        "{params.files} {params.limit} {params.relevance} --out-dir {params.out_dir:q} 2> {log:q}"
 
 
 # One member file: the output is a hard link to it (stored once, prepare's row order); several:

@@ -249,6 +249,7 @@ rule eval_retrieval:
                 "dataset": w.dataset,
                 "split": w.split,
                 "corpus": corpus_of(w.dataset),
+                "relevance": relevance_of(w.dataset),
                 "serialization": w.serialization,
                 "retriever": w.run,
                 "retriever_settings": _run_settings(w.run),

@@ -42,7 +42,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from cqabench.prepare import prepare
 
     prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit,
-            hops=args.hops, answerable_only=args.answerable_only)
+            hops=args.hops, answerable_only=args.answerable_only, relevance=args.relevance)
     return 0
 
 
@@ -75,6 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=positive_int, default=None, help="explicit cap on the number of questions (>= 1)")
     p.add_argument("--hops", type=int, nargs="+", default=None, help="MuSiQue: keep questions with these hop counts")
     p.add_argument("--answerable-only", action="store_true", help="MuSiQue: drop unanswerable questions")
+    p.add_argument("--relevance", default="paper",
+                   help="relevance mode of the dataset's loader (its RELEVANCE; default paper: DEXTER §3.1 / the toolkit)")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=_prepare)
 

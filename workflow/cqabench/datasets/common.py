@@ -414,3 +414,20 @@ class IdDigests:
     @staticmethod
     def digest(value: str) -> int:
         return _digest(value)
+
+
+# --- relevance modes ------------------------------------------------------------------------------
+
+
+def check_relevance(dataset: str, modes: dict[str, str], mode: str) -> str:
+    """`mode` if it is one of the dataset's relevance modes (its loader's RELEVANCE), else a
+    ConfigError naming the config key `datasets.<dataset>.relevance` and the valid modes.
+
+    Why here: every loader takes the mode, and a typo must stop `prepare` (and planning) with the
+    key to fix rather than fall back to some default judgment."""
+    from cqabench.errors import ConfigError
+
+    if mode not in modes:
+        valid = "; ".join(f"{name} ({what})" for name, what in modes.items())
+        raise ConfigError(f"datasets.{dataset}.relevance: unknown mode {mode!r}; valid: {valid}")
+    return mode

@@ -2,8 +2,14 @@
 
 The corpus is every paragraph of the kept questions, supporting or not (the distractors are
 what makes retrieval hard), deduplicated by content id so that a paragraph repeated across
-questions, or shared with 2WikiMultihopQA, is one document. Gold = the `is_supporting`
-paragraphs. Unanswerable records (MuSiQue-Full) are kept; `answerable` is recorded in meta.
+questions, or shared with 2WikiMultihopQA, is one document. Unanswerable records
+(MuSiQue-Full) are kept; `answerable` is recorded in meta.
+
+Gold (`relevance`, config `datasets.musique.relevance`):
+- `paper` (default): every paragraph paired with the question, relevance 1. DEXTER §3.1 "for
+  qrels ... we use the contexts given for each question"; the toolkit's MusiqueQaDataLoader
+  marks every paragraph of its file gold and never reads `is_supporting`.
+- `supporting`: only the `is_supporting` paragraphs (a stricter, different benchmark).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from cqabench.datasets.common import (
     ordered_unique,
     os_error,
     read_json_list,
+    check_relevance,
     read_jsonl,
     text_docid,
 )
@@ -29,6 +36,10 @@ from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}
+RELEVANCE: dict[str, str] = {
+    "paper": "every paragraph paired with the question (DEXTER §3.1, the toolkit's loader)",
+    "supporting": "only the question's is_supporting paragraphs",
+}
 
 
 def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -57,9 +68,11 @@ def _hops(qid: str) -> str:
     return m.group(1) if m else ""
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None,
+            relevance: str = "paper") -> Iterator[Record]:
     """Each question's new paragraphs, qrels, query and answer, record by record (a .jsonl file
-    is read line by line)."""
+    is read line by line). `relevance`: which paragraphs are gold (RELEVANCE)."""
+    every = check_relevance("musique", RELEVANCE, relevance) == "paper"
     path = Path(files["questions"])
     records = islice(_records(path), limit)
     seen_docs: set[str] = set()
@@ -93,7 +106,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             if docid not in seen_docs:
                 seen_docs.add(docid)
                 yield Document(docid=docid, title=title, text=text)
-            if supporting and docid not in gold:  # one qrel even if the paragraph repeats
+            if (every or supporting) and docid not in gold:  # one qrel even if the paragraph repeats
                 gold.add(docid)
                 yield Qrel(qid=qid, docid=docid, relevance=1)
 
@@ -136,10 +149,11 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
         yield Answer(qid=qid, answer_type="aliases", aliases=ordered_unique([answer, *aliases]))
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
-    return collect(records(files, split, limit))
+def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:
+    return collect(records(files, split, limit, relevance))
 
 
-def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
-    """Planning-time: gold comes from the question file itself (the `is_supporting` paragraphs of each question record), so (True, "")."""
+def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[bool, str]:
+    """Planning-time: gold comes from the question file itself (each record's paragraphs, all
+    or the `is_supporting` ones by `relevance`), so (True, "")."""
     return True, ""

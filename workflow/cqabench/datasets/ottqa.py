@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 from cqabench.datasets.common import (
     Record,
+    check_relevance,
     collect,
     field,
     iter_json_object,
@@ -34,6 +35,9 @@ from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "tables": True, "passages": True}
+RELEVANCE: dict[str, str] = {
+    "paper": "the question's table plus the passages its traced answer nodes name",
+}
 
 
 def passage_title(key: str) -> str:
@@ -73,11 +77,13 @@ def _table_doc(table_id: str, table: Any, path: Path) -> Document:
     return Document(docid=table_id, title=full_title, text="", kind="table", table_header=header, table_rows=rows)
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None,
+            relevance: str = "paper") -> Iterator[Record]:
     """The tables, then the passages, as their files are read (common.iter_json_object: the
     open-domain release has 400k tables and 6M passages), then each question's qrels, answer and
     query. The questions are read and checked first, so only the ids they name are remembered;
     a named table or passage the files lack is reported after they were read."""
+    check_relevance("ottqa", RELEVANCE, relevance)  # one mode only
     qpath, tpath, ppath = (Path(files[r]) for r in ("questions", "tables", "passages"))
     questions = read_json_list(qpath, "questions")
     parsed: list[tuple[str, str, list[tuple[int, str]], Answer, Query]] = []  # qid, table id, passage nodes, ...
@@ -134,10 +140,10 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
         yield query
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
-    return collect(records(files, split, limit))
+def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:
+    return collect(records(files, split, limit, relevance))
 
 
-def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
+def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[bool, str]:
     """Planning-time: gold comes from the question file itself (each question's `table_id` (and traced answer nodes)), so (True, "")."""
     return True, ""

@@ -39,12 +39,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from cqabench.datasets.common import Record, collect, field, read_jsonl, text_docid
+from cqabench.datasets.common import Record, check_relevance, collect, field, read_jsonl, text_docid
 from cqabench.datasets.tatqa import header_and_rows
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}
+RELEVANCE: dict[str, str] = {
+    "paper": "every proof (text, table, infobox) of the question's answer cells",
+}
 
 _META_KEYS = ("init_question", "ext_question", "ext_question_cleaned", "question_properties", "extended_types")
 
@@ -163,10 +166,12 @@ def _question(rec: dict[str, Any], path: Path, qid: str) -> str:
     raise DataError(path, qid, "ext_question_rephrased", "missing (nor question / ext_question)")
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+def records(files: Mapping[str, Path], split: str, limit: int | None = None,
+            relevance: str = "paper") -> Iterator[Record]:
     """Each question's qrels, answer and query as read; the proof documents after the last line,
     since a later question can give an earlier document a more specific title (the corpus is
     the proofs of the question file, which is read line by line)."""
+    check_relevance("tanq", RELEVANCE, relevance)  # one mode only
     path = Path(files["questions"])
     corpus: list[Document] = []
     docs: dict[str, tuple[int, tuple[int, str]]] = {}  # docid -> (position in corpus, title key)
@@ -208,8 +213,8 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
     yield from corpus
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
-    return collect(records(files, split, limit))
+def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:
+    return collect(records(files, split, limit, relevance))
 
 
 def _has_proof(rec: Any) -> bool:
@@ -227,7 +232,7 @@ def _has_proof(rec: Any) -> bool:
     return False
 
 
-def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
+def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[bool, str]:
     """Planning-time: some record has an answer_list with proofs. Reads line by line and stops
     at the first such record (the first line of the full release); lines that do not parse are
     skipped here and left for `prepare` to report. A file not there yet will be downloaded

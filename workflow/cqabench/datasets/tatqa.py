@@ -2,10 +2,15 @@
 
 Corpus: per context, one table document (docid = table uid) and one text document per
 paragraph (docid = paragraph uid); TAT-QA has no titles, so titles are empty. Gold follows
-`answer_from`: the table when it is "table" or "table-text", and the paragraphs whose
-`order` is listed in `rel_paragraphs` when it is "text" or "table-text" (five dev questions
-answered from the table also list paragraphs; those are not gold, as the annotation says the
-answer came from the table).
+`answer_from`: the table when it is "table" or "table-text", and the paragraphs listed in
+`rel_paragraphs` when it is "text" or "table-text" (five dev questions answered from the table
+also list paragraphs; those are not gold, as the annotation says the answer came from the
+table, and as the toolkit's `'text' in answer_from` test has it). How a `rel_paragraphs` entry
+names a paragraph is `relevance` (config `datasets.tatqa.relevance`):
+- `paper` (default): as the toolkit's TATQADataLoader, by list position, `paragraphs[int(p)-1]`;
+- `order`: the paragraph whose `order` field is int(p).
+The two agree on every question of the official dev file (278 contexts, 926 entries; each
+context's paragraphs are listed in order 1..n) and of the bundled sample.
 
 Table header = the first raw row, the rest are rows. TAT-QA tables often have two or three
 header rows (a period banner above the years); those extra rows stay as ordinary rows, so
@@ -25,11 +30,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.datasets.common import Record, collect, field, finite, read_json_list
+from cqabench.datasets.common import Record, check_relevance, collect, field, finite, read_json_list
 from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}
+RELEVANCE: dict[str, str] = {
+    "paper": "rel_paragraphs by list position, paragraphs[int(p)-1], as the toolkit's loader",
+    "order": "rel_paragraphs by the paragraphs' order field",
+}
 
 SPAN_TYPES = ("span", "multi-span")
 NUMBER_TYPES = ("arithmetic", "count")
@@ -94,9 +103,28 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
     raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {valid}")
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
+def _paragraph(r: Any, by_order: Mapping[int, str], listed: list[str], positional: bool,
+               path: Path, qid: str, context: str) -> str:
+    """The uid a `rel_paragraphs` entry names: by list position (mode `paper`) or by `order`."""
+    try:
+        n = int(r)
+    except (TypeError, ValueError):
+        raise DataError(path, qid, "rel_paragraphs", f"{r!r} is not a paragraph order") from None
+    if positional:
+        if not 1 <= n <= len(listed):
+            raise DataError(path, qid, "rel_paragraphs",
+                            f"paragraph {r!r} does not exist in context {context} ({len(listed)} paragraphs)")
+        return listed[n - 1]
+    if n not in by_order:
+        raise DataError(path, qid, "rel_paragraphs", f"paragraph order {r!r} does not exist in context {context}")
+    return by_order[n]
+
+
+def records(files: Mapping[str, Path], split: str, limit: int | None = None,
+            relevance: str = "paper") -> Iterator[Record]:
     """Per context: its questions' qrels, answers and queries, then (if it kept a question) its
-    documents. Uids are checked unique over the file."""
+    documents. Uids are checked unique over the file. `relevance`: RELEVANCE."""
+    positional = check_relevance("tatqa", RELEVANCE, relevance) == "paper"
     path = Path(files["questions"])
     contexts = read_json_list(path, "contexts")
     n_queries = 0
@@ -132,16 +160,11 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             rel = field(q, "rel_paragraphs", list, path, qid)
             gold: list[str] = [table_uid] if source in ("table", "table-text") else []
             if source in ("text", "table-text"):
+                listed = [d.docid for d in docs[1:]]
                 for r in rel:
-                    try:
-                        order = int(r)
-                    except (TypeError, ValueError):
-                        raise DataError(path, qid, "rel_paragraphs", f"{r!r} is not a paragraph order") from None
-                    if order not in by_order:
-                        raise DataError(path, qid, "rel_paragraphs",
-                                        f"paragraph order {r!r} does not exist in context {table_uid}")
-                    if by_order[order] not in gold:
-                        gold.append(by_order[order])
+                    uid = _paragraph(r, by_order, listed, positional, path, qid, table_uid)
+                    if uid not in gold:
+                        gold.append(uid)
             yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
             yield _answer(q, path, qid)
             kind = q["answer_type"]
@@ -167,10 +190,10 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             yield from docs
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
-    return collect(records(files, split, limit))
+def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:
+    return collect(records(files, split, limit, relevance))
 
 
-def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
+def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[bool, str]:
     """Planning-time: gold comes from the question file itself (each question's `answer_from` / `rel_paragraphs`), so (True, "")."""
     return True, ""

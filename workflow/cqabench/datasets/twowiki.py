@@ -3,8 +3,14 @@
 A context paragraph is `[title, [sentences]]`; its document text is the sentences joined by
 one space, which is how the released 2Wiki passage corpora (e.g. the 6,119-passage distractor
 corpus) write them, so the same paragraph gets the same content id from either source.
-Gold = every context paragraph whose title appears in `supporting_facts` (relevance 1).
 Every question of the file is loaded: only an explicit `limit` caps them.
+
+Gold (`relevance`, config `datasets.2wikimultihopqa.relevance`), relevance 1:
+- `paper` (default): all the question's context paragraphs (10 in the release, most of them
+  distractors). DEXTER §3.1 "we use the contexts given for each question"; the toolkit's
+  WikiMultihopQADataLoader marks every context paragraph gold, with no supporting-facts filter.
+- `supporting`: the context paragraphs whose title appears in `supporting_facts`.
+`supporting_facts` is checked (and kept in meta) in both modes.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 
 from cqabench.datasets.common import (
     Record,
+    check_relevance,
     collect,
     field,
     limited,
@@ -25,8 +32,10 @@ from cqabench.errors import DataError
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}
-
-
+RELEVANCE: dict[str, str] = {
+    "paper": "all context paragraphs of the question (DEXTER §3.1, the toolkit's loader)",
+    "supporting": "the context paragraphs named by supporting_facts",
+}
 
 
 def _add(new: list[Document], seen: set[str], title: str, text: str) -> str:
@@ -38,8 +47,11 @@ def _add(new: list[Document], seen: set[str], title: str, text: str) -> str:
     return docid
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> Iterator[Record]:
-    """Each question's new paragraphs, qrels, query and answer; then the extra passages."""
+def records(files: Mapping[str, Path], split: str, limit: int | None = None,
+            relevance: str = "paper") -> Iterator[Record]:
+    """Each question's new paragraphs, qrels, query and answer; then the extra passages.
+    `relevance`: which context paragraphs are gold (RELEVANCE)."""
+    every = check_relevance("2wikimultihopqa", RELEVANCE, relevance) == "paper"
     path = Path(files["questions"])
     records = limited(read_json_list(path), limit)
     new: list[Document] = []
@@ -55,6 +67,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
         qtype = field(rec, "type", str, path, qid)
 
         by_title: dict[str, list[str]] = {}
+        context_ids: list[str] = []  # context order: the paper mode's qrels order
         for j, par in enumerate(field(rec, "context", list, path, qid)):
             where = f"context[{j}]"
             if not (
@@ -66,11 +79,13 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             ):
                 raise DataError(path, qid, where, "expected [title, [sentence, ...]]")
             title, sentences = par
-            by_title.setdefault(title, []).append(_add(new, seen_docs, title, " ".join(sentences)))
+            docid = _add(new, seen_docs, title, " ".join(sentences))
+            by_title.setdefault(title, []).append(docid)
+            context_ids.append(docid)
         yield from new
         new.clear()
 
-        gold: list[str] = []
+        gold: list[str] = list(dict.fromkeys(context_ids)) if every else []
         for j, fact in enumerate(field(rec, "supporting_facts", list, path, qid)):
             where = f"supporting_facts[{j}]"
             if not (
@@ -84,7 +99,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             if fact[0] not in by_title:
                 raise DataError(path, qid, "supporting_facts", f"title {fact[0]!r} is not among the context titles")
             for docid in by_title[fact[0]]:
-                if docid not in gold:
+                if not every and docid not in gold:
                     gold.append(docid)
         yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
 
@@ -103,10 +118,11 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None) -> 
             new.clear()
 
 
-def load(files: Mapping[str, Path], split: str, limit: int | None = None) -> CanonicalData:
-    return collect(records(files, split, limit))
+def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:
+    return collect(records(files, split, limit, relevance))
 
 
-def gold_evidence(files: Mapping[str, Path]) -> tuple[bool, str]:
-    """Planning-time: gold comes from the question file itself (the context paragraphs named by each question's `supporting_facts`), so (True, "")."""
+def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[bool, str]:
+    """Planning-time: gold comes from the question file itself (its context paragraphs, all or
+    those named by `supporting_facts` by `relevance`), so (True, "")."""
     return True, ""

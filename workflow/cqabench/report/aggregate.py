@@ -46,6 +46,7 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
     "dataset": pa.string(),
     "split": pa.string(),
     "corpus": pa.string(),
+    "relevance": pa.string(),  # the dataset's relevance mode (datasets.<name>.relevance); null: a run before it existed
     "serialization": pa.string(),
     "retriever": pa.string(),
     "retriever_settings": pa.string(),  # JSON
