@@ -72,3 +72,21 @@ def test_a_bad_archive_is_an_error_naming_the_url_and_leaves_nothing(kind: str, 
                 "no such member": "has no member 'dataset/dev.json'", "empty reply": "sent 0 bytes"}[kind]
     assert expected in err
     assert list(out_dir.iterdir()) == []  # neither the output nor a temporary
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # Hand check: the "'" is the 2nd character of line 1, where json expects a property name.
+        ("{'url': 'x'}", "--spec: not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes"),
+        ('["https://x"]', "--spec: expected a JSON object {url, sha256, member}, got list"),
+    ],
+)
+def test_a_bad_spec_is_one_error_line_naming_spec(spec: str, expected: str, tmp_path: Path, capsys) -> None:
+    """Issue 21 (WEAK): bad JSON in --spec was a JSONDecodeError traceback."""
+    code = main(["download", "--name", "finqa/dev.json", "--spec", spec, "--raw-dir", "resources/raw",
+                 "--out", str(tmp_path / "dev.json")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"cqabench download: error: {expected}"), err
+    assert "Traceback" not in err and not (tmp_path / "dev.json").exists()

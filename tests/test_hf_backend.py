@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,16 @@ def backend(smollm2_dir: Path):
     b = HfBackend(spec)
     yield b
     b.close()
+
+
+def test_converted_model_files_are_readable_with_the_umask_mode(smollm2_dir: Path) -> None:
+    """Issue 21 (WEAK): model.safetensors was 0600 (safetensors' own temporary); now every file of the
+    converted folder is 0666 & ~umask (0644 under umask 022), like config.json always was."""
+    mask = os.umask(0)
+    os.umask(mask)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in smollm2_dir.iterdir() if p.is_file()}
+    assert "model.safetensors" in modes
+    assert modes == dict.fromkeys(modes, 0o666 & ~mask)
 
 
 def test_conversion_records_the_gguf_hash_and_fixes_special_tokens(smollm2_dir: Path) -> None:

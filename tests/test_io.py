@@ -118,3 +118,25 @@ def test_atomic_dir_gets_the_umask_mode_not_mkdtemps_0700(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "idx").stat().st_mode) == 0o755
+
+
+def test_atomic_dir_publishes_every_file_inside_with_the_umask_mode(tmp_path: Path) -> None:
+    """Issue 21 (WEAK): safetensors writes model.safetensors 0600 inside the converter's atomic_dir
+    (seen on a real conversion: -rw------- while config.json was -rw-r--r--). Under umask 022 every
+    published file is 0644 (0666 & ~022), a folder or an executable 0755 (0777 & ~022)."""
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "model") as tmp:
+            weights = tmp / "model.safetensors"
+            weights.write_bytes(b"w")
+            os.chmod(weights, 0o600)  # what safetensors' save_file leaves
+            (tmp / "sub").mkdir(mode=0o700)
+            (tmp / "sub" / "part.bin").write_bytes(b"p")
+            os.chmod(tmp / "sub" / "part.bin", 0o600)
+            (tmp / "run.sh").write_text("#!/bin/sh\n")
+            os.chmod(tmp / "run.sh", 0o700)
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
+    assert modes == {"model": 0o755, "model/model.safetensors": 0o644, "model/sub": 0o755,
+                     "model/sub/part.bin": 0o644, "model/run.sh": 0o755}

@@ -201,3 +201,14 @@ def test_dataset_families_and_overrides() -> None:
     with pytest.raises(ConfigError, match="unknown prompt strategy"):
         template_path(ROOT, "one-shot", "multihop")
     assert re.fullmatch(r"[0-9a-f]{12}", file_hash(template_path(ROOT, "self-ask", "table")))
+
+
+def test_non_utf8_template_names_the_file_and_byte(tmp_path: Path) -> None:
+    """Issue 21 (WEAK): a Latin-1 template was a UnicodeDecodeError traceback."""
+    path = tmp_path / "t.txt"
+    # Hand check: "### user\n" is 9 bytes, "caf" 3 more, so \xe9 is byte 12, on line 2.
+    path.write_bytes(b"### user\ncaf\xe9 {{context}} {{question}}\n")
+    with pytest.raises(DataError) as err:
+        load_template(path)
+    assert str(err.value) == (f"{path}: record None, field '-': byte 12 (line 2) is not UTF-8 "
+                              "(invalid continuation byte); save the file as UTF-8")

@@ -15,12 +15,16 @@ job and must reach the gpu partition with the shipped typed request, while a CPU
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +154,98 @@ def _start_slurm() -> str | None:
     return None
 
 
+# What scripts/slurm_local.sh starts, in the order they are stopped (clients before the controller,
+# munged, which both authenticate through, last).
+DAEMONS = ("slurmd", "slurmctld", "munged")
+
+
+def _daemon_pids(names: tuple[str, ...] = DAEMONS) -> dict[str, set[int]]:
+    """{name: pids of live processes so named} from /proc (a zombie is not live)."""
+    found: dict[str, set[int]] = {name: set() for name in names}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            try:
+                comm = (entry / "comm").read_text().strip()
+            except OSError:  # it just ended
+                continue
+            if comm in found:
+                found[comm].add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat_line.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _stop_daemons_started_since(before: dict[str, set[int]], wait_s: float = 30.0) -> list[int]:
+    """Stop every daemon of `before`'s names that was not running then; return the pids stopped.
+
+    The daemons fork away from the test (they are not its children), so they are found by name
+    and told apart from a cluster that was already up by their pids. SIGTERM lets slurmctld save
+    its state; one still alive after `wait_s` gets SIGKILL.
+    """
+    stopped: list[int] = []
+    now = _daemon_pids(tuple(before))
+    for name in before:
+        for pid in sorted(now[name] - before[name]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + wait_s
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
+    return stopped
+
+
+@pytest.fixture
+def slurm_cluster() -> Iterator[None]:
+    """The local cluster for one test; every daemon it started is stopped afterwards, pass or fail
+    (issue 21: munged, slurmctld and slurmd outlived the suite). One that was already up stays."""
+    before = _daemon_pids()
+    try:
+        why = _start_slurm()
+        if why:
+            pytest.skip(why)  # inside the try: a half-started cluster is stopped too
+        yield
+    finally:
+        stopped = _stop_daemons_started_since(before)
+        LOG.info("stopped the local cluster's daemons %s", stopped)
+
+
+def test_teardown_stops_only_the_daemons_started_since(tmp_path: Path) -> None:
+    """A stand-in daemon (a copy of `sleep` under a unique name, detached from the test like munged
+    is) started after the snapshot is stopped; one running before it is left alone."""
+    name = "cqabfake%d" % os.getpid()  # /proc/<pid>/comm keeps 15 characters
+    name = name[:15]
+    fake = tmp_path / name
+    shutil.copy(shutil.which("sleep"), fake)
+
+    def spawn() -> int:
+        # `&` in a shell that exits: the daemon is reparented away from the test, like a real one.
+        out = subprocess.run(["sh", "-c", f'"{fake}" 300 >/dev/null 2>&1 & echo $!'], capture_output=True,
+                             text=True, check=True)
+        return int(out.stdout)
+
+    old = spawn()
+    try:
+        before = _daemon_pids((name,))
+        assert before == {name: {old}}
+        new = spawn()
+        assert _daemon_pids((name,)) == {name: {old, new}}
+        assert _stop_daemons_started_since(before, wait_s=5) == [new]
+        assert not _alive(new) and _alive(old)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old, signal.SIGKILL)
+
+
 def _workdir(tmp: Path, name: str) -> Path:
     work = tmp / name
     work.mkdir()
@@ -219,10 +315,7 @@ def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_slurm_run_equals_local_run(tmp_path: Path) -> None:
-    why = _start_slurm()
-    if why:
-        pytest.skip(why)
+def test_slurm_run_equals_local_run(tmp_path: Path, slurm_cluster: None) -> None:
     if shutil.which("sbatch") is None:
         pytest.skip("sbatch not on PATH")
     local = _workdir(tmp_path, "local")

@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -131,6 +132,28 @@ def _publish_mode(tmp: Path, is_dir: bool) -> None:
         os.chmod(tmp, (0o777 if is_dir else 0o666) & ~_umask())
 
 
+def _publish_tree(root: Path) -> None:
+    """Give every file and folder under `root` the umask's mode before the folder is published.
+
+    Writers inside an atomic folder make their own temporaries: safetensors' `save_file` leaves
+    model.safetensors 0600, so a converted model was unreadable to the group sharing the cache.
+    Executable files stay executable (0777 & ~umask); symlinks are left alone.
+    """
+    mask = _umask()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            sub = Path(dirpath, name)
+            if not sub.is_symlink():
+                os.chmod(sub, 0o777 & ~mask)
+        for name in filenames:
+            file = Path(dirpath, name)
+            if file.is_symlink():
+                continue
+            executable = file.stat().st_mode & stat.S_IXUSR
+            os.chmod(file, (0o777 if executable else 0o666) & ~mask)
+    _publish_mode(root, is_dir=True)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; rename it onto `path` only if the block succeeds."""
@@ -203,7 +226,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     with scratch_dir(path) as tmp:
         yield tmp
-        _publish_mode(tmp, is_dir=True)
+        _publish_tree(tmp)
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -101,7 +101,13 @@ def load_template(path: str | Path) -> Template:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(path, None, "-", "template file not found") from None
-    text = raw.decode("utf-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(
+            path, None, "-", f"byte {exc.start} (line {line}) is not UTF-8 ({exc.reason}); save the file as UTF-8"
+        ) from None
     marks = list(_SECTION.finditer(text))
     if not marks:
         raise DataError(path, None, "sections", "no '### system' / '### user' section lines")

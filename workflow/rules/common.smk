@@ -9,6 +9,7 @@ from snakemake.utils import validate
 
 # The package of this checkout, for planning (it need not be installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from cqabench.config_yaml import check_files as check_config_files
 from cqabench.errors import ConfigError
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
@@ -23,6 +24,12 @@ from cqabench.planner import names_pattern as _names, one_of as _one_of
 from cqabench.prompts import SETTINGS, STRATEGIES
 from cqabench.report.provenance import config_hash
 
+# Snakemake's YAML loader keeps the last of two equal keys silently: re-read every config file
+# strictly first (cqabench.config_yaml), so a duplicated key stops here with its file and line.
+try:
+    check_config_files(workflow.configfiles)
+except ConfigError as exc:
+    sys.exit(f"cqabench: {exc}")
 validate(config, schema="../schemas/config.schema.yaml")
 # Every fact-table row records the config of the run that built the table (canonical JSON, so
 # key order and comments do not change it); docs/report.md, "Provenance columns".

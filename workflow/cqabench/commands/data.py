@@ -30,10 +30,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _spec(text: str) -> dict:
+    """The `--spec` JSON object; a typo in it is a one-line error naming `--spec`, not a traceback."""
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--spec: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+                          f"expected {{\"url\": ..., \"sha256\": ..., \"member\": ...}}, got {text!r}") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"--spec: expected a JSON object {{url, sha256, member}}, got {type(spec).__name__} {text!r}")
+    return spec
+
+
 def _download(args: argparse.Namespace) -> int:
     from cqabench.download import fetch
 
-    spec = json.loads(args.spec)
+    spec = _spec(args.spec)
     fetch(spec.get("url"), Path(args.out), args.name, args.raw_dir, spec.get("sha256"), spec.get("member"))
     return 0
 
