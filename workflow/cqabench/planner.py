@@ -155,6 +155,7 @@ class Plan:
         out += self._data_problems()
         out += self._retrieval_problems()
         out += self._generation_problems()
+        out += self._cache_dir_problems()
         out += self._report_problems()
         return out
 
@@ -295,6 +296,17 @@ class Plan:
         if self.retriever_configs.get(retriever, {}).get("type") != "bm25":
             out.append(f"{where}.retriever: {retriever!r} must name a bm25 retriever under `retrievers:`")
         return out
+
+    def _cache_dir_problems(self) -> list[str]:
+        """generation.cache_dir must not lie inside a folder a rule outputs whole: Snakemake deletes it on a rebuild."""
+        key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
+        cache = (self.env.root / self.llm_cache_dir).resolve()
+        for what, folder in (("index", f"{RESULTS}/index"), ("index part", f"{RESULTS}/index_parts"),
+                             ("BEIR export", f"{RESULTS}/beir"), ("converted model", self.models_dir)):
+            if cache.is_relative_to((self.env.root / folder).resolve()):
+                return [f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
+                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {RESULTS}/cache/llm"]
+        return []
 
     def _report_problems(self) -> list[str]:
         out = []

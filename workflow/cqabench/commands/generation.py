@@ -236,6 +236,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     d = actions.add_parser("drop", help="remove bad or selected items (they are generated again on the next run)")
     d.add_argument("--cache", required=True, type=Path)
     d.add_argument("--bad", action="store_true", help="items `verify` flags")
+    d.add_argument("--unverifiable", action="store_true", help="items written before checksums (asked again)")
     d.add_argument("--key", action="append", default=[], help="an item key (repeatable)")
     d.add_argument("--label", action="append", default=[],
                    help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'")
@@ -263,10 +264,17 @@ def run_cache_verify(args: argparse.Namespace) -> int:
     with _cache(args) as cache:
         records = list(cache.iter_records())
         bad = [r for r in records if r.problem]
+        unverifiable = [r for r in records if r.note and not r.problem]
         leftovers = cache.leftovers()
     for r in bad:
-        print(f"bad item {r.path}: {r.problem}")
-    print(f"{args.cache}: {len(records)} item(s), {len(bad)} bad, {len(leftovers)} leftover(s) of jobs that are gone")
+        print(f"bad item {r.path}: {r.problem} (key {r.key})")
+    for r in unverifiable:
+        print(f"item {r.path}: {r.note} (key {r.key})")
+    print(f"{args.cache}: {len(records)} item(s), {len(bad)} bad, {len(unverifiable)} unverifiable (written before "
+          f"checksums), {len(leftovers)} leftover(s) of jobs that are gone")
+    if unverifiable:
+        print(f"unverifiable items cannot be checked for edits: keep them, or regenerate them with "
+              f"`cqabench cache drop --cache {args.cache} --unverifiable`", file=sys.stderr)
     if bad:
         print(f"remove them with `cqabench cache drop --cache {args.cache} --bad`", file=sys.stderr)
         return 1
@@ -276,19 +284,26 @@ def run_cache_verify(args: argparse.Namespace) -> int:
 def run_cache_drop(args: argparse.Namespace) -> int:
     import fnmatch
 
-    if not (args.bad or args.key or args.label or args.stale):
-        raise ConfigError("cache drop: say what to drop: --bad, --key, --label and/or --stale")
+    from cqabench.llm.cache import CacheError
+
+    if not (args.bad or args.unverifiable or args.key or args.label or args.stale):
+        raise ConfigError("cache drop: say what to drop: --bad, --unverifiable, --key, --label and/or --stale")
     with _cache(args) as cache:
         doomed = []
         for r in cache.iter_records():
-            if (args.bad and r.problem) or r.key in args.key or any(fnmatch.fnmatchcase(r.label, g) for g in args.label):
+            if ((args.bad and r.problem) or (args.unverifiable and r.note) or r.key in args.key
+                    or any(fnmatch.fnmatchcase(r.label, g) for g in args.label)):
                 doomed.append(r.path)
         if args.stale:
             doomed += cache.leftovers()
         for path in doomed:
             print(f"{'would drop' if args.dry_run else 'dropped'} {path}")
             if not args.dry_run:
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise CacheError(f"{path}: cannot remove it ({exc.strerror}); make {args.cache} writable "
+                                     f"and run the drop again") from None
     print(f"{args.cache}: {'would drop' if args.dry_run else 'dropped'} {len(doomed)} file(s)")
     return 0
 
