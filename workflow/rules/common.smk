@@ -196,17 +196,15 @@ def check_cluster_profile():
     plugin = workflow.executor_plugin
     if plugin is None or plugin.name != "slurm":
         return
-    if any(
-        a == "--workflow-profile" or a.startswith("--workflow-profile=")
-        for a in sys.argv
-    ):
+    # Whatever names it (`profiles/default`, `default`, a path to its config.yaml, or no flag at
+    # all): what counts is the profile Snakemake applies (cqabench.cluster_profile).
+    from cqabench.cluster_profile import slurm_profile_problem
+
+    cwds = dict.fromkeys(Path(d) for d in (os.getcwd(), os.environ.get("PWD")) if d)
+    problem = slurm_profile_problem(sys.argv[1:], Path(workflow.main_snakefile), list(cwds))
+    if problem is None:
         return
-    print(
-        "the SLURM executor runs with profiles/default applied as Snakemake's workflow profile, whose "
-        "workstation values (default-resources, resources, latency-wait) override profiles/slurm's; "
-        "run: snakemake --workflow-profile none --profile profiles/slurm ...",
-        file=sys.stderr,
-    )
+    print(problem, file=sys.stderr)
     raise SystemExit(1)
 
 
