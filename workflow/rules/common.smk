@@ -11,6 +11,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cqabench.config_yaml import check_files as check_config_files
 from cqabench.errors import ConfigError
+from cqabench.job_memory import start_run
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     GEN_ENVS,
@@ -44,12 +45,15 @@ _CONDA = any(
 )
 _PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
+# `cqabench.job_memory` runs the CLI so that Snakemake's retries redo only out-of-memory failures:
+# a job that failed otherwise stops at once on its retry (CQABENCH_RUN_ID names this run).
+start_run(workflow.is_main_process)
 # (The prefix is formatted like a shell command, hence the doubled braces.)
 # CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
 # CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus.
 shell.prefix(
-    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.cli "$@"; }}; '
+    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.job_memory "$@"; }}; '
     'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
     # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
     'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
