@@ -16,7 +16,8 @@ arguments, and a retry of the same command in the same run stops at once with th
 attempt's exit status and error line, without doing the work again. An out-of-memory failure
 leaves no marker: a kernel / cgroup OOM kill (SLURM's `--mem`) is a SIGKILL, exit 137, that no
 code of ours outlives, and a Python MemoryError is let through unmarked. A new `snakemake`
-invocation has a new run id, so a fixed config is tried afresh. docs/cluster.md, "Out of memory".
+invocation has a new run id, so a fixed config is tried afresh. The key is the arguments, so they
+must not depend on the attempt (no rule passes `{resources.mem_mb}`). docs/cluster.md, "Out of memory".
 """
 
 from __future__ import annotations
