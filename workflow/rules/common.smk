@@ -205,7 +205,9 @@ def check_cluster_profile():
     from cqabench.cluster_profile import slurm_profile_problem
 
     cwds = dict.fromkeys(Path(d) for d in (os.getcwd(), os.environ.get("PWD")) if d)
-    problem = slurm_profile_problem(sys.argv[1:], Path(workflow.main_snakefile), list(cwds))
+    problem = slurm_profile_problem(
+        sys.argv[1:], Path(workflow.main_snakefile), list(cwds)
+    )
     if problem is None:
         return
     print(problem, file=sys.stderr)
