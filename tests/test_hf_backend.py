@@ -107,3 +107,37 @@ def test_folders_of_an_older_converter_are_converted_again(tmp_path: Path, monke
     (tmp_path / "provenance.json").write_text(json.dumps(old))
     convert.ensure_converted(DEFAULT_SOURCE, tmp_path)
     assert calls == [tmp_path]
+
+
+# ---- llms.<name>.device: one line naming the key before any model file is read (issue 21) ----
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_hf_cuda_without_a_gpu_is_one_line_naming_the_device_key(device: str, tmp_path: Path) -> None:
+    """torch.cuda.is_available() is false on this machine (asserted): the backend refuses before
+    the tokenizer is loaded; the source folder does not exist, so reaching from_pretrained would
+    have raised an OSError instead."""
+    import torch
+    from cqabench.errors import ConfigError
+    from cqabench.llm.hf import HfBackend
+
+    if torch.cuda.is_available():  # the message under test is the no-GPU one; checked, not assumed
+        pytest.fail("this test needs a machine where torch sees no GPU")
+    spec = llm_spec("tiny", {"backend": "hf", "source": str(tmp_path / "no-model"), "device": device})
+    with pytest.raises(ConfigError) as err:
+        HfBackend(spec)
+    assert str(err.value) == (f"llms.tiny.device: {device!r}, but torch sees no GPU on this machine "
+                              "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is")
+
+
+def test_hf_device_names_torch_does_not_know_and_missing_gpus_are_refused() -> None:
+    from cqabench.errors import ConfigError
+    from cqabench.llm.hf import resolve_device
+
+    with pytest.raises(ConfigError, match=r"^llms\.m\.device: 'gpu' is not a torch device; use cpu, cuda or cuda:N$"):
+        resolve_device("m", "gpu", cuda_available=True, cuda_count=1)
+    with pytest.raises(ConfigError, match=r"^llms\.m\.device: 'cuda:2', but torch sees 2 GPU\(s\) \(cuda:0\.\.cuda:1\)$"):
+        resolve_device("m", "cuda:2", cuda_available=True, cuda_count=2)
+    assert str(resolve_device("m", "cuda:1", cuda_available=True, cuda_count=2)) == "cuda:1"
+    assert str(resolve_device("m", None, cuda_available=False, cuda_count=0)) == "cpu"  # unset: the GPU if any
+    assert str(resolve_device("m", None, cuda_available=True, cuda_count=1)) == "cuda"

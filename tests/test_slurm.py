@@ -303,15 +303,38 @@ def _job_fields(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
 
 
-def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", [(), ("--workflow-profile", "profiles/default"), ("--workflow-profile=default",)],
+                         ids=["implicit", "explicit-path", "explicit-name"])
+def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path, named: tuple[str, ...]) -> None:
     """Without --workflow-profile none, profiles/default would override profiles/slurm key by key
-    (its default-resources drop slurm_account and gpu_model): the run stops before submitting."""
+    (its default-resources drop slurm_account and gpu_model): the run stops before submitting,
+    also when the flag names profiles/default itself (issue 21: it used to pass then)."""
     work = _workdir(tmp_path, "cluster")
-    done = _snakemake(work, "--profile", str(_test_profile(tmp_path)))
+    done = _snakemake(work, *named, "--profile", str(_test_profile(tmp_path)))
     assert done.returncode == 1, done.stderr[-3000:]
     assert "workflow specific profile profiles/default" in done.stderr  # Snakemake says it loaded it
+    assert "profiles/default applied as Snakemake's workflow profile" in done.stderr
     assert "--workflow-profile none --profile profiles/slurm" in done.stderr
     assert "has been submitted" not in done.stderr and not (work / "logs").exists()
+
+
+def test_the_guard_finds_the_workflow_profile_snakemake_applies(tmp_path: Path) -> None:
+    """cqabench.cluster_profile follows snakemake.cli.parse_args's search: hand-listed cases."""
+    from cqabench.cluster_profile import workflow_profile_flag, workflow_profile_in_effect
+
+    (tmp_path / "profiles" / "default").mkdir(parents=True)
+    (tmp_path / "profiles" / "default" / "config.yaml").write_text("latency-wait: 5\n")
+    snakefile = tmp_path / "repo" / "Snakefile"
+    default = tmp_path / "profiles" / "default"
+    assert workflow_profile_flag(["--workflow-profile", "a", "--workflow-profile=b", "-n"]) == "b"  # the last wins
+    assert workflow_profile_flag(["--workflow-prof", "c"]) == "c"  # argparse's abbreviation
+    assert workflow_profile_flag(["-n"]) is None
+    cases = {None: default, "default": default, "profiles/default": default, "none": None, "nowhere": None,
+             "profiles/default/config.yaml": default / "config.yaml", str(default): default}
+    for flag, expected in cases.items():
+        assert workflow_profile_in_effect(flag, snakefile, [tmp_path / "elsewhere", tmp_path]) == expected, flag
+    # beside the Snakefile (Snakemake's third place), whatever the directory it was started in
+    assert workflow_profile_in_effect(None, tmp_path / "Snakefile", [tmp_path / "elsewhere"]) == default
 
 
 @pytest.mark.slow

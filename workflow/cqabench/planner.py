@@ -157,7 +157,18 @@ class Plan:
         out += self._generation_problems()
         out += self._cache_dir_problems()
         out += self._report_problems()
+        out += self._run_time_only_problems()
         return out
+
+    def _run_time_only_problems(self) -> list[str]:
+        """Settings that would pass planning and fail (or silently plan nothing) at run time."""
+        from cqabench import plan_checks
+        from cqabench.prepare import HOP_DATASETS
+
+        return (plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
+                + plan_checks.pooled_corpus_problems(self.pooled)
+                + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
+                + plan_checks.device_problems(self.llms, self.gen_llms, self.env.vllm_python, self.env.conda))
 
     def _data_problems(self) -> list[str]:
         out = []

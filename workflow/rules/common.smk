@@ -11,6 +11,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cqabench.config_yaml import check_files as check_config_files
 from cqabench.errors import ConfigError
+from cqabench.job_memory import start_run
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     GEN_ENVS,
@@ -44,12 +45,15 @@ _CONDA = any(
 )
 _PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
+# `cqabench.job_memory` runs the CLI so that Snakemake's retries redo only out-of-memory failures:
+# a job that failed otherwise stops at once on its retry (CQABENCH_RUN_ID names this run).
+start_run(workflow.is_main_process)
 # (The prefix is formatted like a shell command, hence the doubled braces.)
 # CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
 # CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus.
 shell.prefix(
-    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.cli "$@"; }}; '
+    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.job_memory "$@"; }}; '
     'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
     # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
     'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
@@ -196,17 +200,17 @@ def check_cluster_profile():
     plugin = workflow.executor_plugin
     if plugin is None or plugin.name != "slurm":
         return
-    if any(
-        a == "--workflow-profile" or a.startswith("--workflow-profile=")
-        for a in sys.argv
-    ):
-        return
-    print(
-        "the SLURM executor runs with profiles/default applied as Snakemake's workflow profile, whose "
-        "workstation values (default-resources, resources, latency-wait) override profiles/slurm's; "
-        "run: snakemake --workflow-profile none --profile profiles/slurm ...",
-        file=sys.stderr,
+    # Whatever names it (`profiles/default`, `default`, a path to its config.yaml, or no flag at
+    # all): what counts is the profile Snakemake applies (cqabench.cluster_profile).
+    from cqabench.cluster_profile import slurm_profile_problem
+
+    cwds = dict.fromkeys(Path(d) for d in (os.getcwd(), os.environ.get("PWD")) if d)
+    problem = slurm_profile_problem(
+        sys.argv[1:], Path(workflow.main_snakefile), list(cwds)
     )
+    if problem is None:
+        return
+    print(problem, file=sys.stderr)
     raise SystemExit(1)
 
 

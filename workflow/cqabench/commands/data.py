@@ -72,6 +72,19 @@ def _beir(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(args: argparse.Namespace) -> int:
+    """Snakemake reads `--configfile` before any code of ours runs, and its YAML error has no
+    position ("Config file is not valid JSON or YAML"): this names the file, line and column."""
+    from cqabench.config_yaml import load_file
+
+    for path in args.files:
+        if not Path(path).is_file():
+            raise ConfigError(f"{path}: no such file")
+        load_file(path)
+        print(f"{path}: valid YAML, no duplicated key (`snakemake -n --configfile {path}` checks the rest)")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("download", help="fetch and verify one raw file")
     p.add_argument("--name", required=True, help="path of the file relative to the raw directory")
@@ -104,3 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name in ("corpus", "queries", "qrels", "split", "serialization", "out-dir"):
         p.add_argument(f"--{name}", required=True)
     p.set_defaults(func=_beir)
+
+    p = sub.add_parser("check-config", help="a config file's YAML syntax, tabs and duplicated keys, with file, line "
+                                            "and column (Snakemake's own message has no position)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_check_config)

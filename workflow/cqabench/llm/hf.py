@@ -76,6 +76,26 @@ def _stop_criteria(tokenizer, stop: Sequence[str], prompt_width: int):
     return StoppingCriteriaList([StopOnText()])
 
 
+def resolve_device(name: str, setting: object, cuda_available: bool, cuda_count: int):
+    """The torch device of `llms.<name>.device` (unset: the GPU when there is one), or one line
+    naming the key: a name torch does not know (`gpu`) or a GPU this machine does not have would
+    otherwise end in a traceback after the tokenizer is loaded."""
+    import torch
+
+    if setting in (None, ""):
+        return torch.device("cuda" if cuda_available else "cpu")
+    try:
+        device = torch.device(str(setting))
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"llms.{name}.device: {setting!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not cuda_available:
+        raise ConfigError(f"llms.{name}.device: {setting!r}, but torch sees no GPU on this machine "
+                          "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is")
+    if device.type == "cuda" and device.index is not None and device.index >= cuda_count:
+        raise ConfigError(f"llms.{name}.device: {setting!r}, but torch sees {cuda_count} GPU(s) (cuda:0..cuda:{cuda_count - 1})")
+    return device
+
+
 class HfBackend:
     name = "hf"
 
@@ -98,8 +118,9 @@ class HfBackend:
         if spec.options.get("threads"):
             torch.set_num_threads(int(spec.options["threads"]))
         self.batch_size = max(1, int(spec.batch_size))
-        device = spec.options.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(device)
+        available = torch.cuda.is_available()
+        self.device = resolve_device(spec.name, spec.options.get("device"), available,
+                                     torch.cuda.device_count() if available else 0)
         kwargs = {"revision": spec.revision} if spec.revision else {}
         self.tokenizer = AutoTokenizer.from_pretrained(spec.load_path, **kwargs)
         self.tokenizer.padding_side = "left"
