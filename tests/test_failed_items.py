@@ -30,7 +30,8 @@ from cqabench.io import write_parquet
 from cqabench.report.aggregate import build_metrics_table, find_metric_files
 from cqabench.report.answers import FAILED_NOTE, answers_by_setting, to_markdown
 from cqabench.schema import Answer, CanonicalData, Query
-from cqabench.scoring import ALL_FAILED, failed_qids, score_predictions
+from cqabench.scoring import ALL_FAILED, failed_qids, generation_failed, score_predictions
+from test_agent import ScriptedModel, _run, _script, queries, tool_corpus  # noqa: F401 (fixtures)
 from test_openai_backend import api_llm_config
 from test_secret_redaction import REPO, TEMPLATE, _snakemake_work, key  # noqa: F401 (key: the fixture)
 
@@ -340,11 +341,13 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
 
         first = snakemake()
         asked_first = len(api.asked)
+        job_log = (work / f"results/logs/generate/{CELL}.log").read_text()  # the rerun writes it anew
+        kept = sorted(p.name for p in (work / f"results/generation/{CELL}").glob("*"))
         api.failing = False
         second = snakemake()
-    job_log = (work / f"results/logs/generate/{CELL}.log").read_text()
     assert first.returncode != 0, (first.stdout + first.stderr)[-3000:]
     assert "2 of 4 item(s) failed" in job_log and "cqabench generate: error:" in job_log
+    assert kept == []  # Snakemake removed the failed job's outputs: nothing downstream can score them
     assert asked_first >= 4 + 2 * 3  # every question once (+ the 500's retry), each empty one retried
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     assert sorted(api.requests_after_recovery()) == sorted(empty)  # only the failed items, once each
@@ -355,3 +358,24 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
     assert (summary["n_failed"], summary["n_cached"], summary["complete"]) == (0, 2, True)
     rows = build_metrics_table([work / target], work / "results").to_pylist()
     assert {r["n_failed"] for r in rows} == {0}
+
+
+# -- the open-book agent path ------------------------------------------------------------------------------
+
+def test_an_open_book_dialogue_whose_turn_failed_is_a_failed_item_and_is_asked_again(
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path  # noqa: F811 (test_agent's fixtures)
+) -> None:
+    """A dialogue ended by a failed turn counts in n_failed / failed_qids and is scored apart; the
+    rerun continues it from its cached turns while the other dialogue replays without a call."""
+    def failing(chat) -> str:
+        return "" if "Which tools" in chat[1]["content"] else _script(chat)
+
+    summary, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "cache", ScriptedModel(failing))
+    assert (summary["n_failed"], summary["failed_qids"], summary["complete"]) == (1, ["nonsense"], False)
+    failed = next(r for r in rows if r["qid"] == "nonsense")
+    assert failed["finish_reason"] == "failed" and generation_failed(failed)
+    assert not generation_failed(next(r for r in rows if r["qid"] == "nhl"))
+    recovered = ScriptedModel(_script)
+    summary, _ = _run(tmp_path, tool_corpus, queries, tmp_path / "cache", recovered)
+    assert (summary["n_failed"], summary["complete"]) == (0, True)
+    assert recovered.calls and all("Which tools" in chat[1]["content"] for chat in recovered.calls)
