@@ -318,18 +318,19 @@ def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(t
     write_parquet(CanonicalData(queries=[Query("q1", "Which city hosts alpha?"), Query("q2", "Which city hosts bravo?"),
                                          Query("q3", "Which city hosts charlie?")]).tables()["queries"], queries)
 
-    def generate(base_url: str) -> dict[str, dict]:
+    def generate(base_url: str, status: int = 0) -> dict[str, dict]:
+        """Run the cell; `status` 3: items failed, outputs written, the job fails (issue 21)."""
         settings = {"llm": api_llm_config(base_url, max_retries=2), "sampling": {"max_new_tokens": 16}}
         out = tmp_path / "p.parquet"
         assert main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
                      "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries),
                      "--template", str(REPO / "resources/prompts/few-shot/multihop.txt"),
                      "--settings", json.dumps(settings), "--cache", str(tmp_path / "cache"), "--out", str(out),
-                     "--summary", str(tmp_path / "s.json")]) == 0
+                     "--summary", str(tmp_path / "s.json")]) == status
         return {r["qid"]: r for r in pq.read_table(out).to_pylist()}
 
     with OpenAITestDouble({"alpha?": ["null"] * 3, "bravo?": ["nochoices"] * 3}) as api:
-        rows = generate(api.base_url)
+        rows = generate(api.base_url, status=3)
     for qid, what in (("q1", "message content is null"), ("q2", "no choices")):
         assert (rows[qid]["raw_output"], rows[qid]["prediction"], rows[qid]["parse_ok"]) == ("", "", False)
         assert rows[qid]["parse_reason"] == f"generation failed: empty reply ({what}) after 3 attempt(s)"

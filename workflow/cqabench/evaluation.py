@@ -23,7 +23,7 @@ from cqabench.commands import json_object
 from cqabench.datasets.common import read_json, read_jsonl
 from cqabench.errors import DataError
 from cqabench.io import atomic_files, read_parquet, write_jsonl
-from cqabench.scoring import format_summary, score_predictions, tanq_failure_records
+from cqabench.scoring import failed_qids, format_summary, score_predictions, tanq_failure_records
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
 
 
 def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict[str, Any],
-           provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None) -> None:
+           provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None,
+           failed: list[str] | None = None) -> None:
     """Both outputs as one (io.atomic_files): a failure never leaves a metrics.json without its per-question table."""
     targets = {k: p for k, p in (("pq", out_pq), ("json", out_json)) if p is not None}
     if not targets:
@@ -104,6 +105,8 @@ def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict
                            tmp["pq"])
         if "json" in tmp:
             doc = {"cell": cell, "metrics": summary, "provenance": provenance}
+            if failed is not None:  # generation cells: the questions left out of every mean (n_failed)
+                doc["failed_qids"] = failed
             tmp["json"].write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                    encoding="utf-8")
 
@@ -199,14 +202,18 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
     cell = json_object(args.cell, "--cell")
     preds, answers = _cell_predictions_and_answers(args)
     queries = _read_table(args.queries, "queries")
-    keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason") if c in preds.columns]
+    keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason", "finish_reason") if c in preds.columns]
     summary, per_question = score_predictions(
         args.dataset, queries, answers, preds[keep], source=str(args.predictions)
     )
     print(format_summary(summary))
+    failed = failed_qids(preds[keep])
+    if failed:
+        log.warning("%s: %d question(s) whose generation failed are left out of every mean (n_failed): %s",
+                    args.predictions, len(failed), ", ".join(failed[:10]))
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
     provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
-    _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question)
+    _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question, failed)
     return 0
 
 

@@ -657,6 +657,10 @@ def write_cell(
         "n_cached": sum(r["cached"] for r in rows),
         "n_generated": sum(not r["cached"] and r["finish_reason"] != "failed" for r in rows),
         "n_failed": sum(r["finish_reason"] == "failed" for r in rows),
+        # a cell with failed items is incomplete: `cqabench generate` exits non-zero after writing
+        # it (docs/generation.md, "Failed items"), and scoring leaves these questions out, counted
+        "complete": not any(r["finish_reason"] == "failed" for r in rows),
+        "failed_qids": [r["qid"] for r in rows if r["finish_reason"] == "failed"],
         "n_without_evidence": len(prepared.without_evidence),
         "parse_failures": sum(not r["parse_ok"] for r in rows),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
@@ -726,10 +730,9 @@ def run_cell(
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
-    failed = [it for it in prepared.items if it.key in generated and generated[it.key].error]
-    if failed:
-        log.warning("%s: %d of %d item(s) failed and are not cached (a rerun asks again), e.g. %s: %s", label,
-                    len(failed), len(prepared.items), failed[0].qid, generated[failed[0].key].error)
+    if summary["n_failed"]:  # plain items and open-book dialogues alike (their rows say "failed")
+        log.warning("%s: %d of %d item(s) failed and are not cached (a rerun asks again): %s", label,
+                    summary["n_failed"], summary["n_items"], ", ".join(summary["failed_qids"][:20]))
     # Recorded here, in the generation environment (vLLM's own venv), not by the jobs that
     # score or aggregate later: those run elsewhere and would report their own packages.
     summary["provenance"] = {**job_provenance(), "model_hash": identity_hash(identity)}
@@ -755,6 +758,15 @@ class BatchCell:
 def _cell_keys(p: PreparedCell) -> list[str]:
     """Every cache key a cell used: its items', and every turn of its dialogues."""
     return [it.key for it in p.items] + [k for d in p.dialogues or [] for k, _ in d.completions]
+
+
+def _failed_qids(p: PreparedCell, generated: Mapping[str, Completion]) -> list[str]:
+    """The questions of a cell whose item (or a dialogue turn) the backend gave up on."""
+    def bad(key: str) -> bool:
+        return key in generated and bool(generated[key].error)
+
+    return ([it.qid for it in p.items if bad(it.key)]
+            + [d.qid for d in p.dialogues or [] if any(bad(k) for k, _ in d.completions)])
 
 
 def run_batch(
@@ -802,7 +814,8 @@ def run_batch(
             {"cell": cell_label(p.cell), "n_items": len(p.items) + len(p.dialogues or []),
              "n_without_evidence": len(p.without_evidence),
              "n_generated": sum(1 for k in _cell_keys(p) if k in generated and not generated[k].error),
-             "n_failed": sum(1 for k in _cell_keys(p) if k in generated and generated[k].error)}
+             "n_failed": sum(1 for k in _cell_keys(p) if k in generated and generated[k].error),
+             "failed_qids": _failed_qids(p, generated)}
             for p in prepared
         ],
         "n_cells": len(prepared),

@@ -735,6 +735,8 @@ class Plan:
             "oracle_distractors": self.distractors_of(w.dataset, w.setting),
             "oracle_seed": self.gen_seed,
             **({"open_book": self.open_book_settings(w)} if w.setting == "open-book" else {}),
+            # only when set: the default adds no key, so existing jobs' params (rerun triggers) stay as they were
+            **({"allow_failed": True} if self.generation.get("allow_failed_items") else {}),
         }
 
     def open_book_settings(self, w: Any) -> dict[str, Any]:

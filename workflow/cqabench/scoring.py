@@ -8,6 +8,12 @@ the mean of the per-question values, for every metric alike, and every summary r
 its `unit` key. A summary row with no question to average (e.g. `f1_ans_multi` on a split
 without multi-answer questions, or a cell with no questions) has value None and a `reason`;
 it is shown as "n/a", never as 0.
+
+A question whose generation failed (the backend gave up on it: predictions.parquet's
+`finish_reason` "failed", `parse_reason` "generation failed: ..."; docs/generation.md, "Failed
+items") is not a wrong answer: nobody answered it. It is left out of every mean and of the
+per-question table, and every summary row counts it in `n_failed` (n + n_failed = the questions
+asked), so a score over fewer questions always says so.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ PRIMARY: dict[str, tuple[tuple[str, str], ...]] = {
     "tanq": (("rms_f1", OFFICIAL),),
 }
 NO_QUESTIONS = "no question was scored (the cell asked none)"
+GENERATION_FAILED = "generation failed"  # predictions.parquet: finish_reason "failed", parse_reason "generation failed: ..."
+ALL_FAILED = "generation failed for every question of the cell (n_failed): nothing to score"
 NO_MULTI = "no multi-answer question (every question has a singleAnswer annotation)"
 
 
@@ -246,22 +254,29 @@ def score_predictions(
 
     per_question: list[tuple[str, str, str, float]] = []
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    failed: dict[tuple[str, str], int] = defaultdict(int)  # questions a row would have averaged, had they been answered
     for answer in gold:
         qid = str(answer["qid"])
-        rows = score_item(dataset, _extracted(dataset, preds.get(qid), prompt), answer)
-        for metric, variant, value in rows:
-            per_question.append((qid, metric, variant, float(value)))
-            groups[(metric, variant)].append(float(value))
+        row = preds.get(qid)
+        is_failed = generation_failed(row)
+        rows = score_item(dataset, _extracted(dataset, row, prompt), answer)
+        scored = [((metric, variant), value) for metric, variant, value in rows]
         if dataset == "tanq":
             for dim, buckets in tanq_groups(query_by_qid.get(qid, {}), answer).items():
                 for bucket in buckets:
-                    for metric, variant, value in rows:
-                        if metric.startswith("rms_"):
-                            groups[(f"{metric}/{dim}={bucket}", variant)].append(float(value))
+                    scored += [((f"{metric}/{dim}={bucket}", variant), value)
+                               for metric, variant, value in rows if metric.startswith("rms_")]
+        for key, value in scored:
+            if is_failed:
+                failed[key] += 1
+            else:
+                groups[key].append(float(value))
+        if not is_failed:
+            per_question += [(qid, metric, variant, float(value)) for metric, variant, value in rows]
 
     order = [*METRICS[dataset], PARSE_METRIC]
-    keys = order + sorted(k for k in groups if k not in order)
-    summary = [summary_row(m, v, groups.get((m, v), [])) for m, v in keys]
+    keys = order + sorted(k for k in {*groups, *failed} if k not in order)
+    summary = [summary_row(m, v, groups.get((m, v), []), failed.get((m, v), 0)) for m, v in keys]
     frame = pd.DataFrame(per_question, columns=["qid", "metric", "variant", "value"])
     return summary, frame
 
@@ -290,12 +305,31 @@ def tanq_failure_records(
     return out
 
 
-def summary_row(metric: str, variant: str, values: Sequence[float]) -> dict[str, Any]:
-    """One metrics.json entry: the mean of `values` (fraction), or None with the reason when empty."""
+def summary_row(metric: str, variant: str, values: Sequence[float], n_failed: int = 0) -> dict[str, Any]:
+    """One metrics.json entry: the mean of `values` (fraction), or None with the reason when empty.
+
+    `n_failed`: questions of this row whose generation failed, left out of the mean (n + n_failed
+    were asked); every row has it, 0 when nothing failed.
+    """
     if not values:
-        return {"metric": metric, "variant": variant, "value": None, "n": 0, "unit": UNIT,
-                "reason": not_evaluable_reason(metric)}
-    return {"metric": metric, "variant": variant, "value": sum(values) / len(values), "n": len(values), "unit": UNIT}
+        reason = ALL_FAILED if n_failed else not_evaluable_reason(metric)
+        return {"metric": metric, "variant": variant, "value": None, "n": 0, "n_failed": n_failed, "unit": UNIT,
+                "reason": reason}
+    return {"metric": metric, "variant": variant, "value": sum(values) / len(values), "n": len(values),
+            "n_failed": n_failed, "unit": UNIT}
+
+
+def generation_failed(row: dict[str, Any] | None) -> bool:
+    """Whether a prediction row is a failed item: the generation job's mark (finish_reason "failed",
+    or a parse_reason "generation failed: ..." where finish_reason was not kept), not an answer."""
+    if row is None:
+        return False
+    return row.get("finish_reason") == "failed" or str(row.get("parse_reason") or "").startswith(GENERATION_FAILED)
+
+
+def failed_qids(predictions: pa.Table | pd.DataFrame | Iterable[dict[str, Any]]) -> list[str]:
+    """The qids of the failed items of a predictions table, in its order (metrics.json `failed_qids`)."""
+    return [str(r["qid"]) for r in records(predictions) if generation_failed(r)]
 
 
 def format_summary(summary: Sequence[dict[str, Any]]) -> str:
@@ -304,6 +338,8 @@ def format_summary(summary: Sequence[dict[str, Any]]) -> str:
     for r in summary:
         value = "n/a" if r.get("value") is None else f"{r['value']:.4f}"
         line = f"{r['metric']:<40} {str(r.get('variant')):<10} {value:>8} {r.get('n', 0):>7}"
+        if r.get("n_failed"):
+            line += f"   (+{r['n_failed']} failed, not scored)"
         if r.get("value") is None and r.get("reason"):
             line += f"   {r['reason']}"
         lines.append(line)

@@ -110,7 +110,30 @@ def run_check_keys(args: argparse.Namespace) -> int:
 
 
 SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed",
-                 "open_book"}
+                 "open_book", "allow_failed"}
+INCOMPLETE_EXIT = 3  # outputs written, but some items failed: the job fails so that the next run asks again
+
+
+def incomplete_exit(what: str, n_failed: int, n_items: int, qids: list[str], allow: bool) -> int:
+    """The exit status of a job whose items failed (0 when there are none, or they are allowed).
+
+    A failed item is not cached, so the next run asks for it again; the job fails (after writing
+    its outputs) so that Snakemake, which removes a failed job's outputs, does run it next time
+    instead of saying "Nothing to be done" over a cell with holes (issue 21). With
+    `generation.allow_failed_items` the cell is kept as it is, its failed items counted in
+    summary.json, metrics.json (`n_failed`), the fact table and the report.
+    """
+    if not n_failed:
+        return 0
+    from cqabench import redact
+
+    shown = ", ".join(qids[:10]) + (", ..." if len(qids) > 10 else "")
+    kept = "kept (generation.allow_failed_items)" if allow else "incomplete"
+    print(redact.redact(f"cqabench {what}: {'warning' if allow else 'error'}: {n_failed} of {n_items} item(s) failed "
+                        f"({shown}); they are not cached, and the successful ones are. The outputs are {kept}"
+                        + ("" if allow else "; run again (snakemake reruns this job) to ask for just the failed items")),
+          file=sys.stderr)
+    return 0 if allow else INCOMPLETE_EXIT
 
 
 def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: str):
@@ -174,9 +197,10 @@ def run_generate(args: argparse.Namespace) -> int:
     )
     print(
         f"{args.out}: {summary['n_items']} items, {summary['n_cached']} cached, {summary['n_generated']} generated, "
-        f"{summary['parse_failures']} parse failures, {summary['wall_time_s']} s"
+        f"{summary['n_failed']} failed, {summary['parse_failures']} parse failures, {summary['wall_time_s']} s"
     )
-    return 0
+    return incomplete_exit("generate", summary["n_failed"], summary["n_items"], summary["failed_qids"],
+                           bool(settings.get("allow_failed")))
 
 
 def run_generate_batch(args: argparse.Namespace) -> int:
@@ -214,8 +238,10 @@ def run_generate_batch(args: argparse.Namespace) -> int:
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
     manifest = run_batch(members, spec, sampling, args.cache, args.out)
     print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
-          f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['wall_time_s']} s")
-    return 0
+          f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['n_failed']} failed, "
+          f"{manifest['wall_time_s']} s")
+    failed = [f"{c['cell']} {q}" for c in manifest["cells"] for q in c["failed_qids"]]
+    return incomplete_exit("generate-batch", len(failed), manifest["n_items"], failed, bool(shared.get("allow_failed")))
 
 
 def run_tool_search(args: argparse.Namespace) -> int:

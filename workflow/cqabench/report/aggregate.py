@@ -68,6 +68,9 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "unit": pa.string(),
     "n": pa.int64(),
     "reason": pa.string(),
+    # answer metrics: questions whose generation failed, left out of the mean (n + n_failed were asked);
+    # null on retrieval rows and in metric files written before failed items were counted
+    "n_failed": pa.int64(),
 }
 UNIT = "fraction"
 UNIT_FACTORS = {"fraction": 1.0, "percent": 0.01}
@@ -354,6 +357,7 @@ def fact_rows(
         row["value"] = to_fraction(m.get("value"), m.get("unit"), base.get("stage"), path, i)
         row["unit"] = UNIT
         row["n"] = _as_number(m.get("n"), int)
+        row["n_failed"] = _as_number(m.get("n_failed"), int)
         reason = m.get("reason")
         if row["value"] is None:
             row["reason"] = str(reason) if reason else "no value in the metric file"

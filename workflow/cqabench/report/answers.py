@@ -28,6 +28,10 @@ never read as a difference.
 
 A metric with no evaluable question (null value in the fact table) is "n/a" with its reason;
 a comparison that cannot be made (no closed-book cell, no common question) is "n/a" too.
+A cell with failed items (questions whose generation failed, fact column `n_failed`; kept only
+with `generation.allow_failed_items`) shows "n (+m failed)" with a note and is listed under
+`failed_items`: its mean is over the questions answered, never a failure scored as wrong.
+
 Cells the workflow did not plan (`not_planned`: [{dataset, split, setting, reason}, ...]) are
 listed with their reason.
 """
@@ -241,6 +245,25 @@ def _metric_value(part: pd.DataFrame, metric: str, variant: str) -> tuple[float 
     return value, n, (str(reason) if isinstance(reason, str) and reason else None)
 
 
+FAILED_NOTE = ("questions whose generation failed (the backend gave up on them) are left out of this cell's "
+               "mean and of its comparisons: n counts the questions scored, +m failed the ones asked but never answered")
+
+
+def mark_failed(cells: list[dict[str, Any]], metrics: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Set each cell row's `n_failed` (fact column, the most over the cell's whole-cell rows; 0 where
+    unrecorded) and return the cells with failed items, for the document's `failed_items` list."""
+    m_gen = _generation(metrics)
+    counts: dict[str, int] = {}
+    if not m_gen.empty and {"cell_id", "n_failed"} <= set(m_gen.columns):
+        per_cell = pd.to_numeric(m_gen["n_failed"], errors="coerce").groupby(m_gen["cell_id"].astype(str)).max()
+        counts = {str(c): int(v) for c, v in per_cell.dropna().items()}
+    for row in cells:
+        row["n_failed"] = counts.get(row["cell_id"], 0)
+    failed = {r["cell_id"]: r for r in cells if r["n_failed"]}
+    return [{**{k: r[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)}, "n_failed": r["n_failed"]}
+            for r in failed.values()]
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 
@@ -291,6 +314,7 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
     """
     scores: dict = {}
     cells = cell_rows(metrics, per_question, seed, bootstrap_resamples, confidence, scores)
+    failed_items = mark_failed(cells, metrics)
     records = sorted(cells, key=lambda r: (_group_rank(r), _order(r)))  # metrics keep PRIMARY's order
     comparisons = []
     for key in dict.fromkeys(_group_key(r) for r in records):
@@ -327,6 +351,7 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
         "cells": records,
         "comparisons": comparisons,
         "not_planned": validate_not_planned(list(not_planned) if not_planned is not None else []),
+        "failed_items": failed_items,
     }
 
 
@@ -420,7 +445,8 @@ def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Note
     cell = row["cell"]
     out = [cell["setting"], cell["retriever"], k_label(cell)]
     ns = sorted({str(r["n"]) for r, _ in row["by_metric"].values()})
-    out += ["/".join(ns), _f(cell["parse_rate"])]
+    failed = f" (+{cell['n_failed']} failed)" + notes.ref(FAILED_NOTE) if cell.get("n_failed") else ""
+    out += ["/".join(ns) + failed, _f(cell["parse_rate"])]
     for mv in metrics:
         r, comp = row["by_metric"].get(mv, (None, None))
         if r is None:
