@@ -54,15 +54,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     )
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    """A folder that runs this repository's workflow with its own results/ and .snakemake/: the
-    checkout's (filled by `make run`) is never read or written by a test's `snakemake`."""
-    work = tmp_path / "work"
+def workflow_workdir(parent: Path) -> Path:
+    """A folder under `parent` that runs this repository's workflow with its own results/ and
+    .snakemake/ (the workflow's files are symlinks): the checkout's results/, filled by `make run`,
+    is never read or written by a test's `snakemake`."""
+    work = parent / "work"
     work.mkdir()
     for name in ("Snakefile", "workflow", "config", "profiles", "resources", "envs"):
         (work / name).symlink_to(REPO / name)
     return work
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """`workflow_workdir` for one test: run `snakemake` with cwd=workdir, never cwd=REPO."""
+    return workflow_workdir(tmp_path)
 
 
 @pytest.fixture(scope="session")
