@@ -71,7 +71,7 @@ def test_a_skip_fails_under_ci_unless_allow_listed(tmp_path: Path) -> None:
     ci = _run_pytest(tmp_path, "true")
     assert ci.returncode == 1, ci.stdout[-2000:]
     assert "1 failed, 1 passed, 1 error" in ci.stdout, ci.stdout[-2000:]
-    assert ci.stdout.count("not on tests/conftest.py's CI_SKIP_ALLOWED") == 2
+    assert ci.stdout.count("not on tests/conftest.py's CI_SKIP_ALLOWED") >= 2  # report + summary
     assert "cannot run here" in ci.stdout and "fixture cannot run here" in ci.stdout
 
 
