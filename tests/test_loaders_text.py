@@ -95,11 +95,14 @@ def test_musique_real_sample(musique_file: Path):
 
 
 def test_musique_jsonl_equals_json_list_and_limit(musique_file: Path, tmp_path: Path):
-    raw = json.loads(musique_file.read_text(encoding="utf-8"))
-    jsonl = tmp_path / "musique.json"  # extension deliberately misleading: detection is by content
+    raw = [json.loads(line) for line in musique_file.read_text(encoding="utf-8").splitlines()]
+    # extensions deliberately misleading: detection is by content
+    jsonl = tmp_path / "musique.json"
     jsonl.write_text("\n".join(json.dumps(r) for r in raw[:10]) + "\n", encoding="utf-8")
+    listed = tmp_path / "musique.jsonl"  # the 100 records as one JSON list (the HippoRAG copy's form)
+    listed.write_text(json.dumps(raw), encoding="utf-8")
     from_lines = musique.load({"questions": jsonl}, "train")
-    from_list = musique.load({"questions": musique_file}, "train", limit=10)
+    from_list = musique.load({"questions": listed}, "train", limit=10)
     assert from_lines == from_list
     assert len(from_list.queries) == 10
     expected = {text_docid(p["title"], p["paragraph_text"]) for r in raw[:10] for p in r["paragraphs"]}
