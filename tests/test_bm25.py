@@ -15,6 +15,7 @@ from cqabench.cli import main
 from cqabench.datasets.common import text_docid
 from cqabench.errors import ConfigError
 from cqabench.retrievers.java import openai_placeholder
+from conftest import RAW
 
 TOY = [
     ("d1", "Cats", "The cat sat on the mat"),
@@ -92,12 +93,12 @@ def test_openai_placeholder_never_outlives_the_block(monkeypatch: pytest.MonkeyP
     assert os.environ["OPENAI_API_KEY"] == "sk-real"
 
 
-def test_musique_paragraphs_cli_end_to_end(shared_data: Path, tmp_path: Path):
+def test_musique_paragraphs_cli_end_to_end(tmp_path: Path):
     """Real MuSiQue paragraphs through `cqabench index` / `search`: the gold paragraph ranks first."""
     from cqabench.datasets import musique
     from cqabench.io import write_parquet
 
-    data = musique.load({"questions": shared_data / "musique" / "musique_train_100.json"}, "train", limit=5)
+    data = musique.load({"questions": RAW / "musique" / "musique_train_100.jsonl"}, "train", limit=5)
     tables = data.tables()
     write_parquet(tables["corpus"], tmp_path / "corpus.parquet")
     write_parquet(tables["queries"], tmp_path / "queries.parquet")
@@ -115,7 +116,7 @@ def test_musique_paragraphs_cli_end_to_end(shared_data: Path, tmp_path: Path):
     run = pq.read_table(tmp_path / "run.parquet").to_pylist()
     gold = text_docid(
         "Journal of Psychotherapy Integration",
-        next(p["paragraph_text"] for p in _first_record(shared_data)["paragraphs"] if p["idx"] == 6),
+        next(p["paragraph_text"] for p in _first_record()["paragraphs"] if p["idx"] == 6),
     )
     assert run[0]["docid"] == gold and run[0]["rank"] == 1
     assert [r["rank"] for r in run] == [1, 2, 3, 4, 5]
@@ -131,7 +132,6 @@ def test_musique_paragraphs_cli_end_to_end(shared_data: Path, tmp_path: Path):
     assert not (tmp_path / "x.trec").exists()
 
 
-def _first_record(shared_data: Path) -> dict:
-    path = shared_data / "musique" / "musique_train_100.json"
-    text = path.read_text(encoding="utf-8").lstrip()
-    return json.loads(text)[0] if text.startswith("[") else json.loads(text.splitlines()[0])
+def _first_record() -> dict:
+    path = RAW / "musique" / "musique_train_100.jsonl"
+    return json.loads(path.read_text(encoding="utf-8").splitlines()[0])

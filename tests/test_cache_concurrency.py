@@ -59,7 +59,19 @@ def _start(job: str, queries: Path, base_url: str, cache: Path, out_dir: Path) -
 
 
 def _finish(proc: subprocess.Popen, out_dir: Path, job: str) -> None:
-    assert proc.wait(timeout=180) == 0, (out_dir / f"{job}.log").read_text()[-3000:]
+    try:
+        code = proc.wait(timeout=180)
+    finally:
+        _stop(proc)  # a job past its time is not left running (issue 21)
+    assert code == 0, (out_dir / f"{job}.log").read_text()[-3000:]
+
+
+def _stop(*procs: subprocess.Popen) -> None:
+    """Kill and reap every one of `procs` still running."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _cell(out_dir: Path, job: str) -> list[dict]:
@@ -93,8 +105,11 @@ def test_two_concurrent_jobs_generate_each_prompt_once_and_agree(queries: Path, 
     cache, out_dir = tmp_path / "cache", tmp_path / "concurrent"
     with OpenAITestDouble({"": ["slow"]}, slow_s=0.15, vary=True) as api:
         procs = {job: _start(job, queries, api.base_url, cache, out_dir) for job in "ab"}
-        for job, proc in procs.items():
-            _finish(proc, out_dir, job)
+        try:
+            for job, proc in procs.items():
+                _finish(proc, out_dir, job)
+        finally:
+            _stop(*procs.values())  # b too when a's check fails
     assert len(api.answers) == N and set(api.answers.values()) == {1}  # each prompt generated once
     assert sum(api.attempts.values()) == N
     generated = {job: _summary(out_dir, job)["n_generated"] for job in "ab"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ WORDS = "apple volcano chess jupiter violin bread glacier harbor tiger copper la
 DOCS = [(f"d{i}", "", f"{WORDS[i % 12]} {WORDS[(i // 12 + 1 + i) % 12]}") for i in range(36)]
 
 
+def _need_compiler() -> None:
+    """colbert-ai compiles its C++ helpers on first use (torch's cpp_extension, $CXX or `c++`):
+    the one machine condition under which indexing cannot work is a missing compiler. Any other
+    ColbertError is a failure of ours or of colbert-ai, so it fails the test (issue 21)."""
+    compiler = os.environ.get("CXX") or "c++"
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C++ compiler {compiler!r} on PATH: colbert-ai cannot build its C++ helpers")
+
+
 @pytest.fixture(scope="session")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return mf.tiny_colbert(tmp_path_factory.mktemp("colbert") / "model")
@@ -31,10 +41,8 @@ def test_plaid_index_ranks_the_document_holding_both_query_terms_first(model: Pa
     """First run on a machine also compiles colbert-ai's C++ helpers (~2 min, then cached)."""
     settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 16, "query_maxlen": 8,
                 "kmeans_niters": 2, "timeout_s": 900}
-    try:
-        retrievers.build_index(iter(DOCS), tmp_path / "idx", settings)
-    except colbert.ColbertError as exc:
-        pytest.skip(f"colbert-ai cannot index on this machine: {exc}")
+    _need_compiler()
+    retrievers.build_index(iter(DOCS), tmp_path / "idx", settings)
     assert (tmp_path / "idx" / "plaid" / "metadata.json").is_file()
     queries = [(docid, text) for docid, _, text in DOCS[:6]]
     res = retrievers.search(tmp_path / "idx", queries, 5, settings)
@@ -78,10 +86,8 @@ def test_chunked_index_has_the_chunks_asked_and_ranks_as_one_chunk(model: Path, 
 
     settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 16, "query_maxlen": 8,
                 "kmeans_niters": 2, "timeout_s": 900}  # fmt: skip
-    try:
-        retrievers.build_index(iter(DOCS), tmp_path / "one", settings)
-    except colbert.ColbertError as exc:
-        pytest.skip(f"colbert-ai cannot index on this machine: {exc}")
+    _need_compiler()
+    retrievers.build_index(iter(DOCS), tmp_path / "one", settings)
     retrievers.build_index(iter(DOCS), tmp_path / "four", {**settings, "chunksize": 10})
     meta = {name: json.loads((tmp_path / name / "plaid" / "metadata.json").read_text()) for name in ("one", "four")}
     assert (meta["one"]["num_chunks"], meta["four"]["num_chunks"]) == (1, 4)

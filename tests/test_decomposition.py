@@ -21,22 +21,23 @@ from cqabench.errors import DataError
 from cqabench.io import write_parquet
 from cqabench.retrievers.decomposition import decomposed_search, steps_of, strip_stop_words
 from cqabench.schema import QUERY_SCHEMA, Query
+from conftest import RAW
 
 SETTINGS = {"type": "bm25", "threads": 1}
 
 
 @pytest.fixture(scope="module")
-def setup(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from cqabench.datasets import musique, strategyqa
 
     tmp = tmp_path_factory.mktemp("decomp")
-    corpus = musique.load({"questions": shared_data / "musique" / "musique_train_100.json"}, "train", limit=20)
+    corpus = musique.load({"questions": RAW / "musique" / "musique_train_100.jsonl"}, "train", limit=20)
     write_parquet(corpus.tables()["corpus"], tmp / "corpus.parquet")
     assert main(["index", "--corpus", str(tmp / "corpus.parquet"), "--serialization", "pipe",
                  "--retriever-settings", json.dumps(SETTINGS), "--out", str(tmp / "index")]) == 0  # fmt: skip
     sqa = strategyqa.load(
-        {"questions": shared_data / "strategyqa" / "dev.json",
-         "decompositions": shared_data / "strategyqa" / "bart_decomp_dev_predictions.jsonl"},
+        {"questions": RAW / "strategyqa" / "dev.json",
+         "decompositions": RAW / "strategyqa" / "bart_decomp_dev_predictions.jsonl"},
         "dev", limit=8,
     )  # fmt: skip
     rows = [asdict(q) for q in sqa.queries]

@@ -16,6 +16,7 @@ import models_fixtures as mf  # noqa: E402
 from cqabench import retrievers  # noqa: E402
 from cqabench.errors import ConfigError  # noqa: E402
 from cqabench.retrievers import dense  # noqa: E402
+from conftest import RAW  # noqa: E402
 
 MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
           "max_length": 256, "batch_size": 32, "shard_size": 25, "index": "flat"}
@@ -30,8 +31,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"bert": mf.tiny_bert(root / "bert"), "dpr_q": q, "dpr_c": c}
 
 
-def _musique(shared_data: Path, n: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], dict[str, set[str]]]:
-    records = json.loads((shared_data / "musique" / "musique_train_100.json").read_text())[:n]
+def _musique(n: int) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]], dict[str, set[str]]]:
+    lines = (RAW / "musique" / "musique_train_100.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines[:n]]
     docs, queries, gold = {}, [], {}
     for rec in records:
         queries.append((rec["id"], rec["question"]))
@@ -44,8 +46,8 @@ def _musique(shared_data: Path, n: int) -> tuple[list[tuple[str, str, str]], lis
     return list(docs.values()), queries, gold
 
 
-def test_minilm_ranks_gold_paragraphs_of_real_musique_questions(shared_data: Path, tmp_path: Path) -> None:
-    docs, queries, gold = _musique(shared_data, 4)
+def test_minilm_ranks_gold_paragraphs_of_real_musique_questions(tmp_path: Path) -> None:
+    docs, queries, gold = _musique(4)
     index = tmp_path / "idx"
     retrievers.build_index(iter(docs), index, MINILM)
     # 4 questions x 20 paragraphs in shards of 25: the exact search merges several shards.

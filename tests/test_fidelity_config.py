@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -25,6 +26,7 @@ from cqabench.errors import ConfigError  # noqa: E402
 from cqabench.prepare import select_questions  # noqa: E402
 from cqabench.report.expected import load_expected  # noqa: E402
 from cqabench.schema import Answer, CanonicalData, Document, Qrel, Query  # noqa: E402
+from conftest import workflow_workdir  # noqa: E402
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PAGE = REPO / "docs" / "full_reproduction.md"
@@ -38,7 +40,8 @@ def _config(name: str) -> dict:
 @cache
 def dry_run(name: str) -> str:
     """stdout of `snakemake -n --forceall` (--forceall: every job, whatever results/ holds)."""
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", f"config/{name}"], cwd=REPO,
+    work = workflow_workdir(Path(tempfile.mkdtemp(prefix="cqab-plan-")))  # never the checkout's results/
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", f"config/{name}"], cwd=work,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return proc.stdout

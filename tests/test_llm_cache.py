@@ -223,9 +223,11 @@ def test_drop_selects_items_by_key_and_label_and_sweeps_leftovers_of_dead_jobs(t
         cache.put_many([(f"k{i}", Completion(f"a{i}" * (i + 1), 1, 1, 0.0), f"musique/dev/cell{i % 2} q{i}")
                         for i in range(6)])
     proc = subprocess.Popen([sys.executable, "-c", _CLAIMER, str(root), "k9"], stdout=subprocess.PIPE, text=True, env=ENV)
-    assert proc.stdout.readline().strip() == "k9"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    try:
+        assert proc.stdout.readline().strip() == "k9"
+    finally:  # the claimer sleeps 120 s: never left behind, pass or fail
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert main(["cache", "drop", "--cache", str(root), "--label", "musique/dev/cell1 *", "--key", "k0",
                  "--dry-run"]) == 0
     assert "would drop 4 file(s)" in capsys.readouterr().out  # k0 and cell1's k1, k3, k5

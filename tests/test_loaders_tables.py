@@ -1,4 +1,4 @@
-"""Loaders of the table datasets (OTT-QA, TAT-QA, FinQA, TANQ) on the real shared slices,
+"""Loaders of the table datasets (OTT-QA, TAT-QA, FinQA, TANQ) on the bundled real samples,
 on small records written here in the official formats, and on malformed input."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from cqabench.datasets import finqa, loader, ottqa, tanq, tatqa
 from cqabench.datasets.common import text_docid
 from cqabench.errors import DataError
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data not at {SHARED}")
+RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"
+FIXTURE_DATA = Path(__file__).resolve().parent / "fixtures" / "data"
+TATQA_SAMPLE = RAW / "tatqa" / "tatqa_dataset_dev.sample.json"
 
 
 def _write(path: Path, obj: object) -> Path:
@@ -37,11 +38,11 @@ def _check_closed(data) -> None:
 
 @pytest.fixture(scope="module")
 def ott_files() -> dict[str, Path]:
-    if not SHARED.is_dir():
-        pytest.skip(f"shared data not at {SHARED}")
-    d = SHARED / "ottqa"
-    return {"questions": d / "released_data" / "dev.traced.json", "tables": d / "dev_tables.json",
-            "passages": d / "dev_passages.json"}
+    """The bundled sample: the first 40 dev questions, 80 tables, 1,844 passages (resources/README.md;
+    the whole dev release has 2,214 questions, 789 tables and 17,841 passages)."""
+    d = RAW / "ottqa"
+    return {"questions": d / "dev.traced.sample.json", "tables": d / "dev_tables.sample.json",
+            "passages": d / "dev_passages.sample.json"}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +51,9 @@ def ott(ott_files):
 
 
 def test_ottqa_real_counts(ott):
-    assert len(ott.queries) == 2214
-    assert sum(d.kind == "table" for d in ott.corpus) == 789
-    assert sum(d.kind == "text" for d in ott.corpus) == 17841
+    assert len(ott.queries) == 40
+    assert sum(d.kind == "table" for d in ott.corpus) == 80
+    assert sum(d.kind == "text" for d in ott.corpus) == 1844
     _check_closed(ott)
 
 
@@ -82,7 +83,8 @@ def test_ottqa_real_gold_and_docs(ott):
 
 
 def test_ottqa_plain_dev_gold_is_table_only(ott_files):
-    files = dict(ott_files, questions=ott_files["questions"].with_name("dev.json"))
+    # the plain (untraced) release's first 40 questions, vendored (tests/fixtures/README.md)
+    files = dict(ott_files, questions=FIXTURE_DATA / "ottqa" / "dev_40.json")
     data = ottqa.load(files, "dev", limit=3)
     assert [q.qid for q in data.queries] == ["2b6359edb1b352c3", "1bd5ee91518dc589", "b2fa6dea5e272acc"]
     assert [(q.qid, q.docid) for q in data.qrels] == [
@@ -90,7 +92,7 @@ def test_ottqa_plain_dev_gold_is_table_only(ott_files):
         ("1bd5ee91518dc589", "Sevens_Grand_prix_series_0"),
         ("b2fa6dea5e272acc", "Kishore_Kumar_1"),
     ]
-    assert len(data.corpus) == 789 + 17841  # the pool does not shrink with the limit
+    assert len(data.corpus) == 80 + 1844  # the pool does not shrink with the limit
 
 
 # --------------------------------------------------------------------------- OTT-QA (malformed)
@@ -157,12 +159,13 @@ def test_ottqa_truncated_json(tmp_path):
 # --------------------------------------------------------------------------- TAT-QA (real)
 
 
-@needs_shared
 def test_tatqa_real():
-    data = loader("tatqa").load({"questions": SHARED / "tatqa" / "tatqa_dataset_dev.json"}, "dev")
-    assert len(data.queries) == 1668
-    assert sum(d.kind == "table" for d in data.corpus) == 278
-    assert sum(d.kind == "text" for d in data.corpus) == 1356
+    """The bundled first 40 of the 278 dev contexts; every count below was taken from the raw
+    file with a few lines of Python over its JSON (the whole dev: 1,668 questions, 1,356 paragraphs)."""
+    data = loader("tatqa").load({"questions": TATQA_SAMPLE}, "dev")
+    assert len(data.queries) == 240
+    assert sum(d.kind == "table" for d in data.corpus) == 40
+    assert sum(d.kind == "text" for d in data.corpus) == 212
     _check_closed(data)
     docs = {d.docid: d for d in data.corpus}
     t = docs["3ffd9053-a45d-491c-957a-1b2fa0af0570"]
@@ -182,18 +185,18 @@ def test_tatqa_real():
     assert a.aliases == ["fixed-price type", "cost-plus type", "time-and-material type"]
     assert a.numeric_type == "multi-span"
     kinds = [a.numeric_type for a in data.answers]
-    assert {k: kinds.count(k) for k in set(kinds)} == {"arithmetic": 718, "span": 701, "multi-span": 217, "count": 32}
+    assert {k: kinds.count(k) for k in set(kinds)} == {"arithmetic": 99, "span": 104, "multi-span": 32, "count": 5}
     assert all(a.answer_type == "number" and a.number is not None for a in data.answers
                if a.numeric_type in ("arithmetic", "count"))
-    # five dev questions answered from the table still list paragraphs; only the table is gold
+    # questions answered from the table may still list paragraphs; only the table is gold
     table_only = [q.qid for q in data.queries if json.loads(q.meta)["answer_from"] == "table"]
-    assert len(table_only) == 772
+    assert len(table_only) == 106
     assert all(len(gold[qid]) == 1 and docs[gold[qid][0]].kind == "table" for qid in table_only)
     # qrel count straight from the raw annotation: one table + each distinct listed paragraph
-    raw = json.loads((SHARED / "tatqa" / "tatqa_dataset_dev.json").read_text(encoding="utf-8"))
+    raw = json.loads(TATQA_SAMPLE.read_text(encoding="utf-8"))
     expected = sum((q["answer_from"] != "text") + (len(set(q["rel_paragraphs"])) if q["answer_from"] != "table" else 0)
                    for ctx in raw for q in ctx["questions"])
-    assert len(data.qrels) == expected == 2200
+    assert len(data.qrels) == expected == 327
 
 
 # --------------------------------------------------------------------------- TAT-QA (small + malformed)
@@ -267,9 +270,6 @@ def test_tatqa_truncated_json(tmp_path):
     assert exc.value.path == str(path) and exc.value.record == "line 1" and exc.value.field == "-"
 
 
-RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"
-
-
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), "nan", "-Infinity"])
 def test_tatqa_non_finite_gold_number_is_refused(tmp_path, bad):
     # A real arithmetic question of the bundled sample; json.dumps writes NaN / Infinity literals,
@@ -288,10 +288,9 @@ def test_tatqa_non_finite_gold_number_is_refused(tmp_path, bad):
 # --------------------------------------------------------------------------- FinQA
 
 
-@needs_shared
 def test_finqa_real():
     # the stricter mode (the paper's three documents per question: tests/test_relevance.py)
-    data = finqa.load({"questions": SHARED / "finqa" / "dev.json"}, "dev", relevance="gold_inds")
+    data = finqa.load({"questions": RAW / "finqa" / "dev.json"}, "dev", relevance="gold_inds")
     assert [q.qid for q in data.queries] == ["V/2008/page_17.pdf-1"]
     (a,) = data.answers
     assert (a.answer_type, a.number, a.aliases, a.program, a.scale) == (
@@ -411,9 +410,8 @@ def test_finqa_truncated_json(tmp_path):
 # --------------------------------------------------------------------------- TANQ
 
 
-@needs_shared
 def test_tanq_real_sample():
-    data = tanq.load({"questions": SHARED / "tanq" / "test_questions_10.jsonl"}, "test")
+    data = tanq.load({"questions": RAW / "tanq" / "test_questions_10.jsonl"}, "test")
     assert len(data.queries) == 10
     assert data.corpus == [] and data.qrels == []  # the sample carries no proofs
     q0 = data.queries[0]

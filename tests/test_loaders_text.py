@@ -16,6 +16,7 @@ from cqabench.datasets import ambigqa, loader, musique, strategyqa, twowiki
 from cqabench.datasets.common import text_docid
 from cqabench.errors import DataError
 from cqabench.schema import CanonicalData
+from conftest import FIXTURE_DATA, RAW
 
 
 def _check_consistent(data: CanonicalData) -> None:
@@ -56,12 +57,12 @@ def test_registry_names_these_modules():
 
 
 @pytest.fixture(scope="module")
-def musique_file(shared_data: Path) -> Path:
-    return shared_data / "musique" / "musique_train_100.json"
+def musique_file() -> Path:
+    return RAW / "musique" / "musique_train_100.jsonl"
 
 
 def test_musique_real_sample(musique_file: Path):
-    raw = json.loads(musique_file.read_text(encoding="utf-8"))
+    raw = [json.loads(line) for line in musique_file.read_text(encoding="utf-8").splitlines()]
     records = [p for r in raw for p in r["paragraphs"]]
     assert len(records) == 2000
     unique = {(p["title"], p["paragraph_text"]) for p in records}
@@ -94,11 +95,14 @@ def test_musique_real_sample(musique_file: Path):
 
 
 def test_musique_jsonl_equals_json_list_and_limit(musique_file: Path, tmp_path: Path):
-    raw = json.loads(musique_file.read_text(encoding="utf-8"))
-    jsonl = tmp_path / "musique.json"  # extension deliberately misleading: detection is by content
+    raw = [json.loads(line) for line in musique_file.read_text(encoding="utf-8").splitlines()]
+    # extensions deliberately misleading: detection is by content
+    jsonl = tmp_path / "musique.json"
     jsonl.write_text("\n".join(json.dumps(r) for r in raw[:10]) + "\n", encoding="utf-8")
+    listed = tmp_path / "musique.jsonl"  # the 100 records as one JSON list (the HippoRAG copy's form)
+    listed.write_text(json.dumps(raw), encoding="utf-8")
     from_lines = musique.load({"questions": jsonl}, "train")
-    from_list = musique.load({"questions": musique_file}, "train", limit=10)
+    from_list = musique.load({"questions": listed}, "train", limit=10)
     assert from_lines == from_list
     assert len(from_list.queries) == 10
     expected = {text_docid(p["title"], p["paragraph_text"]) for r in raw[:10] for p in r["paragraphs"]}
@@ -166,9 +170,11 @@ def test_musique_truncated(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def twowiki_files(shared_data: Path) -> dict[str, Path]:
-    d = shared_data / "2wikimultihopqa"
-    return {"questions": d / "dev_2.json", "passages": d / "distractor_corpus.json"}
+def twowiki_files() -> dict[str, Path]:
+    # the bundled 2 dev records, and the first 641 of HippoRAG's 6,119 distractor passages (the
+    # 641st is the one that is also a context paragraph; tests/fixtures/README.md)
+    return {"questions": RAW / "2wikimultihopqa" / "dev.json",
+            "passages": FIXTURE_DATA / "2wikimultihopqa" / "distractor_corpus_641.json"}
 
 
 def test_twowiki_real_dev(twowiki_files: dict[str, Path]):
@@ -199,7 +205,7 @@ def test_twowiki_real_dev(twowiki_files: dict[str, Path]):
 def test_twowiki_with_passages(twowiki_files: dict[str, Path]):
     raw = json.loads(twowiki_files["questions"].read_text(encoding="utf-8"))
     passages = json.loads(twowiki_files["passages"].read_text(encoding="utf-8"))
-    assert len(passages) == 6119
+    assert len(passages) == 641
     passage_ids = {text_docid(p["title"], p["text"]) for p in passages}
     context_ids = {text_docid(t, " ".join(s)) for r in raw for t, s in r["context"]}
     data = twowiki.load(twowiki_files, "dev")
@@ -209,7 +215,7 @@ def test_twowiki_with_passages(twowiki_files: dict[str, Path]):
     assert ids == passage_ids | context_ids
     # "Minamoto no Chikako" is both a context paragraph and a distractor passage: one document.
     assert len(context_ids & passage_ids) == 1
-    assert len(data.corpus) == 6119 + 20 - 1
+    assert len(data.corpus) == 641 + 20 - 1
 
 
 def test_twowiki_has_no_hidden_cap(tmp_path: Path):
@@ -280,8 +286,8 @@ def test_twowiki_truncated_and_bad_passages(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def strategyqa_files(shared_data: Path) -> dict[str, Path]:
-    d = shared_data / "strategyqa"
+def strategyqa_files() -> dict[str, Path]:
+    d = RAW / "strategyqa"
     return {"questions": d / "dev.json", "decompositions": d / "bart_decomp_dev_predictions.jsonl"}
 
 
@@ -405,11 +411,11 @@ def test_strategyqa_truncated_and_missing_prediction(tmp_path: Path):
 # --------------------------------------------------------------------------- AmbigQA
 
 
-def test_ambigqa_real_dev_light(shared_data: Path):
-    path = shared_data / "ambigqa" / "dev_light.json"
+def test_ambigqa_real_dev_light():
+    path = RAW / "ambigqa" / "dev_light_40.json"  # the first 40 of the light dev's 2,002 (830 single)
     raw = json.loads(path.read_text(encoding="utf-8"))
     single = sum(all(a["type"] == "singleAnswer" for a in r["annotations"]) for r in raw)
-    assert (len(raw), single) == (2002, 830)
+    assert (len(raw), single) == (40, 11)
     data = ambigqa.load({"questions": path}, "dev")
     _check_consistent(data)
     assert [q.qid for q in data.queries] == [r["id"] for r in raw]
@@ -429,12 +435,12 @@ def test_ambigqa_real_dev_light(shared_data: Path):
     pair = multi.annotations[0].answers[0]
     assert pair == {"question": "Who is the 4th chairman of african union commission?", "aliases": ["Moussa Faki", "Moussa Faki Mahamat"]}
     assert data.answers[0].annotations[0].answers == [{"question": "", "aliases": ["Tony Goldwyn", "Goldwyn"]}]
-    assert data.tables()["answers"].num_rows == 2002
+    assert data.tables()["answers"].num_rows == 40
 
 
-def _dpr_tsv(shared_data: Path, tmp_path: Path, n: int = 40) -> tuple[Path, dict[str, tuple[str, str]]]:
+def _dpr_tsv(tmp_path: Path, n: int = 40) -> tuple[Path, dict[str, tuple[str, str]]]:
     """A psgs_w100.tsv-shaped file from the fixture's first passages, quoted as DPR quotes."""
-    fx = json.loads((shared_data / "ambigqa" / "fixture_passages.json").read_text(encoding="utf-8"))
+    fx = json.loads((FIXTURE_DATA / "ambigqa" / "fixture_passages_40.json").read_text(encoding="utf-8"))
     ids = list(fx["passages"])[:n]
     rows = {pid: (fx["passages"][pid], fx["titles"][pid]) for pid in ids}
     rows[ids[0]] = ('he said "hello"\tand left', rows[ids[0]][1])  # DPR quotes text with "" and tabs
@@ -446,9 +452,11 @@ def _dpr_tsv(shared_data: Path, tmp_path: Path, n: int = 40) -> tuple[Path, dict
     return f, rows
 
 
-def test_ambigqa_fixture_with_passages(shared_data: Path, tmp_path: Path):
-    questions = shared_data / "ambigqa" / "fixture_dev_11.json"
-    tsv, rows = _dpr_tsv(shared_data, tmp_path)
+def test_ambigqa_fixture_with_passages(tmp_path: Path):
+    # DEXTER's 11-question fixture: the first 11 records of the bundled light dev sample
+    questions = tmp_path / "fixture_dev_11.json"
+    questions.write_text(json.dumps(json.loads((RAW / "ambigqa" / "dev_light_40.json").read_text())[:11]))
+    tsv, rows = _dpr_tsv(tmp_path)
     data = ambigqa.load({"questions": questions, "passages": tsv}, "dev")
     _check_consistent(data)
     raw = json.loads(questions.read_text(encoding="utf-8"))
@@ -459,8 +467,8 @@ def test_ambigqa_fixture_with_passages(shared_data: Path, tmp_path: Path):
     assert data.qrels == []  # the fixture records carry no viewed_doc_titles
 
 
-def test_ambigqa_qrels_from_viewed_titles(shared_data: Path, tmp_path: Path):
-    tsv, rows = _dpr_tsv(shared_data, tmp_path)
+def test_ambigqa_qrels_from_viewed_titles(tmp_path: Path):
+    tsv, rows = _dpr_tsv(tmp_path)
     title = rows[next(iter(rows))][1]  # fixture titles are lower case; annotators' are not
     expected = sorted(pid for pid, (_, t) in rows.items() if t == title)
     records = [

@@ -150,8 +150,8 @@ def test_bundled_sample_datasets_with_gold_in_the_question_file(dataset, files):
     assert loader(dataset).load(paths, "x", limit=2).qrels  # and the loader does produce qrels
 
 
-def test_ambigqa_light_release_has_no_viewed_titles(shared_data):
-    files = {"questions": shared_data / "ambigqa" / "dev_light.json", "passages": RAW / "ambigqa" / "psgs_w100_sample.tsv"}
+def test_ambigqa_light_release_has_no_viewed_titles():
+    files = {"questions": RAW / "ambigqa" / "dev_light_40.json", "passages": RAW / "ambigqa" / "psgs_w100_sample.tsv"}
     ok, why = has_gold_evidence("ambigqa", files)
     assert not ok and "viewed_doc_titles" in why
 

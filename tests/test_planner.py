@@ -261,13 +261,13 @@ def test_unchanged_config_is_not_mutated() -> None:
     assert config == before
 
 
-def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path) -> None:
+def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["datasets"]["musique"]["corpus"] = "wiki-multihopp"  # was a KeyError traceback
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(path)], cwd=workdir, capture_output=True, text=True, check=False
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -315,13 +315,13 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
     assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/index_parts/tatqa/pipe/minilm/2-of-3"
 
 
-def test_snakemake_dry_run_of_dexter_plans_the_encode_parts() -> None:
+def test_snakemake_dry_run_of_dexter_plans_the_encode_parts(workdir: Path) -> None:
     """`snakemake -n --configfile config/dexter.yaml`: 7 neural retrievers x 6 corpora x 32 = 1344
     encode_part jobs, 42 gather_index jobs, 6 colbert_codec jobs; index jobs left for BM25 (6)."""
     from test_rebuild import job_table
 
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", str(ROOT / "config" / "dexter.yaml")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+                          cwd=workdir, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     table = job_table(done.stdout + done.stderr)
     counts = tuple(table[rule] for rule in ("encode_part", "gather_index", "colbert_codec", "index"))

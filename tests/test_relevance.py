@@ -1,6 +1,6 @@
 """Relevance modes (`datasets.<name>.relevance`): the paper's (DEXTER §3.1 + the original
 toolkit, ../shared/paper/dexter_toolkit.md section 2) and the stricter alternatives, per dataset,
-on the bundled sample, the shared real slices and small hand-written files. Each count is
+on the bundled sample, vendored real slices and small hand-written files. Each count is
 checked by hand against the raw file (named in the test)."""
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from cqabench.prepare import prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "resources" / "raw"
-SHARED = ROOT.parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data not at {SHARED}")
+FIXTURE_DATA = ROOT / "tests" / "fixtures" / "data"  # vendored real slices (tests/fixtures/README.md)
 
 
 def _write(path: Path, obj: object) -> Path:
@@ -109,11 +108,10 @@ def test_twowiki_paper_all_ten_context_paragraphs_on_the_sample() -> None:
     assert [len(v) for v in paper.values()] == [10, 10]
 
 
-@needs_shared
 def test_twowiki_paper_on_38_dev_records() -> None:
     """dev_38.json: 38 records of 10 context paragraphs each (the data README), every one of
     them relevant: 380 qrels."""
-    path = SHARED / "2wikimultihopqa" / "dev_38.json"
+    path = FIXTURE_DATA / "2wikimultihopqa" / "dev_38.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
     gold = _qrels_by_qid(twowiki.load({"questions": path}, "dev"))
     assert sum(map(len, gold.values())) == 380
@@ -151,17 +149,18 @@ def test_finqa_paper_three_documents_per_question() -> None:
     assert len(finqa.load({"questions": path}, "dev", relevance="gold_inds").qrels) == 1
 
 
-@needs_shared
-def test_finqa_paper_on_200_dev_records() -> None:
-    """dev_200.json: 200 questions on 123 pages -> 600 documents and 600 qrels in mode paper;
-    mode gold_inds has one table + one document per sentence per page instead."""
-    path = SHARED / "finqa" / "dev_200.json"
+def test_finqa_paper_on_40_dev_records() -> None:
+    """dev_40.json, the first 40 records of dev_200.json: 40 questions on 37 pages (three pages
+    carry two questions each) -> 120 documents and 120 qrels in mode paper; mode gold_inds has
+    one table + one document per sentence per page instead (37 + 959 sentences, counted in the file)."""
+    path = FIXTURE_DATA / "finqa" / "dev_40.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
     data = finqa.load({"questions": path}, "dev")
     _check_finqa_paper(raw, data)
-    assert len(data.qrels) == 600
+    assert len(data.qrels) == 120
     pages = {r["filename"]: len(r["pre_text"]) + len(r["post_text"]) for r in raw}
     strict = finqa.load({"questions": path}, "dev", relevance="gold_inds")
+    assert (len(pages), sum(pages.values())) == (37, 959)
     assert len(strict.corpus) == len(pages) + sum(pages.values())
 
 
@@ -393,7 +392,7 @@ def test_schema_refuses_a_mode_no_dataset_has() -> None:
         validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
 
 
-def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
+def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare(workdir: Path) -> None:
     """`snakemake -n -p --configfile config/dexter.yaml` prints each prepare job's command: every
     one, corpus-only splits included (FinQA's corpus depends on the mode), has --relevance paper."""
     import os
@@ -405,7 +404,7 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
                for sp in dict.fromkeys(spec["splits"] + (spec.get("corpus_splits") or []))]
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable)}
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile",
-                           "config/dexter.yaml", "--", *targets], cwd=ROOT, capture_output=True, text=True,
+                           "config/dexter.yaml", "--", *targets], cwd=workdir, capture_output=True, text=True,
                           timeout=300, check=False, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     commands = [line for line in done.stdout.splitlines() if "cqabench prepare" in line]

@@ -22,6 +22,7 @@ import pytest
 from cqabench.datasets import musique
 from cqabench.io import write_parquet
 from cqabench.llm.convert import DEFAULT_SOURCE
+from conftest import RAW
 from test_hf_backend import smollm2_dir  # noqa: F401  (session fixture: the converted model)
 
 pytestmark = pytest.mark.slow
@@ -31,8 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def queries(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    data = musique.load({"questions": shared_data / "musique" / "musique_train_100.json"}, "train", limit=N)
+def queries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = musique.load({"questions": RAW / "musique" / "musique_train_100.jsonl"}, "train", limit=N)
     out = tmp_path_factory.mktemp("musique") / "queries.parquet"
     write_parquet(data.tables()["queries"], out)
     return out

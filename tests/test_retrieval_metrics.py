@@ -19,6 +19,7 @@ from cqabench.metrics.retrieval import (
 )
 from cqabench.retrievers.base import rank
 from cqabench.schema import QREL_SCHEMA, QUERY_SCHEMA, Query
+from conftest import RAW
 from dataclasses import asdict
 
 
@@ -92,10 +93,10 @@ def test_best_annotator_recall_definition():
 
 
 @pytest.fixture(scope="module")
-def strategyqa_dev(shared_data: Path) -> list[Query]:
+def strategyqa_dev() -> list[Query]:
     from cqabench.datasets import strategyqa
 
-    return strategyqa.load({"questions": shared_data / "strategyqa" / "dev.json"}, "dev").queries
+    return strategyqa.load({"questions": RAW / "strategyqa" / "dev.json"}, "dev").queries
 
 
 def test_strategyqa_recall_on_real_dev_evidence(strategyqa_dev: list[Query]):

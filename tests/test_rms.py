@@ -23,6 +23,7 @@ from cqabench.metrics.tables import (
     transpose,
     value_similarity,
 )
+from conftest import RAW
 
 GOLD_H = ["entity", "a", "b"]
 GOLD_R = [["x", "1", "foo"], ["y", "2", "bar"]]
@@ -142,9 +143,9 @@ def test_ragged_rows_are_zipped():
     approx(rms(GOLD_H, GOLD_R, GOLD_H, pred_r), 1.0, 0.75, 1.5 / 1.75)
 
 
-def test_real_tanq_gold_tables_score_perfectly_through_both_readers(shared_data):
+def test_real_tanq_gold_tables_score_perfectly_through_both_readers():
     """The 10 real TANQ test tables: gold as markdown, and transposed, parse back to F1 = 1."""
-    lines = (shared_data / "tanq" / "test_questions_10.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (RAW / "tanq" / "test_questions_10.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 10
     for line in lines:
         rec = json.loads(line)

@@ -15,27 +15,26 @@ import pytest
 from cqabench.datasets import finqa, ottqa, tatqa
 from cqabench.tables import document_text, serialize
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data not at {SHARED}")
+RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"  # the bundled sample (resources/README.md)
 
 
 @pytest.fixture(scope="module")
 def tat_doc() -> dict:
-    data = tatqa.load({"questions": SHARED / "tatqa" / "tatqa_dataset_dev.json"}, "dev", limit=1)
+    data = tatqa.load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev", limit=1)
     return asdict(data.corpus[0])
 
 
 @pytest.fixture(scope="module")
 def fin_doc() -> dict:
-    data = finqa.load({"questions": SHARED / "finqa" / "dev.json"}, "dev")
+    data = finqa.load({"questions": RAW / "finqa" / "dev.json"}, "dev")
     return asdict(data.corpus[0])
 
 
 @pytest.fixture(scope="module")
 def ott_doc() -> dict:
-    d = SHARED / "ottqa"
-    data = ottqa.load({"questions": d / "released_data" / "dev.traced.json", "tables": d / "dev_tables.json",
-                       "passages": d / "dev_passages.json"}, "dev", limit=0)
+    d = RAW / "ottqa"
+    data = ottqa.load({"questions": d / "dev.traced.sample.json", "tables": d / "dev_tables.sample.json",
+                       "passages": d / "dev_passages.sample.json"}, "dev", limit=0)
     return asdict(next(doc for doc in data.corpus if doc.docid == "1953–54_Scottish_Cup_5"))
 
 
