@@ -41,7 +41,7 @@ def workflow_profile_in_effect(flag: str | None, snakefile: Path, cwds: Sequence
     return next((c for c in candidates if c.exists()), None)
 
 
-def slurm_profile_problem(argv: Sequence[str], snakefile: Path, cwds: Sequence[Path]) -> str | None:
+def cluster_profile_problem(argv: Sequence[str], snakefile: Path, cwds: Sequence[Path]) -> str | None:
     """The refusal a SLURM run prints when a workflow profile is in effect, naming it; else None."""
     profile = workflow_profile_in_effect(workflow_profile_flag(argv), snakefile, cwds)
     if profile is None:

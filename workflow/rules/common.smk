@@ -202,10 +202,10 @@ def check_cluster_profile():
         return
     # Whatever names it (`profiles/default`, `default`, a path to its config.yaml, or no flag at
     # all): what counts is the profile Snakemake applies (cqabench.cluster_profile).
-    from cqabench.cluster_profile import slurm_profile_problem
+    from cqabench.cluster_profile import cluster_profile_problem
 
     cwds = dict.fromkeys(Path(d) for d in (os.getcwd(), os.environ.get("PWD")) if d)
-    problem = slurm_profile_problem(
+    problem = cluster_profile_problem(
         sys.argv[1:], Path(workflow.main_snakefile), list(cwds)
     )
     if problem is None:
