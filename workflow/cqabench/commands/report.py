@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError
+from cqabench.commands import json_object
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +84,7 @@ def _tables(args: argparse.Namespace) -> int:
 
 def _config_arg(text: str | None) -> dict[str, Any] | None:
     """--config: the run's configuration as JSON (what the comparability check reads), or None."""
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--config: not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"--config: expected a JSON object, got {type(value).__name__}")
-    return value
+    return None if text is None else json_object(text, "--config")
 
 
 def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:
