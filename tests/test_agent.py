@@ -33,6 +33,7 @@ from cqabench.generate import (
     Cell,
     CellInputs,
     CellOptions,
+    cell_label,
     run_batch,
     run_cell,
 )
@@ -418,6 +419,12 @@ def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
     assert round_sizes == [2] + [2] * 7 + [1]
     assert manifest["open_book_rounds"] == 8 and manifest["n_generated"] == 2 + 15
     assert [c["n_generated"] for c in manifest["cells"]] == [2, 15]
+    # every stored item names its cell, not the batch, so `cache drop --label '<cell glob>'` finds it
+    labels = sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json"))
+    closed = "tanq/test/pipe/none/scripted/few-shot/closed-k0"
+    assert len(labels) == 17 and not [x for x in labels if x.startswith("batch")]
+    assert sum(x.startswith(f"{closed} ") for x in labels) == 2
+    assert sum(x.startswith(f"{cell_label(CELL)} open-book round ") for x in labels) == 15
     # the cell job then assembles from the cache without an engine
     summary, _ = _run(tmp_path, tool_corpus, queries, cache, ScriptedModel(lambda chat: pytest.fail("no call expected")))
     assert summary["n_generated"] == 0

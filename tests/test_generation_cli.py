@@ -247,6 +247,32 @@ def test_a_batch_fills_the_cache_so_each_cell_job_needs_no_model(split, tmp_path
     assert all(pq.read_table(tmp_path / "rag.parquet").column("cached").to_pylist())
 
 
+def test_cache_drop_by_cell_label_finds_the_items_an_engine_batch_generated(
+        split, tmp_path: Path, monkeypatch, capsys) -> None:
+    """The batch used to label every item "batch <llm> <qid>", so `--label '<cell glob>'` matched nothing."""
+    monkeypatch.setenv(ENV, KEY)
+    cache = tmp_path / "cache"
+    closed, rag = "musique/dev/pipe/none/api/few-shot/closed-k0", "musique/dev/pipe/bm25/api/few-shot/rag-k1"
+    with OpenAITestDouble() as api:
+        settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
+        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
+                  "qrels": str(split["qrels"]), "run": str(split["run"])}
+        members = [{"cell": closed, "inputs": {k: inputs[k] for k in ("queries", "template")}},
+                   {"cell": rag, "inputs": inputs}]
+        assert main(["generate-batch", "--llm", "api", "--settings", json.dumps(settings), "--cells",
+                     json.dumps(members), "--cache", str(cache), "--out", str(tmp_path / "batch.json")]) == 0
+    labels = sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json"))
+    # q3 has no ranking, so its rag prompt is its closed-book prompt: one item, both cells named
+    assert labels == sorted([f"{closed} q1", f"{closed} q2", f"{closed} q3\n{rag} q3", f"{rag} q1", f"{rag} q2"])
+    capsys.readouterr()
+    assert main(["cache", "drop", "--cache", str(cache), "--label", "musique/dev/pipe/bm25/*", "--dry-run"]) == 0
+    assert capsys.readouterr().out.endswith("would drop 3 file(s)\n")
+    assert main(["cache", "drop", "--cache", str(cache), "--label", f"{rag} q1", "--label", "*/closed-k0 q3"]) == 0
+    assert capsys.readouterr().out.endswith("dropped 2 file(s)\n")
+    assert sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json")) == sorted([
+        f"{closed} q1", f"{closed} q2", f"{rag} q2"])
+
+
 def test_a_batch_rejects_a_malformed_cell_label(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv(ENV, KEY)
     rc = main(["generate-batch", "--llm", "api", "--settings", json.dumps({"llm": api_llm_config("x")}),

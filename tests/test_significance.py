@@ -105,6 +105,36 @@ def test_cli(tmp_path, capsys) -> None:
     assert main(["significance", "--per-question", str(path), "--a", "k=9", "--b", "k=1", "--metric", "cover_em"]) == 1
 
 
+def test_numeric_columns_match_numerically(tmp_path, capsys) -> None:
+    """k=5 picks the k = 5 cell although the fact table's k reads back as 5.0 (issue 20, point 8).
+
+    A retrieval row has no k, so the Parquet int64 column holds a null and pandas reads it as
+    float64: compared as text, only 'k=5.0' matched, and docs/report.md's 'k=5' example exited 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _frame().to_dict("records") + [
+        {"cell_id": "r", "dataset": "musique", "llm": None, "k": None, "qid": "q0", "metric": "ndcg_cut_10",
+         "variant": "trec_eval", "value": 0.5}]
+    path = tmp_path / "pq.parquet"
+    schema = pa.schema([("cell_id", pa.string()), ("dataset", pa.string()), ("llm", pa.string()), ("k", pa.int64()),
+                        ("qid", pa.string()), ("metric", pa.string()), ("variant", pa.string()), ("value", pa.float64())])
+    pq.write_table(pa.Table.from_pylist(rows, schema), path)
+    assert pd.read_parquet(path)["k"].dtype == "float64"  # what `cqabench significance` reads
+    args = ["significance", "--per-question", str(path), "--b", "k=1", "--metric", "cover_em", "--resamples", "500"]
+    for k in ("5", "5.0", " 5 "):
+        assert main([*args, "--a", f"k={k}"]) == 0, k
+        assert "A-B +0.4000" in capsys.readouterr().out
+    frame = pd.read_parquet(path)
+    with pytest.raises(ConfigError, match="k is a numeric column"):
+        compare(frame, {"k": "five"}, {"k": "1"}, "cover_em")
+    with pytest.raises(ConfigError, match="no per-question scores"):
+        compare(frame, {"k": "3"}, {"k": "1"}, "cover_em")
+    flags = frame.assign(paper_data=frame["k"] == 5)
+    out = compare(flags, {"paper_data": "true"}, {"paper_data": "False"}, "cover_em")
+    assert out["n_common"] == 5 and out["tests"][0]["diff"] == pytest.approx(0.4)
+
+
 def test_exact_sign_flip_by_enumerating_every_flip() -> None:
     """p = share of the 2^n sign patterns whose |mean| reaches the observed one, counted here by hand."""
     a = np.array([0.9, 0.4, 0.7, 0.5, 1.0])

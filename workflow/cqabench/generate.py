@@ -243,6 +243,7 @@ def generate_missing(
     claim_chunk: int = 256,
     retry_empty: int = 1,
     poll_s: float = 0.2,
+    item_labels: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """(cached, generated, API retries): completions by key; a backend is made only if something is missing.
 
@@ -258,6 +259,10 @@ def generate_missing(
     An empty or oversized completion is asked again `retry_empty` times; if it stays bad, or
     the backend gave up on it (`Completion.error`), it is returned in `generated` with
     `error` set, never cached, so the cell records the failure and a rerun asks again.
+
+    Each stored item is labelled `item_labels[key]`, else "<label> <qid>": `cqabench cache drop
+    --label` selects items by that text, so a job serving many cells (an engine batch) passes
+    the cells' own labels rather than its name.
     """
     cached: dict[str, Completion] = {}
     merged: dict[str, tuple[Sampling, dict[str, Item]]] = {}  # cells with equal sampling share calls
@@ -296,7 +301,7 @@ def generate_missing(
                     it = items[idx]
                     problem = completion_problem(comp, cache.max_chars)
                     if not problem:
-                        rows.append((it.key, comp, f"{label} {it.qid}"))
+                        rows.append((it.key, comp, (item_labels or {}).get(it.key) or f"{label} {it.qid}"))
                         log.info("generated item qid=%s (%d tokens, %.2f s)", it.qid, comp.output_tokens, comp.latency_s)
                     elif comp.error or attempt == retry_empty:
                         log.warning("item qid=%s failed: %s (not cached; a rerun asks again)", it.qid, problem)
@@ -551,22 +556,26 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cach
     Returns (cached, generated, rounds) completions by key, as `generate_missing` does.
     """
     dialogues = [d for p in prepared for d in (p.dialogues or [])]
+    cell_of = {id(d): cell_label(p.cell) for p in prepared for d in (p.dialogues or [])}
     cached_all: dict[str, Completion] = {}
     generated_all: dict[str, Completion] = {}
 
     def complete(active: Sequence[Dialogue], chats: Sequence[Chat]) -> tuple[list[Completion], list[bool]]:
         groups: dict[tuple[str, bool], tuple[Sampling, list[Item]]] = {}
         keys = []
+        labels: dict[str, list[str]] = {}
         for d, chat in zip(active, chats):
             key = d.ctx.key_of(chat)
             keys.append(key)
+            labels.setdefault(key, []).append(f"{cell_of[id(d)]} open-book round {d.qid}")
             group = (d.ctx.sampling.to_json(), d.ctx.tools is not None)
             groups.setdefault(group, (d.ctx.sampling, []))[1].append(Item(d.qid, chat, key, []))
         found: dict[str, Completion] = {}
         for (_, with_tools), (sampling, items) in groups.items():
             tools = TOOL_SCHEMAS if with_tools else None
             cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
-                                                    f"{label} open-book round", order_key, claim_chunk=claim_chunk)
+                                                    f"{label} open-book round", order_key, claim_chunk=claim_chunk,
+                                                    item_labels=item_labels(labels))
             cached_all.update(cached)
             generated_all.update(generated)
             found.update(cached)
@@ -579,6 +588,15 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cach
 
 def cell_label(cell: Cell) -> str:
     return "/".join([cell.dataset, cell.split, cell.serialization, cell.retriever, cell.llm, cell.prompt, f"{cell.setting}-k{cell.k}"])
+
+
+def item_labels(labels: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """key -> the item cache label: one "<cell> <qid>" line per cell that asked for the item.
+
+    One prompt can belong to several cells (a question's closed-book prompt under two table
+    serializations); each cell's line lets `cqabench cache drop --label '<cell glob>'` find it.
+    """
+    return {key: "\n".join(dict.fromkeys(lines)) for key, lines in labels.items()}
 
 
 def write_cell(
@@ -795,8 +813,12 @@ def run_batch(
     try:
         with open_cache(cache_path, spec, widest) as cache:
             plain = [(p.sampling, p.items) for p in prepared if p.dialogues is None]
+            labels: dict[str, list[str]] = {}
+            for p in prepared:
+                for it in p.items if p.dialogues is None else ():
+                    labels.setdefault(it.key, []).append(f"{cell_label(p.cell)} {it.qid}")
             cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec),
-                                                    claim_chunk=claim_chunk_for(spec))
+                                                    claim_chunk=claim_chunk_for(spec), item_labels=item_labels(labels))
             # then every open-book dialogue of every cell, one batch per round, on the same engine
             ob_cached, ob_generated, rounds = run_open_book([p for p in prepared if p.dialogues is not None], shared,
                                                             cache, f"batch {spec.name}", order_for(spec),

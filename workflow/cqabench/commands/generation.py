@@ -265,7 +265,8 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--unverifiable", action="store_true", help="items written before checksums (asked again)")
     d.add_argument("--key", action="append", default=[], help="an item key (repeatable)")
     d.add_argument("--label", action="append", default=[],
-                   help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'")
+                   help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'; an item "
+                        "several cells asked for has one such line per cell, and any line may match")
     d.add_argument("--stale", action="store_true", help="claims, job files and temporary files of jobs that are gone")
     d.add_argument("--max-chars", type=int, help="with --bad: also drop completions longer than this")
     d.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
@@ -318,7 +319,7 @@ def run_cache_drop(args: argparse.Namespace) -> int:
         doomed = []
         for r in cache.iter_records():
             if ((args.bad and r.problem) or (args.unverifiable and r.note) or r.key in args.key
-                    or any(fnmatch.fnmatchcase(r.label, g) for g in args.label)):
+                    or any(fnmatch.fnmatchcase(line, g) for line in r.label.splitlines() for g in args.label)):
                 doomed.append(r.path)
         if args.stale:
             doomed += cache.leftovers()

@@ -153,7 +153,7 @@ def adjust(p_values: Sequence[float | None], method: str = "holm") -> list[float
 
 
 def parse_spec(text: str) -> dict[str, str]:
-    """'k=v,k2=v2' -> {k: v, k2: v2}; values stay text and match columns compared as text."""
+    """'k=v,k2=v2' -> {k: v, k2: v2}; values stay text until `cell_scores` compares them with a column."""
     spec: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
@@ -165,6 +165,30 @@ def parse_spec(text: str) -> dict[str, str]:
     return spec
 
 
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def column_matches(column: pd.Series, key: str, value: str) -> pd.Series:
+    """Rows of `column` equal to the spec's text `value`, compared as the column's type.
+
+    A numeric column compares as a number, so `k=5` matches a k read back as 5.0 (the fact
+    table's k is float64 in pandas as soon as a retrieval row leaves it null); a boolean
+    column takes true / false (or 1 / 0, yes / no); any other column compares as text.
+    """
+    if pd.api.types.is_bool_dtype(column):
+        text = value.strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise ConfigError(f"cell spec {key}={value!r}: {key} is a true / false column")
+        return column == (text in _TRUE)
+    if pd.api.types.is_numeric_dtype(column):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ConfigError(f"cell spec {key}={value!r}: {key} is a numeric column; give a number") from None
+        return pd.to_numeric(column, errors="coerce") == number
+    return column.astype("string") == value
+
+
 def cell_scores(frame: pd.DataFrame, spec: dict[str, str], metric: str, variant: str | None = None) -> pd.Series:
     """Per-question scores (indexed by qid) of the one cell `spec` names."""
     unknown = [k for k in spec if k not in frame.columns]
@@ -174,7 +198,7 @@ def cell_scores(frame: pd.DataFrame, spec: dict[str, str], metric: str, variant:
     if variant is not None:
         mask &= frame["variant"].astype("string") == variant
     for key, value in spec.items():
-        mask &= frame[key].astype("string") == value
+        mask &= column_matches(frame[key], key, value)
     chosen = frame[mask.fillna(False).astype(bool)]
     if chosen.empty:
         raise ConfigError(f"no per-question scores for {spec} with metric={metric!r}"
