@@ -38,10 +38,15 @@ CQABENCH_PARSE = "cqabench_parse"  # TANQ RMS on the table extraction.parse_tabl
 TANQ = "tanq"
 RMS_METRICS = ("rms_precision", "rms_recall", "rms_f1")
 
+# Datasets whose gold is a list of answer strings, scored by cover-EM / EM / F1 (cover-EM primary):
+# a new dataset of that kind is named here once (docs/add_dataset.md); one that needs its own
+# metric gets an entry in METRICS, PRIMARY and _SCORERS instead.
+TEXT_DATASETS = ("musique", "2wikimultihopqa", "ottqa", "tatqa")
+
 # dataset -> (metric, variant) rows its summary has (TANQ adds breakdown rows, see tanq_groups).
 METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT))
-       for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+       for ds in TEXT_DATASETS},
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
     "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
@@ -57,7 +62,7 @@ UNIT = "fraction"  # every value, per question and summary: 0..1
 # dataset -> the (metric, variant) rows the report judges it by (answers_by_setting, k-effect plot,
 # Table 3): DEXTER's choices; StrategyQA is reported with accuracy and cover-EM.
 PRIMARY: dict[str, tuple[tuple[str, str], ...]] = {
-    **{ds: (("cover_em", DEFAULT),) for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+    **{ds: (("cover_em", DEFAULT),) for ds in TEXT_DATASETS},
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL),),
     "finqa": (("em_tol", DEFAULT),),
@@ -170,7 +175,7 @@ def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
 
 
 _SCORERS = {
-    **{ds: _text_scores for ds in ("musique", "2wikimultihopqa", "ottqa", "tatqa")},
+    **{ds: _text_scores for ds in TEXT_DATASETS},
     "strategyqa": _strategyqa_scores,
     "ambigqa": _ambigqa_scores,
     "finqa": _finqa_scores,
