@@ -191,7 +191,7 @@ class _Malformed(Exception):
 def iter_json_object(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
     """(line, key, value) of every member of a file holding one JSON object, read incrementally.
 
-    Why: StrategyQA's paragraph file (36.6M paragraphs) and OTT-QA's passage and table files are
+    Why: StrategyQA's paragraph file and OTT-QA's passage and table files (6.5M documents) are
     single objects `{"id": {...}, ...}` that `json.load` would hold whole, several times their
     size in Python objects. Here one member is parsed at a time (Python's C scanner, on a sliding
     window of text), so memory stays at about one read chunk plus one member. Errors are the same

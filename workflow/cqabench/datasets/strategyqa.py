@@ -84,7 +84,8 @@ def _evidence(raw: list, path: Path, qid: str) -> list[list[list[str]]]:
 
 def iter_paragraphs(path: Path) -> Iterator[Document]:
     """The paragraphs of strategyqa_train_paragraphs.json (one object {"Title-N": {title,
-    content, ...}}, 36.6M members in the official file) one at a time (common.iter_json_object)."""
+    content, ...}}: the paragraphs annotators matched as evidence for the train questions, not
+    the 36.6M-paragraph corpus) one at a time (common.iter_json_object)."""
     for _line, pid, par in iter_json_object(path, "paragraphs by id"):
         title = field(par, "title", str, path, pid)
         content = field(par, "content", str, path, pid)
