@@ -327,3 +327,15 @@ def test_prepare_keeps_the_corpus_whatever_the_limit(tmp_path: Path) -> None:
 if __name__ == "__main__":
     PAGE.write_text(page(), encoding="utf-8")
     print(f"wrote {PAGE}")
+
+
+def test_architecture_job_counts_are_the_planners() -> None:
+    """docs/architecture.md states each shipped config's job count; they are the dry runs' totals."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for name in ("config.yaml", "dexter.yaml", "tanq.yaml"):
+        total = job_counts(dry_run(name))["total"]
+        row = re.search(rf"^\| `config/{re.escape(name)}`[^|]*\| ([\d,]+) \|$", text, re.MULTILINE)
+        assert row, f"docs/architecture.md has no job-count row for config/{name}"
+        assert int(row.group(1).replace(",", "")) == total, (
+            f"docs/architecture.md says config/{name} plans {row.group(1)} jobs; "
+            f"`snakemake -n --forceall` plans {total:,}")
