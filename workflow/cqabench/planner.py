@@ -64,15 +64,17 @@ class Environment:
     """What planning needs to know beyond the config: where relative paths are, which Python.
 
     `root` is the working directory the rules run in (raw files, templates, external runs and
-    expected-number files are looked up under it); `python` and `vllm_python` are the shell
-    words of the interpreters jobs run the package with; `conda` is true under `--sdm conda`.
+    expected-number files are looked up under it); `python`, `vllm_python` (vLLM's CPU build,
+    `make setup`) and `vllm_gpu_python` (its CUDA build, `make setup-gpu`) are the shell words of
+    the interpreters jobs run the package with; `conda` is true under `--sdm conda`. Planning never
+    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.vllm_env).
     """
 
     root: Path = Path(".")
     python: str = "python"
     vllm_python: str = ".venv-vllm/bin/python"
     conda: bool = False
-    check_vllm_python: bool = True
+    vllm_gpu_python: str = ".venv-vllm-gpu/bin/python"
 
 
 @dataclass
@@ -168,7 +170,7 @@ class Plan:
         return (plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
                 + plan_checks.pooled_corpus_problems(self.pooled)
                 + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
-                + plan_checks.device_problems(self.llms, self.gen_llms, self.env.vllm_python, self.env.conda))
+                + plan_checks.device_problems(self.llms))
 
     def _data_problems(self) -> list[str]:
         out = []
@@ -282,12 +284,6 @@ class Plan:
                     f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
                     f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
                 )
-        vllm = [n for n in self.gen_llms if n in self.llms and self.llms[n]["backend"] == "vllm"]
-        if vllm and not self.env.conda and self.env.check_vllm_python and not Path(self.env.vllm_python).exists():
-            out.append(
-                f"llms.{vllm[0]}: backend vllm runs in its own environment, {self.env.vllm_python} is missing: run "
-                "`make setup` (or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
-            )
         return out
 
     def _open_book_problems(self) -> list[str]:
@@ -570,9 +566,12 @@ class Plan:
         return str(self.llms[llm]["source"]).startswith(GGUF_PREFIXES)
 
     def python_for(self, llm: str) -> str:
-        """The interpreter of an LLM's generation jobs: vLLM's own environment, else this one."""
+        """The interpreter of an LLM's generation jobs: vLLM's own environment (the CUDA build's
+        for a model on a GPU, the CPU build's otherwise; under conda envs/vllm.yaml's), else this one."""
         if self.llms[llm]["backend"] == "vllm":
-            return "python" if self.env.conda else self.env.vllm_python
+            if self.env.conda:
+                return "python"
+            return self.env.vllm_gpu_python if self.uses_gpu(llm) else self.env.vllm_python
         return self.env.python
 
     def _evidence_of(self, ds: str, sp: str) -> tuple[bool, str]:

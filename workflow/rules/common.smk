@@ -60,18 +60,25 @@ shell.prefix(
     % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
 )
 
-# The vLLM environment (Makefile: `make setup`); conda runs use envs/vllm.yaml instead.
+# The vLLM environments: the CPU build (`make setup`: .venv-vllm) for LLMs with device: cpu, the
+# CUDA build (`make setup-gpu`: .venv-vllm-gpu) for LLMs on a GPU; CQABENCH_VLLM_PYTHON replaces
+# both, conda runs use envs/vllm.yaml instead. Planning never reads them: each vLLM job checks its
+# interpreter when it starts (`vllm_check`), a run checks those of its jobs in `onstart:`.
 # (Beside the real checkout, also when the Snakefile is reached through a symlink.)
+_CHECKOUT = Path(workflow.main_snakefile).resolve().parent
 VLLM_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
-    Path(workflow.main_snakefile).resolve().parent / ".venv-vllm" / "bin" / "python"
+    _CHECKOUT / ".venv-vllm" / "bin" / "python"
 )
+VLLM_GPU_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
+    _CHECKOUT / ".venv-vllm-gpu" / "bin" / "python"
+)
+
+_VLLM_PYTHONS = dict(vllm_python=VLLM_PYTHON, vllm_gpu_python=VLLM_GPU_PYTHON)
 
 try:
     PLAN = Plan(
         config,
-        Environment(
-            root=Path("."), python=_PYTHON, vllm_python=VLLM_PYTHON, conda=_CONDA
-        ),
+        Environment(root=Path("."), python=_PYTHON, conda=_CONDA, **_VLLM_PYTHONS),
     )
 except ConfigError as exc:
     # One message naming every broken key, no traceback: nothing has run, nothing to clean up.
@@ -185,6 +192,50 @@ def check_api_keys():
             file=sys.stderr,
         )
     if missing:
+        raise SystemExit(1)
+
+
+def vllm_check(wildcards):
+    """The command that starts every generation job: cqabench.vllm_env checks a vLLM LLM's
+    interpreter (missing, without vllm, or the CPU build for a GPU job: one line, on stderr and in
+    the job's log, saying what to build or set; exit 1) and passes other backends at once. Run by
+    the job's own Python where the job runs (a cluster node, a conda env); the rule adds --log.
+    """
+    llm = wildcards.llm
+    args = ["--llm", llm, "--python", python_for(llm)]
+    args += ["--backend", LLMS[llm]["backend"]]
+    args += ["--device", str(LLMS[llm]["device"])] if "device" in LLMS[llm] else []
+    args += ["--gpu"] if _uses_gpu(llm) else []
+    return "PYTHONPATH=%s %s -m cqabench.vllm_env %s" % (
+        _PACKAGE_DIR,
+        _PYTHON,
+        " ".join(map(shlex.quote, args)),
+    )
+
+
+def check_vllm_environments():
+    """Called from `onstart:`: the interpreters of the vLLM jobs about to run, checked as each job
+    checks its own (`vllm_check`), so a run stops before its first job rather than at its first
+    vLLM job, hours of retrieval later. Planning (`-n`, `--lint`, `--report`) never gets here;
+    `--touch` runs no job; under `--sdm conda` the jobs' conda envs are checked by the jobs.
+    """
+    if _CONDA or workflow.touch:
+        return
+    from cqabench.vllm_env import problem
+
+    wanted = {}
+    for job in workflow.dag.needrun_jobs():
+        llm = job.wildcards_dict.get("llm")
+        if job.rule.name in ("generate", "generate_batch") and llm in LLMS:
+            if LLMS[llm]["backend"] == "vllm":
+                wanted[llm] = (python_for(llm), _uses_gpu(llm))
+    found = [
+        problem(llm, python, gpu, str(LLMS[llm].get("device", "")))
+        for llm, (python, gpu) in sorted(wanted.items())
+    ]
+    for line in filter(None, found):
+        print(f"cqabench: {line}", file=sys.stderr)
+    if any(found):
         raise SystemExit(1)
 
 

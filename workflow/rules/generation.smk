@@ -55,8 +55,9 @@ rule generate_batch:
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
+        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
     shell:
-        "CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
         "--cells {params.cells} "
         "--threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
 
@@ -90,8 +91,9 @@ rule generate:
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
+        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
     shell:
-        "CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "
         "--llm {wildcards.llm:q} --prompt {wildcards.prompt:q} --setting {wildcards.setting:q} --k {wildcards.k} "
         "--queries {input.queries:q} --template {input.template:q} {params.files} "
@@ -102,3 +104,4 @@ rule generate:
 onstart:
     check_api_keys()
     check_cluster_profile()
+    check_vllm_environments()
