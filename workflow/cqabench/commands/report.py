@@ -108,16 +108,23 @@ def _plots(args: argparse.Namespace) -> int:
 
     metrics = read_fact_table(args.metrics)
     per_question = read_fact_table(args.per_question)
+    statuses = {}
     if args.k_effect:
-        plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values, seed=args.seed)
+        statuses["k_effect"] = plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values,
+                                                   seed=args.seed, svg=args.k_effect_svg)
     if args.heatmap:
         from cqabench.report.expected import load_expected
 
         specs = [spec for path in args.expected or [] for spec in load_expected(path)]
         paper, name = plots.heatmap_paper(specs, args.heatmap_metric)
-        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric, paper=paper, paper_name=name)
+        statuses["retriever_heatmap"] = plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric,
+                                                           paper=paper, paper_name=name)
     if args.skills:
-        plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+        statuses["tanq_skills"] = plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+    for name, status in statuses.items():
+        print(f"{name}: " + ("drawn" if status.drawn else f"not drawn ({status.reason})"))
+    if args.manifest:
+        plots.write_manifest(statuses, args.manifest)
     return 0
 
 
@@ -131,7 +138,7 @@ def _page(args: argparse.Namespace) -> int:
 
     config = json.loads(args.config)
     metrics = read_fact_table(args.metrics)
-    write_fact_table_views(metrics, args.fact_csv, args.fact_html)
+    write_fact_table_views(metrics, args.fact_csv, args.fact_html, args.fact_report_html)
     page_dir = Path(args.out).parent
     specs = [spec for path in args.expected for spec in load_expected(path)]
     written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
@@ -142,6 +149,12 @@ def _page(args: argparse.Namespace) -> int:
                           fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
                           snakemake_logs=args.snakemake_logs)
     print(f"{args.out}: {len(sections)} sections")
+    from cqabench.report.fact_views import DATA_URI_LIMIT, data_uri_length
+
+    size = data_uri_length(Path(args.out).stat().st_size, Path(args.out).name)
+    if size > DATA_URI_LIMIT:  # `snakemake --report` (one file) would show it as a blank page
+        log.warning("%s: %d characters as a data URI, over Chromium's %d: the single-file `snakemake --report` "
+                    "cannot show it (report.zip can)", args.out, size, DATA_URI_LIMIT)
     return 0
 
 
@@ -215,6 +228,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--per-question", default="results/per_question.parquet")
     p.add_argument("--k-effect")
+    p.add_argument("--k-effect-svg", default=None, help="also write the k-effect figure (DEXTER Figure 2) as SVG")
+    p.add_argument("--manifest", default=None,
+                   help="figures.json: per figure whether it has data marks or why not (the report page reads it)")
     p.add_argument("--heatmap")
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
     p.add_argument("--expected", nargs="*", default=None,
@@ -232,6 +248,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--tables-dir", default="results/report/tables")
     p.add_argument("--plots-dir", default="results/report/plots")
+    p.add_argument("--fact-report-html", default=None,
+                   help="the fact table's compact view for `snakemake --report` (lead columns, every row, within "
+                        "the browser's data-URI limit)")
     p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
     p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
     p.add_argument("--benchmarks-dir", default="results/benchmarks")
