@@ -155,10 +155,10 @@ def _fill(root: Path, plan: Plan, cells: list[tuple]) -> None:
         _write(root, rel, {"cell": plan.generation_cell(w), "metrics": rows, "provenance": {}}, per_question)
     data = root / "results/data/tanq/test"
     data.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist([
-        {"qid": q, "question_type": t, "skills": s} for q, t, s in
-        zip(qids, ["simple", "wikidata_comp", "intersection", "simple"], [["filter_num"], [], ["time_calc", "approx"], []])
-    ]), data / "queries.parquet")  # fmt: skip
+    types = ["simple", "wikidata_comp", "intersection", "simple"]
+    skills = [["filter_num"], [], ["time_calc", "approx"], []]
+    queries = [{"qid": q, "question_type": t, "skills": k} for q, t, k in zip(qids, types, skills)]
+    pq.write_table(pa.Table.from_pylist(queries), data / "queries.parquet")
     pq.write_table(pa.Table.from_pylist([
         {"qid": q, "table_header": ["entity", "a", "b"][: 2 + i % 2], "table_rows": [["x", "1", "2"]] * (1 + 3 * i)}
         for i, q in enumerate(qids)
@@ -177,8 +177,9 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     assert plan.answer_metrics_file(RAG_K2) in plan.metric_files()
     monkeypatch.chdir(workdir)
     config = json.dumps(_config())
-    assert main(["aggregate", "--metrics", *plan.metric_files(), "--results-dir", "results", "--data-dir", "results/data",
-                 "--out-metrics", "whole/metrics.parquet", "--out-per-question", "whole/per_question.parquet"]) == 0
+    assert main(["aggregate", "--metrics", *plan.metric_files(), "--results-dir", "results",
+                 "--data-dir", "results/data", "--out-metrics", "whole/metrics.parquet",
+                 "--out-per-question", "whole/per_question.parquet"]) == 0
     facts = pd.read_parquet("whole/metrics.parquet")
     assert "metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2" in set(facts["cell_id"])  # counted
     assert main(["report-tables", "--metrics", "whole/metrics.parquet", "--per-question", "whole/per_question.parquet",

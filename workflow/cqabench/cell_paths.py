@@ -27,9 +27,6 @@ if TYPE_CHECKING:
 FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
 CELL_DIR = re.compile(r"(?P<dataset>[^/]+)/(?P<split>[^/]+)/(?P<serialization>[^/]+)/(?P<retriever>[^/]+)/"
                       r"(?P<llm>[^/]+)/(?P<prompt>[^/]+)/(?P<setting>[^/]+)-k(?P<k>[^/]+)")
-# (tree under results/, file whose presence makes a cell exist) -- the metrics, or the predictions
-# a metrics file is made from.
-EXISTING = (("metrics", "metrics.json"), ("generation", "predictions.parquet"))
 
 
 def parse_cell_dir(text: str) -> dict[str, str] | None:
@@ -104,12 +101,11 @@ def _setting_problems(plan: Plan, ds: str, sp: str, retriever: str, setting: str
 def existing(plan: Plan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
     """Cells outside the grid whose metrics or predictions exist under results/: (the ones the
     config can make, sorted; (folder, why not) of the others, which are left out)."""
-    from cqabench.planner import RESULTS
-
     grid = set(plan.generation_cells())
     found: dict[str, dict[str, str] | None] = {}
-    for tree, name in EXISTING:
-        root = plan.env.root / RESULTS / tree
+    # a cell exists once its metrics do, or the predictions its metrics are made from
+    for tree, name in ((plan.answer_metrics_dir(), "metrics.json"), (plan.generation_dir(), "predictions.parquet")):
+        root = plan.env.root / tree
         for path in sorted(root.glob("/".join(["*"] * 7) + "/" + name)) if root.is_dir() else []:
             rel = path.parent.relative_to(root).as_posix()
             found.setdefault(rel, parse_cell_dir(rel))

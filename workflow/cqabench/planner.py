@@ -646,13 +646,21 @@ class Plan:
     def cell_dir(ds: str, sp: str, ser: str, retriever: str, llm: str, prompt: str, setting: str, k: int | str) -> str:
         return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
 
+    def generation_dir(self) -> str:
+        """The folder holding one folder per generation cell (`cell_dir`): predictions, summary."""
+        return f"{RESULTS}/generation"
+
+    def answer_metrics_dir(self) -> str:
+        """The folder holding one folder per generation cell: answer metrics, per-question scores."""
+        return f"{RESULTS}/metrics"
+
     def generation_file(self, cell: Sequence[Any], name: str = "predictions.parquet") -> str:
         """A generation cell's predictions.parquet (or its summary.json, `name`)."""
-        return f"{RESULTS}/generation/{self.cell_dir(*cell)}/{name}"
+        return f"{self.generation_dir()}/{self.cell_dir(*cell)}/{name}"
 
     def answer_metrics_file(self, cell: Sequence[Any], name: str = "metrics.json") -> str:
         """A generation cell's answer metrics.json (or its per_question.parquet, `name`)."""
-        return f"{RESULTS}/metrics/{self.cell_dir(*cell)}/{name}"
+        return f"{self.answer_metrics_dir()}/{self.cell_dir(*cell)}/{name}"
 
     def generation_targets(self) -> list[str]:
         return [self.generation_file(c) for c in self.generation_cells()]
@@ -916,8 +924,9 @@ class Plan:
                          + [self.answer_metrics_file(c) for c in cells["generation"]])  # fmt: skip
         inputs: dict[str, list[str]] = {"expected": [path], "metrics": metrics}
         if spec.source == "per_question":
-            inputs["per_question"] = sorted([self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
-                                            + [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]])  # fmt: skip
+            per_query = [self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
+            per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
+            inputs["per_question"] = sorted(per_query + per_question)
             splits = sorted({(c[0], c[1]) for c in cells["retrieval"] + cells["generation"]})
             inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
         return inputs
