@@ -22,7 +22,6 @@ from cqabench.planner import (
     as_arg,
 )
 from cqabench.planner import names_pattern as _names, one_of as _one_of
-from cqabench.prompts import SETTINGS, STRATEGIES
 from cqabench.report.provenance import config_hash
 
 # Snakemake's YAML loader keeps the last of two equal keys silently: re-read every config file
@@ -158,8 +157,26 @@ _generation_args = PLAN.generation_args
 _generation_settings = PLAN.generation_settings
 _uses_gpu = PLAN.uses_gpu
 evaluation_targets = PLAN.evaluation_targets
+_evaluation_inputs = PLAN.evaluation_inputs
+_in_batch = PLAN.in_batch
 _generation_cell = PLAN.generation_cell
 _metric_files = PLAN.metric_files
+table_file = PLAN.table_file
+table_inputs = PLAN.table_inputs
+
+# Cells under results/ that the config can no longer make (an LLM dropped from generation.llms, a
+# k beyond a lowered retrieval.k) are left out of the fact table: say so once, naming each.
+if workflow.is_main_process and PLAN.uncounted_cells():
+    _left_out = PLAN.uncounted_cells()
+    print(
+        f"cqabench: {len(_left_out)} existing cell(s) under {RESULTS}/ are not counted "
+        "(delete their folders, or make the config allow them):",
+        file=sys.stderr,
+    )
+    for _folder, _why in _left_out[:10]:
+        print(f"  {_folder}: {'; '.join(_why)}", file=sys.stderr)
+    if len(_left_out) > 10:
+        print(f"  ... and {len(_left_out) - 10} more", file=sys.stderr)
 
 
 def report_targets():
@@ -169,23 +186,30 @@ def report_targets():
             f"{RESULTS}/per_question.parquet",
             f"{REPORT_DIR}/tables/summary.json",
         ]
-        + [
-            f"{REPORT_DIR}/tables/{t}.{ext}"
-            for t in TABLE_IDS
-            for ext in ("md", "html")
-        ]
+        + [table_file(t, ext) for t in TABLE_IDS for ext in ("md", "html")]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
         + [f"{REPORT_DIR}/index.html"]
     )
 
 
+# the only rules whose jobs can call an LLM API
+API_RULES = ("generate", "generate_batch")
+
+
 def check_api_keys():
-    """Called from `onstart:`: a missing API key stops a real run before any job starts.
+    """Called from `onstart:`: a missing API key stops a real run before any job starts, but only
+    a run that will call the API: the LLMs checked are those of the generate and generate_batch
+    jobs Snakemake is about to run, so data, retrieval and a retrieval table need no key.
 
     Planning (`-n`, `--lint`, `--touch`) needs no credentials; the key itself is never read
-    into a log, only whether its variable is set.
+    into a log, only whether its variable is set. `cqabench generate` checks again at job start.
     """
-    missing = PLAN.missing_api_keys(os.environ)
+    llms = {
+        job.wildcards_dict.get("llm")
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name in API_RULES
+    }
+    missing = PLAN.missing_api_keys(os.environ, llms)
     for name, env in missing:
         print(
             f"llms.{name}: backend openai reads its API key from ${env}, which is not set",

@@ -3,6 +3,8 @@
 # resumes without calling the model again for what it already answered.
 from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
+CELL_PART = "[^/]+"  # a generation cell's folder names, checked by the planner instead
+
 
 rule convert_model:
     output:
@@ -72,18 +74,20 @@ rule generate:
         f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
+    # Any cell folder reaches the planner: one the config cannot make (closed-k3, rag-k200, an
+    # unknown prompt) is refused by _cell_inputs with its path and why (cqabench.cell_paths).
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
-        llm=_names(LLMS),
-        prompt=_one_of(STRATEGIES),
-        setting=_one_of(SETTINGS),
-        k=r"\d+",
+        retriever=CELL_PART,
+        llm=CELL_PART,
+        prompt=CELL_PART,
+        setting=CELL_PART,
+        k=CELL_PART,
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
+    threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
     resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
+        gpu=lambda w: 1 if _uses_gpu(w.llm) and not _in_batch(w) else 0,
         mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     params:

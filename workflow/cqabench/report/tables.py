@@ -536,8 +536,10 @@ def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) 
 def render_tables(
     metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path,
     run: str | None = None, paper_data: bool = False, config: dict[str, Any] | None = None,
+    summary_name: str = "summary.json",
 ) -> list[dict[str, Any]]:
-    """Write <id>.md, <id>.html and <id>.caption.rst per table plus summary.json; returns the summaries.
+    """Write <id>.md, <id>.html and <id>.caption.rst per table plus `summary_name`, the list of
+    their summaries (a table's own job, `report-table`, writes `<id>.summary.json`); returns the summaries.
 
     The .caption.rst is the table's own caption for `snakemake --report` (report.smk points each
     table's report() caption at it), so the bundled report says what each table shows. Every
@@ -554,7 +556,7 @@ def render_tables(
                    out_dir / f"{spec.id}.html")
         write_text(caption_rst(grid, run, paper_data), out_dir / f"{spec.id}.caption.rst")
         summaries.append(grid.summary())
-    write_json(summaries, out_dir / "summary.json")
+    write_json(summaries, out_dir / summary_name)
     return summaries
 
 
