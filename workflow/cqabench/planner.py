@@ -64,15 +64,17 @@ class Environment:
     """What planning needs to know beyond the config: where relative paths are, which Python.
 
     `root` is the working directory the rules run in (raw files, templates, external runs and
-    expected-number files are looked up under it); `python` and `vllm_python` are the shell
-    words of the interpreters jobs run the package with; `conda` is true under `--sdm conda`.
+    expected-number files are looked up under it); `python`, `vllm_python` (vLLM's CPU build,
+    `make setup`) and `vllm_gpu_python` (its CUDA build, `make setup-gpu`) are the shell words of
+    the interpreters jobs run the package with; `conda` is true under `--sdm conda`. Planning never
+    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.vllm_env).
     """
 
     root: Path = Path(".")
     python: str = "python"
     vllm_python: str = ".venv-vllm/bin/python"
     conda: bool = False
-    check_vllm_python: bool = True
+    vllm_gpu_python: str = ".venv-vllm-gpu/bin/python"
 
 
 @dataclass
@@ -139,6 +141,9 @@ class Plan:
         self.gguf_llms = [n for n in self.llms if self.is_gguf(n)]
         self.gold_evidence = {(ds, sp): self._evidence_of(ds, sp) for ds in self.datasets for sp in self.splits(ds)}
         self._cells: list[Cell] | None = None
+        self._grid: set[Cell] | None = None
+        self._existing: tuple[list[Cell], list[tuple[str, list[str]]]] | None = None
+        self._table_specs: dict[str, tuple[str, Any]] | None = None
         self._check_after_expansion()
 
     # ---- checks ----
@@ -168,7 +173,7 @@ class Plan:
         return (plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
                 + plan_checks.pooled_corpus_problems(self.pooled)
                 + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
-                + plan_checks.device_problems(self.llms, self.gen_llms, self.env.vllm_python, self.env.conda))
+                + plan_checks.device_problems(self.llms))
 
     def _data_problems(self) -> list[str]:
         out = []
@@ -282,12 +287,6 @@ class Plan:
                     f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
                     f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
                 )
-        vllm = [n for n in self.gen_llms if n in self.llms and self.llms[n]["backend"] == "vllm"]
-        if vllm and not self.env.conda and self.env.check_vllm_python and not Path(self.env.vllm_python).exists():
-            out.append(
-                f"llms.{vllm[0]}: backend vllm runs in its own environment, {self.env.vllm_python} is missing: run "
-                "`make setup` (or set CQABENCH_VLLM_PYTHON, or use --sdm conda with envs/vllm.yaml)"
-            )
         return out
 
     def _open_book_problems(self) -> list[str]:
@@ -555,14 +554,17 @@ class Plan:
             )
         return spec["path"]
 
+    def retrieval_cells(self) -> list[tuple[str, str, str, str]]:
+        """(dataset, split, serialization, run) of every retrieval cell (its eval_retrieval job)."""
+        return [(ds, sp, ser, run) for ds in self.datasets for sp in self.splits(ds) for ser in self.serializations
+                for run in self.run_names(ds, sp)]  # fmt: skip
+
+    def retrieval_metrics_file(self, ds: str, sp: str, ser: str, run: str, name: str = "metrics.json") -> str:
+        """A retrieval cell's metrics.json, or its per_query.parquet beside it."""
+        return f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
+
     def retrieval_targets(self) -> list[str]:
-        return [
-            f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/metrics.json"
-            for ds in self.datasets
-            for sp in self.splits(ds)
-            for ser in self.serializations
-            for run in self.run_names(ds, sp)
-        ]
+        return [self.retrieval_metrics_file(*c) for c in self.retrieval_cells()]
 
     # ---- generation stage ----
 
@@ -570,9 +572,12 @@ class Plan:
         return str(self.llms[llm]["source"]).startswith(GGUF_PREFIXES)
 
     def python_for(self, llm: str) -> str:
-        """The interpreter of an LLM's generation jobs: vLLM's own environment, else this one."""
+        """The interpreter of an LLM's generation jobs: vLLM's own environment (the CUDA build's
+        for a model on a GPU, the CPU build's otherwise; under conda envs/vllm.yaml's), else this one."""
         if self.llms[llm]["backend"] == "vllm":
-            return "python" if self.env.conda else self.env.vllm_python
+            if self.env.conda:
+                return "python"
+            return self.env.vllm_gpu_python if self.uses_gpu(llm) else self.env.vllm_python
         return self.env.python
 
     def _evidence_of(self, ds: str, sp: str) -> tuple[bool, str]:
@@ -596,12 +601,14 @@ class Plan:
                                 "reason": "no run of generation.rag_retrievers exists for it (not in retrieval.datasets)"})  # fmt: skip
         return out
 
-    def missing_api_keys(self, environ: Mapping[str, str]) -> list[tuple[str, str]]:
-        """(llm, variable) of every planned openai LLM whose API key variable is not set."""
+    def missing_api_keys(self, environ: Mapping[str, str], llms: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """(llm, variable) of every openai LLM of `llms` (default: generation.llms) whose API key
+        variable is not set. The workflow passes the LLMs of the jobs it is about to run, so a run
+        that calls no API (data, retrieval, a retrieval table) needs no key."""
         wanted = [
             (name, self.llms[name].get("api_key_env") or "OPENAI_API_KEY")
-            for name in self.gen_llms
-            if self.llms[name]["backend"] == "openai"
+            for name in (self.gen_llms if llms is None else sorted(set(llms)))
+            if name in self.llms and self.llms[name]["backend"] == "openai"
         ]
         return [(name, env) for name, env in wanted if not environ.get(env)]
 
@@ -638,8 +645,66 @@ class Plan:
     def cell_dir(ds: str, sp: str, ser: str, retriever: str, llm: str, prompt: str, setting: str, k: int | str) -> str:
         return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
 
+    def generation_dir(self) -> str:
+        """The folder holding one folder per generation cell (`cell_dir`): predictions, summary."""
+        return f"{RESULTS}/generation"
+
+    def answer_metrics_dir(self) -> str:
+        """The folder holding one folder per generation cell: answer metrics, per-question scores."""
+        return f"{RESULTS}/metrics"
+
+    def generation_file(self, cell: Sequence[Any], name: str = "predictions.parquet") -> str:
+        """A generation cell's predictions.parquet (or its summary.json, `name`)."""
+        return f"{self.generation_dir()}/{self.cell_dir(*cell)}/{name}"
+
+    def answer_metrics_file(self, cell: Sequence[Any], name: str = "metrics.json") -> str:
+        """A generation cell's answer metrics.json (or its per_question.parquet, `name`)."""
+        return f"{self.answer_metrics_dir()}/{self.cell_dir(*cell)}/{name}"
+
     def generation_targets(self) -> list[str]:
-        return [f"{RESULTS}/generation/{self.cell_dir(*c)}/predictions.parquet" for c in self.generation_cells()]
+        return [self.generation_file(c) for c in self.generation_cells()]
+
+    # ---- cells named by a path (cqabench.cell_paths) ----
+
+    def _path_cells(self) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
+        if self._existing is None:
+            from cqabench import cell_paths
+
+            self._existing = cell_paths.existing(self)
+        return self._existing
+
+    def off_grid_cells(self) -> list[Cell]:
+        """Cells outside the grid that exist under results/ (asked for by path) and the config can make."""
+        return self._path_cells()[0]
+
+    def uncounted_cells(self) -> list[tuple[str, list[str]]]:
+        """(cell folder, why) of existing cells the config cannot make (left out of the fact table)."""
+        return self._path_cells()[1]
+
+    def all_cells(self) -> list[Cell]:
+        """The grid, then every off-grid cell that exists: what the fact table and the report count."""
+        return self.generation_cells() + self.off_grid_cells()
+
+    def checked_cell(self, w: Any, path: str) -> None:
+        """Refuse a cell the config cannot make, naming `path` (the file asked for) and every reason."""
+        from cqabench import cell_paths
+
+        why = cell_paths.problems(self, {f: getattr(w, f) for f in CELL_FIELDS})
+        if why:
+            raise ConfigError(f"{path}: the config cannot make this cell: " + "; ".join(why))
+
+    def in_batch(self, w: Any) -> bool:
+        """Whether the cell's answers come from its model's engine batch (a grid cell of a batch LLM)."""
+        return w.llm in self.gen_batch_llms and w.llm in self.gen_llms and self._as_cell(w) in self._grid_set()
+
+    @staticmethod
+    def _as_cell(w: Any) -> tuple[Any, ...]:
+        return (*(str(getattr(w, f)) for f in CELL_FIELDS[:7]), int(w.k))
+
+    def _grid_set(self) -> set[Cell]:
+        if self._grid is None:
+            self._grid = set(self.generation_cells())
+        return self._grid
 
     def template_family(self, dataset: str) -> str:
         return family_of(dataset, self.generation.get("families"))
@@ -669,9 +734,12 @@ class Plan:
         return inputs
 
     def cell_inputs(self, w: Any) -> dict[str, str]:
+        """The generate rule's inputs; a cell the config cannot make stops planning here, by path."""
+        self.checked_cell(w, self.generation_file(self._as_cell(w)))
         inputs = self.generation_inputs(w)
-        if w.llm in self.gen_batch_llms and w.llm in self.gen_llms:
-            # a rerun batch reassembles every cell of its model from the cache (seconds each)
+        if self.in_batch(w):
+            # a rerun batch reassembles every cell of its model from the cache (seconds each);
+            # an off-grid cell is no member of the batch: it runs its model itself
             inputs["batch"] = self.batch_manifest(w.llm)
         return inputs
 
@@ -753,7 +821,15 @@ class Plan:
     # ---- evaluation stage ----
 
     def evaluation_targets(self) -> list[str]:
-        return [f"{RESULTS}/metrics/{self.cell_dir(*c)}/metrics.json" for c in self.generation_cells()]
+        return [self.answer_metrics_file(c) for c in self.generation_cells()]
+
+    def evaluation_inputs(self, w: Any) -> dict[str, str]:
+        """The evaluate_generation rule's inputs, after the same check as the generate rule's."""
+        cell = self._as_cell(w)
+        self.checked_cell(w, self.answer_metrics_file(cell))
+        return {"predictions": self.generation_file(cell), "summary": self.generation_file(cell, "summary.json"),
+                "queries": self.data_path(w.dataset, w.split, "queries"),
+                "answers": self.data_path(w.dataset, w.split, "answers")}  # fmt: skip
 
     def generation_cell(self, w: Any) -> dict[str, Any]:
         """The cell as recorded in metrics.json (docs/architecture.md), everything that names it."""
@@ -802,5 +878,54 @@ class Plan:
         return ids
 
     def metric_files(self) -> list[str]:
-        """The metrics.json of every cell the other stages build (per-question files sit beside them)."""
-        return sorted({t for t in self.retrieval_targets() + self.evaluation_targets() if Path(t).name == "metrics.json"})
+        """The metrics.json of every retrieval cell and every answer cell, the grid's and the off-grid
+        ones that exist (`all_cells`); per-question files sit beside them."""
+        return sorted(set(self.retrieval_targets()) | {self.answer_metrics_file(c) for c in self.all_cells()})
+
+    # ---- one paper table, one target (cqabench.table_targets) ----
+
+    def table_specs(self) -> dict[str, tuple[str, Any]]:
+        """table id -> (its expected file, its TableSpec), in the order of expected_files."""
+        if self._table_specs is None:
+            from cqabench.report.expected import load_expected
+
+            self._table_specs = {s.id: (path, s) for path in self.expected_files
+                                 for s in load_expected(self.env.root / path)}  # fmt: skip
+        return self._table_specs
+
+    def table_file(self, table_id: str, ext: str = "md") -> str:
+        """One file of a paper table under the report's tables folder (`md`, `html`, `caption.rst`, `summary.json`)."""
+        return f"{self.report_dir}/tables/{table_id}.{ext}"
+
+    def table_cells(self, table_id: str) -> dict[str, list[Any]]:
+        """The cells a table needs: {"retrieval": [(ds, sp, ser, run)], "generation": [Cell]}."""
+        from cqabench.table_targets import cells_of
+
+        spec = self.table_specs()[table_id][1]
+        retrieval = [(c, {"stage": "retrieval", "dataset": c[0], "split": c[1], "serialization": c[2],
+                          "retriever": c[3], "corpus": self.corpus_of(c[0]), "relevance": self.relevance_of(c[0])})
+                     for c in self.retrieval_cells()]  # fmt: skip
+        generation = [(c, {"stage": "generation", **dict(zip(CELL_FIELDS, c)), "backend": self.llms[c[4]]["backend"],
+                           "corpus": self._generation_corpus(c), "relevance": self.relevance_of(c[0])})
+                      for c in self.all_cells()]  # fmt: skip
+        return {"retrieval": cells_of(spec, retrieval), "generation": cells_of(spec, generation)}
+
+    def _generation_corpus(self, cell: Sequence[Any]) -> str:
+        return self.open_book["corpus"]["name"] if cell[6] == "open-book" else self.corpus_of(cell[0])
+
+    def table_inputs(self, table_id: str) -> dict[str, list[str]]:
+        """A table rule's inputs: its expected file and its cells' metric files; for a per-question
+        table also their per-question files and the prepared splits (question type, skills, the
+        gold table's size), the same files `aggregate` reads for those cells."""
+        path, spec = self.table_specs()[table_id]
+        cells = self.table_cells(table_id)
+        metrics = sorted([self.retrieval_metrics_file(*c) for c in cells["retrieval"]]
+                         + [self.answer_metrics_file(c) for c in cells["generation"]])  # fmt: skip
+        inputs: dict[str, list[str]] = {"expected": [path], "metrics": metrics}
+        if spec.source == "per_question":
+            per_query = [self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
+            per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
+            inputs["per_question"] = sorted(per_query + per_question)
+            splits = sorted({(c[0], c[1]) for c in cells["retrieval"] + cells["generation"]})
+            inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
+        return inputs

@@ -22,7 +22,6 @@ from cqabench.planner import (
     as_arg,
 )
 from cqabench.planner import names_pattern as _names, one_of as _one_of
-from cqabench.prompts import SETTINGS, STRATEGIES
 from cqabench.report.provenance import config_hash
 
 # Snakemake's YAML loader keeps the last of two equal keys silently: re-read every config file
@@ -60,18 +59,25 @@ shell.prefix(
     % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
 )
 
-# The vLLM environment (Makefile: `make setup`); conda runs use envs/vllm.yaml instead.
+# The vLLM environments: the CPU build (`make setup`: .venv-vllm) for LLMs with device: cpu, the
+# CUDA build (`make setup-gpu`: .venv-vllm-gpu) for LLMs on a GPU; CQABENCH_VLLM_PYTHON replaces
+# both, conda runs use envs/vllm.yaml instead. Planning never reads them: each vLLM job checks its
+# interpreter when it starts (`vllm_check`), a run checks those of its jobs in `onstart:`.
 # (Beside the real checkout, also when the Snakefile is reached through a symlink.)
+_CHECKOUT = Path(workflow.main_snakefile).resolve().parent
 VLLM_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
-    Path(workflow.main_snakefile).resolve().parent / ".venv-vllm" / "bin" / "python"
+    _CHECKOUT / ".venv-vllm" / "bin" / "python"
 )
+VLLM_GPU_PYTHON = os.environ.get("CQABENCH_VLLM_PYTHON") or str(
+    _CHECKOUT / ".venv-vllm-gpu" / "bin" / "python"
+)
+
+_VLLM_PYTHONS = dict(vllm_python=VLLM_PYTHON, vllm_gpu_python=VLLM_GPU_PYTHON)
 
 try:
     PLAN = Plan(
         config,
-        Environment(
-            root=Path("."), python=_PYTHON, vllm_python=VLLM_PYTHON, conda=_CONDA
-        ),
+        Environment(root=Path("."), python=_PYTHON, conda=_CONDA, **_VLLM_PYTHONS),
     )
 except ConfigError as exc:
     # One message naming every broken key, no traceback: nothing has run, nothing to clean up.
@@ -151,8 +157,26 @@ _generation_args = PLAN.generation_args
 _generation_settings = PLAN.generation_settings
 _uses_gpu = PLAN.uses_gpu
 evaluation_targets = PLAN.evaluation_targets
+_evaluation_inputs = PLAN.evaluation_inputs
+_in_batch = PLAN.in_batch
 _generation_cell = PLAN.generation_cell
 _metric_files = PLAN.metric_files
+table_file = PLAN.table_file
+table_inputs = PLAN.table_inputs
+
+# Cells under results/ that the config can no longer make (an LLM dropped from generation.llms, a
+# k beyond a lowered retrieval.k) are left out of the fact table: say so once, naming each.
+if workflow.is_main_process and PLAN.uncounted_cells():
+    _left_out = PLAN.uncounted_cells()
+    print(
+        f"cqabench: {len(_left_out)} existing cell(s) under {RESULTS}/ are not counted "
+        "(delete their folders, or make the config allow them):",
+        file=sys.stderr,
+    )
+    for _folder, _why in _left_out[:10]:
+        print(f"  {_folder}: {'; '.join(_why)}", file=sys.stderr)
+    if len(_left_out) > 10:
+        print(f"  ... and {len(_left_out) - 10} more", file=sys.stderr)
 
 
 def report_targets():
@@ -162,29 +186,80 @@ def report_targets():
             f"{RESULTS}/per_question.parquet",
             f"{REPORT_DIR}/tables/summary.json",
         ]
-        + [
-            f"{REPORT_DIR}/tables/{t}.{ext}"
-            for t in TABLE_IDS
-            for ext in ("md", "html")
-        ]
+        + [table_file(t, ext) for t in TABLE_IDS for ext in ("md", "html")]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
         + [f"{REPORT_DIR}/index.html"]
     )
 
 
+# the only rules whose jobs can call an LLM API
+API_RULES = ("generate", "generate_batch")
+
+
 def check_api_keys():
-    """Called from `onstart:`: a missing API key stops a real run before any job starts.
+    """Called from `onstart:`: a missing API key stops a real run before any job starts, but only
+    a run that will call the API: the LLMs checked are those of the generate and generate_batch
+    jobs Snakemake is about to run, so data, retrieval and a retrieval table need no key.
 
     Planning (`-n`, `--lint`, `--touch`) needs no credentials; the key itself is never read
-    into a log, only whether its variable is set.
+    into a log, only whether its variable is set. `cqabench generate` checks again at job start.
     """
-    missing = PLAN.missing_api_keys(os.environ)
+    llms = {
+        job.wildcards_dict.get("llm")
+        for job in workflow.dag.needrun_jobs()
+        if job.rule.name in API_RULES
+    }
+    missing = PLAN.missing_api_keys(os.environ, llms)
     for name, env in missing:
         print(
             f"llms.{name}: backend openai reads its API key from ${env}, which is not set",
             file=sys.stderr,
         )
     if missing:
+        raise SystemExit(1)
+
+
+def vllm_check(wildcards):
+    """The command that starts every generation job: cqabench.vllm_env checks a vLLM LLM's
+    interpreter (missing, without vllm, or the CPU build for a GPU job: one line, on stderr and in
+    the job's log, saying what to build or set; exit 1) and passes other backends at once. Run by
+    the job's own Python where the job runs (a cluster node, a conda env); the rule adds --log.
+    """
+    llm = wildcards.llm
+    args = ["--llm", llm, "--python", python_for(llm)]
+    args += ["--backend", LLMS[llm]["backend"]]
+    args += ["--device", str(LLMS[llm]["device"])] if "device" in LLMS[llm] else []
+    args += ["--gpu"] if _uses_gpu(llm) else []
+    return "PYTHONPATH=%s %s -m cqabench.vllm_env %s" % (
+        _PACKAGE_DIR,
+        _PYTHON,
+        " ".join(map(shlex.quote, args)),
+    )
+
+
+def check_vllm_environments():
+    """Called from `onstart:`: the interpreters of the vLLM jobs about to run, checked as each job
+    checks its own (`vllm_check`), so a run stops before its first job rather than at its first
+    vLLM job, hours of retrieval later. Planning (`-n`, `--lint`, `--report`) never gets here;
+    `--touch` runs no job; under `--sdm conda` the jobs' conda envs are checked by the jobs.
+    """
+    if _CONDA or workflow.touch:
+        return
+    from cqabench.vllm_env import problem
+
+    wanted = {}
+    for job in workflow.dag.needrun_jobs():
+        llm = job.wildcards_dict.get("llm")
+        if job.rule.name in ("generate", "generate_batch") and llm in LLMS:
+            if LLMS[llm]["backend"] == "vllm":
+                wanted[llm] = (python_for(llm), _uses_gpu(llm))
+    found = [
+        problem(llm, python, gpu, str(LLMS[llm].get("device", "")))
+        for llm, (python, gpu) in sorted(wanted.items())
+    ]
+    for line in filter(None, found):
+        print(f"cqabench: {line}", file=sys.stderr)
+    if any(found):
         raise SystemExit(1)
 
 

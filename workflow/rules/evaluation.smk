@@ -3,10 +3,8 @@
 
 rule evaluate_generation:
     input:
-        predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
-        summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
-        queries=data_path("{dataset}", "{split}", "queries"),
-        answers=data_path("{dataset}", "{split}", "answers"),
+        # predictions, summary, queries, answers; a cell the config cannot make is refused by path
+        unpack(_evaluation_inputs),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/metrics.json",
         per_question=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/per_question.parquet",
@@ -15,11 +13,11 @@ rule evaluate_generation:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate_generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
-        llm=_names(LLMS),
-        prompt=_one_of(STRATEGIES),
-        setting=_one_of(SETTINGS),
-        k=r"\d+",
+        retriever=CELL_PART,
+        llm=CELL_PART,
+        prompt=CELL_PART,
+        setting=CELL_PART,
+        k=CELL_PART,
     conda:
         "../../envs/evaluation.yaml"
     params:

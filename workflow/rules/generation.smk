@@ -3,6 +3,8 @@
 # resumes without calling the model again for what it already answered.
 from cqabench.job_memory import MEMORY_RETRIES, memory_mb
 
+CELL_PART = "[^/]+"  # a generation cell's folder names, checked by the planner instead
+
 
 rule convert_model:
     output:
@@ -55,8 +57,9 @@ rule generate_batch:
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
+        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
     shell:
-        "CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
         "--cells {params.cells} "
         "--threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
 
@@ -71,18 +74,20 @@ rule generate:
         f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
+    # Any cell folder reaches the planner: one the config cannot make (closed-k3, rag-k200, an
+    # unknown prompt) is refused by _cell_inputs with its path and why (cqabench.cell_paths).
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
-        llm=_names(LLMS),
-        prompt=_one_of(STRATEGIES),
-        setting=_one_of(SETTINGS),
-        k=r"\d+",
+        retriever=CELL_PART,
+        llm=CELL_PART,
+        prompt=CELL_PART,
+        setting=CELL_PART,
+        k=CELL_PART,
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: lambda w: 1 if w.llm in GEN_BATCH_LLMS else int(GENERATION.get("threads", 2))
+    threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
     resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) and w.llm not in GEN_BATCH_LLMS else 0,
+        gpu=lambda w: 1 if _uses_gpu(w.llm) and not _in_batch(w) else 0,
         mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
         runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
     params:
@@ -90,8 +95,9 @@ rule generate:
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
+        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
     shell:
-        "CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "
         "--llm {wildcards.llm:q} --prompt {wildcards.prompt:q} --setting {wildcards.setting:q} --k {wildcards.k} "
         "--queries {input.queries:q} --template {input.template:q} {params.files} "
@@ -102,3 +108,4 @@ rule generate:
 onstart:
     check_api_keys()
     check_cluster_profile()
+    check_vllm_environments()

@@ -1,7 +1,7 @@
 # Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots -> the
 # report page (results/report/index.html, one self-contained file). `snakemake --report
 # report.html` bundles the outputs marked report(...) with the captions in workflow/report/*.rst
-# (each paper table's caption is written by report_tables). Helpers and targets: cqabench.planner.
+# (each paper table's caption is written by its table_<id> job). Helpers and targets: cqabench.planner.
 
 
 rule aggregate:
@@ -31,15 +31,58 @@ rule aggregate:
         "2> {log:q}"
 
 
-# The paper tables, answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and
-# corrected paired tests) and retrieval_vs_baseline (every run vs BM25 per dataset, one family)
-# come from one job: all read the same fact tables. report.significance picks the correction. Cells the
+# One target rule per paper table, `table_<id>` (`snakemake table_dexter_table2_ndcg10`, or the
+# file results/report/tables/<id>.md): it reads only the metric files of the cells that table
+# needs (Plan.table_inputs, cqabench.table_targets), so DEXTER's Tables 2 and 7 plan data and
+# retrieval alone. Its numbers are the ones the whole fact table gives for that table.
+for _table in TABLE_IDS:
+
+    rule:
+        name:
+            f"table_{_table}"
+        input:
+            unpack(lambda w, t=_table: table_inputs(t)),
+        output:
+            md=table_file(_table, "md"),
+            # the table's own caption (what it compares, n, split, unit, caveat), written by the job
+            caption=table_file(_table, "caption.rst"),
+            html=report(
+                table_file(_table, "html"),
+                caption=f"../../{table_file(_table, 'caption.rst')}",
+                category="Tables",
+                labels={"table": _table},
+            ),
+            summary=table_file(_table, "summary.json"),
+        log:
+            f"{RESULTS}/logs/report/table_{_table}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/table_{_table}.tsv"
+        conda:
+            "../../envs/evaluation.yaml"
+        params:
+            table=_table,
+            out_dir=lambda w, output: Path(output.md).parent,
+            results=lambda w, output: Path(output.md).parents[2],  # <results>/report/tables/<id>.md
+            run=shlex.quote(str(config.get("name", "unnamed"))),
+            paper_data="--paper-data" if PAPER_DATA else "",
+            # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
+            config=lambda w: as_arg(config),
+        shell:
+            "cqabench report-table --table {params.table} --expected {input.expected:q} "
+            "--metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
+            "--out-dir {params.out_dir:q} --run {params.run} {params.paper_data} --config {params.config} "
+            "> {log:q} 2>&1"
+
+
+# answers_by_setting (closed-book vs RAG@k vs oracle, with intervals and corrected paired tests)
+# and retrieval_vs_baseline (every run vs BM25 per dataset, one family) read the fact tables;
+# summary.json gathers the paper tables' summaries. report.significance picks the correction. Cells the
 # configuration does not plan (Plan.not_planned_cells(), cqabench.planner) are listed with their reason.
 rule report_tables:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
-        expected=EXPECTED_FILES,
+        summaries=[table_file(t, "summary.json") for t in TABLE_IDS],
     output:
         summary=f"{REPORT_DIR}/tables/summary.json",
         answers_md=f"{REPORT_DIR}/tables/answers_by_setting.md",
@@ -58,18 +101,6 @@ rule report_tables:
             category="Tables",
             labels={"table": "retrieval_vs_baseline"},
         ),
-        markdown=[f"{REPORT_DIR}/tables/{t}.md" for t in TABLE_IDS],
-        # Each table's own caption (what it compares, n, split, unit, caveat), written by the job.
-        captions=[f"{REPORT_DIR}/tables/{t}.caption.rst" for t in TABLE_IDS],
-        html=[
-            report(
-                f"{REPORT_DIR}/tables/{t}.html",
-                caption=f"../../{REPORT_DIR}/tables/{t}.caption.rst",
-                category="Tables",
-                labels={"table": t},
-            )
-            for t in TABLE_IDS
-        ],
     log:
         f"{RESULTS}/logs/report/tables.log",
     benchmark:
@@ -79,17 +110,12 @@ rule report_tables:
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
-        run=shlex.quote(str(config.get("name", "unnamed"))),
-        paper_data="--paper-data" if PAPER_DATA else "",
-        # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
-        config=lambda w: as_arg(config),
         correction=SIGNIFICANCE["correction"],
         alpha=SIGNIFICANCE["alpha"],
         baseline=SIGNIFICANCE["baseline"],
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
-        "--expected {input.expected:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
-        "--run {params.run} {params.paper_data} --config {params.config} "
+        "--table-summaries {input.summaries:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
         "--correction {params.correction} --alpha {params.alpha} --baseline {params.baseline:q} > {log:q} 2>&1"
 
 
@@ -107,6 +133,14 @@ rule report_plots:
             )
             for name, caption in PLOTS.items()
         },
+        # DEXTER Figure 2 as SVG too (the report page embeds it); figures.json says per figure
+        # whether it has data marks, so the page prints why instead of showing an empty image
+        k_effect_svg=report(
+            f"{REPORT_DIR}/plots/k_effect.svg",
+            caption="../report/k_effect.rst",
+            category="Plots",
+        ),
+        figures=f"{REPORT_DIR}/plots/figures.json",
     log:
         f"{RESULTS}/logs/report/plots.log",
     benchmark:
@@ -117,8 +151,9 @@ rule report_plots:
         k_values=" ".join(str(k) for k in GEN_K),
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
-        "--k-effect {output.k_effect:q} --heatmap {output.retriever_heatmap:q} "
-        "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} 2> {log:q}"
+        "--k-effect {output.k_effect:q} --k-effect-svg {output.k_effect_svg:q} --heatmap {output.retriever_heatmap:q} "
+        "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} "
+        "--manifest {output.figures:q} > {log:q} 2>&1"
 
 
 # One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ
@@ -129,10 +164,13 @@ rule report_page:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         summary=f"{REPORT_DIR}/tables/summary.json",
-        tables=[f"{REPORT_DIR}/tables/{t}.html" for t in TABLE_IDS],
+        tables=[table_file(t, "html") for t in TABLE_IDS],
         answers=f"{REPORT_DIR}/tables/answers_by_setting.json",
         answers_html=f"{REPORT_DIR}/tables/answers_by_setting.html",
+        retrieval_html=f"{REPORT_DIR}/tables/retrieval_vs_baseline.html",
         plots=[f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS],
+        k_effect_svg=f"{REPORT_DIR}/plots/k_effect.svg",
+        figures=f"{REPORT_DIR}/plots/figures.json",
         expected=EXPECTED_FILES,
         exports=lambda w: data_targets(),
     output:
@@ -141,13 +179,13 @@ rule report_page:
             caption="../report/page.rst",
             category="Report page",
         ),
-        csv=report(
-            f"{REPORT_DIR}/metrics.csv",
-            caption="../report/fact_table.rst",
-            category="Fact tables",
-        ),
-        html=report(
-            f"{REPORT_DIR}/fact_table.html",
+        # The full views (every column) are linked from the page; `snakemake --report` bundles the
+        # compact view, whose data URI stays under Chromium's 2 MiB limit (a longer one shows blank;
+        # Snakemake shows a CSV as nothing at all). cqabench.report.fact_views.
+        csv=f"{REPORT_DIR}/metrics.csv",
+        html=f"{REPORT_DIR}/fact_table.html",
+        view=report(
+            f"{REPORT_DIR}/fact_table_view.html",
             caption="../report/fact_table.rst",
             category="Fact tables",
         ),
@@ -173,4 +211,5 @@ rule report_page:
         "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
         "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
         "--snakemake-logs {params.snakemake_logs:q} "
-        "--fact-csv {output.csv:q} --fact-html {output.html:q} --out {output.page:q} > {log:q} 2>&1"
+        "--fact-csv {output.csv:q} --fact-html {output.html:q} --fact-report-html {output.view:q} "
+        "--out {output.page:q} > {log:q} 2>&1"

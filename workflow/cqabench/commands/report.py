@@ -63,22 +63,71 @@ def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
           f"{len(doc['comparisons'])} comparisons, {len(doc['not_planned'])} not planned")
 
 
-def _tables(args: argparse.Namespace) -> int:
-    from cqabench.report.expected import load_expected
-    from cqabench.report.tables import read_fact_table, render_tables
-
-    specs = [spec for path in args.expected for spec in load_expected(path)]
-    not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
-    metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    config = _config_arg(args.config)
-    paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
-    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
-                              config=config)
+def _print_summaries(summaries: list[dict[str, Any]]) -> None:
     for s in summaries:
         print(f"{s['id']}: OK {s['ok']}, FAIL {s['fail']}, not comparable {s['not_comparable']}, "
               f"missing {s['missing']}, n/a {s['not_available']}, ours only {s['ours_only']}")
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from cqabench.io import write_json
+    from cqabench.report.expected import load_expected
+    from cqabench.report.tables import read_fact_table, render_tables
+
+    if not args.expected and args.table_summaries is None:
+        raise ConfigError("report-tables: give --expected (render the paper tables) or --table-summaries "
+                          "(gather the summaries the table_<id> rules wrote)")
+    specs = [spec for path in args.expected or [] for spec in load_expected(path)]
+    not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
+    metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
+    if args.table_summaries is not None:  # the workflow: each paper table is its own job (report-table)
+        summaries = [s for p in args.table_summaries for s in _read_summaries(Path(p))]
+        write_json(summaries, Path(args.out_dir) / "summary.json")
+    else:
+        config = _config_arg(args.config)
+        paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+        summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
+                                  config=config)
+    _print_summaries(summaries)
     _answers(args, metrics, per_question)
     _retrieval_significance(args, metrics, per_question)
+    return 0
+
+
+def _read_summaries(path: Path) -> list[dict[str, Any]]:
+    """One `<id>.summary.json`: the list of table summaries `report-table` wrote."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--table-summaries: {path}: not a readable JSON file ({exc})") from None
+    if not isinstance(value, list) or not all(isinstance(s, dict) and "id" in s for s in value):
+        raise ConfigError(f"--table-summaries: {path}: not a list of table summaries (JSON objects with an 'id')")
+    return value
+
+
+def _table(args: argparse.Namespace) -> int:
+    """One paper table from its own cells' metric files (the table_<id> rule), nothing else."""
+    from cqabench.report.aggregate import build_metrics_table, build_per_question_table
+    from cqabench.report.expected import load_expected
+    from cqabench.report.tables import render_tables
+
+    specs = [spec for path in args.expected for spec in load_expected(path) if spec.id == args.table]
+    if not specs:
+        raise ConfigError(f"--table: {args.table!r} is no table of {args.expected}")
+    missing = [p for p in args.metrics if not Path(p).is_file()]
+    if missing:
+        raise ConfigError(f"metric files not found: {missing[:5]}")
+    # The fact-table rows of these cells, built as `aggregate` builds them (same columns, types).
+    metrics = build_metrics_table(args.metrics, args.results_dir, args.config_hash).to_pandas()
+    per_question = None
+    if specs[0].source == "per_question":
+        per_question = build_per_question_table(args.metrics, args.results_dir, args.data_dir).to_pandas()
+    config = _config_arg(args.config)
+    paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+    summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
+                              config=config, summary_name=f"{args.table}.summary.json")
+    print(f"{len(args.metrics)} metric files")
+    _print_summaries(summaries)
     return 0
 
 
@@ -108,16 +157,23 @@ def _plots(args: argparse.Namespace) -> int:
 
     metrics = read_fact_table(args.metrics)
     per_question = read_fact_table(args.per_question)
+    statuses = {}
     if args.k_effect:
-        plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values, seed=args.seed)
+        statuses["k_effect"] = plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values,
+                                                   seed=args.seed, svg=args.k_effect_svg)
     if args.heatmap:
         from cqabench.report.expected import load_expected
 
         specs = [spec for path in args.expected or [] for spec in load_expected(path)]
         paper, name = plots.heatmap_paper(specs, args.heatmap_metric)
-        plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric, paper=paper, paper_name=name)
+        statuses["retriever_heatmap"] = plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric,
+                                                           paper=paper, paper_name=name)
     if args.skills:
-        plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+        statuses["tanq_skills"] = plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
+    for name, status in statuses.items():
+        print(f"{name}: " + ("drawn" if status.drawn else f"not drawn ({status.reason})"))
+    if args.manifest:
+        plots.write_manifest(statuses, args.manifest)
     return 0
 
 
@@ -131,7 +187,7 @@ def _page(args: argparse.Namespace) -> int:
 
     config = json.loads(args.config)
     metrics = read_fact_table(args.metrics)
-    write_fact_table_views(metrics, args.fact_csv, args.fact_html)
+    write_fact_table_views(metrics, args.fact_csv, args.fact_html, args.fact_report_html)
     page_dir = Path(args.out).parent
     specs = [spec for path in args.expected for spec in load_expected(path)]
     written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
@@ -142,6 +198,12 @@ def _page(args: argparse.Namespace) -> int:
                           fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
                           snakemake_logs=args.snakemake_logs)
     print(f"{args.out}: {len(sections)} sections")
+    from cqabench.report.fact_views import DATA_URI_LIMIT, data_uri_length
+
+    size = data_uri_length(Path(args.out).stat().st_size, Path(args.out).name)
+    if size > DATA_URI_LIMIT:  # `snakemake --report` (one file) would show it as a blank page
+        log.warning("%s: %d characters as a data URI, over Chromium's %d: the single-file `snakemake --report` "
+                    "cannot show it (report.zip can)", args.out, size, DATA_URI_LIMIT)
     return 0
 
 
@@ -192,7 +254,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                               "and answers_by_setting.{md,html,json}")
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--per-question", default="results/per_question.parquet")
-    p.add_argument("--expected", nargs="+", required=True, help="config/expected/*.yaml")
+    p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
+    p.add_argument("--table-summaries", nargs="*", default=None,
+                   help="instead of rendering the paper tables, gather the <id>.summary.json files `report-table` "
+                        "wrote into summary.json (the workflow builds each table in its own job)")
     p.add_argument("--out-dir", default="results/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
@@ -202,6 +267,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "is checked against the paper's; without it a full-data run's cells read not comparable")
     _answer_args(p)
     p.set_defaults(func=_tables)
+
+    p = sub.add_parser("report-table", help="one paper table (<id>.md, .html, .caption.rst, .summary.json) from "
+                                             "the metric files of its own cells")
+    p.add_argument("--table", required=True, help="the table id (config/expected/*.yaml)")
+    p.add_argument("--expected", nargs="+", required=True, help="the config/expected file(s) holding it")
+    p.add_argument("--metrics", nargs="*", default=[], help="metrics.json of the table's cells (per-question files "
+                                                            "beside them are read for a per-question table)")
+    p.add_argument("--results-dir", default="results", help="cell ids are paths relative to this")
+    p.add_argument("--data-dir", default="results/data", help="prepared splits, for question type / skills")
+    p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
+    p.add_argument("--paper-data", action="store_true",
+                   help="the run is on the paper's full data: the captions leave out the sample caveat")
+    p.add_argument("--config", default=None, help="the run's configuration as JSON (each cell's comparability)")
+    p.add_argument("--config-hash", default=None, help="sha256 of the run's config (recorded in the rows read)")
+    p.set_defaults(func=_table)
 
     p = sub.add_parser("report-answers", help="answers_by_setting.{md,html,json}: closed-book vs RAG@k vs oracle, "
                                               "bootstrap intervals, paired tests with Holm correction")
@@ -215,6 +296,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--per-question", default="results/per_question.parquet")
     p.add_argument("--k-effect")
+    p.add_argument("--k-effect-svg", default=None, help="also write the k-effect figure (DEXTER Figure 2) as SVG")
+    p.add_argument("--manifest", default=None,
+                   help="figures.json: per figure whether it has data marks or why not (the report page reads it)")
     p.add_argument("--heatmap")
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
     p.add_argument("--expected", nargs="*", default=None,
@@ -232,6 +316,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics", default="results/metrics.parquet")
     p.add_argument("--tables-dir", default="results/report/tables")
     p.add_argument("--plots-dir", default="results/report/plots")
+    p.add_argument("--fact-report-html", default=None,
+                   help="the fact table's compact view for `snakemake --report` (lead columns, every row, within "
+                        "the browser's data-URI limit)")
     p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
     p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
     p.add_argument("--benchmarks-dir", default="results/benchmarks")

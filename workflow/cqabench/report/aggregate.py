@@ -64,6 +64,8 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "breakdown": pa.string(),  # TANQ: the dimension of a breakdown row (null: the whole cell)
     "breakdown_value": pa.string(),  # its bucket
     "variant": pa.string(),
+    # the dataset's primary metric and variant (one row per cell and dataset; primary_metric())
+    "primary": pa.bool_(),
     "value": pa.float64(),
     "unit": pa.string(),
     "n": pa.int64(),
@@ -86,7 +88,9 @@ PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
     "model_source": pa.string(),
     "model_hash": pa.string(),
     "model_revision": pa.string(),
+    # generation rows: the generate job (summary.json); retrieval rows: the job that scored the run
     "wall_time_s": pa.float64(),
+    "wall_time_note": pa.string(),  # what wall_time_s covers (items from the cache), or why it is missing
     "prompt_tokens": pa.int64(),
     "output_tokens": pa.int64(),
     # documents the prompts gave per question (cqabench.evaluation.docs_given): RAG@k may give fewer than k
@@ -129,6 +133,7 @@ PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
     "qid": pa.string(),
     "metric": pa.string(),
     "variant": pa.string(),
+    "primary": pa.bool_(),  # as in metrics.parquet: the cell's primary metric and variant
     "value": pa.float64(),
     "unit": pa.string(),
 }
@@ -138,6 +143,34 @@ QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skill
                                             "answer_columns": pa.int64(), "answer_rows": pa.int64()}
 
 PER_QUESTION_NAMES = ("per_question.parquet", "per_query.parquet")
+
+# A retrieval cell's primary metric: nDCG@10 as trec_eval computes it (DEXTER Table 2, the
+# heatmap, the retrieval significance tests). Answer cells take their dataset's first entry of
+# cqabench.scoring.PRIMARY (the k-effect plot's metric).
+PRIMARY_RETRIEVAL = ("ndcg_cut_10", "trec_eval")
+RETRIEVAL_WALL_NOTE = "the eval-retrieval job that scored the run (metrics.json wall_time_s)"
+
+
+def primary_metric(stage: Any, dataset: Any) -> tuple[str, str] | None:
+    """(metric, variant) that is a cell's one headline number, or None for a dataset without one.
+
+    AmbigQA and FinQA carry two variants of their main metric (official / DEXTER's), StrategyQA
+    two metrics; a pivot that does not pick one takes whichever comes first. `primary` in the
+    fact table marks the pick, so `WHERE "primary"` gives one value per (cell, dataset).
+    """
+    if stage == "retrieval":
+        return PRIMARY_RETRIEVAL
+    if stage == "generation":
+        from cqabench.scoring import PRIMARY
+
+        first = PRIMARY.get(str(dataset))
+        return tuple(first[0]) if first else None
+    return None
+
+
+def is_primary(stage: Any, dataset: Any, metric: Any, variant: Any, breakdown: Any = None) -> bool:
+    """Whether a fact row is its cell's primary metric (a breakdown row never is)."""
+    return breakdown is None and primary_metric(stage, dataset) == (metric, variant)
 
 
 def find_metric_files(results_dir: str | Path) -> list[Path]:
@@ -321,6 +354,41 @@ def provenance_columns(
     return out
 
 
+def benchmark_wall_time(results_dir: str | Path | None, cid: str) -> dict[str, Any]:
+    """A generation cell's wall time from its generate job's Snakemake benchmark file, for
+    summaries written before the job recorded one; {} when there is none."""
+    if results_dir is None or not cid.startswith("metrics/"):
+        return {}
+    path = Path(results_dir) / "benchmarks" / "generate" / (cid.removeprefix("metrics/") + ".tsv")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header, first = lines[0].split("\t"), lines[1].split("\t")
+        seconds = float(first[header.index("s")])
+    except (OSError, IndexError, ValueError):
+        return {}
+    return {"wall_time_s": seconds, "wall_time_note": f"the generate job, from Snakemake's benchmark file {path}"}
+
+
+def wall_time_columns(row: dict[str, Any], results_dir: str | Path | None, summary: dict[str, Any] | None) -> None:
+    """Fill `wall_time_s` / `wall_time_note`: a generation row always says what its time is or why
+    there is none (never a bare null)."""
+    if row.get("wall_time_s") is not None:
+        if not row.get("wall_time_note"):
+            row["wall_time_note"] = RETRIEVAL_WALL_NOTE if row.get("stage") == "retrieval" else "the job that wrote the metric file"
+        return
+    if row.get("stage") != "generation":
+        return
+    found = benchmark_wall_time(results_dir, row["cell_id"])
+    if found:
+        row.update(found)
+    elif summary is None:
+        row["wall_time_note"] = ("not recorded: no generation summary.json beside this cell "
+                                 "(predictions scored by `cqabench evaluate`, or made elsewhere)")
+    else:
+        row["wall_time_note"] = ("not recorded: the cell's summary.json has no wall_time_s and its generate job "
+                                 "left no benchmark file")
+
+
 def fact_rows(
     path: str | Path, results_dir: str | Path | None = None, config_hash: str | None = None,
     aggregate_commit: str | None = None,
@@ -347,6 +415,7 @@ def fact_rows(
     for key, value in provenance_columns(prov, cell, settings, base["stage"], summary).items():
         name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
         base[name] = value
+    wall_time_columns(base, results_dir, summary)
     base["config_hash"] = config_hash or NO_CONFIG_HASH
     base["aggregate_git_commit"] = aggregate_commit or prov_mod.git_commit()
     rows = []
@@ -354,6 +423,8 @@ def fact_rows(
         row = dict(base)
         row["metric"], row["breakdown"], row["breakdown_value"] = split_breakdown(str(m["metric"]))
         row["variant"] = None if m.get("variant") is None else str(m.get("variant"))
+        row["primary"] = is_primary(base.get("stage"), base.get("dataset"), row["metric"], row["variant"],
+                                    row["breakdown"])
         row["value"] = to_fraction(m.get("value"), m.get("unit"), base.get("stage"), path, i)
         row["unit"] = UNIT
         row["n"] = _as_number(m.get("n"), int)
@@ -472,6 +543,8 @@ def per_question_rows(
         raise DataError(pq_path, None, ",".join(sorted(missing)), "per-question file lacks these columns")
     info = _question_info(Path(data_dir) if data_dir else None, cell.get("dataset"), cell.get("split"),
                           _cache if _cache is not None else {})
+    if not base.get("stage"):  # older files: the tree a cell lives in names its stage (as in fact_rows)
+        base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(base["cell_id"].split("/", 1)[0])
     _normalize_setting(base)
     rows = []
     for r in table.to_pylist():
@@ -480,6 +553,7 @@ def per_question_rows(
             row[key if key not in base else f"pq_{key}"] = _plain(value)
         row["qid"] = str(r["qid"])
         row["unit"] = UNIT  # per-question scores are 0..1 in every stage
+        row["primary"] = is_primary(row.get("stage"), row.get("dataset"), row.get("metric"), row.get("variant"))
         for name, value in info.get(row["qid"], {}).items():
             if row.get(name) is None:
                 row[name] = value

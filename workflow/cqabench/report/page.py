@@ -5,10 +5,12 @@ nothing about what was run; the parts (paper tables, plots, answers by setting) 
 files. This page puts them in one order a reader follows: what was run (configuration name and
 hash, data, models, date, git commit), the paper tables, DEXTER's Figure 2, the retriever ×
 dataset heatmap (with n and Δ to the paper as a table too, so the numbers are text, not only
-pixels), the TANQ breakdowns beside the paper's values, parse rates, answers by setting, per-rule
-wall time and peak memory from Snakemake's `benchmark:` files, and links to the fact table as CSV
-and HTML. Images are embedded as data URIs so the page is one file; the fact table views are
-written beside it (`write_fact_table_views`) and linked.
+pixels), the retrieval significance table (each run vs BM25, Holm-corrected), the TANQ breakdowns
+beside the paper's values, parse rates, answers by setting, per-rule wall time and peak memory
+from Snakemake's `benchmark:` files, and links to the fact table as CSV and HTML. Images are
+embedded as data URIs so the page is one file (Figure 2 as SVG); a figure with nothing to draw
+(figures.json, written by report-plots) is a sentence saying why, never an empty image. The fact
+table views are written beside it (`cqabench.report.fact_views`) and linked.
 
 Everything here reads files the other report rules wrote; nothing is recomputed except the
 heatmap's table (from the fact table and the paper YAML) and the benchmark summary.
@@ -32,7 +34,9 @@ import pandas as pd
 from cqabench.io import write_text
 from cqabench.report import provenance
 from cqabench.report.comparability import RunContext, describe
-from cqabench.report.plots import heatmap_cells, heatmap_paper, metric_name
+from cqabench.report.environments import environments
+from cqabench.report.fact_views import write_fact_table_views  # noqa: F401  (the CLI's import)
+from cqabench.report.plots import heatmap_cells, heatmap_paper, metric_name, read_manifest
 
 esc = html.escape
 
@@ -55,6 +59,8 @@ nav ol { columns: 2; font-size: 0.95rem; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: 0.85rem; color: #333; }
 .warn { background: #fff4d6; padding: .5rem .8rem; border-left: 4px solid #e0a800; }
+.no-figure { font-size: 0.9rem; color: #333; background: #f5f5f5; padding: .5rem .8rem; border-left: 4px solid #999; }
+table.part { margin-top: .2rem; }
 """
 
 
@@ -68,12 +74,15 @@ class Section:
     children: list[str] = field(default_factory=list)  # ids of the tables it holds, for tests / links
 
 
+MIME = {".png": "image/png", ".svg": "image/svg+xml"}
+
+
 def data_uri(path: str | Path) -> str | None:
-    """A PNG as a data: URI (the page stays one file); None when the file is absent or empty."""
+    """A PNG or SVG as a data: URI (the page stays one file); None when the file is absent or empty."""
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return None
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"data:{MIME.get(path.suffix, 'image/png')};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def html_fragment(path: str | Path) -> str | None:
@@ -85,11 +94,29 @@ def html_fragment(path: str | Path) -> str | None:
     return re.sub(r"^<!DOCTYPE html>(<meta[^>]*>)?\s*", "", text, flags=re.IGNORECASE)
 
 
-def _figure(path: str | Path, alt: str, caption: str) -> str:
+def _figure(path: str | Path, alt: str, caption: str, status: dict[str, Any] | None = None,
+            also: str | Path | None = None) -> str:
+    """The figure as an embedded image, or, when report-plots drew nothing (`status`: figures.json),
+    a sentence saying why there is none. `also`: the same figure in another format, linked."""
+    if status is not None and not status.get("drawn", True):
+        return f'<p class="no-figure">No figure: {esc(str(status.get("reason") or "nothing to draw"))}.</p>'
     uri = data_uri(path)
     if uri is None:
         return f'<p class="warn">{esc(alt)}: {esc(str(path))} is missing.</p>'
-    return (f'<figure><img src="{uri}" alt="{esc(alt)}"><figcaption>{esc(caption)}</figcaption></figure>')
+    kind = Path(path).suffix.lstrip(".").upper()
+    extra = f" Also as {Path(also).suffix.lstrip('.').upper()}: {esc(Path(also).name)}." if also else ""
+    width = svg_width_px(path) if kind == "SVG" else None
+    size = f' width="{width}"' if width else ""
+    return (f'<figure><img src="{uri}" alt="{esc(alt)}" data-format="{esc(kind)}"{size}>'
+            f"<figcaption>{esc(caption)}{extra}</figcaption></figure>")
+
+
+def svg_width_px(path: str | Path, dpi: int = 120) -> int | None:
+    """Display width of a matplotlib SVG at the PNGs' resolution (its width is in points, which a
+    browser shows at 96 dpi, a fifth smaller than the 120-dpi PNG beside it)."""
+    head = Path(path).read_text(encoding="utf-8", errors="replace")[:2000]
+    found = re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', head)
+    return round(float(found.group(1)) * dpi / 72) if found else None
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -158,10 +185,12 @@ def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = 
     if results_at is not None:
         date = results_at.strftime("%Y-%m-%d %H:%M UTC") + " (fact table written); " + date
     facts.append(("Date", date))
-    versions = provenance.package_versions(("cqabench", "snakemake", "pandas", "pyarrow", "scipy", "matplotlib",
-                                            "pyserini", "vllm", "torch"))
-    facts.append(("Software", f"Python {platform.python_version()}; "
-                              + ", ".join(f"{k} {v}" for k, v in versions.items())))
+    versions = provenance.package_versions(("cqabench", "snakemake", "pandas", "pyarrow", "scipy", "matplotlib"))
+    shown = {k: v for k, v in versions.items() if k in ("cqabench", "snakemake", "pandas", "pyarrow", "scipy",
+                                                         "matplotlib")}
+    facts.append(("Software: this page (report job)", f"Python {platform.python_version()}; "
+                                                      + ", ".join(f"{k} {v}" for k, v in shown.items())))
+    facts += environments(metrics) or [("Software: numbers", "no fact-table row records its environment")]
     facts.append(("Fact table", f"{len(metrics)} rows × {len(metrics.columns)} columns"))
     return facts
 
@@ -301,23 +330,6 @@ def parse_rates(answers: dict[str, Any]) -> pd.DataFrame:
     return table.rename(columns={"group": "llm / prompt"})
 
 
-# ---- fact table views ----
-
-
-def write_fact_table_views(metrics: pd.DataFrame, csv_path: str | Path, html_path: str | Path) -> None:
-    """The fact table as CSV (opens in any spreadsheet) and as an HTML table (viewable in the
-    Snakemake report, where the Parquet file shows as a blank text/plain page)."""
-    text = metrics.to_csv(index=False)
-    write_text(text, csv_path)
-    body = metrics.to_html(index=False, na_rep="", border=1, classes="fact-table", escape=True)
-    write_text("<!DOCTYPE html><meta charset='utf-8'><title>cqabench fact table</title>"
-               f"<style>{_CSS} body {{ max-width: none; }} .fact-table td {{ white-space: nowrap; }}</style>"
-               "<h1>Fact table: results/metrics.parquet</h1>"
-               f"<p>{len(metrics)} rows × {len(metrics.columns)} columns: one row per (cell, metric). "
-               "Every value is a fraction 0–1; a null value has its reason.</p>"
-               f'<div class="scroll">{body}</div>\n', html_path)
-
-
 # ---- the page ----
 
 
@@ -380,21 +392,35 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     sections.append(Section("paper-tables", "Paper tables (DEXTER, StrategyQA)",
                             "<p class=\"caption\">Each table's caption (under it) says what it compares, our n and "
                             "split, the unit and how to read its cells.</p>" + body, found))
+    figures = read_manifest(plots_dir / "figures.json")
+    k_effect = figures.get("k_effect") or {}
+    panels = "; ".join(f"{p['dataset']} ({p['series']}): {p['n']}" for p in k_effect.get("panels", []))
+    svg = plots_dir / "k_effect.svg"
     sections.append(Section("k-effect", "Figure 2: effect of k on answer quality", _figure(
-        plots_dir / "k_effect.png", "DEXTER Figure 2: answer quality against k",
+        svg if svg.is_file() else plots_dir / "k_effect.png", "DEXTER Figure 2: answer quality against k",
         "The layout of DEXTER's Figure 2: per dataset, the primary answer metric (fraction 0–1) against k, one "
         "line per retriever with 95 % bootstrap error bars; closed-book (dashed) and oracle (dotted) as "
-        "horizontal reference lines.")))
+        "horizontal reference lines (a line at 0 is drawn above the x axis)."
+        + (f" Questions per panel: {panels}." if panels else ""), k_effect or None,
+        also=plots_dir / "k_effect.png" if svg.is_file() else None)))
     sections.append(Section("heatmap", "Retriever × dataset", _figure(
         plots_dir / "retriever_heatmap.png", "nDCG@10 of each retriever on each dataset",
         "nDCG@10 (fraction 0–1) of each retriever on each dataset; each cell gives n (queries) and Δ to "
-        "DEXTER Table 2; a dash is a dataset without qrels or corpus. The same numbers as text:")
+        "DEXTER Table 2; a dash is a dataset without qrels or corpus. The same numbers as text:",
+        figures.get("retriever_heatmap"))
         + heatmap_table(metrics, specs)))
+    fragment = html_fragment(tables_dir / "retrieval_vs_baseline.html")
+    if fragment:  # its own <h2> repeats the section heading
+        fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
+    sections.append(Section("retrieval-significance", "Retrieval significance: each run vs the baseline (Holm)",
+                            f'<div class="scroll" id="retrieval-significance-table">{fragment}</div>' if fragment else
+                            '<p class="warn">retrieval_vs_baseline.html not written.</p>',
+                            ["retrieval_vs_baseline"] if fragment else []))
     body, found = tables(tanq_ids)
     sections.append(Section("tanq", "TANQ breakdowns and failure types (paper Tables 5–10)", body + _figure(
         plots_dir / "tanq_skills.png", "TANQ RMS F1 by skill",
-        "TANQ: mean per-question RMS F1 (fraction 0–1) by reasoning skill, one bar per (LLM / prompt / setting)."),
-        found))
+        "TANQ: mean per-question RMS F1 (fraction 0–1) by reasoning skill, one bar per (LLM / prompt / setting).",
+        figures.get("tanq_skills")), found))
     answers_path = tables_dir / "answers_by_setting.json"
     answers = json.loads(answers_path.read_text(encoding="utf-8")) if answers_path.is_file() else {}
     rates = parse_rates(answers)

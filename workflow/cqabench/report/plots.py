@@ -4,7 +4,8 @@ Every value plotted is a fraction in 0..1 and each figure says so on its axis or
 cell that ran but had nothing to evaluate (null value with a reason) is drawn as "n/a" / a dash
 with the reason in the figure's notes, never as 0. Every function writes a PNG even when there is
 nothing to draw (it then says so in the image), so the report rule's outputs always exist and a
-partial matrix still renders.
+partial matrix still renders; each returns a `FigureStatus` (`write_manifest` puts them in
+figures.json), so the report page prints the sentence instead of an image without content.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -23,7 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from cqabench.io import atomic_path
+from cqabench.io import atomic_path, write_json
 from cqabench.report.answers import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
 from cqabench.scoring import PRIMARY
 
@@ -33,18 +35,46 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 REFERENCES = {"closed": ("closed-book", "--"), "oracle": ("oracle (gold evidence)", ":")}
 
 
-def _save(fig, path: str | Path) -> None:
+@dataclass
+class FigureStatus:
+    """What a plot function drew: `drawn` false means the image only says `reason` (no data marks)."""
+
+    drawn: bool
+    reason: str | None = None
+    panels: list[dict] = field(default_factory=list)  # k-effect: dataset, series, n per panel
+
+
+def _save(fig, path: str | Path, svg: str | Path | None = None) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    if svg is not None:
+        # text stays text (selectable, small), not glyph outlines
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "cqabench"}), atomic_path(svg) as tmp:
+            fig.savefig(tmp, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
 
 
-def _empty(path: str | Path, title: str, why: str) -> None:
+def _empty(path: str | Path, title: str, why: str, svg: str | Path | None = None) -> FigureStatus:
     fig, ax = plt.subplots(figsize=(6, 2))
     ax.axis("off")
     ax.set_title(title)
     ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
-    _save(fig, path)
+    _save(fig, path, svg)
+    return FigureStatus(False, why)
+
+
+def write_manifest(statuses: dict[str, FigureStatus], path: str | Path) -> None:
+    """figures.json: per figure whether it was drawn, why not, and (Figure 2) n per panel."""
+    write_json({name: asdict(status) for name, status in statuses.items()}, path)
+
+
+def read_manifest(path: str | Path) -> dict[str, dict]:
+    """figures.json as written by `write_manifest`; {} when absent or unreadable."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def primary_metric(dataset: str) -> tuple[str, str] | None:
@@ -92,6 +122,14 @@ def _top(values) -> float:
     return 1.0 if high > 0.75 else max(0.1, math.ceil((high * 1.1 + 1e-9) * 10) / 10)
 
 
+def y_range(values) -> tuple[float, float]:
+    """The k-effect panel's y limits: [-4 % of the top, top]. The axis starts below 0 so that a line
+    at 0 (closed-book or a retriever scoring nothing, common on a small sample) is drawn above the
+    x axis instead of being hidden in it; ticks stay on [0, top]."""
+    top = _top(values)
+    return -0.04 * top, top
+
+
 def _yerr(frame: pd.DataFrame) -> np.ndarray | None:
     lo = pd.to_numeric(frame["ci_low"], errors="coerce")
     hi = pd.to_numeric(frame["ci_high"], errors="coerce")
@@ -101,19 +139,30 @@ def _yerr(frame: pd.DataFrame) -> np.ndarray | None:
     return np.vstack([(mean - lo).fillna(0).clip(lower=0).to_numpy(), (hi - mean).fillna(0).clip(lower=0).to_numpy()])
 
 
+def panel_n(part: pd.DataFrame) -> str:
+    """The questions behind a panel's points: "n=30", or "n=25–30" when its cells differ (the
+    oracle leaves out questions without gold documents); "n=0" when nothing was evaluable."""
+    counts = sorted({int(n) for n in pd.to_numeric(part["n"], errors="coerce").dropna()})
+    if not counts:
+        return "n=0"
+    return f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}–{counts[-1]}"
+
+
 def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.DataFrame | None = None,
-                  k_values: list[int] | None = None, seed: int = 0) -> None:
+                  k_values: list[int] | None = None, seed: int = 0, svg: str | Path | None = None) -> FigureStatus:
     """DEXTER Figure 2: per dataset (and LLM / prompt), the primary metric against k.
 
     One line per retriever (bootstrap 95 % error bars), closed-book and oracle as horizontal
     reference lines (dashed / dotted, with a light band for their interval), one legend for the
-    whole figure, x ticks at the configured k values (`k_values`, else every k that ran).
+    whole figure, x ticks at the configured k values (`k_values`, else every k that ran). Each
+    panel's title gives its n (questions). The y axis starts a little below 0, so a line at 0
+    (a closed-book score of 0 on a small sample) is drawn above the axis, not hidden in it.
+    Written as PNG and, with `svg`, as SVG too.
     """
     data = k_effect_data(metrics, per_question, seed)
     title = "Effect of the number of retrieved documents k on answer quality"
     if data.empty:
-        _empty(path, title, "no generation cells yet")
-        return
+        return _empty(path, title, "no generation cells yet", svg)
     rag = data[data["setting"] == "rag"]
     ks = sorted({int(k) for k in (k_values or [])} | {int(k) for k in rag["k"]}) or [1]
     colours = retriever_colours(rag["retriever"])
@@ -126,6 +175,7 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.7 * ncols, 3.1 * nrows + 0.9), squeeze=False,
                              layout="constrained")
     notes: list[str] = []
+    shown_panels: list[dict] = []
     pad = max(0.6, 0.06 * (ks[-1] - ks[0]))
     gap = min((b - a for a, b in itertools.pairwise(ks)), default=2)
     dodge = min(0.25, 0.5 * gap / max(1, len(colours)))
@@ -162,12 +212,16 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
             ax.text(0.5, 0.92, "no RAG cells", transform=ax.transAxes, ha="center", va="top", fontsize=8,
                     color="0.35")
         label = metric if variant in ("default", None) else f"{metric} ({variant})"
-        ax.set_title(f"{dataset}\n{series}", fontsize=9)
+        n_text = panel_n(part)
+        shown_panels.append({"dataset": dataset, "series": series, "n": n_text})
+        ax.set_title(f"{dataset} ({n_text})\n{series}", fontsize=9)
         ax.set_xlabel("k (retrieved documents)", fontsize=8)
         ax.set_ylabel(f"{label}, {UNIT_LABEL}", fontsize=8)
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_xlim(ks[0] - pad, ks[-1] + pad)
-        ax.set_ylim(0, _top(tops))
+        low, top = y_range(tops)
+        ax.set_ylim(low, top)
+        ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= top + 1e-9])
         ax.tick_params(labelsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
@@ -178,10 +232,14 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
     handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=10,
                           label="error bars / band: 95% bootstrap CI"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
-    fig.suptitle(f"{title}\n(primary answer metric per dataset, {UNIT_LABEL})", fontsize=11)
+    fig.suptitle(f"{title}\n(primary answer metric per dataset, {UNIT_LABEL}; n = questions per panel)",
+                 fontsize=11)
     if notes:
         fig.text(0.0, -0.01, "\n".join(dict.fromkeys(notes)), fontsize=7, va="top", ha="left")
-    _save(fig, path)
+    _save(fig, path, svg)
+    if data["mean"].isna().all():
+        return FigureStatus(False, "every point is n/a: " + "; ".join(dict.fromkeys(notes)), shown_panels)
+    return FigureStatus(True, None, shown_panels)
 
 
 NOT_SEARCHED = "not searched: no retrieval cell for this dataset (no corpus or qrels in this configuration)"
@@ -296,7 +354,7 @@ def heatmap_paper(specs: list, metric: str = "ndcg_cut_10") -> tuple[dict[tuple[
 
 
 def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10",
-                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper") -> None:
+                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper") -> FigureStatus:
     """Retriever × dataset heatmap: value, n queries and Δ to the paper in every cell.
 
     Datasets without a retrieval cell and cells with nothing to evaluate are dashes (the reason
@@ -307,8 +365,7 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
     title = f"{name} of each retriever on each dataset ({UNIT_LABEL})"
     cells = heatmap_cells(metrics, metric, paper)
     if cells.empty:
-        _empty(path, title, "no retrieval cells yet")
-        return
+        return _empty(path, title, "no retrieval cells yet")
     retrievers = list(dict.fromkeys(cells["retriever"]))
     datasets = list(dict.fromkeys(cells["dataset"]))
     values = cells.pivot(index="retriever", columns="dataset", values="value").reindex(
@@ -342,10 +399,24 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
         legend += "\n" + "\n".join(f"– {n}" for n in dict.fromkeys(notes))
     ax.set_xlabel(legend, fontsize=7, loc="left")
     _save(fig, path)
+    if cells["value"].isna().all():
+        return FigureStatus(False, f"no retriever has a {name} value on any dataset (every cell n/a or not run)")
+    return FigureStatus(True)
+
+
+NO_SKILL = "(no skill annotated)"
 
 
 def skill_data(per_question: pd.DataFrame, dataset: str = "tanq", metric: str = "rms_f1") -> pd.DataFrame:
-    """Mean score (fraction) per (skill, cell series): a question with several skills counts for each."""
+    """Mean score (fraction) per (skill, cell series): a question with several skills counts for each;
+    a question without a skill annotation is the row NO_SKILL."""
+    part = _skill_rows(per_question, dataset, metric)
+    if part.empty:
+        return pd.DataFrame()
+    return part.pivot_table(index="skill", columns="series", values="value", aggfunc="mean")
+
+
+def _skill_rows(per_question: pd.DataFrame, dataset: str, metric: str) -> pd.DataFrame:
     need = {"dataset", "metric", "value", "skills"}
     if per_question.empty or not need <= set(per_question.columns):
         return pd.DataFrame()
@@ -357,19 +428,27 @@ def skill_data(per_question: pd.DataFrame, dataset: str = "tanq", metric: str = 
         part = part[part["variant"].astype("string") == variant]
     if part.empty:
         return pd.DataFrame()
-    part["skill"] = part["skills"].map(lambda s: json.loads(s) if isinstance(s, str) and s else ["(none)"])
+    part["skill"] = part["skills"].map(lambda s: (json.loads(s) or [NO_SKILL]) if isinstance(s, str) and s else [NO_SKILL])
     part = part.explode("skill")
     parts = [c for c in ("llm", "prompt", "setting") if c in part.columns]
     part["series"] = part[parts].astype(str).agg(" / ".join, axis=1) if parts else "all"
-    return part.pivot_table(index="skill", columns="series", values="value", aggfunc="mean")
+    return part
 
 
-def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "tanq", metric: str = "rms_f1") -> None:
+def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "tanq",
+                metric: str = "rms_f1") -> FigureStatus:
+    """TANQ RMS F1 by skill, one bar per (LLM / prompt / setting). No chart when no question
+    scored carries a skill: a bar "(no skill annotated)" alone says nothing about skills, so the
+    image and the returned status say why there is none instead."""
     grid = skill_data(per_question, dataset, metric)
     title = f"{dataset}: mean per-question {metric} by skill ({UNIT_LABEL})"
     if grid.empty:
-        _empty(path, title, f"no per-question {metric} scores for {dataset} yet")
-        return
+        return _empty(path, title, f"no per-question {metric} scores for {dataset} in this run")
+    if list(grid.index) == [NO_SKILL]:
+        questions = _skill_rows(per_question, dataset, metric)
+        n = questions["qid"].nunique() if "qid" in questions.columns else len(questions)
+        return _empty(path, title, f"none of the {n} {dataset} questions scored in this run carries a skill "
+                                   f"annotation (their 'skills' list is empty), so there is no breakdown by skill")
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * grid.shape[0] + 3), 4.2), layout="constrained")
     grid.plot.bar(ax=ax, legend=False)
     for (i, j), v in np.ndenumerate(grid.to_numpy(dtype=float)):
@@ -385,3 +464,6 @@ def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "ta
     fig.legend(loc="outside lower center", fontsize=7, title="llm / prompt / setting", title_fontsize=7,
                ncols=min(3, grid.shape[1]), frameon=False)
     _save(fig, path)
+    if np.isnan(grid.to_numpy(dtype=float)).all():
+        return FigureStatus(False, f"every {metric} by skill is n/a")
+    return FigureStatus(True)

@@ -467,6 +467,33 @@ _CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "back
         NA: "background:#fff4d6", NOT_COMPARABLE: "background:#e4ecf7"}
 
 
+# Data columns per HTML table: a wider paper table (TANQ Table 6: 7 skills × P/R/F1) wraps into
+# several tables under each other, the row labels repeated, so no column is cut off at the page's
+# right edge (on the page, in print, or in `snakemake --report`'s frame).
+MAX_HTML_COLUMNS = 12
+
+
+def column_parts(col_keys: list[tuple[str, ...]], limit: int = MAX_HTML_COLUMNS) -> list[list[tuple[str, ...]]]:
+    """Column keys cut into runs of at most `limit`, never splitting a first-level group (a skill's
+    P / R / F1) unless the group alone is wider than `limit`."""
+    groups: list[list[tuple[str, ...]]] = []
+    for key in col_keys:
+        if groups and groups[-1][0][:1] == key[:1] and len(key) > 1:
+            groups[-1].append(key)
+        else:
+            groups.append([key])
+    parts: list[list[tuple[str, ...]]] = []
+    for group in groups:
+        while len(group) > limit:
+            parts.append(group[:limit])
+            group = group[limit:]
+        if parts and len(parts[-1]) + len(group) <= limit:
+            parts[-1].extend(group)
+        else:
+            parts.append(list(group))
+    return parts or [[]]
+
+
 def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) -> str:
     spec = grid.spec
     esc = html.escape
@@ -475,21 +502,30 @@ def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) 
         out.append(f"<p>Paper: {esc(spec.paper)}</p>")
     if spec.note:
         out.append("".join(f"<p><em>{esc(para)}</em></p>" for para in spec.note.split("\n\n") if para.strip()))
-    out.append(f'<table class="paper-table" id="{esc(spec.id)}" border="1" cellspacing="0" cellpadding="4">')
     corner = " / ".join(spec.rows) + " \\ " + " / ".join(spec.columns)
-    out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in grid.col_keys) + "</tr>")
     notes = grid.footnotes()
-    for r in grid.row_keys:
-        tds = []
-        for c in grid.col_keys:
-            cell = grid.cells.get((r, c))
-            style = _CSS.get(NA if cell is not None and cell.not_available else
-                             cell.status(spec.tolerance), "") if cell else ""
-            note = _note_of(cell, spec.tolerance)
-            title = f' title="{esc(note)}"' if note else ""
-            tds.append(f'<td style="{style}"{title}>{esc(_formatted(grid, r, c, notes))}</td>')
-        out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
-    out.append("</table>")
+    parts = column_parts(list(grid.col_keys))
+    done = 0
+    for i, cols in enumerate(parts):
+        ident = spec.id if i == 0 else f"{spec.id}-part{i + 1}"
+        if len(parts) > 1:
+            out.append(f'<p class="table-part">Columns {done + 1}–{done + len(cols)} of {len(grid.col_keys)} '
+                       f"(part {i + 1} of {len(parts)}; the table is wrapped to fit the page)</p>")
+        done += len(cols)
+        out.append(f'<table class="paper-table{" part" if i else ""}" id="{esc(ident)}" border="1" cellspacing="0" '
+                   'cellpadding="4">')
+        out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in cols) + "</tr>")
+        for r in grid.row_keys:
+            tds = []
+            for c in cols:
+                cell = grid.cells.get((r, c))
+                style = _CSS.get(NA if cell is not None and cell.not_available else
+                                 cell.status(spec.tolerance), "") if cell else ""
+                note = _note_of(cell, spec.tolerance)
+                title = f' title="{esc(note)}"' if note else ""
+                tds.append(f'<td style="{style}"{title}>{esc(_formatted(grid, r, c, notes))}</td>')
+            out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
+        out.append("</table>")
     out.append('<div class="caption">' + "".join(f"<p>{esc(part)}</p>" for part in caption(grid, run, paper_data))
                + "</div>")
     if notes:
@@ -500,8 +536,10 @@ def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) 
 def render_tables(
     metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path,
     run: str | None = None, paper_data: bool = False, config: dict[str, Any] | None = None,
+    summary_name: str = "summary.json",
 ) -> list[dict[str, Any]]:
-    """Write <id>.md, <id>.html and <id>.caption.rst per table plus summary.json; returns the summaries.
+    """Write <id>.md, <id>.html and <id>.caption.rst per table plus `summary_name`, the list of
+    their summaries (a table's own job, `report-table`, writes `<id>.summary.json`); returns the summaries.
 
     The .caption.rst is the table's own caption for `snakemake --report` (report.smk points each
     table's report() caption at it), so the bundled report says what each table shows. Every
@@ -518,7 +556,7 @@ def render_tables(
                    out_dir / f"{spec.id}.html")
         write_text(caption_rst(grid, run, paper_data), out_dir / f"{spec.id}.caption.rst")
         summaries.append(grid.summary())
-    write_json(summaries, out_dir / "summary.json")
+    write_json(summaries, out_dir / summary_name)
     return summaries
 
 
