@@ -44,9 +44,6 @@ TIMEOUT_S = 600
 PENDING = {
     "cqabench models": ("models", r"invalid choice: 'models'"),
     "cqabench estimate": ("estimate", r"invalid choice: 'estimate'"),
-    "table_dexter_table2_ndcg10": ("targets", r"(No rule to produce|Target rules may not contain wildcards|"
-                                               r"MissingRuleException)[^\n]*table_dexter_table2_ndcg10"),
-    "setup-gpu": ("envs", r"No rule to make target '?setup-gpu"),
 }
 
 
