@@ -76,5 +76,11 @@ lint: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/
 
+# The item cache (results/cache: paid API answers, the ONNX exports) survives `make clean`;
+# only `make clean-cache`, named for it, deletes it.
 clean:
-	rm -rf results .snakemake
+	if [ -d results ]; then find results -mindepth 1 -maxdepth 1 ! -name cache -exec rm -rf {} +; fi
+	rm -rf .snakemake
+
+clean-cache:
+	rm -rf results/cache
