@@ -24,7 +24,7 @@ CORES ?= all
 MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q
 
-.PHONY: setup setup-gpu run test dry-run-dexter lint clean
+.PHONY: setup setup-gpu run test dry-run-dexter lint clean clean-cache clean-models
 
 setup: $(STAMP) $(VLLM_STAMP)
 
@@ -84,3 +84,7 @@ clean:
 
 clean-cache:
 	rm -rf results/cache
+
+# The fetched Hugging Face checkpoints (cqabench models fetch; docs/cluster.md): never removed by clean.
+clean-models:
+	rm -rf models

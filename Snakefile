@@ -23,6 +23,7 @@ include: "workflow/rules/retrieval.smk"
 include: "workflow/rules/generation.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/models.smk"
 
 
 rule all:

@@ -42,7 +42,6 @@ TIMEOUT_S = 600
 # not merged, a command using it fails with exactly this symptom and is skipped, saying so;
 # once merged, the command must run. Delete an entry when its branch is in.
 PENDING = {
-    "cqabench models": ("models", r"invalid choice: 'models'"),
     "cqabench estimate": ("estimate", r"invalid choice: 'estimate'"),
 }
 

@@ -177,7 +177,7 @@ def test_inconsistent_cells_are_rejected(split, tmp_path: Path, monkeypatch, cap
     assert message in capsys.readouterr().err
 
 
-def test_choosing_vllm_where_it_is_not_installed_fails_clearly() -> None:
+def test_choosing_vllm_where_it_is_not_installed_fails_clearly(tmp_path: Path) -> None:
     import importlib.util
 
     from cqabench.errors import ConfigError
@@ -186,7 +186,7 @@ def test_choosing_vllm_where_it_is_not_installed_fails_clearly() -> None:
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here; the missing-package path cannot be exercised")
     with pytest.raises(ConfigError, match="vllm backend needs the vllm package"):
-        make_backend(llm_spec("m", {"backend": "vllm", "source": "some/model"}))
+        make_backend(llm_spec("m", {"backend": "vllm", "source": str(tmp_path)}))  # a local folder
 
 
 def test_an_oracle_cell_without_any_gold_document_is_refused(split, tmp_path: Path, monkeypatch, capsys) -> None:

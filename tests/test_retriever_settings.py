@@ -3,7 +3,8 @@
 Per family (bm25, dense, splade, colbert, decomposition) the table `EFFECTS` lists each accepted
 key with what it changes: `index` (what the index holds), `ranking` (scores at search time) or
 `runtime` (how the job runs, by design not what it returns: threads, batch sizes, device,
-timeouts). A test asserts the table covers exactly the keys the family accepts, and one test per
+timeouts), or `checkpoint` (which commit of a hub model is fetched into models/ and loaded, the
+index recording it: tests/test_models_stage.py, tests/test_models_fetch.py). A test asserts the table covers exactly the keys the family accepts, and one test per
 key asserts the effect: a different index or ranking, or for runtime keys an identical ranking
 plus the value arriving where it is used. Everything goes through `cqabench.retrievers`
 (build_index / search), where these settings used to be dropped. Models are the tiny local ones
@@ -53,12 +54,14 @@ EFFECTS: dict[str, dict[str, str]] = {
         "hnsw_m": "index", "train_size": "index", "nprobe": "ranking", "ef_search": "ranking",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime", "threads": "runtime",
         "encode_jobs": "runtime",  # the same index from N part jobs: tests/test_encode_parts.py
+        "revision": "checkpoint", "query_revision": "checkpoint", "doc_revision": "checkpoint",
     },
     "splade": {
         "type": "family", "model": "index", "query_model": "ranking", "doc_max_length": "index",
         "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "threads": "runtime",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime",
         "encode_jobs": "runtime",  # tests/test_encode_parts.py
+        "revision": "checkpoint", "query_revision": "checkpoint",
     },
     "colbert": {
         "type": "family", "model": "index", "nbits": "index", "doc_maxlen": "index", "query_maxlen": "ranking",
@@ -66,6 +69,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "ndocs": "ranking", "batch_size": "runtime", "device": "runtime", "threads": "runtime", "timeout_s": "runtime",
         "chunksize": "runtime",  # index chunk files, same ranking: tests/test_colbert.py
         "encode_jobs": "runtime",  # codec + N part jobs, the same index: tests/test_encode_parts.py
+        "revision": "checkpoint",
     },
 }
 _ids = count()

@@ -121,15 +121,16 @@ def hf_out(smollm2_dir: Path, prompts, report_dir: Path) -> dict:
     return out
 
 
-def test_unknown_vllm_options_are_refused_by_name() -> None:
+def test_unknown_vllm_options_are_refused_by_name(tmp_path: Path) -> None:
     """Checked before vllm is imported, so a typo fails the same way with or without vllm installed."""
-    spec = llm_spec("m", {"backend": "vllm", "source": "some/model", "enable_prefix_cache": True})
+    folder = str(tmp_path)  # a local folder: a hub name would have to be fetched into models/ first
+    spec = llm_spec("m", {"backend": "vllm", "source": folder, "enable_prefix_cache": True})
     with pytest.raises(ConfigError, match=r"llms\.m: unknown option\(s\) 'enable_prefix_cache' for backend vllm"):
         make_backend(spec)
     with pytest.raises(ConfigError, match="kv_cache_space_gb: expected a whole number"):
-        make_backend(llm_spec("m", {"backend": "vllm", "source": "some/model", "kv_cache_space_gb": 1.5}))
+        make_backend(llm_spec("m", {"backend": "vllm", "source": folder, "kv_cache_space_gb": 1.5}))
     with pytest.raises(ConfigError, match="enforce_eager: expected true or false"):
-        make_backend(llm_spec("m", {"backend": "vllm", "source": "some/model", "enforce_eager": "yes"}))
+        make_backend(llm_spec("m", {"backend": "vllm", "source": folder, "enforce_eager": "yes"}))
 
 
 @slow

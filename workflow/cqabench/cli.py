@@ -16,7 +16,7 @@ import threading
 from cqabench.errors import CqaError
 from cqabench import redact
 
-STAGES = ("data", "retrieval", "generation", "evaluate", "report")
+STAGES = ("data", "retrieval", "generation", "evaluate", "report", "models")
 
 
 def build_parser() -> argparse.ArgumentParser:

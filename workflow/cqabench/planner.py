@@ -163,6 +163,9 @@ class Plan:
         out += self._cache_dir_problems()
         out += self._report_problems()
         out += self._run_time_only_problems()
+        from cqabench import models_stage  # hub models need a revision (the fetch pins it)
+
+        out += models_stage.problems(self)
         return out
 
     def _run_time_only_problems(self) -> list[str]:

@@ -10,7 +10,8 @@ backend also installs), puts a redacting formatter on the root logger's handlers
 reaches the console or a job log is redacted even if a message was built without `redact()`.
 
 What is masked, for every registered key (`register_key`, called by `read_api_key` and by the
-CLI for every configured `api_key_env` and every `*_API_KEY` variable of the environment):
+CLI for every configured `api_key_env`, every `*_API_KEY` variable of the environment and the
+hub token `HF_TOKEN`):
 
 * the key itself, hence its `Bearer <key>` form;
 * any run of at least `MIN_FRAGMENT` (8) consecutive characters of it. A reply is described by
@@ -85,11 +86,16 @@ def register_key(key: str | None) -> None:
         _whole = tuple(sorted(whole, key=len, reverse=True))
 
 
+# Tokens of the Hugging Face hub (`cqabench models fetch` reads HF_TOKEN; the client also knows the old name).
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
 def register_env_keys(llms: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> None:
-    """Register the key of every configured openai model (`api_key_env`) and every `*_API_KEY`
-    variable of the environment (the providers' naming convention, OPENAI_API_KEY included)."""
+    """Register the key of every configured openai model (`api_key_env`), every `*_API_KEY`
+    variable of the environment (the providers' naming convention, OPENAI_API_KEY included) and
+    the hub tokens (`TOKEN_VARIABLES`)."""
     env = os.environ if environ is None else environ
-    names = {n for n in env if n.upper().endswith("API_KEY")}
+    names = {n for n in env if n.upper().endswith("API_KEY")} | set(TOKEN_VARIABLES)
     for cfg in (llms or {}).values():
         if isinstance(cfg, Mapping) and cfg.get("api_key_env"):
             names.add(str(cfg["api_key_env"]))

@@ -9,6 +9,7 @@ from snakemake.utils import validate
 
 # The package of this checkout, for planning (it need not be installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from cqabench import models_stage
 from cqabench.config_yaml import check_files as check_config_files
 from cqabench.errors import ConfigError
 from cqabench.job_memory import start_run
@@ -56,7 +57,15 @@ shell.prefix(
     'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
     # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
     'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
-    % (_PACKAGE_DIR, _PYTHON, shlex.quote(f"{RESULTS}/cache/onnx"), _PYTHON)
+    # fetched hub checkpoints (config key models_dir; cqabench.model_store): jobs load them from here
+    "export CQABENCH_MODELS_DIR=%s; "
+    % (
+        _PACKAGE_DIR,
+        _PYTHON,
+        shlex.quote(f"{RESULTS}/cache/onnx"),
+        _PYTHON,
+        shlex.quote(models_stage.models_dir_of(config)),
+    )
 )
 
 # The vLLM environments: the CPU build (`make setup`: .venv-vllm) for LLMs with device: cpu, the
@@ -82,6 +91,24 @@ try:
 except ConfigError as exc:
     # One message naming every broken key, no traceback: nothing has run, nothing to clean up.
     sys.exit(f"cqabench: {exc}")
+
+# Hub checkpoints: jobs run offline and load them only from models_dir/<org>/<name>, filled by
+# `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.models_stage).
+# A model not there is named at planning time; a real run whose jobs load one stops in onstart
+# (check_models).
+# (Snakemake sets its targets only after reading the Snakefile: the command line says whether
+# this run is the fetch itself.)
+_MISSING_MODELS = models_stage.missing(PLAN)
+if (
+    _MISSING_MODELS
+    and workflow.is_main_process
+    and models_stage.FETCH_RULE not in sys.argv[1:]
+):
+    print(
+        "cqabench: "
+        + models_stage.missing_message(PLAN, _MISSING_MODELS, workflow.configfiles),
+        file=sys.stderr,
+    )
 
 # ---- names the rules use (all from the plan) ----
 RAW_DIR = PLAN.raw_dir
@@ -216,6 +243,23 @@ def check_api_keys():
             file=sys.stderr,
         )
     if missing:
+        raise SystemExit(1)
+
+
+def check_models():
+    """Called from `onstart:`: a run whose jobs load a hub model that is not in models_dir stops
+    before any job starts (each such job would fail offline), naming the models and the fetch.
+    """
+    if workflow.touch:  # --touch runs no job
+        return
+    jobs = [(job.rule.name, job.wildcards_dict) for job in workflow.dag.needrun_jobs()]
+    absent = models_stage.missing(PLAN, only=models_stage.needed_by_jobs(PLAN, jobs))
+    if absent:
+        print(
+            "cqabench: "
+            + models_stage.missing_message(PLAN, absent, workflow.configfiles),
+            file=sys.stderr,
+        )
         raise SystemExit(1)
 
 

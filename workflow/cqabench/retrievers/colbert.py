@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError, CqaError, DataError
+from cqabench.model_store import revision_settings
 from cqabench.retrievers.base import Doc, QueryText, Results, check_positive_int, rank
 
 SEARCH_ONLY_KEYS = frozenset(
@@ -52,7 +53,7 @@ _DEFAULTS: dict[str, Any] = {
     "kmeans_niters": 4,
     "doc_format": "{title} | {text}",
 }
-_KNOWN = {"type", "model", *_RUNTIME_DEFAULTS, *_DEFAULTS}
+_KNOWN = {"type", "model", "revision", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 _LOG_TAIL = 25
 
 
@@ -67,6 +68,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     if not settings.get("model"):
         raise ConfigError("colbert retriever: set `model` (a ColBERTv2 checkpoint, e.g. colbert-ir/colbertv2.0)")
     out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS}, "model": settings["model"]}
+    out.update(revision_settings(settings, ("model",), "colbert"))
     if out["nbits"] not in (1, 2, 4, 8):
         raise ConfigError(f"colbert nbits must be 1, 2, 4 or 8, got {out['nbits']!r}")
     for key in ("doc_maxlen", "query_maxlen", "kmeans_niters"):

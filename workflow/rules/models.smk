@@ -1,0 +1,18 @@
+# Models stage: fetch every Hugging Face checkpoint the plan's jobs load into models_dir/<org>/<name>
+# at its configured revision (cqabench.models_stage, cqabench.models_fetch). Run it where there is
+# network: `snakemake fetch_models --configfile config/dexter.yaml` on a login node (a local rule:
+# also under --profile profiles/slurm it runs there, not on a compute node). Jobs never download.
+
+
+rule fetch_models:
+    log:
+        f"{RESULTS}/logs/fetch_models.log",
+    localrule: True
+    conda:
+        "../../envs/generation.yaml"  # huggingface_hub
+    params:
+        requests=lambda w: as_arg(models_stage.request_doc(PLAN)),
+    shell:
+        # Planning imports the encoders, which set HF_HUB_OFFLINE=1 for every job: not for this one.
+        "export HF_HUB_OFFLINE=0; "
+        "cqabench models fetch --requests {params.requests} 2>&1 | tee {log:q}"
