@@ -29,7 +29,8 @@ from cqabench.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, rele
 from cqabench.errors import ConfigError
 from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 
-RESULTS = "results"
+# Shared by every config (not under a results tree): one ONNX export of an encoder serves every index.
+ONNX_CACHE_DIR = "results/cache/onnx"
 # IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
 DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird-pred"}
 SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
@@ -86,6 +87,8 @@ class Plan:
 
     def __post_init__(self) -> None:
         c = self.config
+        # Every output of this config lies under this folder (the rules' RESULTS).
+        self.results: str = "results"
         self.raw_dir: str = c["raw_dir"]
         self.datasets: list[str] = list(c["datasets"])
         self.serializations: list[str] = list(c["serializations"])
@@ -108,7 +111,7 @@ class Plan:
         self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
         # report
         self.report: dict[str, Any] = dict(c.get("report") or {})
-        self.report_dir = f"{RESULTS}/report"
+        self.report_dir = f"{self.results}/report"
         self.paper_data = bool(self.report.get("paper_data", False))
         self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
         # generation
@@ -120,8 +123,8 @@ class Plan:
         self.gen_rag_runs: list[str] = list(g.get("rag_retrievers", []))
         self.gen_k: list[int] = [int(k) for k in g.get("k", [5])]
         self.prompts_dir: str = g.get("prompts_dir", "resources/prompts")
-        self.llm_cache_dir: str = g.get("cache_dir", f"{RESULTS}/cache/llm")
-        self.models_dir = f"{RESULTS}/models"
+        self.llm_cache_dir: str = g.get("cache_dir", f"{self.results}/cache/llm")
+        self.models_dir = f"{self.results}/models"
         self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
         self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
         self.gen_seed = int(g.get("seed", 0))
@@ -212,14 +215,14 @@ class Plan:
                     if not self._raw_obtainable(raw):
                         out.append(
                             f"datasets.{ds}.files.{split}.{role}: {raw['path']!r} is neither under raw_dir "
-                            f"({self.raw_dir}) nor in {RESULTS}/raw, and has no url to download it from"
+                            f"({self.raw_dir}) nor in {self.results}/raw, and has no url to download it from"
                         )
         return out
 
     def _raw_obtainable(self, raw: Mapping[str, Any]) -> bool:
         root = self.env.root
         return bool(raw.get("url")) or (root / self.raw_dir / raw["path"]).exists() or (
-            root / RESULTS / "raw" / raw["path"]
+            root / self.results / "raw" / raw["path"]
         ).exists()
 
     def _retrieval_problems(self) -> list[str]:
@@ -314,11 +317,11 @@ class Plan:
         """generation.cache_dir must not lie inside a folder a rule outputs whole: Snakemake deletes it on a rebuild."""
         key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
         cache = (self.env.root / self.llm_cache_dir).resolve()
-        for what, folder in (("index", f"{RESULTS}/index"), ("index part", f"{RESULTS}/index_parts"),
-                             ("BEIR export", f"{RESULTS}/beir"), ("converted model", self.models_dir)):
+        for what, folder in (("index", f"{self.results}/index"), ("index part", f"{self.results}/index_parts"),
+                             ("BEIR export", f"{self.results}/beir"), ("converted model", self.models_dir)):
             if cache.is_relative_to((self.env.root / folder).resolve()):
                 return [f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
-                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {RESULTS}/cache/llm"]
+                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {self.results}/cache/llm"]
         return []
 
     def _report_problems(self) -> list[str]:
@@ -399,23 +402,20 @@ class Plan:
         as DEXTER pooled every paragraph of MuSiQue and 2WikiMultihopQA), else the evaluated splits."""
         return list(self.config["datasets"][dataset].get("corpus_splits") or self.splits(dataset))
 
-    @staticmethod
-    def data_path(dataset: str, split: str, table: str) -> str:
-        return f"{RESULTS}/data/{dataset}/{split}/{table}.parquet"
+    def data_path(self, dataset: str, split: str, table: str) -> str:
+        return f"{self.results}/data/{dataset}/{split}/{table}.parquet"
 
-    @staticmethod
-    def corpus_path(corpus: str) -> str:
-        return f"{RESULTS}/corpora/{corpus}/corpus.parquet"
+    def corpus_path(self, corpus: str) -> str:
+        return f"{self.results}/corpora/{corpus}/corpus.parquet"
 
-    @staticmethod
-    def beir_dir(dataset: str, serialization: str, split: str) -> str:
+    def beir_dir(self, dataset: str, serialization: str, split: str) -> str:
         """The export folder of one split (BEIR, TREC qrels, Pyserini collection, export.json)."""
-        return f"{RESULTS}/beir/{dataset}/{serialization}/{split}"
+        return f"{self.results}/beir/{dataset}/{serialization}/{split}"
 
     def raw_input(self, path: str) -> str:
         """A raw file from raw_dir when it is there, else the download rule's output."""
         local = Path(self.raw_dir) / path
-        return str(local) if (self.env.root / local).exists() else f"{RESULTS}/raw/{path}"
+        return str(local) if (self.env.root / local).exists() else f"{self.results}/raw/{path}"
 
     def raw_specs_by_path(self) -> dict[str, dict[str, Any]]:
         """Every configured raw file by its path (the download rule's spec), corpus-only splits too."""
@@ -477,9 +477,8 @@ class Plan:
     def is_neural(self, retriever: str) -> bool:
         return self.retriever_configs[retriever]["type"] != "bm25"
 
-    @staticmethod
-    def index_dir(corpus: str, serialization: str, retriever: str) -> str:
-        return f"{RESULTS}/index/{corpus}/{serialization}/{retriever}"
+    def index_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index/{corpus}/{serialization}/{retriever}"
 
     def encode_jobs(self, retriever: str) -> int:
         """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense, SPLADE, ColBERT; 1:
@@ -491,9 +490,8 @@ class Plan:
         """Retrievers whose index is gathered from encode parts (the `gather_index` rule's)."""
         return [r for r in self.retriever_configs if self.encode_jobs(r) > 1]
 
-    @staticmethod
-    def part_dir(corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
-        return f"{RESULTS}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
+    def part_dir(self, corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
 
     def codec_retrievers(self) -> list[str]:
         """Sharded retrievers whose parts share a codec trained first (ColBERT: the `colbert_codec` rule)."""
@@ -501,9 +499,8 @@ class Plan:
 
         return [r for r in self.sharded_retrievers() if needs_codec(self.retriever_configs[r])]
 
-    @staticmethod
-    def codec_dir(corpus: str, serialization: str, retriever: str) -> str:
-        return f"{RESULTS}/index_parts/{corpus}/{serialization}/{retriever}/codec"
+    def codec_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/codec"
 
     def part_codec(self, corpus: str, serialization: str, retriever: str) -> list[str]:
         """The codec folder the parts of this index are encoded with and gathered by ([] if none)."""
@@ -517,9 +514,8 @@ class Plan:
         n = self.encode_jobs(retriever)
         return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)] if n > 1 else []
 
-    @staticmethod
-    def run_file(dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
-        return f"{RESULTS}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+    def run_file(self, dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
+        return f"{self.results}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
 
     def decomposition_runs_of(self, dataset: str) -> list[str]:
         return list(self.decomposition_runs) if dataset in self.decomposition.get("datasets", []) else []
@@ -564,7 +560,7 @@ class Plan:
 
     def retrieval_metrics_file(self, ds: str, sp: str, ser: str, run: str, name: str = "metrics.json") -> str:
         """A retrieval cell's metrics.json, or its per_query.parquet beside it."""
-        return f"{RESULTS}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
+        return f"{self.results}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
 
     def retrieval_targets(self) -> list[str]:
         return [self.retrieval_metrics_file(*c) for c in self.retrieval_cells()]
@@ -650,11 +646,11 @@ class Plan:
 
     def generation_dir(self) -> str:
         """The folder holding one folder per generation cell (`cell_dir`): predictions, summary."""
-        return f"{RESULTS}/generation"
+        return f"{self.results}/generation"
 
     def answer_metrics_dir(self) -> str:
         """The folder holding one folder per generation cell: answer metrics, per-question scores."""
-        return f"{RESULTS}/metrics"
+        return f"{self.results}/metrics"
 
     def generation_file(self, cell: Sequence[Any], name: str = "predictions.parquet") -> str:
         """A generation cell's predictions.parquet (or its summary.json, `name`)."""
@@ -746,9 +742,8 @@ class Plan:
             inputs["batch"] = self.batch_manifest(w.llm)
         return inputs
 
-    @staticmethod
-    def batch_manifest(llm: str) -> str:
-        return f"{RESULTS}/generation/_batches/{llm}.json"
+    def batch_manifest(self, llm: str) -> str:
+        return f"{self.results}/generation/_batches/{llm}.json"
 
     def batch_cells(self, llm: str) -> list[SimpleNamespace]:
         """The model's cells as the generate rule's wildcards would name them (k as text)."""

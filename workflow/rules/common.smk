@@ -16,7 +16,7 @@ from cqabench.job_memory import start_run
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     GEN_ENVS,
-    RESULTS,
+    ONNX_CACHE_DIR,
     SUFFIX_KIND as _SUFFIX_KIND,
     Environment,
     Plan,
@@ -62,7 +62,7 @@ shell.prefix(
     % (
         _PACKAGE_DIR,
         _PYTHON,
-        shlex.quote(f"{RESULTS}/cache/onnx"),
+        shlex.quote(ONNX_CACHE_DIR),
         _PYTHON,
         shlex.quote(models_stage.models_dir_of(config)),
     )
@@ -111,6 +111,7 @@ if (
     )
 
 # ---- names the rules use (all from the plan) ----
+RESULTS = PLAN.results  # this config's results tree: every rule output lies under it
 RAW_DIR = PLAN.raw_dir
 DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
