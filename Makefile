@@ -76,15 +76,16 @@ lint: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/
 
-# The item cache (results/cache: paid API answers, the ONNX exports) survives `make clean`;
-# only `make clean-cache`, named for it, deletes it.
+# Every config's results tree (results/<name>/) and Snakemake's state; never the shared caches or
+# models: the item cache holds answers that cost API money or GPU hours (cqabench.layout).
 clean:
-	if [ -d results ]; then find results -mindepth 1 -maxdepth 1 ! -name cache -exec rm -rf {} +; fi
-	rm -rf .snakemake
+	rm -rf results .snakemake
 
+# The item cache (cache/llm: every LLM answer, paid API calls included) and the ONNX exports
+# (cache/onnx); the next run asks the models again.
 clean-cache:
-	rm -rf results/cache
+	rm -rf cache
 
-# The fetched Hugging Face checkpoints (cqabench models fetch; docs/cluster.md): never removed by clean.
+# Fetched model checkpoints (models/); the next run needs them fetched again.
 clean-models:
 	rm -rf models

@@ -16,7 +16,7 @@ $CQABENCH_VLLM_PYTHON. A second vLLM engine with enable_prefix_caching false sho
 the prefix cache buys. The machine may be shared: run it on a quiet machine, or repeat.
 
     python benchmarks/generate_engines.py [--prompts 32] [--max-new-tokens 48] [--batches 1,8,16]
-        [--model-dir results/models/smollm2-135m] [--repeats 1]
+        [--model-dir results/sample/models/smollm2-135m] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8,16")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per configuration; the fastest counts")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads of each engine")
-    ap.add_argument("--model-dir", type=Path, default=REPO / "results/models/smollm2-135m")
+    ap.add_argument("--model-dir", type=Path, default=REPO / "results/sample/models/smollm2-135m")
     ap.add_argument("--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python"))
     ap.add_argument("--hf-python", default=sys.executable)
     ap.add_argument("--no-prefix-cache-run", action="store_true", help="skip the vLLM engine without prefix caching")

@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--model-dir", type=Path, default=REPO / "results/models/smollm2-135m")
+    ap.add_argument("--model-dir", type=Path, default=REPO / "results/sample/models/smollm2-135m")
     args = ap.parse_args()
 
     import torch

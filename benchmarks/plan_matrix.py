@@ -76,7 +76,7 @@ def main() -> int:
         _, forced = snakemake(work, args.configfile, "-n", "--forceall")
         text = forced.stdout + forced.stderr
         outputs = outputs_of_dry_run(text)
-        # directory() outputs (retriever indexes) are the extension-less paths under results/index/.
+        # directory() outputs (retriever indexes) are the extension-less paths under results/<name>/index/.
         dirs = {o for o in outputs if "/index/" in o and not Path(o).suffix}
         make_standins(work, outputs, dirs)
         touch_s, touched = snakemake(work, args.configfile, "--touch")

@@ -593,13 +593,13 @@ def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path, w
     plan = subprocess.run([*SNAKEMAKE, "-n"], cwd=workdir, check=False, capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     out = plan.stdout
-    cells = set(re.findall(r"results/generation/\S+/open-book-k1/predictions\.parquet", out))
-    assert cells == {"results/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"}
-    assert "results/index/wiki-tools/pipe/bm25" in out
-    assert ("cqabench pool-corpus --corpus results/data/ottqa/dev/corpus.parquet --corpus "
-            "results/data/2wikimultihopqa/dev/corpus.parquet --corpus results/data/ambigqa/dev/corpus.parquet "
-            "--out results/corpora/wiki-tools/corpus.parquet") in out
-    assert "--tool-corpus results/corpora/wiki-tools/corpus.parquet --tool-index results/index/wiki-tools/pipe/bm25" in out
+    cells = set(re.findall(r"results/sample/generation/\S+/open-book-k1/predictions\.parquet", out))
+    assert cells == {"results/sample/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"}
+    assert "results/sample/index/wiki-tools/pipe/bm25" in out
+    assert ("cqabench pool-corpus --corpus results/sample/data/ottqa/dev/corpus.parquet --corpus "
+            "results/sample/data/2wikimultihopqa/dev/corpus.parquet --corpus results/sample/data/ambigqa/dev/corpus.parquet "
+            "--out results/sample/corpora/wiki-tools/corpus.parquet") in out
+    assert "--tool-corpus results/sample/corpora/wiki-tools/corpus.parquet --tool-index results/sample/index/wiki-tools/pipe/bm25" in out
     # a dense retriever cannot serve WikiSearch: planning stops and says so
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["generation"]["open_book"]["retriever"] = "minilm"

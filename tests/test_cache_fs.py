@@ -324,9 +324,9 @@ def test_a_stopped_jobs_claim_expires_by_its_lease_and_its_late_answer_does_not_
 
 
 @pytest.mark.parametrize(("cache_dir", "folder"), [
-    ("results/index/musique/pipe/bm25/llm", "results/index"),
-    ("results/cache/../index_parts/x", "results/index_parts"),  # normalised before the check
-    ("{root}/results/models/llm-cache", "results/models"),  # absolute
+    ("results/sample/index/musique/pipe/bm25/llm", "results/sample/index"),
+    ("results/sample/cache/../index_parts/x", "results/sample/index_parts"),  # normalised before the check
+    ("{root}/results/sample/models/llm-cache", "results/sample/models"),  # absolute
 ])
 def test_a_cache_dir_inside_a_rebuilt_output_folder_is_refused_naming_the_key_and_both_paths(
         cache_dir: str, folder: str) -> None:
@@ -336,5 +336,5 @@ def test_a_cache_dir_inside_a_rebuilt_output_folder_is_refused_naming_the_key_an
     with pytest.raises(ConfigError) as err:
         Plan(config, env)
     assert f"generation.cache_dir: {cache_dir.format(root=REPO)!r} lies inside {folder!r}" in str(err.value)
-    config["generation"]["cache_dir"] = "results/cache/llm-elsewhere"  # beside them: fine
-    assert Plan(config, env).llm_cache_dir == "results/cache/llm-elsewhere"
+    config["generation"]["cache_dir"] = "cache/llm-elsewhere"  # outside every results tree: fine
+    assert Plan(config, env).llm_cache_dir == "cache/llm-elsewhere"

@@ -70,7 +70,7 @@ def test_full_reproduction_plans_the_data_stage_of_every_dataset(workdir: Path) 
         text=True,
     ).stdout
     for ds in ("musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa", "tanq"):
-        assert f"results/data/{ds}/" in plan, ds
+        assert f"results/dexter/data/{ds}/" in plan, ds
 
 
 def test_workflow_lints_clean(workdir: Path) -> None:
@@ -115,16 +115,16 @@ def test_only_a_run_that_calls_the_api_needs_its_key(tmp_path: Path) -> None:
                                            str(work), "--configfile", str(path)],
                               cwd=ROOT, check=False, capture_output=True, text=True, env=env)  # fmt: skip
 
-    data = snakemake("results/data/finqa/dev/queries.parquet")
+    data = snakemake("results/sample/data/finqa/dev/queries.parquet")
     assert data.returncode == 0, data.stderr[-2000:]  # prepare calls no API: no key needed
-    assert (work / "results/data/finqa/dev/queries.parquet").is_file()
+    assert (work / "results/sample/data/finqa/dev/queries.parquet").is_file()
     assert "CQABENCH_TEST_KEY" not in data.stderr
-    cell = "results/generation/tatqa/dev/pipe/none/remote/few-shot/closed-k0/predictions.parquet"
+    cell = "results/sample/generation/tatqa/dev/pipe/none/remote/few-shot/closed-k0/predictions.parquet"
     proc = snakemake(cell)
     assert proc.returncode != 0
     assert "llms.remote: backend openai reads its API key from $CQABENCH_TEST_KEY, which is not set" in proc.stderr
-    assert not (work / "results/data/tatqa").exists()  # the cell's prepare job never started
-    assert not (work / "results/generation").exists()
+    assert not (work / "results/sample/data/tatqa").exists()  # the cell's prepare job never started
+    assert not (work / "results/sample/generation").exists()
 
 
 def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(workdir: Path) -> None:
@@ -132,7 +132,7 @@ def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(wor
     plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=workdir, check=False, capture_output=True, text=True)
     assert plan.returncode == 0, plan.stderr[-3000:]
     out = plan.stdout
-    cell = "results/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
+    cell = "results/sample/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
     for ds in ("musique/train", "ottqa/dev", "tatqa/dev", "2wikimultihopqa/dev", "finqa/dev"):
         assert cell.format(ds) in out, ds
     for ds in ("tanq/test", "ambigqa/dev", "strategyqa/dev"):  # no proofs / viewed_doc_titles / paragraphs

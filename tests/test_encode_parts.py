@@ -275,17 +275,17 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     config["retrievers"]["minilm"].update({"encode_jobs": 3, "shard_size": 40})
     config_file = work / "parts.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    index = "results/index/tatqa/pipe/minilm"
-    part_dirs = [work / f"results/index_parts/tatqa/pipe/minilm/{i}-of-3" for i in range(3)]
+    index = "results/sample/index/tatqa/pipe/minilm"
+    part_dirs = [work / f"results/sample/index_parts/tatqa/pipe/minilm/{i}-of-3" for i in range(3)]
 
     _snakemake(work, config_file, str(part_dirs[0].relative_to(work)), str(part_dirs[2].relative_to(work)))
     assert part_dirs[0].is_dir() and part_dirs[2].is_dir() and not (work / index).exists()
     before = {p.name: (p / parts.PART_FILE).stat().st_mtime_ns for p in (part_dirs[0], part_dirs[2])}
 
     # Part 1's job, as the rule runs it, killed once it has started writing its part.
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "CQABENCH_EXPORT_CACHE": str(work / "results/cache/onnx")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "CQABENCH_EXPORT_CACHE": str(work / "cache/onnx")}
     job = subprocess.Popen([sys.executable, "-m", "cqabench.cli", "encode-part", "--corpus",
-                            str(work / "results/data/tatqa/dev/corpus.parquet"), "--serialization", "pipe",
+                            str(work / "results/sample/data/tatqa/dev/corpus.parquet"), "--serialization", "pipe",
                             "--retriever-settings", json.dumps(config["retrievers"]["minilm"]), "--part", "1",
                             "--of", "3", "--out", str(part_dirs[1])],
                            cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
@@ -322,13 +322,13 @@ def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Pat
                                        "chunksize": 40, "encode_jobs": 3, "timeout_s": 900}  # fmt: skip
     config_file = work / "colbert.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    index = "results/index/tatqa/pipe/colbert"
+    index = "results/sample/index/tatqa/pipe/colbert"
     plan = job_table(_snakemake(work, config_file, "-n", index))
     assert {r: plan.get(r) for r in ("colbert_codec", "encode_part", "gather_index", "index")} == {
         "colbert_codec": 1, "encode_part": 3, "gather_index": 1, "index": None}, plan  # fmt: skip
     out = _snakemake(work, config_file, index)
-    assert "--codec results/index_parts/tatqa/pipe/colbert/codec" in out
+    assert "--codec results/sample/index_parts/tatqa/pipe/colbert/codec" in out
     meta = json.loads((work / index / colbert.PLAID_DIR / "metadata.json").read_text())
     assert (meta["num_chunks"], len((work / index / "docids.txt").read_text().splitlines())) == (7, 252)
-    folders = [work / f"results/index_parts/tatqa/pipe/colbert/{i}-of-3" for i in range(3)]
+    folders = [work / f"results/sample/index_parts/tatqa/pipe/colbert/{i}-of-3" for i in range(3)]
     assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]

@@ -333,7 +333,7 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
         (work / "config.yaml").write_text(SNAKEMAKE_CONFIG.format(base_url=api.base_url))
         env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1",
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        target = f"results/metrics/{CELL}/metrics.json"
+        target = f"results/failed/metrics/{CELL}/metrics.json"
 
         def snakemake() -> subprocess.CompletedProcess:
             return subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1",
@@ -341,8 +341,8 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
 
         first = snakemake()
         asked_first = len(api.asked)
-        job_log = (work / f"results/logs/generate/{CELL}.log").read_text()  # the rerun writes it anew
-        kept = sorted(p.name for p in (work / f"results/generation/{CELL}").glob("*"))
+        job_log = (work / f"results/failed/logs/generate/{CELL}.log").read_text()  # the rerun writes it anew
+        kept = sorted(p.name for p in (work / f"results/failed/generation/{CELL}").glob("*"))
         api.failing = False
         second = snakemake()
     assert first.returncode != 0, (first.stdout + first.stderr)[-3000:]
@@ -357,9 +357,9 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
     doc = json.loads((work / target).read_text())
     cover = {(m["metric"], m["variant"]): m for m in doc["metrics"]}[("cover_em", "default")]
     assert (cover["value"], cover["n"], cover["n_failed"], doc["failed_qids"]) == (0.75, 4, 0, [])
-    summary = json.loads((work / f"results/generation/{CELL}/summary.json").read_text())
+    summary = json.loads((work / f"results/failed/generation/{CELL}/summary.json").read_text())
     assert (summary["n_failed"], summary["n_cached"], summary["complete"]) == (0, 2, True)
-    rows = build_metrics_table([work / target], work / "results").to_pylist()
+    rows = build_metrics_table([work / target], work / "results/failed").to_pylist()
     assert {r["n_failed"] for r in rows} == {0}
 
 

@@ -78,11 +78,11 @@ def cell_path(config: dict, spec, cell: dict) -> str:
     ser = config["serializations"][0]
     if spec.id.startswith(("dexter_table2", "dexter_table7", "strategyqa")):
         ds = cell["dataset"]
-        return f"results/retrieval/{ds}/{_split(config, ds)}/{ser}/{cell['retriever']}/metrics.json"
+        return f"results/{config['name']}/retrieval/{ds}/{_split(config, ds)}/{ser}/{cell['retriever']}/metrics.json"
     fixed = {**spec.filters, **cell}
     ds = fixed.get("dataset")
     retriever, k = fixed.get("retriever", "none"), fixed.get("k", 0)
-    return (f"results/metrics/{ds}/{_split(config, ds)}/{ser}/{retriever}/{fixed['llm']}/{fixed['prompt']}/"
+    return (f"results/{config['name']}/metrics/{ds}/{_split(config, ds)}/{ser}/{retriever}/{fixed['llm']}/{fixed['prompt']}/"
             f"{fixed['setting']}-k{k}/metrics.json")
 
 
@@ -96,7 +96,7 @@ def table_coverage(config_name: str, expected: list[str]) -> list[dict]:
             reference = [c for c in spec.cells if spec.is_reference(c)]
             ours = [c for c in spec.cells if not spec.is_reference(c)]
             if spec.source == "per_question" or spec.label_set == "tanq":  # TANQ: the paper's models only; ours are extra rows
-                produced = sorted({p for p in outputs if p.startswith("results/metrics/tanq/")})
+                produced = sorted({p for p in outputs if p.startswith(f"results/{config['name']}/metrics/tanq/")})
                 rows.append({"id": spec.id, "title": spec.title, "published": len(spec.cells),
                              "reference": len(reference), "to_produce": len(ours), "planned": 0, "not_planned": [],
                              "our_cells": len([p for p in produced if p.endswith("metrics.json")])})
@@ -125,7 +125,7 @@ def figure2_cells(config_name: str) -> tuple[int, int]:
 
 
 def generation_cells(plan: str) -> list[tuple[str, ...]]:
-    pattern = re.compile(r"results/metrics/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/(\w+)-k(\d+)/metrics\.json")
+    pattern = re.compile(r"results/[^/]+/metrics/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/(\w+)-k(\d+)/metrics\.json")
     return sorted({m.groups() for p in planned_outputs(plan) if (m := pattern.fullmatch(p))})
 
 
@@ -250,18 +250,18 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert re.search(r"prepare --dataset 2wikimultihopqa --split dev .*--limit 1200", plan)
     assert not re.search(r"prepare --dataset (musique|2wikimultihopqa) --split train .*--(limit|hops)", plan)  # corpus only
     outputs = planned_outputs(plan)
-    assert "results/data/finqa/test/queries.parquet" in outputs and "results/data/finqa/dev/queries.parquet" in outputs
-    assert not any(p.startswith("results/retrieval/finqa/dev/") for p in outputs)  # FinQA is evaluated on test only
+    assert "results/dexter/data/finqa/test/queries.parquet" in outputs and "results/dexter/data/finqa/dev/queries.parquet" in outputs
+    assert not any(p.startswith("results/dexter/retrieval/finqa/dev/") for p in outputs)  # FinQA is evaluated on test only
     # The pooled corpus reads every corpus split (train paragraphs too).
-    pool = plan[plan.index("rule pool_corpus:\n    input: results/data/musique"):].split("\n\n", 1)[0]
-    assert "results/data/musique/train/corpus.parquet" in pool and "results/data/2wikimultihopqa/train/corpus.parquet" in pool
+    pool = plan[plan.index("rule pool_corpus:\n    input: results/dexter/data/musique"):].split("\n\n", 1)[0]
+    assert "results/dexter/data/musique/train/corpus.parquet" in pool and "results/dexter/data/2wikimultihopqa/train/corpus.parquet" in pool
     assert '"model": "sentence-transformers/multi-qa-mpnet-base-cos-v1"' in plan
     for setting in ('"max_length": 512', '"doc_max_length": 512', '"doc_maxlen": 512'):
         assert setting in plan, setting
     for ds in ("musique", "2wikimultihopqa", "ambigqa", "strategyqa", "tatqa", "ottqa"):
         for k in (1, 3, 5, 10):
-            assert f"results/generation/{ds}/dev/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k{k}/predictions.parquet" in outputs
-    assert "results/generation/finqa/test/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k10/predictions.parquet" in outputs
+            assert f"results/dexter/generation/{ds}/dev/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k{k}/predictions.parquet" in outputs
+    assert "results/dexter/generation/finqa/test/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k10/predictions.parquet" in outputs
     got, want = figure2_cells("dexter.yaml")
     assert got == want == 28
     assert "meta-llama/Llama-2-7b-hf" in plan and "Llama-2-7b-chat-hf" not in plan  # Table 5's checkpoint
@@ -289,10 +289,10 @@ def test_tanq_config_plans_the_papers_settings() -> None:
     outputs = planned_outputs(dry_run("tanq.yaml"))
     for llm in c["generation"]["llms"]:
         for setting in ("closed", "oracle"):
-            assert f"results/metrics/tanq/test/pipe/none/{llm}/few-shot/{setting}-k0/metrics.json" in outputs
+            assert f"results/tanq/metrics/tanq/test/pipe/none/{llm}/few-shot/{setting}-k0/metrics.json" in outputs
     for tid in ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills",
                 "tanq_table8_by_n_relations", "tanq_table9_by_table_length", "tanq_table10_failures"):
-        assert f"results/report/tables/{tid}.md" in outputs, tid
+        assert f"results/tanq/report/tables/{tid}.md" in outputs, tid
 
 
 def test_full_reproduction_page_matches_the_planner() -> None:

@@ -62,12 +62,12 @@ def test_default_plan_by_hand() -> None:
     w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", retriever="bm25", llm="smollm2-135m",
                         prompt="few-shot", setting="rag", k="3")  # fmt: skip
     assert plan.cell_inputs(w) == {
-        "queries": "results/data/tatqa/dev/queries.parquet",
+        "queries": "results/sample/data/tatqa/dev/queries.parquet",
         "template": "resources/prompts/few-shot/numeric.txt",
-        "model": "results/models/smollm2-135m",
-        "corpus": "results/corpora/tatqa/corpus.parquet",
-        "run": "results/runs/tatqa/dev/pipe/bm25.parquet",
-        "batch": "results/generation/_batches/smollm2-135m.json",
+        "model": "results/sample/models/smollm2-135m",
+        "corpus": "results/sample/corpora/tatqa/corpus.parquet",
+        "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet",
+        "batch": "results/sample/generation/_batches/smollm2-135m.json",
     }
     assert plan.generation_cell(w)["retriever_settings"]["type"] == "bm25"
 
@@ -82,10 +82,10 @@ def test_small_matrix_by_hand() -> None:
     config["generation"].update(settings=["closed", "rag"], k=[1, 3], batch_llms=[])
     plan = _plan(config)
     assert len(plan.generation_cells()) == 10
-    assert plan.generation_targets()[0] == "results/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0/predictions.parquet"
-    assert "results/generation/tatqa/dev/linear/minilm/smollm2-135m/few-shot/rag-k3/predictions.parquet" in plan.generation_targets()
+    assert plan.generation_targets()[0] == "results/sample/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0/predictions.parquet"
+    assert "results/sample/generation/tatqa/dev/linear/minilm/smollm2-135m/few-shot/rag-k3/predictions.parquet" in plan.generation_targets()
     assert sorted(plan.retrieval_targets()) == sorted(
-        f"results/retrieval/tatqa/dev/{s}/{r}/metrics.json" for s in ("pipe", "linear") for r in ("bm25", "minilm")
+        f"results/sample/retrieval/tatqa/dev/{s}/{r}/metrics.json" for s in ("pipe", "linear") for r in ("bm25", "minilm")
     )
     assert plan.run_settings("bm25")["k"] == 50
     assert plan.not_planned_cells() == []
@@ -113,7 +113,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("raw file without url or copy",
      lambda c: c["datasets"]["finqa"]["files"]["dev"]["questions"].__setitem__("path", "finqa/nowhere.json"),
      ("datasets.finqa.files.dev.questions: 'finqa/nowhere.json' is neither under raw_dir (resources/raw) nor in "
-      "results/raw, and has no url")),
+      "results/sample/raw, and has no url")),
     ("retriever setting", lambda c: c["retrievers"]["minilm"].__setitem__("similarity", "cosin"),
      "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine"),
     ("retrieval.retrievers", lambda c: c["retrieval"]["retrievers"].append("bm26"),
@@ -236,13 +236,13 @@ def test_a_raw_file_with_a_url_or_a_downloaded_copy_plans(tmp_path: Path) -> Non
     spec = config["datasets"]["finqa"]["files"]["dev"]["questions"]
     spec.update(path="finqa/elsewhere.json", url="https://example.org/finqa/dev.json")
     plan = _plan(config)
-    assert plan.raw_input("finqa/elsewhere.json") == "results/raw/finqa/elsewhere.json"
+    assert plan.raw_input("finqa/elsewhere.json") == "results/sample/raw/finqa/elsewhere.json"
     assert plan.raw_specs_by_path()["finqa/elsewhere.json"]["url"] == "https://example.org/finqa/dev.json"
-    spec["url"] = None  # a copy already downloaded into results/raw is as good as a URL
+    spec["url"] = None  # a copy already downloaded into results/sample/raw is as good as a URL
     (tmp_path / "resources").symlink_to(ROOT / "resources")
     (tmp_path / "config").symlink_to(ROOT / "config")
-    (tmp_path / "results/raw/finqa").mkdir(parents=True)
-    (tmp_path / "results/raw/finqa/elsewhere.json").write_text("[]")
+    (tmp_path / "results/sample/raw/finqa").mkdir(parents=True)
+    (tmp_path / "results/sample/raw/finqa/elsewhere.json").write_text("[]")
     _plan(config, Environment(root=tmp_path, vllm_python=sys.executable))
 
 
@@ -260,7 +260,7 @@ def test_export_beir_false_drops_only_the_exports() -> None:
     config = _config()
     default = _plan(config).data_targets()
     skipped = _plan({**config, "export_beir": False}).data_targets()
-    beir = [t for t in default if t.startswith("results/beir/")]
+    beir = [t for t in default if t.startswith("results/sample/beir/")]
     assert len(beir) == sum(len(_plan(config).splits(ds)) for ds in config["datasets"]) * len(config["serializations"])
     assert skipped == [t for t in default if t not in beir] and beir
     assert _plan({**config, "export_beir": True}).data_targets() == default
@@ -302,8 +302,8 @@ def test_dexter_plans_32_encode_parts_for_every_neural_retriever_on_every_corpus
     for corpus in searched:
         for retriever in plan.sharded_retrievers():
             parts = plan.index_parts(corpus, "pipe", retriever)
-            assert parts == [f"results/index_parts/{corpus}/pipe/{retriever}/{i}-of-32" for i in range(32)]
-            codec = [f"results/index_parts/{corpus}/pipe/colbertv2/codec"] if retriever == "colbertv2" else []
+            assert parts == [f"results/dexter/index_parts/{corpus}/pipe/{retriever}/{i}-of-32" for i in range(32)]
+            codec = [f"results/dexter/index_parts/{corpus}/pipe/colbertv2/codec"] if retriever == "colbertv2" else []
             assert plan.part_codec(corpus, "pipe", retriever) == codec
         assert plan.index_parts(corpus, "pipe", "bm25") == []
     # The part jobs ask for what the index job asks for: a GPU, as dexter.yaml puts the encoders on cuda.
@@ -324,7 +324,7 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
     config["retrievers"]["minilm"]["encode_jobs"] = 3
     plan = _plan(config)
     assert plan.sharded_retrievers() == ["minilm"]
-    assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/index_parts/tatqa/pipe/minilm/2-of-3"
+    assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/sample/index_parts/tatqa/pipe/minilm/2-of-3"
 
 
 def test_snakemake_dry_run_of_dexter_plans_the_encode_parts(workdir: Path) -> None:

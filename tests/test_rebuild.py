@@ -82,7 +82,7 @@ def forced(work: Path) -> str:
 
 
 def _answer_cells(forced: str) -> list[str]:
-    return sorted(o for o in outputs(forced) if o.startswith("results/metrics/") and o.endswith("/metrics.json"))
+    return sorted(o for o in outputs(forced) if o.startswith("results/sample/metrics/") and o.endswith("/metrics.json"))
 
 
 def _unbatched_config(work: Path) -> str:
@@ -100,17 +100,17 @@ def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
     target = _answer_cells(forced)[0]
     # With engine batches (the default), a cell built from nothing waits for its model's batch.
     batched = _jobs(_snakemake(work, "-n", "--forceall", target))
-    assert [outs for rule, outs in batched if rule == "generate_batch"] == [["results/generation/_batches/smollm2-135m.json"]]
+    assert [outs for rule, outs in batched if rule == "generate_batch"] == [["results/sample/generation/_batches/smollm2-135m.json"]]
     text = _snakemake(work, "-n", "--forceall", target, "--configfile", _unbatched_config(work))
     jobs = _jobs(text)
     made = [o for _, outs in jobs for o in outs]
     assert target in made
     # No other cell's metrics, no report, nothing of another dataset beyond what the pooled corpus needs.
-    others = [o for o in made if o.endswith("metrics.json") and o != target and o.startswith("results/metrics/")]
+    others = [o for o in made if o.endswith("metrics.json") and o != target and o.startswith("results/sample/metrics/")]
     assert others == []
     assert not {"aggregate", "report_tables", "report_plots", "report_page", "all"} & set(job_table(text))
-    gen_folder = target.replace("results/metrics/", "results/generation/").rsplit("/", 1)[0]
-    generation_jobs = [outs for rule, outs in jobs if any(o.startswith("results/generation/") for o in outs)]
+    gen_folder = target.replace("results/sample/metrics/", "results/sample/generation/").rsplit("/", 1)[0]
+    generation_jobs = [outs for rule, outs in jobs if any(o.startswith("results/sample/generation/") for o in outs)]
     assert len(generation_jobs) == 1 and all(o.startswith(gen_folder) for o in generation_jobs[0])
     assert sum(job_table(text).values()) < sum(job_table(forced).values())
 
@@ -129,7 +129,7 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
-    lost = cells[0].replace("results/metrics/", "results/generation/").replace("metrics.json", "predictions.parquet")
+    lost = cells[0].replace("results/sample/metrics/", "results/sample/generation/").replace("metrics.json", "predictions.parquet")
     (work / lost).unlink()
     alone = job_table(_snakemake(work, "-n"))
     # ... and of the paper tables only the one that shows it (a few-shot RAG cell: DEXTER Table 3;
@@ -141,33 +141,32 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
     # other cell of its model from the cache, so the exact count holds without batches.
     unbatched = _unbatched_config(work)
     _snakemake(work, "--touch", "--configfile", unbatched)
-    # results/metrics/{dataset}/{split}/{serialization}/{retriever|none}/{llm}/{prompt}/{setting}-k{k}/metrics.json
-    prompt = cells[0].split("/")[7]
-    using = [c for c in cells if c.split("/")[7] == prompt]
+    # results/sample/metrics/{dataset}/{split}/{serialization}/{retriever|none}/{llm}/{prompt}/{setting}-k{k}/metrics.json
+    prompt = cells[0].split("/")[8]
+    using = [c for c in cells if c.split("/")[8] == prompt]
     templates = sorted((work / "resources" / "prompts" / prompt).glob("*"))
     assert templates, f"no template files for prompt {prompt}"
     # Edit every template of this prompt family would be too broad: edit the one the first cell uses.
-    dataset = cells[0].split("/")[2]
+    dataset = cells[0].split("/")[3]
     text_before = {t: t.read_text() for t in templates}
     edited = None
     for template in templates:
         template.write_text(text_before[template] + "\n")
         run = _snakemake(work, "-n", "--configfile", unbatched)
-        if any(c in outputs(run) for c in using if c.split("/")[2] == dataset):
+        if any(c in outputs(run) for c in using if c.split("/")[3] == dataset):
             edited = (template, run)
             break
         template.write_text(text_before[template])
     assert edited, f"editing no template of {prompt} reran the cells of {dataset}"
     template, run = edited
     try:
-        rerun = [o for o in outputs(run) if o.startswith("results/metrics/") and o.endswith("metrics.json")]
-        assert rerun and all(c.split("/")[7] == prompt for c in rerun), rerun
-        generation = [o for o in outputs(run) if o.startswith("results/generation/") and o.endswith(".parquet")]
+        rerun = [o for o in outputs(run) if o.startswith("results/sample/metrics/") and o.endswith("metrics.json")]
+        assert rerun and all(c.split("/")[8] == prompt for c in rerun), rerun
+        generation = [o for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
         assert len(generation) == len(rerun)
         counts = job_table(run)
-        upstream = {r for r, outs in _jobs(run) if any(o.startswith(("results/data/", "results/runs/", "results/index/",
-                                                                         "results/retrieval/", "results/corpora/"))
-                                                       for o in outs)}
+        stages = tuple(f"results/sample/{stage}/" for stage in ("data", "runs", "index", "retrieval", "corpora"))
+        upstream = {r for r, outs in _jobs(run) if any(o.startswith(stages) for o in outs)}
         assert upstream == set(), f"an edited template reran upstream rules {upstream}"
         tables = sum(n for rule, n in counts.items() if rule.startswith("table_"))
         assert sum(counts.values()) == 2 * len(rerun) + tables + sum(
@@ -177,10 +176,10 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
 
 
 def test_one_run_file_builds_only_that_run(work: Path) -> None:
-    target = "results/runs/musique/train/pipe/bm25.trec"
+    target = "results/sample/runs/musique/train/pipe/bm25.trec"
     text = _snakemake(work, "-n", "--forceall", target)
     # Its ancestors only: the two datasets of the pooled corpus, the corpus, one index, one search.
     assert job_table(text) == Counter({"prepare": 2, "pool_corpus": 1, "index": 1, "search": 1})
     made = [o for _, outs in _jobs(text) for o in outs]
-    assert "results/index/wiki-multihop/pipe/bm25" in made
-    assert not [o for o in made if o.startswith("results/runs/") and not o.startswith("results/runs/musique/train/pipe/bm25.")]
+    assert "results/sample/index/wiki-multihop/pipe/bm25" in made
+    assert not [o for o in made if o.startswith("results/sample/runs/") and not o.startswith("results/sample/runs/musique/train/pipe/bm25.")]

@@ -400,7 +400,7 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare(workdir: P
     import sys
 
     config = _plan_config("dexter.yaml")
-    targets = [f"results/data/{ds}/{sp}/qrels.parquet" for ds, spec in config["datasets"].items()
+    targets = [f"results/dexter/data/{ds}/{sp}/qrels.parquet" for ds, spec in config["datasets"].items()
                for sp in dict.fromkeys(spec["splits"] + (spec.get("corpus_splits") or []))]
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable)}
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile",

@@ -328,11 +328,11 @@ generation:
   max_questions: 2
   sampling: {{temperature: 0, max_new_tokens: 16}}
 """
-CELL = "results/generation/musique/train/pipe/none/api/few-shot/closed-k0/predictions.parquet"
+CELL = "results/redact/generation/musique/train/pipe/none/api/few-shot/closed-k0/predictions.parquet"
 
 
 def _snakemake_work(tmp_path: Path, base_url: str) -> Path:
-    """A throw-away copy of the checkout (code linked, results/ and .snakemake/ its own), one cell planned."""
+    """A throw-away copy of the checkout (code linked, results/, cache/ and .snakemake/ its own), one cell planned."""
     work = tmp_path / "work"
     work.mkdir()
     for name in ("Snakefile", "workflow", "profiles", "resources"):
@@ -344,7 +344,7 @@ def _snakemake_work(tmp_path: Path, base_url: str) -> Path:
 @pytest.mark.parametrize("mode", ["html", "401"])
 def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: str, tmp_path: Path) -> None:
     """The case as it was found: Snakemake's console (with the failed job's log shown, as the
-    default profile asks), its .snakemake/log folder, the job log and results/ are grepped."""
+    default profile asks), its .snakemake/log folder, the job log, results/ and cache/ are grepped."""
     with EchoingProxyTestDouble(mode) as api:
         work = _snakemake_work(tmp_path, api.base_url)
         env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1",
@@ -353,7 +353,7 @@ def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: s
                               cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
     console = done.stdout + done.stderr
     _assert_echoed(api, key)
-    job_log = work / "results/logs/generate/musique/train/pipe/none/api/few-shot/closed-k0.log"
+    job_log = work / "results/redact/logs/generate/musique/train/pipe/none/api/few-shot/closed-k0.log"
     assert done.returncode != 0 and job_log.is_file(), console[-3000:]
     assert "cqabench generate: error:" in job_log.read_text() and "[redacted]" in job_log.read_text()
     assert "[redacted]" in console  # the failed job's log is shown on the console ...
@@ -361,3 +361,4 @@ def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: s
     assert list((work / ".snakemake" / "log").glob("*.snakemake.log")), "Snakemake wrote its log"
     assert files_with_key(work / ".snakemake" / "log", key) == {}
     assert files_with_key(work / "results", key) == {}
+    assert files_with_key(work / "cache", key) == {}  # the item cache (cache/llm/), outside results/

@@ -289,7 +289,7 @@ def _test_profile(tmp: Path) -> Path:
 
 TABLES = ("queries", "corpus", "qrels", "answers")
 # Two prepare jobs, run side by side: musique on the cpu partition, tatqa as the stand-in GPU job.
-TARGETS = [f"results/data/{ds}/{split}/{t}.parquet" for ds, split in (("musique", "train"), ("tatqa", "dev")) for t in TABLES]
+TARGETS = [f"results/sample/data/{ds}/{split}/{t}.parquet" for ds, split in (("musique", "train"), ("tatqa", "dev")) for t in TABLES]
 
 
 def _snakemake(work: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -1,12 +1,12 @@
 """Exports a researcher opens with the usual tools as they are: BEIR, Pyserini, ranx, ir_measures.
 
-One folder per (dataset, serialization, split), `results/beir/{dataset}/{serialization}/{split}/`:
+One folder per (dataset, serialization, split), `results/<name>/beir/{dataset}/{serialization}/{split}/`:
 
 * `corpus.jsonl`, `queries.jsonl`, `qrels/{split}.tsv`: a BEIR dataset, opened by
   `beir.datasets.data_loader.GenericDataLoader(folder).load(split)`.
 * `qrels/{split}.trec`: the same judgments as TREC qrels (`qid 0 docid rel`), read by trec_eval,
   `ranx.Qrels.from_file` and `ir_measures.read_trec_qrels`; our run files
-  (`results/runs/.../*.trec`) are the matching TREC runs.
+  (`results/<name>/runs/.../*.trec`) are the matching TREC runs.
 * `pyserini/corpus.jsonl`: a Pyserini / Anserini `JsonCollection` holding exactly the documents
   our BM25 indexes (`id`, `contents`, `title`; `cqabench.retrievers.bm25.collection_record`), so
   Pyserini's indexer with `--fields title` and a search over `contents=1 title=1` reproduce our

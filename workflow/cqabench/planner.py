@@ -27,10 +27,9 @@ from typing import Any
 
 from cqabench.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
 from cqabench.errors import ConfigError
+from cqabench.layout import LLM_CACHE_DIR, RESULTS_ROOT, name_problem, results_dir
 from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 
-# Shared by every config (not under a results tree): one ONNX export of an encoder serves every index.
-ONNX_CACHE_DIR = "results/cache/onnx"
 # IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
 DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird-pred"}
 SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
@@ -87,8 +86,9 @@ class Plan:
 
     def __post_init__(self) -> None:
         c = self.config
-        # Every output of this config lies under this folder (the rules' RESULTS).
-        self.results: str = "results"
+        # Every output of this config lies under results/<name>/ (the rules' RESULTS), so two
+        # configs never plan or overwrite each other's files (cqabench.layout).
+        self.results: str = results_dir(str(c.get("name", "")))
         self.raw_dir: str = c["raw_dir"]
         self.datasets: list[str] = list(c["datasets"])
         self.serializations: list[str] = list(c["serializations"])
@@ -123,7 +123,7 @@ class Plan:
         self.gen_rag_runs: list[str] = list(g.get("rag_retrievers", []))
         self.gen_k: list[int] = [int(k) for k in g.get("k", [5])]
         self.prompts_dir: str = g.get("prompts_dir", "resources/prompts")
-        self.llm_cache_dir: str = g.get("cache_dir", f"{self.results}/cache/llm")
+        self.llm_cache_dir: str = g.get("cache_dir", LLM_CACHE_DIR)  # shared by every config
         self.models_dir = f"{self.results}/models"
         self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
         self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
@@ -159,7 +159,7 @@ class Plan:
 
     def problems(self) -> list[str]:
         """Every cross-reference and run-time-only failure the schema cannot see."""
-        out: list[str] = []
+        out: list[str] = [p for p in [name_problem(self.config.get("name"))] if p]
         out += self._data_problems()
         out += self._retrieval_problems()
         out += self._generation_problems()
@@ -314,14 +314,19 @@ class Plan:
         return out
 
     def _cache_dir_problems(self) -> list[str]:
-        """generation.cache_dir must not lie inside a folder a rule outputs whole: Snakemake deletes it on a rebuild."""
+        """generation.cache_dir must not lie inside a folder a rule outputs whole (Snakemake deletes it
+        on a rebuild), nor under results/, which `make clean` removes: the cache holds paid answers."""
         key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
         cache = (self.env.root / self.llm_cache_dir).resolve()
         for what, folder in (("index", f"{self.results}/index"), ("index part", f"{self.results}/index_parts"),
                              ("BEIR export", f"{self.results}/beir"), ("converted model", self.models_dir)):
             if cache.is_relative_to((self.env.root / folder).resolve()):
                 return [f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
-                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {self.results}/cache/llm"]
+                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {LLM_CACHE_DIR}"]
+        if cache.is_relative_to((self.env.root / RESULTS_ROOT).resolve()):
+            return [f"{key}: {self.llm_cache_dir!r} lies inside {RESULTS_ROOT}/, which `make clean` removes, the "
+                    f"item cache with it; put it outside, e.g. {LLM_CACHE_DIR} (a cache there now keeps its items "
+                    f"when moved: mv {self.llm_cache_dir} {LLM_CACHE_DIR})"]
         return []
 
     def _report_problems(self) -> list[str]:

@@ -13,10 +13,10 @@ from cqabench import models_stage
 from cqabench.config_yaml import check_files as check_config_files
 from cqabench.errors import ConfigError
 from cqabench.job_memory import start_run
+from cqabench.layout import ONNX_CACHE_DIR
 from cqabench.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     GEN_ENVS,
-    ONNX_CACHE_DIR,
     SUFFIX_KIND as _SUFFIX_KIND,
     Environment,
     Plan,
@@ -51,7 +51,7 @@ start_run(workflow.is_main_process)
 # (The prefix is formatted like a shell command, hence the doubled braces.)
 # CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
-# CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus.
+# CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus and config.
 shell.prefix(
     'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.job_memory "$@"; }}; '
     'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '

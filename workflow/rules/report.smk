@@ -1,5 +1,5 @@
 # Report stage: every cell's metrics.json -> fact tables -> paper-layout tables and plots -> the
-# report page (results/report/index.html, one self-contained file). `snakemake --report
+# report page (results/<name>/report/index.html, one self-contained file). `snakemake --report
 # report.html` bundles the outputs marked report(...) with the captions in workflow/report/*.rst
 # (each paper table's caption is written by its table_<id> job). Helpers and targets: cqabench.planner.
 

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from cqabench.datasets import DATASETS
+from cqabench.layout import DEFAULT_RESULTS
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -44,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", required=True)
     p.add_argument("--predictions", required=True, type=Path,
                    help="JSONL: one object per line with qid and prediction")
-    p.add_argument("--data-dir", type=Path, default=Path("results/data"))
+    p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_RESULTS) / "data",
+                   help="the prepared data of a results tree (default: the sample's; results/<name>/data)")
     p.add_argument("--prompt", default=None,
                    help="prompt strategy when predictions are raw model output (e.g. few-shot-cot, "
                         "self-ask); omit when they are already the final answer")

@@ -256,7 +256,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("cache", help="check or repair an LLM item cache folder")
     actions = c.add_subparsers(dest="action", required=True)
     v = actions.add_parser("verify", help="check every stored item; exit 1 if any is bad")
-    v.add_argument("--cache", required=True, type=Path, help="the item cache folder (results/cache/llm/<llm>)")
+    v.add_argument("--cache", required=True, type=Path, help="the item cache folder (cache/llm/<llm>)")
     v.add_argument("--max-chars", type=int, help="also flag completions longer than this")
     v.set_defaults(func=run_cache_verify)
     d = actions.add_parser("drop", help="remove bad or selected items (they are generated again on the next run)")

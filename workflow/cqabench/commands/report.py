@@ -11,6 +11,7 @@ from typing import Any
 
 from cqabench.errors import ConfigError
 from cqabench.commands import json_object
+from cqabench.layout import DEFAULT_RESULTS as R  # the defaults name the sample's tree
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def _significance(args: argparse.Namespace) -> int:
 
     frame = read_fact_table(args.per_question)
     if frame.empty:
-        raise ConfigError(f"{args.per_question}: missing or empty; run `snakemake results/per_question.parquet`")
+        raise ConfigError(f"{args.per_question}: missing or empty; run `snakemake {args.per_question}`")
     result = compare(frame, parse_spec(args.a), parse_spec(args.b), args.metric, args.variant,
                      args.method, args.resamples, args.seed)
     print(format_result(result))
@@ -239,26 +240,26 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
-    p = sub.add_parser("aggregate", help="every metrics.json -> results/metrics.parquet + per_question.parquet")
+    p = sub.add_parser("aggregate", help="every metrics.json -> results/<name>/metrics.parquet + per_question.parquet")
     p.add_argument("--metrics", nargs="*", default=None,
                    help="metrics.json files; omitted: every one under --results-dir")
-    p.add_argument("--results-dir", default="results", help="cell ids are paths relative to this")
-    p.add_argument("--data-dir", default="results/data", help="prepared queries, for question type / skills")
-    p.add_argument("--out-metrics", default="results/metrics.parquet")
-    p.add_argument("--out-per-question", default="results/per_question.parquet")
+    p.add_argument("--results-dir", default=R, help="the config's results tree; cell ids are paths relative to it")
+    p.add_argument("--data-dir", default=f"{R}/data", help="prepared queries, for question type / skills")
+    p.add_argument("--out-metrics", default=f"{R}/metrics.parquet")
+    p.add_argument("--out-per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--config-hash", default=None,
                    help="sha256 of the run's config (the workflow passes it); every row records it")
     p.set_defaults(func=_aggregate)
 
     p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "
                                               "and answers_by_setting.{md,html,json}")
-    p.add_argument("--metrics", default="results/metrics.parquet")
-    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
     p.add_argument("--table-summaries", nargs="*", default=None,
                    help="instead of rendering the paper tables, gather the <id>.summary.json files `report-table` "
                         "wrote into summary.json (the workflow builds each table in its own job)")
-    p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--out-dir", default=f"{R}/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
@@ -274,9 +275,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expected", nargs="+", required=True, help="the config/expected file(s) holding it")
     p.add_argument("--metrics", nargs="*", default=[], help="metrics.json of the table's cells (per-question files "
                                                             "beside them are read for a per-question table)")
-    p.add_argument("--results-dir", default="results", help="cell ids are paths relative to this")
-    p.add_argument("--data-dir", default="results/data", help="prepared splits, for question type / skills")
-    p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--results-dir", default=R, help="cell ids are paths relative to this")
+    p.add_argument("--data-dir", default=f"{R}/data", help="prepared splits, for question type / skills")
+    p.add_argument("--out-dir", default=f"{R}/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
@@ -286,15 +287,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report-answers", help="answers_by_setting.{md,html,json}: closed-book vs RAG@k vs oracle, "
                                               "bootstrap intervals, paired tests with Holm correction")
-    p.add_argument("--metrics", default="results/metrics.parquet")
-    p.add_argument("--per-question", default="results/per_question.parquet")
-    p.add_argument("--out-dir", default="results/report/tables")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
+    p.add_argument("--out-dir", default=f"{R}/report/tables")
     _answer_args(p)
     p.set_defaults(func=_report_answers)
 
     p = sub.add_parser("report-plots", help="PNG figures: effect of k, retriever heatmap, TANQ skills")
-    p.add_argument("--metrics", default="results/metrics.parquet")
-    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--k-effect")
     p.add_argument("--k-effect-svg", default=None, help="also write the k-effect figure (DEXTER Figure 2) as SVG")
     p.add_argument("--manifest", default=None,
@@ -310,29 +311,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the error bars")
     p.set_defaults(func=_plots)
 
-    p = sub.add_parser("report-page", help="results/report/index.html: one self-contained report page, and the "
+    p = sub.add_parser("report-page", help="results/<name>/report/index.html: one self-contained report page, and the "
                                             "fact table as CSV and HTML")
     p.add_argument("--config", required=True, help="the run's configuration as JSON")
-    p.add_argument("--metrics", default="results/metrics.parquet")
-    p.add_argument("--tables-dir", default="results/report/tables")
-    p.add_argument("--plots-dir", default="results/report/plots")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
+    p.add_argument("--tables-dir", default=f"{R}/report/tables")
+    p.add_argument("--plots-dir", default=f"{R}/report/plots")
     p.add_argument("--fact-report-html", default=None,
                    help="the fact table's compact view for `snakemake --report` (lead columns, every row, within "
                         "the browser's data-URI limit)")
     p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
     p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
-    p.add_argument("--benchmarks-dir", default="results/benchmarks")
+    p.add_argument("--benchmarks-dir", default=f"{R}/benchmarks")
     p.add_argument("--rules", nargs="*", default=[], help="every rule of the workflow (those without benchmarks "
                                                           "are listed as such)")
     p.add_argument("--snakemake-logs", default=None,
                    help="Snakemake's run logs (.snakemake/log): wall times of jobs without a benchmark file")
-    p.add_argument("--fact-csv", default="results/report/metrics.csv")
-    p.add_argument("--fact-html", default="results/report/fact_table.html")
-    p.add_argument("--out", default="results/report/index.html")
+    p.add_argument("--fact-csv", default=f"{R}/report/metrics.csv")
+    p.add_argument("--fact-html", default=f"{R}/report/fact_table.html")
+    p.add_argument("--out", default=f"{R}/report/index.html")
     p.set_defaults(func=_page)
 
     p = sub.add_parser("significance", help="paired test between two cells on the same questions")
-    p.add_argument("--per-question", default="results/per_question.parquet")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--a", required=True, help="cell A as key=value,... over per_question.parquet columns")
     p.add_argument("--b", required=True, help="cell B, likewise")
     p.add_argument("--metric", required=True)

@@ -1,11 +1,12 @@
 """The resumable item cache: every completion is stored once, the moment it exists.
 
-One folder per model (results/cache/llm/{llm}/ by default) outside every rule's declared
-outputs, because Snakemake deletes the outputs of a failed job and a killed job's finished
-items must survive. It must stay correct when many jobs on many nodes share it over NFS, so it
-uses only the two operations NFS makes atomic across clients — creating a hard link (fails if
-the name exists) and renaming — and never a byte-range lock or a shared-memory index (why
-SQLite's WAL mode was dropped: SQLite documents it as unsafe on a network filesystem):
+One folder per model (cache/llm/{llm}/ by default, shared by every config) outside every
+rule's declared outputs and every results tree, because Snakemake deletes the outputs of a
+failed job and a killed job's finished items must survive (and `make clean` keeps it). It
+must stay correct when many jobs on many nodes share it over NFS, so it uses only the two
+operations NFS makes atomic across clients — creating a hard link (fails if the name exists)
+and renaming — and never a byte-range lock or a shared-memory index (why SQLite's WAL mode
+was dropped: SQLite documents it as unsafe on a network filesystem):
 
     items/ab/<key>.json    one completion and the sha256 of its content, fsynced under a
                            temporary name, then published with link(): the first publisher wins,

@@ -181,7 +181,7 @@ def find_metric_files(results_dir: str | Path) -> list[Path]:
 
 
 def cell_id(path: Path, results_dir: str | Path | None = None) -> str:
-    """A cell's name: its folder, relative to results/ when it lies below it."""
+    """A cell's name: its folder, relative to the results tree (results/<name>/) when it lies below it."""
     folder = path.parent
     if results_dir is not None:
         try:

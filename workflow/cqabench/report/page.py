@@ -32,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from cqabench.io import write_text
+from cqabench.layout import results_dir
 from cqabench.report import provenance
 from cqabench.report.comparability import RunContext, describe
 from cqabench.report.environments import environments
@@ -221,7 +222,7 @@ def _dataset_sizes(metrics: pd.DataFrame) -> dict[str, str]:
 def read_benchmarks(root: str | Path) -> pd.DataFrame:
     """Every Snakemake benchmark TSV under `root` as rows: rule, job (path), s, max_rss (MB).
 
-    The rule is the first path part under `root` (results/benchmarks/<rule>/...tsv, or
+    The rule is the first path part under `root` (results/<name>/benchmarks/<rule>/...tsv, or
     <rule>.tsv for rules without wildcards). A file with repeated measurements contributes each.
     """
     root = Path(root)
@@ -359,6 +360,7 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                    now: dt.datetime | None = None, results_at: dt.datetime | None = None) -> list[Section]:
     """The page's sections in reading order (see the module docstring)."""
     tables_dir, plots_dir = Path(tables_dir), Path(plots_dir)
+    tree = results_dir(str(config.get("name", "unnamed")))  # the config's results tree (cqabench.layout)
     sections = []
     facts = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in run_facts(config, metrics, repo, now, results_at))
     paper_data = bool((config.get("report") or {}).get("paper_data"))
@@ -441,7 +443,7 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     summary = benchmark_summary(read_benchmarks(benchmarks_dir), rules, logs)
     sections.append(Section("resources", "Wall time and peak memory per rule",
                             '<p class="caption">From Snakemake\'s <code>benchmark:</code> files '
-                            "(results/benchmarks/): wall-clock seconds summed over a rule's jobs and of its longest "
+                            f"({esc(tree)}/benchmarks/): wall-clock seconds summed over a rule's jobs and of its longest "
                             "job, and the peak resident set size (MB) of its largest job. A rule whose jobs ran "
                             "before it declared benchmark: has its wall times from Snakemake's run log "
                             "(.snakemake/log, newest run of that rule; whole seconds, no memory); 0 jobs: not "
@@ -449,7 +451,7 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                             + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
                                                        "peak RSS MB (largest job)"}, table_id="benchmark-table")))
     sections.append(Section("fact-table", "Fact table",
-                            f"<p>results/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
+                            f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
                             "row per (cell, metric), every value a fraction 0–1 with its reason when null. "
                             f'Views: <a href="{esc(fact_csv)}">CSV</a> · <a href="{esc(fact_html)}">HTML table</a>. '
                             "Columns are documented in docs/report.md.</p>"))

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
 
-# Set by the workflow (results/cache/onnx): one export of a model serves every index built with
+# Set by the workflow (cache/onnx): one export of a model serves every index built with
 # it, instead of one export (and int8 quantization) per corpus, each 10-20 s on 2 CPU cores.
 EXPORT_CACHE_ENV = "CQABENCH_EXPORT_CACHE"
 EXPORT_VERSION = 1  # bump when the export below changes what it writes
