@@ -371,3 +371,26 @@ def test_a_reply_that_stays_malformed_fails_the_job_keeping_what_was_answered(tm
     assert not (tmp_path / "p.parquet").exists()
     with ItemCache(tmp_path / "cache") as cache:
         assert len(cache) == 1 and not list((tmp_path / "cache" / "claims").glob("*/*"))  # q1 kept, q2 released
+
+
+def test_an_api_model_on_another_endpoint_is_another_model(monkeypatch) -> None:
+    """The item cache is shared by every config (cache/llm): one model name served by two
+    endpoints must not share items, and OpenAI's own endpoint keeps the keys of before."""
+    from cqabench.llm import llm_spec, model_identity
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+    def identity(**cfg):
+        return model_identity(llm_spec("api", {"backend": "openai", "source": "gpt-4", **cfg}))
+
+    default = identity()
+    assert default == {"source": "gpt-4", "revision": "unpinned"}
+    assert identity(base_url="https://api.openai.com/v1/") == default
+    local = identity(base_url="http://user:pw@127.0.0.1:8000/v1/?token=x")
+    assert local == {"source": "gpt-4", "revision": "unpinned", "base_url": "http://127.0.0.1:8000/v1"}
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")  # what the client reads when unset
+    assert identity() == local
+    assert identity(base_url="https://example.org/v1")["base_url"] == "https://example.org/v1"  # config first
+    assert _key(model=default) != _key(model=local)
+    hf = model_identity(llm_spec("m", {"backend": "hf", "source": "org/model", "revision": "abc", "base_url": "x"}))
+    assert hf == {"source": "org/model", "revision": "abc"}  # a local engine has no endpoint

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
 
 _SPEC_KEYS = {"backend", "source", "dtype", "batch_size", "revision", "sampling"}
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+OPENAI_ENDPOINT = "https://api.openai.com/v1"  # the client's default base_url
 
 
 def llm_spec(name: str, cfg: Mapping[str, Any], models_dir: str | Path = "results/models") -> LlmSpec:
@@ -91,16 +93,35 @@ def _folder_fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
+def endpoint_id(url: str) -> str:
+    """An API endpoint as the identity records it: scheme, host, port and path, without any
+    user:password@ or query (the identity is written to summary.json), no trailing slash."""
+    from urllib.parse import urlsplit
+
+    url = url.strip()
+    if "://" not in url:
+        return url.rstrip("/")
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path.rstrip('/')}"
+
+
 def model_identity(spec: LlmSpec) -> dict[str, Any]:
     """What pins the weights, for cache keys and result provenance.
 
     GGUF: the sha256 of the GGUF file (from the converted folder's provenance.json). Local
     folder: a fingerprint of it. Hub id or API model: the name plus the configured revision
-    (unpinned ones are marked so; an API provider may change them without notice).
+    (unpinned ones are marked so; an API provider may change them without notice). An API
+    model also names its endpoint when it is not OpenAI's own (`base_url`, else the
+    OPENAI_BASE_URL the client reads): one model name on two servers is two models, and the
+    item cache is shared by every config (cache/llm).
     """
     identity: dict[str, Any] = {"source": spec.source}
     if spec.revision:
         identity["revision"] = spec.revision
+    endpoint = (spec.options.get("base_url") or os.environ.get("OPENAI_BASE_URL")) if spec.backend == "openai" else None
+    if endpoint and endpoint_id(str(endpoint)) != OPENAI_ENDPOINT:  # OpenAI's own: the keys of before
+        identity["base_url"] = endpoint_id(str(endpoint))
     if is_gguf_source(spec.source):
         prov = read_provenance(spec.load_path)
         if prov is None:
