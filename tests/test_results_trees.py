@@ -9,8 +9,9 @@ the ONNX exports (`cache/onnx/`) are shared by every config and survive `make cl
 Planner level (fast): each shipped config's targets lie under its own tree. Snakemake level
 (slow, one throw-away workdir): every job each config plans (`snakemake -n --forceall`) writes
 its outputs, logs and benchmarks only under its own tree, so no path is written by two configs;
-then, with the outputs of all three present as stand-ins that `snakemake --touch` made up to date
-config after config, each config's `snakemake -n` still has nothing to do.
+then, with the outputs of all three present as stand-ins that `snakemake --touch --forceall` made
+up to date config after config (recording each job's params as a run does), each config's
+`snakemake -n` still has nothing to do.
 """
 
 from __future__ import annotations
@@ -168,11 +169,30 @@ def test_the_three_configs_never_write_or_replan_each_others_files(tmp_path: Pat
             owner = writers.get(str(parent)) if str(parent) in folders else None
             assert owner is None or owner == by, (path, str(parent))
 
-    # The issue's case: with every config's outputs up to date in one checkout, running (touching)
-    # one config leaves the others with nothing to do.
+    # The issue's case: with every config's outputs up to date in one checkout, running one config
+    # leaves the others with nothing to do. `--touch --forceall` records every job's metadata
+    # (params, command) as a real run would; a path shared with an earlier config would then
+    # read "Params have changed" there. (--no-hooks: no job runs, so no API key is asked for.)
     for file, jobs in plans.items():
         _stand_ins(work, jobs)
-        _snakemake(work, file, "--touch")
+        _snakemake(work, file, "--touch", "--forceall", "--no-hooks")
     for file in CONFIGS:
         out = _snakemake(work, file, "-n")
         assert "Nothing to be done" in out and "Params have changed" not in out, (file, out[-3000:])
+
+
+def test_an_item_cache_left_at_the_old_default_stops_the_workflow_with_the_move(tmp_path: Path) -> None:
+    """Its answers (paid API calls too) would silently be asked again from cache/llm."""
+    work = workflow_workdir(tmp_path)
+    env = Environment(root=work, python="python", vllm_python=sys.executable)
+    assert Plan(_config("config.yaml"), env).legacy_cache_problem() == ""
+    (work / "results/cache/llm/smollm2-135m").mkdir(parents=True)
+    message = ("generation.cache_dir: the item cache moved from results/cache/llm to cache/llm (shared by every "
+               "config, kept by `make clean`); move the old one so its items are used: mv results/cache/llm "
+               "cache/llm (if cache/llm exists, move the model folders inside it one by one)")
+    config = _config("config.yaml")
+    config["generation"]["cache_dir"] = "cache/llm"  # as the schema's default fills it in
+    assert Plan(config, env).legacy_cache_problem() == message
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "CQABENCH_VLLM_PYTHON": sys.executable}, timeout=300, check=False)
+    assert done.returncode != 0 and f"cqabench: {message}" in done.stderr and "Traceback" not in done.stderr

@@ -329,6 +329,21 @@ class Plan:
                     f"when moved: mv {self.llm_cache_dir} {LLM_CACHE_DIR})"]
         return []
 
+    def legacy_cache_problem(self) -> str:
+        """An item cache left at the default of before one results tree per config ("" if none).
+
+        Its answers (paid API calls too) would silently be asked again from the new default, so
+        the workflow stops on it (common.smk); not part of `problems`, since it is a state of the
+        checkout, not of the config.
+        """
+        legacy = f"{RESULTS_ROOT}/cache/llm"
+        if not (self.env.root / legacy).is_dir():
+            return ""
+        key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
+        return (f"{key}: the item cache moved from {legacy} to {LLM_CACHE_DIR} (shared by every config, kept by "
+                f"`make clean`); move the old one so its items are used: mv {legacy} {self.llm_cache_dir} "
+                f"(if {self.llm_cache_dir} exists, move the model folders inside it one by one)")
+
     def _report_problems(self) -> list[str]:
         out = []
         for path in self.report.get("expected") or []:

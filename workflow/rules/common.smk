@@ -91,6 +91,9 @@ try:
 except ConfigError as exc:
     # One message naming every broken key, no traceback: nothing has run, nothing to clean up.
     sys.exit(f"cqabench: {exc}")
+# An item cache at the old default (results/cache/llm): its answers would be asked again.
+if PLAN.legacy_cache_problem():
+    sys.exit(f"cqabench: {PLAN.legacy_cache_problem()}")
 
 # Hub checkpoints: jobs run offline and load them only from models_dir/<org>/<name>, filled by
 # `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.models_stage).
