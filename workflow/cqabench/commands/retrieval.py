@@ -102,7 +102,7 @@ def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
 def _corpus_job(sub: argparse._SubParsersAction, name: str, help: str, types: str) -> argparse.ArgumentParser:
     """A subcommand reading one corpus with one retriever's settings (index, train-codec, encode-part)."""
     p = sub.add_parser(name, help=help)
-    p.add_argument("--corpus", required=True, help="results/corpora/{corpus}/corpus.parquet")
+    p.add_argument("--corpus", required=True, help="results/<name>/corpora/{corpus}/corpus.parquet")
     p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
     p.add_argument("--retriever-settings", required=True, help=f"JSON {{type: {types}, ...}}")
     return p
