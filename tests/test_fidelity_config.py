@@ -143,7 +143,7 @@ def table_target_rows(name: str) -> list[str]:
 
 def table_targets(name: str) -> list[str]:
     return [f"One paper table alone (`snakemake --cores all table_<id> --configfile config/{name}`, or its file",
-            "`results/report/tables/<id>.md`): the table's job reads the metric files of these cells only, and",
+            "`results/<name>/report/tables/<id>.md`): the table's job reads the metric files of these cells only, and",
             "plans them with their ancestors (docs/report.md, \"One table, one target\"):", "",
             "| target | retrieval cells | generation cells |", "|---|---:|---:|", *table_target_rows(name), ""]
 

@@ -172,7 +172,7 @@ def test_snakemake_names_missing_models_fetches_them_and_runs_offline(tmp_path: 
     # Snakemake's own process (as dexter.yaml's SPLADE does): fetch_models must still reach the hub
     config["retrievers"]["unused_splade"] = {"type": "splade", "model": "naver/splade_v2_max"}
     (workdir / "hub.yaml").write_text(yaml.safe_dump(config))
-    index = "results/index/tatqa/pipe/hubmini"
+    index = "results/sample/index/tatqa/pipe/hubmini"
 
     planned = _snakemake(workdir, index, "-n", "--configfile", "hub.yaml")
     assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]

@@ -62,7 +62,7 @@ def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> No
     assert sum(by_rule.values()) == 1550
     # The table file itself plans the same jobs.
     by_file = job_table(_dry_run(workdir, "--configfile", "config/dexter.yaml", "--",
-                                 "results/report/tables/dexter_table2_ndcg10.md"))
+                                 "results/dexter/report/tables/dexter_table2_ndcg10.md"))
     assert by_file == by_rule
 
 
@@ -87,12 +87,12 @@ def test_each_shipped_table_needs_only_its_cells() -> None:
     assert {c[0] for c in table8} == {"musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa"}
     inputs = plan.table_inputs("dexter_table2_ndcg10")
     assert inputs["expected"] == ["config/expected/dexter.yaml"] and "per_question" not in inputs
-    assert "results/retrieval/strategyqa/dev/pipe/bm25-ird-gold/metrics.json" in inputs["metrics"]
-    assert all(p.startswith("results/retrieval/") for p in inputs["metrics"])
+    assert "results/dexter/retrieval/strategyqa/dev/pipe/bm25-ird-gold/metrics.json" in inputs["metrics"]
+    assert all(p.startswith("results/dexter/retrieval/") for p in inputs["metrics"])
     tanq = Plan(_config("tanq.yaml"), ENV)
     t5 = tanq.table_inputs("tanq_table5_by_type")
     assert len(t5["metrics"]) == len(t5["per_question"]) == 4  # closed and oracle x 2 prompts: the whole grid
-    assert t5["data"] == ["results/data/tanq/test/queries.parquet", "results/data/tanq/test/answers.parquet"]
+    assert t5["data"] == ["results/tanq/data/tanq/test/queries.parquet", "results/tanq/data/tanq/test/answers.parquet"]
 
 
 def test_written_metrics_are_what_the_writers_write(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def _fill(root: Path, plan: Plan, cells: list[tuple]) -> None:
             per_question = [{"qid": q, "metric": m, "variant": "official", "value": _value(rel + q + m)}
                             for q in qids for m in ("rms_precision", "rms_recall", "rms_f1")]  # fmt: skip
         _write(root, rel, {"cell": plan.generation_cell(w), "metrics": rows, "provenance": {}}, per_question)
-    data = root / "results/data/tanq/test"
+    data = root / "results/sample/data/tanq/test"
     data.mkdir(parents=True, exist_ok=True)
     types = ["simple", "wikidata_comp", "intersection", "simple"]
     skills = [["filter_num"], [], ["time_calc", "approx"], []]
@@ -177,8 +177,8 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     assert plan.answer_metrics_file(RAG_K2) in plan.metric_files()
     monkeypatch.chdir(workdir)
     config = json.dumps(_config())
-    assert main(["aggregate", "--metrics", *plan.metric_files(), "--results-dir", "results",
-                 "--data-dir", "results/data", "--out-metrics", "whole/metrics.parquet",
+    assert main(["aggregate", "--metrics", *plan.metric_files(), "--results-dir", "results/sample",
+                 "--data-dir", "results/sample/data", "--out-metrics", "whole/metrics.parquet",
                  "--out-per-question", "whole/per_question.parquet"]) == 0
     facts = pd.read_parquet("whole/metrics.parquet")
     assert "metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2" in set(facts["cell_id"])  # counted
@@ -189,7 +189,7 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     for table_id in plan.table_specs():
         inputs = plan.table_inputs(table_id)
         assert main(["report-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
-                     *inputs["metrics"], "--results-dir", "results", "--data-dir", "results/data",
+                     *inputs["metrics"], "--results-dir", "results/sample", "--data-dir", "results/sample/data",
                      "--out-dir", "own", "--run", "sample", "--config", config]) == 0
         for ext in ("md", "html", "caption.rst"):
             own = Path(f"own/{table_id}.{ext}").read_text()
@@ -219,18 +219,18 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     the model's engine batch, of which it is no member); once its predictions exist, the fact
     table and DEXTER Table 3 take its metrics, and evaluate_generation makes them."""
     cell = "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"
-    alone = job_table(_dry_run(workdir, "--forceall", f"results/generation/{cell}/predictions.parquet"))
+    alone = job_table(_dry_run(workdir, "--forceall", f"results/sample/generation/{cell}/predictions.parquet"))
     assert alone["generate"] == 1 and "generate_batch" not in alone, alone
-    folder = workdir / "results/generation" / cell
+    folder = workdir / "results/sample/generation" / cell
     folder.mkdir(parents=True)
     (folder / "predictions.parquet").touch()
     (folder / "summary.json").touch()
-    text = _dry_run(workdir, "results/metrics.parquet")
+    text = _dry_run(workdir, "results/sample/metrics.parquet")
     aggregate = next(line for line in text.splitlines() if line.startswith("Shell command: cqabench aggregate "))
-    assert f"results/metrics/{cell}/metrics.json" in aggregate.split()
-    assert f"output: results/metrics/{cell}/metrics.json" in text  # its evaluate_generation job
+    assert f"results/sample/metrics/{cell}/metrics.json" in aggregate.split()
+    assert f"output: results/sample/metrics/{cell}/metrics.json" in text  # its evaluate_generation job
     table3 = _dry_run(workdir, "table_dexter_table3_answers")
-    assert f"results/metrics/{cell}/metrics.json" in next(
+    assert f"results/sample/metrics/{cell}/metrics.json" in next(
         line for line in table3.splitlines() if line.startswith("Shell command: cqabench report-table ")).split()
 
 
@@ -259,7 +259,7 @@ def test_a_cell_the_config_cannot_make_is_refused_with_its_path_and_why(cell: st
 
     plan = Plan(_config(), ENV)
     w = SimpleNamespace(**parse_cell_dir(cell))
-    path = f"results/metrics/{cell}/metrics.json"
+    path = f"results/sample/metrics/{cell}/metrics.json"
     with pytest.raises(ConfigError) as err:
         plan.checked_cell(w, path)
     assert str(err.value).startswith(f"{path}: the config cannot make this cell: ")
@@ -277,9 +277,9 @@ def test_cells_off_the_grid_the_config_can_make_are_not_refused() -> None:
 
 
 def test_snakemake_refuses_an_impossible_cell_naming_the_path(workdir: Path) -> None:
-    for target, why in (("results/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200/predictions.parquet",
+    for target, why in (("results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200/predictions.parquet",
                          "k 200 exceeds retrieval.k: 100"),
-                        ("results/metrics/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3/metrics.json",
+                        ("results/sample/metrics/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3/metrics.json",
                          "closed-book shows no documents, so it has no k")):
         done = subprocess.run(SNAKEMAKE + ["-n", target], cwd=workdir, capture_output=True, text=True, timeout=300,
                               check=False)  # fmt: skip
@@ -288,7 +288,7 @@ def test_snakemake_refuses_an_impossible_cell_naming_the_path(workdir: Path) -> 
 
 
 def test_existing_cells_the_config_cannot_make_are_left_out_and_named(workdir: Path) -> None:
-    stale = workdir / "results/metrics/tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0"
+    stale = workdir / "results/sample/metrics/tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0"
     stale.mkdir(parents=True)
     (stale / "metrics.json").write_text("{}")
     plan = Plan(_config(), Environment(root=workdir, python="python", vllm_python=sys.executable))
@@ -297,8 +297,8 @@ def test_existing_cells_the_config_cannot_make_are_left_out_and_named(workdir: P
                                        ["llm 'gone-llm' is not in generation.llms ['smollm2-135m'] (the LLMs whose "
                                         "environment, device and API key planning checks)"])]
     assert not [f for f in plan.metric_files() if "gone-llm" in f]
-    text = _dry_run(workdir, "results/metrics.parquet")
-    assert "cqabench: 1 existing cell(s) under results/ are not counted" in text
+    text = _dry_run(workdir, "results/sample/metrics.parquet")
+    assert "cqabench: 1 existing cell(s) under results/sample/ are not counted" in text
     assert "tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0: llm 'gone-llm' is not in generation.llms" in text
 
 

@@ -28,8 +28,8 @@ CPU_HOWTO = ("run `make setup` (builds .venv-vllm, vLLM's CPU build, which LLMs 
              "or point CQABENCH_VLLM_PYTHON at the python of an environment with vllm")
 # A generate cell of the sample whose only inputs are its queries and its template (below, the
 # LLM is not a GGUF file and is not batched, so no convert_model / generate_batch job is planned).
-CELL = "results/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0"
-CELL_LOG = "results/logs/generate/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0.log"
+CELL = "results/sample/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0"
+CELL_LOG = "results/sample/logs/generate/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0.log"
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_planning_needs_no_vllm_environment_nor_conda(tmp_path: Path, workdir: P
         done = subprocess.run(SNAKEMAKE + extra, cwd=workdir, capture_output=True, text=True, env=env)
         assert done.returncode == 0, (extra, done.stderr[-3000:])
     del env["CQABENCH_VLLM_PYTHON"]
-    cell = "results/generation/strategyqa/dev/pipe/none/mistral-7b/self-ask/closed-k0/predictions.parquet"
+    cell = "results/dexter/generation/strategyqa/dev/pipe/none/mistral-7b/self-ask/closed-k0/predictions.parquet"
     slurm = ["-n", "-p", "--workflow-profile", "none", "--profile", "profiles/slurm", cell,
              "--configfile", "config/dexter.yaml"]
     done = subprocess.run(SNAKEMAKE + slurm, cwd=workdir, capture_output=True, text=True, env=env)
@@ -127,9 +127,12 @@ def _cell_workdir(workdir: Path, device: str) -> Path:
     tables of its dataset as stand-ins (up to date: only the generate job is left to run)."""
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["generation"].update(batch_llms=[], settings=["closed"])
-    config["llms"]["smollm2-135m"].update(source="HuggingFaceTB/SmolLM2-135M-Instruct", device=device)
+    # a local checkpoint folder (no hub model: nothing to fetch); the job stops before loading it
+    (workdir / "hf-checkpoint").mkdir()
+    (workdir / "hf-checkpoint" / "config.json").write_text("{}")
+    config["llms"]["smollm2-135m"].update(source="hf-checkpoint", device=device)
     (workdir / "cell.yaml").write_text(yaml.safe_dump(config))
-    tables = workdir / "results" / "data" / "tatqa" / "dev"
+    tables = workdir / "results" / "sample" / "data" / "tatqa" / "dev"
     tables.mkdir(parents=True)
     for table in ("queries", "corpus", "qrels", "answers"):
         (tables / f"{table}.parquet").write_bytes(b"")

@@ -1,7 +1,7 @@
 """Generation cells named by a path: which ones the config can make, and which exist on disk.
 
 The grid (`Plan.generation_cells`) is what `snakemake` plans by default, but any cell can be
-asked for by its path (`results/generation/<cell>/predictions.parquet`, `results/metrics/<cell>/
+asked for by its path (`results/<name>/generation/<cell>/predictions.parquet`, `results/<name>/metrics/<cell>/
 metrics.json`, with `<cell>` = `{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/
 {setting}-k{k}`). A path outside the grid that the config can make (RAG at k = 2 over a
 configured run, a known prompt whose template exists) is planned and, once it exists, counted
@@ -99,7 +99,7 @@ def _setting_problems(plan: Plan, ds: str, sp: str, retriever: str, setting: str
 
 
 def existing(plan: Plan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
-    """Cells outside the grid whose metrics or predictions exist under results/: (the ones the
+    """Cells outside the grid whose metrics or predictions exist under the config's results tree: (the ones the
     config can make, sorted; (folder, why not) of the others, which are left out)."""
     grid = set(plan.generation_cells())
     found: dict[str, dict[str, str] | None] = {}

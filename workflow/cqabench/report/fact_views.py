@@ -116,7 +116,7 @@ def write_fact_table_views(metrics: pd.DataFrame, csv_path: str | Path, html_pat
     the compact view the Snakemake report bundles; every view in LEAD_COLUMNS order."""
     frame = ordered(metrics)
     write_text(frame.to_csv(index=False), csv_path)
-    write_text(_document("Fact table: results/metrics.parquet",
+    write_text(_document("Fact table: metrics.parquet",
                          f"{len(frame)} rows × {len(frame.columns)} columns: one row per (cell, metric). Every value is "
                          "a fraction 0–1; a null value has its reason. <code>primary</code> marks each cell's primary "
                          "metric and variant.", frame), html_path)
