@@ -69,6 +69,63 @@ def test_worker_timeout_is_reported(model: Path, tmp_path: Path) -> None:
         colbert.build_index(iter(DOCS), tmp_path, {"type": "colbert", "model": str(model), "timeout_s": 0.5})
 
 
+def test_a_timeout_kills_the_worker_and_every_process_it_started(tmp_path: Path, monkeypatch) -> None:
+    """A compile killed with only its Python parent went on holding torch's build folder (and its
+    `lock` file) after the job had failed; the worker now runs in its own process group."""
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(colbert.subprocess, "Popen",
+                        lambda cmd, **kw: real_popen([sys.executable, "-c", script], **kw))  # fmt: skip
+    settings = {**colbert.resolve({"type": "colbert", "model": "x"}), "timeout_s": 3}
+    with pytest.raises(colbert.ColbertError, match="timeout_s=3"):
+        colbert._run_worker("index", {}, settings, tmp_path)
+    grandchild = int(pid_file.read_text())
+    for _ in range(50):  # reaped by init once killed: gone within moments
+        try:
+            os.kill(grandchild, 0)
+        except ProcessLookupError:
+            break
+        import time
+
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the worker's child {grandchild} outlived the timeout")
+
+
+@pytest.mark.slow
+def test_a_lock_file_left_by_a_killed_compile_does_not_hang_the_next_job(tmp_path: Path) -> None:
+    """torch waits for as long as a build folder's `lock` file exists; one left by a killed
+    compile hung every later ColBERT job of a CI run (each until its 900 s timeout). With the
+    helpers compiled once (the other ColBERT tests need them too), a copy of the build folders
+    with a stale lock loads in seconds, without compiling again."""
+    import subprocess
+    import sys
+
+    _need_compiler()
+    load = [sys.executable, "-c", "from cqabench.retrievers.colbert import load_cpu_extensions as f; f()"]
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    subprocess.run(load, check=True, env=env, timeout=1800, capture_output=True)  # compiles on a fresh machine
+    from torch.utils.cpp_extension import _get_build_directory
+
+    built = Path(_get_build_directory("filter_pids_cpp", verbose=False)).parent
+    copy = tmp_path / "ext"
+    for name in colbert._CPU_EXTENSIONS:
+        shutil.copytree(built / name, copy / name)  # mtimes kept: ninja sees nothing to rebuild
+    (copy / "filter_pids_cpp" / "lock").write_text("")
+    library = copy / "filter_pids_cpp" / "filter_pids_cpp.so"
+    before = library.stat().st_mtime_ns
+    done = subprocess.run(load, env={**env, "TORCH_EXTENSIONS_DIR": str(copy)}, timeout=300, capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (copy / "filter_pids_cpp" / "lock").exists()
+    assert library.stat().st_mtime_ns == before  # loaded, not compiled again
+
+
 def test_bad_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="model"):
         colbert.resolve({"type": "colbert"})

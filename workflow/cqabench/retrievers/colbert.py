@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,12 +118,53 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
     timeout = float(settings["timeout_s"])
     cmd = [sys.executable, "-m", "cqabench.retrievers.colbert", action, str(req)]
     with open(log_path, "w", encoding="utf-8") as log:
+        # Its own process group: a timeout or an interrupt kills the worker with the compiler and
+        # ninja it started, so no orphan goes on holding a build folder.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
+                                start_new_session=True)  # fmt: skip
         try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, cwd=workdir)
-        except subprocess.TimeoutExpired:
-            raise ColbertError(f"colbert {action} ran past timeout_s={timeout:g}; log tail:\n{_tail(log_path)}") from None
-    if proc.returncode != 0:
-        raise ColbertError(f"colbert {action} failed (exit {proc.returncode}); log tail:\n{_tail(log_path)}")
+            returncode = proc.wait(timeout=timeout)
+        except BaseException as exc:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise ColbertError(f"colbert {action} ran past timeout_s={timeout:g}; log tail:\n{_tail(log_path)}") from None
+            raise
+    if returncode != 0:
+        raise ColbertError(f"colbert {action} failed (exit {returncode}); log tail:\n{_tail(log_path)}")
+
+
+# colbert-ai's C++ helpers for the CPU, compiled by torch on first use: (module, class) that loads each.
+_CPU_EXTENSIONS = {
+    "segmented_maxsim_cpp": ("colbert.modeling.colbert", "ColBERT"),
+    "filter_pids_cpp": ("colbert.search.index_storage", "IndexScorer"),
+    "decompress_residuals_cpp": ("colbert.search.index_storage", "IndexScorer"),
+    "segmented_lookup_cpp": ("colbert.search.strided_tensor", "StridedTensor"),
+}
+
+
+def load_cpu_extensions() -> None:
+    """Compile or load colbert-ai's CPU helpers before colbert-ai asks for them.
+
+    torch guards each build folder with a plain `lock` file that it waits on while the file
+    exists; a compile killed midway (a timed-out job, a cancelled test run) leaves it behind,
+    and every later job on that machine then waits forever. Here the builds run under an
+    flock, which the kernel releases when its holder dies: whoever holds it knows that no
+    other cqabench worker is compiling, so any `lock` file left in those folders is stale.
+    """
+    import fcntl
+    import importlib
+
+    from torch.utils.cpp_extension import _get_build_directory
+
+    folders = [Path(_get_build_directory(name, verbose=False)) for name in _CPU_EXTENSIONS]
+    with open(folders[0].parent / "cqabench-colbert.flock", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        for folder in folders:
+            (folder / "lock").unlink(missing_ok=True)
+        for module, cls in dict.fromkeys(_CPU_EXTENSIONS.values()):
+            getattr(importlib.import_module(module), cls).try_load_torch_extensions(False)
 
 
 def _tail(path: Path) -> str:
@@ -431,6 +473,8 @@ def _worker(action: str, req: dict[str, Any]) -> None:
 
     checkpoint = resolve_model(req["model"])
     gpus = 0 if req["device"] == "cpu" else 1
+    if not gpus:
+        load_cpu_extensions()
     run = RunConfig(nranks=1, gpus=gpus, root=req["root"], experiment="cqabench", avoid_fork_if_possible=True)
     with Run().context(run):
         if action in ("codec", "encode", "finalize"):
