@@ -140,14 +140,19 @@ def main() -> int:
     job = {"model_dir": str(model_dir), "chats": chats, "stop": list(stop), "max_new_tokens": args.max_new_tokens}
     tmp = args.out.parent
     tmp.mkdir(parents=True, exist_ok=True)
-    settings = [("max_num_seqs 16", 16, {}), ("max_num_seqs 4", 4, {}), ("max_num_seqs 1", 1, {}),
-                ("max_num_seqs 16, VLLM_BATCH_INVARIANT=1", 16, {"VLLM_BATCH_INVARIANT": "1"})]  # fmt: skip
+    # the most informative first, so a run cut short on a busy machine has already said most
+    settings = [("max_num_seqs 16", 16, {}), ("max_num_seqs 1", 1, {}),
+                ("max_num_seqs 16, VLLM_BATCH_INVARIANT=1", 16, {"VLLM_BATCH_INVARIANT": "1"}),
+                ("max_num_seqs 4", 4, {})]  # fmt: skip
     results: dict[str, dict] = {}
     for name, seqs, env in settings:
         results[name] = run_worker(args.vllm_python, {**job, "engine": "vllm", "max_num_seqs": seqs}, tmp,
                                    name.replace(" ", "_").replace(",", "").replace("=", "-"), env)  # fmt: skip
         res = results[name]
         print(f"{name}: " + (res["error"] if "error" in res else f"{res['seconds']:.1f} s"), flush=True)
+        if "error" not in res and name != "max_num_seqs 16" and "error" not in results["max_num_seqs 16"]:
+            same = sum(a == b for a, b in zip(results["max_num_seqs 16"]["texts"], res["texts"]))
+            print(f"  texts identical to max_num_seqs 16: {same}/{len(chats)}", flush=True)
     if not args.skip_server:
         results["OpenAI server, max_num_seqs 16 (openai backend)"] = serve_and_run(args.vllm_python, model_dir, job, tmp)
     ref = results["max_num_seqs 16"]["texts"]
