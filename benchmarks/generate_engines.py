@@ -141,6 +141,8 @@ def main() -> int:
     ap.add_argument("--no-prefix-cache-run", action="store_true", help="skip the vLLM engine without prefix caching")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/out/generate_engines.json")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
+                    help="write the engines' rates (llm.cpu.vllm, llm.cpu.hf) into this rates file (benchmarks/rates.yaml)")
     args = ap.parse_args()
     if args.worker:
         args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
@@ -197,7 +199,31 @@ def main() -> int:
     args.out.write_text(json.dumps({"labels": labels, "table": table, "hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc},
                                    ensure_ascii=False, indent=1))
     print(f"(raw results: {args.out})")
+    if args.write_rates:
+        write_rates(args.write_rates, hf, vl, nopc, args.out)
     return 0
+
+
+def write_rates(path: Path, hf: dict, vl: dict, nopc: dict | None, raw: Path) -> None:
+    """The estimate's per-engine rates (cqabench.estimate.model, `_engine`), at the largest batch:
+    engine start, prompt tokens computed per s (vLLM: with the prefix cache off, so every token is
+    computed; the estimate subtracts what the cache serves itself), s per decoding step of the
+    batch (batch / decode tok/s), that batch as the concurrency, the process tree's peak RSS."""
+    from cqabench.estimate.rates import provenance, update_rates
+
+    prov = provenance(source=str(raw))
+    for name, run, prefill_run in (("hf", hf, hf), ("vllm", vl, nopc or vl)):
+        big = run["results"][-1]
+        r, p = rates(big), rates(prefill_run["results"][-1])
+        batch = big["batch"]
+        update_rates(path, "llm", "cpu", name, {
+            "engine_start_s": (run["start_s"], "s from process start to a loaded model"),
+            "prefill_tok_s": (p["prefill_tps"], "prompt tokens computed per s" + (" (prefix cache off)" if name == "vllm" else "")),
+            "decode_step_s": (batch / r["decode_tps"], f"s per decoding step of a batch of {batch}"),
+            "concurrency": (batch, "sequences decoded at once (the measured batch)"),
+            "peak_mb": (run["peak_rss_mb"], "MB, peak RSS of the engine's process tree"),
+        }, prov)
+        print(f"wrote rates.llm.cpu.{name} to {path}")
 
 
 if __name__ == "__main__":  # vLLM's engine process is spawned: everything stays behind this guard

@@ -1,0 +1,115 @@
+"""The estimate beside what a run measured: Snakemake's `benchmark:` files, per rule family.
+
+Each rule writes `results/<name>/benchmarks/<rule>/<wildcards>.tsv` (`s`: wall seconds,
+`max_rss`: peak resident MB). `job_of` maps such a file back to the job's wildcards, so the
+comparison covers exactly the jobs that ran: per rule, the estimated and measured wall time
+summed over those jobs and the largest peak, and their ratios. A rule with no benchmark file is
+left out (not run); a rule the estimate does not plan is reported as measured only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from cqabench.estimate.jobs import job_id
+from cqabench.planner import CELL_FIELDS
+
+# The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
+PATHS: dict[str, tuple[str, ...]] = {
+    "download": ("path",), "prepare": ("dataset", "split"), "pool_corpus": ("corpus",),
+    "export_beir": ("dataset", "serialization", "split"), "index": ("corpus", "serialization", "retriever"),
+    "colbert_codec": ("corpus", "serialization", "retriever"), "gather_index": ("corpus", "serialization", "retriever"),
+    "encode_part": ("corpus", "serialization", "retriever", "part-of"),
+    "search": ("dataset", "split", "serialization", "retriever"),
+    "decompose_search": ("dataset", "split", "serialization", "retriever-kind"),
+    "import_run": ("dataset", "split", "serialization", "name"),
+    "eval_retrieval": ("dataset", "split", "serialization", "run"),
+    "convert_model": ("llm",), "generate_batch": ("llm",), "generate": CELL_FIELDS, "evaluate_generation": CELL_FIELDS,
+    "aggregate": (), "report_tables": (), "report_plots": (), "report_page": (), "estimate": (),
+}
+KINDS = ("ird-gold", "ird-pred", "irq")
+COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated_peak_mb", "measured_peak_mb",
+           "memory_ratio"]
+
+
+def job_of(rule: str, rel: Path) -> dict[str, str] | None:
+    """The wildcards of the benchmark file `rel` (relative to benchmarks/<rule>/ or benchmarks/)."""
+    names = PATHS.get(rule)
+    if names is None:
+        return None
+    if not names:
+        return {}
+    parts = list(rel.with_suffix("").parts)
+    if rule == "download":
+        return {"path": "/".join(parts)}
+    if names == CELL_FIELDS:
+        if len(parts) != 7 or "-k" not in parts[6]:
+            return None
+        setting, k = parts[6].rsplit("-k", 1)
+        return dict(zip(CELL_FIELDS, (*parts[:6], setting, k)))
+    if len(parts) != len(names):
+        return None
+    out = dict(zip(names, parts))
+    if "part-of" in out:
+        part, _, of = out.pop("part-of").partition("-of-")
+        out.update(part=part, parts=of)
+    if "retriever-kind" in out:
+        value = out.pop("retriever-kind")
+        kind = next((k for k in KINDS if value.endswith("-" + k)), None)
+        if kind is None:
+            return None
+        out.update(retriever=value[: -len(kind) - 1], kind=kind)
+    return out
+
+
+def read(benchmarks_dir: str | Path) -> pd.DataFrame:
+    """Rows (rule, job id, s, max_rss) of every benchmark file; a file's last measurement counts."""
+    root = Path(benchmarks_dir)
+    rows = []
+    for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        rel = path.relative_to(root)
+        rule = rel.parts[0].removesuffix(".tsv")
+        wildcards = job_of(rule, Path(*rel.parts[1:]) if len(rel.parts) > 1 else Path())
+        if wildcards is None:
+            continue
+        try:
+            frame = pd.read_csv(path, sep="\t")
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+            continue
+        if frame.empty:
+            continue
+        last = frame.iloc[-1]
+        rows.append({"rule": rule, "job": job_id(rule, wildcards), "wildcards": wildcards,
+                     "s": float(pd.to_numeric(last.get("s"), errors="coerce")),
+                     "max_rss": float(pd.to_numeric(last.get("max_rss"), errors="coerce"))})
+    return pd.DataFrame(rows, columns=["rule", "job", "wildcards", "s", "max_rss"])
+
+
+def compare(estimate_jobs: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Per rule: the estimate (a per-job frame with rule, job, wall_s, peak_mb: estimate_jobs.parquet)
+    and the measurement, over the jobs that ran (module docstring)."""
+    from cqabench.estimate.jobs import RULES
+
+    est = estimate_jobs.set_index("job") if not estimate_jobs.empty else estimate_jobs
+    out = []
+    for rule, part in measured.groupby("rule", sort=False):
+        known = part[part["job"].isin(est.index)] if not est.empty else part.iloc[0:0]
+        meas_peak = float(part["max_rss"].max()) if part["max_rss"].notna().any() else math.nan
+        if known.empty:
+            out.append({"rule": rule, "jobs": len(part), "estimated_s": math.nan, "measured_s": float(part["s"].sum()),
+                        "time_ratio": math.nan, "estimated_peak_mb": math.nan, "measured_peak_mb": meas_peak,
+                        "memory_ratio": math.nan})
+            continue
+        rows = est.loc[known["job"]]
+        est_s, meas_s = float(rows["wall_s"].sum()), float(known["s"].sum())
+        est_peak = float(rows["peak_mb"].max())
+        meas_peak = float(known["max_rss"].max()) if known["max_rss"].notna().any() else math.nan
+        out.append({"rule": rule, "jobs": len(known), "estimated_s": est_s, "measured_s": meas_s,
+                    "time_ratio": est_s / meas_s if meas_s else math.nan, "estimated_peak_mb": est_peak,
+                    "measured_peak_mb": meas_peak, "memory_ratio": est_peak / meas_peak if meas_peak else math.nan})
+    frame = pd.DataFrame(out, columns=COLUMNS)
+    order = frame["rule"].map(lambda r: RULES.index(r) if r in RULES else len(RULES))
+    return frame.iloc[order.argsort(kind="stable")].reset_index(drop=True)
