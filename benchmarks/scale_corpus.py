@@ -397,9 +397,12 @@ def rate_entries(jobs: list[Job], dense: list[Job]) -> dict[tuple[str, str], dic
     if dense:
         js = sorted(dense, key=lambda j: j.size)
         a, b, _ = fit(np.array([j.size for j in js], float), np.array([j.wall_s for j in js])) if len(js) > 1 else (0.0, js[0].wall_s / js[0].size, 0)
+        ac, bc, _ = fit(np.array([j.size for j in js], float), np.array([j.cpu_s for j in js])) if len(js) > 1 else (0.0, js[0].cpu_s / js[0].size, 0)
         out[("dense_encode", MINILM)] = {
             "fixed_s": (max(a, 0.0), "s per job (ONNX export and quantization, model load)"),
             "docs_per_s": (1 / b, "passages encoded per s (onnx int8, 2 threads)"),
+            "cpu_fixed_s": (max(ac, 0.0), "CPU s per job besides its passages"),
+            "cpu_docs_per_s": (1 / bc, "passages encoded per CPU s"),
             "peak_mb": (max(j.maxrss_mib for j in js) * 1.048576, "MB, kernel peak RSS"),
         }
     return out

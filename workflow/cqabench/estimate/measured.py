@@ -1,9 +1,13 @@
 """The estimate beside what a run measured: Snakemake's `benchmark:` files, per rule family.
 
 Each rule writes `results/<name>/benchmarks/<rule>/<wildcards>.tsv` (`s`: wall seconds,
-`max_rss`: peak resident MB). `job_of` maps such a file back to the job's wildcards, so the
-comparison covers exactly the jobs that ran: per rule, the estimated and measured wall time
-summed over those jobs and the largest peak, and their ratios. A rule with no benchmark file is
+`max_rss`: peak resident MB, `cpu_time`: CPU seconds of the job's processes). `job_of` maps such
+a file back to the job's wildcards, so the comparison covers exactly the jobs that ran: per rule,
+the estimated and measured wall time and CPU time summed over those jobs and the largest peak,
+and their ratios. On a shared machine the wall time grows with the load and the CPU time does
+not, so the CPU ratio is the one that checks the cost model; the wall ratio checks the machine.
+(Snakemake samples a job every second for its first 30 s, then every 30 s: CPU time and peak
+of a long job can miss its last seconds.) A rule with no benchmark file is
 left out (not run); a rule the estimate does not plan is reported as measured only.
 """
 
@@ -31,8 +35,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "aggregate": (), "report_tables": (), "report_plots": (), "report_page": (), "estimate": (),
 }
 KINDS = ("ird-gold", "ird-pred", "irq")
-COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated_peak_mb", "measured_peak_mb",
-           "memory_ratio"]
+COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated_cpu_s", "measured_cpu_s", "cpu_ratio",
+           "estimated_peak_mb", "measured_peak_mb", "memory_ratio"]
 
 
 def job_of(rule: str, rel: Path) -> dict[str, str] | None:
@@ -83,33 +87,38 @@ def read(benchmarks_dir: str | Path) -> pd.DataFrame:
             continue
         last = frame.iloc[-1]
         rows.append({"rule": rule, "job": job_id(rule, wildcards), "wildcards": wildcards,
-                     "s": float(pd.to_numeric(last.get("s"), errors="coerce")),
-                     "max_rss": float(pd.to_numeric(last.get("max_rss"), errors="coerce"))})
-    return pd.DataFrame(rows, columns=["rule", "job", "wildcards", "s", "max_rss"])
+                     **{c: float(pd.to_numeric(last.get(c), errors="coerce")) for c in ("s", "max_rss", "cpu_time")}})
+    return pd.DataFrame(rows, columns=["rule", "job", "wildcards", "s", "max_rss", "cpu_time"])
 
 
 def compare(estimate_jobs: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Per rule: the estimate (a per-job frame with rule, job, wall_s, peak_mb: estimate_jobs.parquet)
-    and the measurement, over the jobs that ran (module docstring)."""
+    """Per rule: the estimate (a per-job frame with rule, job, wall_s, cpu_s, peak_mb:
+    estimate_jobs.parquet) and the measurement, over the jobs that ran (module docstring)."""
     from cqabench.estimate.jobs import RULES
 
     est = estimate_jobs.set_index("job") if not estimate_jobs.empty else estimate_jobs
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b and not math.isnan(b) else math.nan
+
     out = []
     for rule, part in measured.groupby("rule", sort=False):
         known = part[part["job"].isin(est.index)] if not est.empty else part.iloc[0:0]
-        meas_peak = float(part["max_rss"].max()) if part["max_rss"].notna().any() else math.nan
+        used = known if not known.empty else part
+        meas = {"measured_s": float(used["s"].sum()), "measured_cpu_s": float(used["cpu_time"].sum(min_count=1)),
+                "measured_peak_mb": float(used["max_rss"].max())}
         if known.empty:
-            out.append({"rule": rule, "jobs": len(part), "estimated_s": math.nan, "measured_s": float(part["s"].sum()),
-                        "time_ratio": math.nan, "estimated_peak_mb": math.nan, "measured_peak_mb": meas_peak,
+            out.append({"rule": rule, "jobs": len(part), **meas, "estimated_s": math.nan, "estimated_cpu_s": math.nan,
+                        "estimated_peak_mb": math.nan, "time_ratio": math.nan, "cpu_ratio": math.nan,
                         "memory_ratio": math.nan})
             continue
         rows = est.loc[known["job"]]
-        est_s, meas_s = float(rows["wall_s"].sum()), float(known["s"].sum())
-        est_peak = float(rows["peak_mb"].max())
-        meas_peak = float(known["max_rss"].max()) if known["max_rss"].notna().any() else math.nan
-        out.append({"rule": rule, "jobs": len(known), "estimated_s": est_s, "measured_s": meas_s,
-                    "time_ratio": est_s / meas_s if meas_s else math.nan, "estimated_peak_mb": est_peak,
-                    "measured_peak_mb": meas_peak, "memory_ratio": est_peak / meas_peak if meas_peak else math.nan})
+        e = {"estimated_s": float(rows["wall_s"].sum()), "estimated_cpu_s": float(rows["cpu_s"].sum()),
+             "estimated_peak_mb": float(rows["peak_mb"].max())}
+        out.append({"rule": rule, "jobs": len(known), **e, **meas,
+                    "time_ratio": ratio(e["estimated_s"], meas["measured_s"]),
+                    "cpu_ratio": ratio(e["estimated_cpu_s"], meas["measured_cpu_s"]),
+                    "memory_ratio": ratio(e["estimated_peak_mb"], meas["measured_peak_mb"])})
     frame = pd.DataFrame(out, columns=COLUMNS)
     order = frame["rule"].map(lambda r: RULES.index(r) if r in RULES else len(RULES))
     return frame.iloc[order.argsort(kind="stable")].reset_index(drop=True)

@@ -81,6 +81,11 @@ class Cost:
     def gpu_s(self) -> float:
         return self.wall_s * self.gpus
 
+    def finish(self) -> None:
+        """CPU seconds are the CPU jobs' work: a GPU job's host core is counted in its GPU-hours."""
+        if self.gpus:
+            self.cpu_s = 0.0
+
 
 class JobCosts:
     """Costs of a plan's jobs, and the resource requests the rules make from them."""
@@ -116,6 +121,7 @@ class JobCosts:
                 raise ConfigError(f"cqabench estimate: no cost model for rule {rule!r}")
             c = Cost(rule, w, "cpu")
             fn(c, w)
+            c.finish()
             self._costs[key] = c
         return self._costs[key]
 
@@ -206,10 +212,11 @@ class JobCosts:
     def _download(self, c: Cost, w: dict[str, str]) -> None:
         ds, sp, role = self._raw_owner(w["path"])
         counts = self.sizes.split(ds, sp)
-        if role == "questions" or not counts.documents:
+        corpus_roles = [r for r in self.plan.config["datasets"][ds]["files"][sp] if r not in ("questions", "decompositions")]
+        if role not in corpus_roles or not counts.documents:
             nbytes = counts.questions * self.sizes.stat(ds, sp, "question_file_bytes_per_question")
-        else:
-            nbytes = counts.documents * self._r(c, "download", "raw_mb_per_mdoc") * MB / M
+        else:  # the corpus' documents, shared among its files (OTT-QA: tables and passages)
+            nbytes = counts.documents * self._r(c, "download", "raw_mb_per_mdoc") * MB / M / len(corpus_roles)
         c.items["bytes"] = nbytes
         c.wall_s = self._r(c, "download", "fixed_s") + nbytes / MB / self._r(c, "download", "mb_per_s")
         c.cpu_s = c.wall_s
@@ -280,7 +287,10 @@ class JobCosts:
         model = self._model_name(s)
         c.items["passages encoded"] = docs
         c.wall_s = self._r(c, "dense_encode", "fixed_s", model) + docs / self._r(c, "dense_encode", "docs_per_s", model)
-        c.cpu_s = c.wall_s * (c.threads if c.device == "cpu" else 1)
+        c.cpu_s = c.wall_s
+        if c.device == "cpu" and self.rates.find("dense_encode", "cpu", model, "cpu_docs_per_s"):
+            c.cpu_s = (self._r(c, "dense_encode", "cpu_fixed_s", model)
+                       + docs / self._r(c, "dense_encode", "cpu_docs_per_s", model))
         c.peak_mb = self._r(c, "dense_encode", "peak_mb", model)
         c.disk_mb = docs * self._r(c, "dense_encode", "dims", model, device="data") * 4 / MB
 
@@ -509,7 +519,15 @@ class JobCosts:
         rounds = sum(math.ceil(x["prompts"] / concurrency) * x["max new tokens"] for x in work)
         c.wall_s = (self._r(c, "llm", "engine_start_s", keys) + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
                     + rounds * self._r(c, "llm", "decode_step_s", keys))
-        c.cpu_s = c.wall_s * (c.threads if c.device == "cpu" else 1)
+        c.cpu_s = c.wall_s  # a GPU engine: one core feeds the card
+        if c.device == "cpu":  # the engine's CPU seconds, measured as such (a loaded machine changes wall time only)
+            cpu_keys = next((k for k in keys if self.rates.find("llm", "cpu", k, "engine_start_cpu_s")), None)
+            if cpu_keys is None:
+                c.cpu_s = c.wall_s * c.threads
+            else:
+                c.cpu_s = (self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
+                           + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
+                           + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys))
         c.peak_mb = self._r(c, "llm", "peak_mb", keys)
 
     def _generate(self, c: Cost, w: dict[str, str]) -> None:

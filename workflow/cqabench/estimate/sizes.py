@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,8 @@ class Sizes:
             counts, docids = _count_files(dataset, split, tuple((r, str(p)) for r, p in files.items()),
                                           self.plan.relevance_of(dataset), limit, hops, answerable, stamp)
             self._docids[(dataset, split)] = docids
-            return counts
+            names = ", ".join(self.plan.raw_input(raw["path"]) for raw in self.plan.config["datasets"][dataset]["files"][split].values())
+            return replace(counts, source=f"counted from {names}")
         self._docids[(dataset, split)] = None
         counts = self._published_split(dataset, split, limit)
         if on_disk:

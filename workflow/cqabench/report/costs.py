@@ -29,7 +29,7 @@ def _num(value: Any, digits: int = 1) -> str:
 
 
 def comparison(estimate_dir: str | Path, benchmarks_dir: str | Path) -> pd.DataFrame:
-    jobs = pd.read_parquet(Path(estimate_dir) / "estimate_jobs.parquet", columns=["rule", "job", "wall_s", "peak_mb"])
+    jobs = pd.read_parquet(Path(estimate_dir) / "estimate_jobs.parquet", columns=["rule", "job", "wall_s", "cpu_s", "peak_mb"])
     return compare(jobs, read(benchmarks_dir))
 
 
@@ -43,11 +43,12 @@ def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
     rates = summary.get("rates") or {}
     assumed = sorted(k for k, r in rates.items() if r.get("kind") == "assumed")
     frame = comparison(estimate_dir, benchmarks_dir)
-    head = ["rule", "jobs", "estimated s", "measured s", "estimate / measured (time)", "estimated peak MB",
-            "measured peak MB", "estimate / measured (memory)"]
+    head = ["rule", "jobs", "estimated wall s", "measured wall s", "ratio", "estimated CPU s", "measured CPU s", "ratio",
+            "estimated peak MB", "measured peak MB", "ratio"]
     rows = []
     for r in frame.to_dict("records"):
         cells = [esc(r["rule"]), str(r["jobs"]), _num(r["estimated_s"]), _num(r["measured_s"]), _num(r["time_ratio"], 2),
+                 _num(r["estimated_cpu_s"]), _num(r["measured_cpu_s"]), _num(r["cpu_ratio"], 2),
                  _num(r["estimated_peak_mb"], 0), _num(r["measured_peak_mb"], 0), _num(r["memory_ratio"], 2)]
         rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i else f"<td>{c}</td>" for i, c in enumerate(cells)) + "</tr>")
     table = ('<div class="scroll"><table id="estimate-table"><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
@@ -59,8 +60,10 @@ def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
             f"{m['gpus']} GPU(s) ({esc(summary.get('gpu_class', ''))}) and {m['cores']} cores at least "
             f"{m['lower_bound_h']:.2f} h (critical path {m['critical_path_h']:.2f} h), a greedy schedule "
             f"{m['list_schedule_h']:.2f} h. Below, per rule, the estimate of the jobs that ran beside their "
-            "benchmark: files (wall seconds summed over the jobs, the largest peak resident memory); a ratio above 1 "
-            f"means the estimate (and the memory and time the rule asks for) is generous.</p>{table}"
+            "benchmark: files (wall and CPU seconds summed over the jobs, the largest peak resident memory; ratio = "
+            "estimate / measured, above 1: the estimate, and what the rule asks for, is generous). The rates are "
+            "those of an unloaded machine: on a shared one the wall time grows with the load, the CPU time does not, "
+            f"so the CPU ratio checks the cost model and the wall ratio the machine.</p>{table}"
             f'<p class="caption">{len(rates) - len(assumed)} of the {len(rates)} rates behind this estimate are '
             f"measurements; {len(assumed)} are assumptions (GPU throughput and what no benchmark here could "
             f"measure):</p><ul>{listed}</ul>")
