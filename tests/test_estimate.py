@@ -399,14 +399,18 @@ def test_comparison_sums_the_jobs_that_ran(tmp_path: Path) -> None:
     for rel, s, rss in (("index/tatqa/pipe/bm25.tsv", 30.0, 650.0), ("index/finqa/pipe/bm25.tsv", 10.0, 700.0),
                         ("aggregate.tsv", 4.0, 300.0), ("index/nowhere/pipe/bm25.tsv", 1.0, 1.0)):
         (bench / rel).parent.mkdir(parents=True, exist_ok=True)
-        (bench / rel).write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:01\t{rss}\n")
-    est = pd.DataFrame([{"rule": "index", "job": "index(corpus=tatqa,retriever=bm25,serialization=pipe)", "wall_s": 60.0, "peak_mb": 700.0},
-                        {"rule": "index", "job": "index(corpus=finqa,retriever=bm25,serialization=pipe)", "wall_s": 20.0, "peak_mb": 700.0}])
+        (bench / rel).write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{s}\t0:00:01\t{rss}\t{s / 2}\n")
+    est = pd.DataFrame([{"rule": "index", "job": "index(corpus=tatqa,retriever=bm25,serialization=pipe)", "wall_s": 60.0,
+                         "cpu_s": 60.0, "peak_mb": 700.0},
+                        {"rule": "index", "job": "index(corpus=finqa,retriever=bm25,serialization=pipe)", "wall_s": 20.0,
+                         "cpu_s": 20.0, "peak_mb": 700.0}])
     frame = measured.compare(est, measured.read(bench)).set_index("rule")
     # the two planned index jobs: 80 s estimated against 40 s measured; the unknown corpus is left out
     assert frame.loc["index", "jobs"] == 2 and frame.loc["index", "estimated_s"] == 80.0
     assert frame.loc["index", "measured_s"] == 40.0 and frame.loc["index", "time_ratio"] == 2.0
     assert frame.loc["index", "memory_ratio"] == 1.0
+    # CPU: 80 s estimated against 15 + 5 s of cpu_time measured
+    assert frame.loc["index", "measured_cpu_s"] == 20.0 and frame.loc["index", "cpu_ratio"] == 4.0
     assert math.isnan(frame.loc["aggregate", "estimated_s"]) and frame.loc["aggregate", "measured_s"] == 4.0
 
 

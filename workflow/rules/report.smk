@@ -62,6 +62,9 @@ for _table in TABLE_IDS:
             f"{RESULTS}/benchmarks/table_{_table}.tsv"
         conda:
             "../../envs/evaluation.yaml"
+        resources:
+            mem_mb=lambda w, t=_table: _request(f"table_{t}", w)["mem_mb"],
+            runtime=lambda w, t=_table: _request(f"table_{t}", w)["runtime"],
         params:
             table=_table,
             out_dir=lambda w, output: Path(output.md).parent,

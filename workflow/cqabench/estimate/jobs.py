@@ -19,8 +19,15 @@ from cqabench.planner import CELL_FIELDS, DECOMPOSITION_SUFFIX
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
          "gather_index", "search", "decompose_search", "import_run", "eval_retrieval", "convert_model",
-         "generate_batch", "generate", "evaluate_generation", "aggregate", "report_tables", "report_plots",
-         "estimate", "report_page")
+         "generate_batch", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
+         "report_plots", "estimate", "report_page")
+# One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".
+TABLE_PREFIX = "table_"
+
+
+def rule_family(rule: str) -> str:
+    """The rule a job's cost model and tables file it under: `table_<id>` -> "table"."""
+    return "table" if rule.startswith(TABLE_PREFIX) else rule
 
 
 @dataclass
@@ -171,9 +178,20 @@ def _jobs(plan: Any) -> Iterator[Job]:
     aggregate = Job("aggregate", {}, _ids(evals) + _ids(answer_evals)
                     + [prepares[(ds, sp)].id for ds in plan.datasets for sp in plan.splits(ds)])
     yield aggregate
+    # one job per paper table: the metric files of its cells (Plan.table_inputs), and for a
+    # per-question table the prepared splits
+    eval_of = {tuple(e.wildcards[k] for k in ("dataset", "split", "serialization", "run")): e.id for e in evals}
+    answer_of = {tuple(str(e.wildcards[f]) for f in CELL_FIELDS): e.id for e in answer_evals}
+    table_jobs = []
+    for table in plan.expected_table_ids():
+        cells = plan.table_cells(table)
+        deps = [eval_of[tuple(map(str, c))] for c in cells["retrieval"] if tuple(map(str, c)) in eval_of]
+        deps += [answer_of[tuple(map(str, c))] for c in cells["generation"] if tuple(map(str, c)) in answer_of]
+        table_jobs.append(Job(TABLE_PREFIX + table, {}, deps))
+    yield from table_jobs
     tables = Job("report_tables", {}, [aggregate.id])
     plots = Job("report_plots", {}, [aggregate.id])
     estimate = Job("estimate", {}, [])
     yield from (tables, plots, estimate)
-    yield Job("report_page", {}, [tables.id, plots.id, estimate.id, *_ids(exports),
+    yield Job("report_page", {}, [tables.id, plots.id, estimate.id, *_ids(table_jobs), *_ids(exports),
                                   *(p.id for p in pools.values()), *(p.id for p in prepares.values())])

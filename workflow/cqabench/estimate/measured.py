@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cqabench.estimate.jobs import job_id
+from cqabench.estimate.jobs import TABLE_PREFIX, job_id, rule_family
 from cqabench.planner import CELL_FIELDS
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
@@ -41,7 +41,7 @@ COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated
 
 def job_of(rule: str, rel: Path) -> dict[str, str] | None:
     """The wildcards of the benchmark file `rel` (relative to benchmarks/<rule>/ or benchmarks/)."""
-    names = PATHS.get(rule)
+    names = () if rule.startswith(TABLE_PREFIX) else PATHS.get(rule)  # table_<id>.tsv: one job per table
     if names is None:
         return None
     if not names:
@@ -120,5 +120,5 @@ def compare(estimate_jobs: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame
                     "cpu_ratio": ratio(e["estimated_cpu_s"], meas["measured_cpu_s"]),
                     "memory_ratio": ratio(e["estimated_peak_mb"], meas["measured_peak_mb"])})
     frame = pd.DataFrame(out, columns=COLUMNS)
-    order = frame["rule"].map(lambda r: RULES.index(r) if r in RULES else len(RULES))
+    order = frame["rule"].map(lambda r: RULES.index(rule_family(r)) if rule_family(r) in RULES else len(RULES))
     return frame.iloc[order.argsort(kind="stable")].reset_index(drop=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.errors import ConfigError
-from cqabench.estimate.jobs import Job, job_id, plan_jobs
+from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.estimate.sizes import Sizes
 
@@ -53,7 +53,7 @@ FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 6
             "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
             "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
 LIGHT_RULES = ("eval_retrieval", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
-               "report_plots", "report_page", "estimate")
+               "report_plots", "report_page", "estimate", "table")
 
 
 @dataclass
@@ -115,7 +115,7 @@ class JobCosts:
         key = job_id(rule, w)
         if key not in self._costs:
             fn = getattr(self, f"_{rule}", None)
-            if fn is None and rule in LIGHT_RULES:
+            if fn is None and rule_family(rule) in LIGHT_RULES:
                 fn = self._light
             if fn is None:
                 raise ConfigError(f"cqabench estimate: no cost model for rule {rule!r}")

@@ -48,7 +48,7 @@ def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: st
     from cqabench.planner import Environment, Plan
 
     root = Path(root)
-    plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root, check_vllm_python=False))
+    plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root))
     rates = load_rates(rates_file) if rates_file else load_rates()
     return JobCosts(plan, rates, gpu_class=gpu_class)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.estimate.jobs import RULES
+from cqabench.estimate.jobs import RULES, rule_family
 from cqabench.estimate.model import Cost, JobCosts
 from cqabench.estimate.rates import Rate
 from cqabench.estimate.schedule import Makespan, makespan
@@ -88,7 +88,7 @@ def _work(costs: Sequence[Cost]) -> str:
 def summary_frame(est: Estimate) -> pd.DataFrame:
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, c in enumerate(est.costs):
-        groups.setdefault((c.rule, c.model, c.device), []).append(i)
+        groups.setdefault((rule_family(c.rule), c.model, c.device), []).append(i)
     rows = []
     for (rule, model, device), idx in sorted(groups.items(), key=lambda kv: (RULES.index(kv[0][0]), kv[0][1], kv[0][2])):
         cs = [est.costs[i] for i in idx]
@@ -107,7 +107,7 @@ def family_frame(est: Estimate) -> pd.DataFrame:
     """Per rule: jobs, total and longest wall time, largest peak (what `measured` compares)."""
     rows = []
     for rule in RULES:
-        cs = [c for c in est.costs if c.rule == rule]
+        cs = [c for c in est.costs if rule_family(c.rule) == rule]
         if cs:
             rows.append({"rule": rule, "jobs": len(cs), "wall_s_total": sum(c.wall_s for c in cs),
                          "wall_s_max": max(c.wall_s for c in cs), "peak_mb_max": max(c.peak_mb for c in cs)})
