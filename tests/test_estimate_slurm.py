@@ -31,8 +31,8 @@ MIB = 1.048576
 
 def _profile(tmp: Path) -> Path:
     profile = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
-    profile.pop("software-deployment-method")
-    profile.pop("conda-frontend")
+    profile.pop("software-deployment-method", None)  # planning needs no conda
+    profile.pop("conda-frontend", None)
     profile["slurm-partition-config"] = str(REPO / profile["slurm-partition-config"])
     folder = tmp / "slurm-profile"
     folder.mkdir()
