@@ -56,16 +56,18 @@ def test_estimate_agrees_with_a_real_run_of_the_dominant_families(tmp_path: Path
     config_path = tmp_path / "small.yaml"
     config_path.write_text(yaml.safe_dump(_config()))
     # the converted model is the session's (its conversion is not a family measured here)
-    shutil.copytree(smollm2_dir, work / "results/models" / LLM)
-    targets = ["results/index/tatqa/pipe/minilm", "results/generation/_batches/smollm2-135m.json"]
+    results = f"results/{_config()['name']}"  # the config's results tree (cqabench.layout)
+    shutil.copytree(smollm2_dir, work / results / "models" / LLM)
+    targets = [f"{results}/index/tatqa/pipe/minilm", f"{results}/generation/_batches/smollm2-135m.json"]
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": vllm_python, "HF_HUB_OFFLINE": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", str(config_path),
-                           *targets], cwd=work, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    # the targets before --configfile, which takes every word after it as a config file
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--configfile",
+                           str(config_path)], cwd=work, capture_output=True, text=True, env=env, timeout=1800, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     est = run.estimate(yaml.safe_load(config_path.read_text()), 8, 64, root=work)
-    compared = measured.compare(tables.jobs_frame(est), measured.read(work / "results/benchmarks")).set_index("rule")
-    jobs = measured.read(work / "results/benchmarks").set_index("job")
+    compared = measured.compare(tables.jobs_frame(est), measured.read(work / results / "benchmarks")).set_index("rule")
+    jobs = measured.read(work / results / "benchmarks").set_index("job")
     by_job = {c.id: c for c in est.costs}
     checked = {}
     for job, row in jobs.iterrows():
