@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO / "workflow"))
 from cqabench.errors import ConfigError  # noqa: E402
 from cqabench.estimate import measured, run, tables  # noqa: E402
 from cqabench.estimate.jobs import Job, plan_jobs  # noqa: E402
-from cqabench.estimate.model import Cost, JobCosts  # noqa: E402
+from cqabench.estimate.model import Cost, JobCosts, SimpleCell  # noqa: E402
+from cqabench.planner import CELL_FIELDS  # noqa: E402
 from cqabench.estimate.rates import Rates, load_rates, update_rates  # noqa: E402
 from cqabench.estimate.schedule import makespan  # noqa: E402
 from cqabench.estimate.sizes import load_published  # noqa: E402
@@ -426,3 +427,21 @@ def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     assert '<table id="estimate-table">' in body and "<td>prepare</td>" in body
     assert "12.5" in body and "are assumptions" in body
     assert "not written" in section_body(tmp_path / "missing", bench)
+
+
+def test_an_off_grid_cell_of_a_batch_llm_is_costed_as_its_own_engine_run() -> None:
+    """The sample's smollm2-135m is a batch LLM: a grid cell's generate job only assembles its
+    answers from the batch's cache (the light rate), while a cell asked for off the grid (RAG at
+    k = 2, `Plan.in_batch` false) runs its own engine, so it is costed and asks for memory as one."""
+    costs = _costs("config.yaml")
+    rag = next(c for c in costs.plan.generation_cells() if c[6] == "rag")
+    grid = dict(zip(CELL_FIELDS, (*rag[:7], str(rag[7]))))
+    off = {**grid, "k": "2"}
+    assert costs.plan.in_batch(SimpleCell(grid)) and not costs.plan.in_batch(SimpleCell(off))
+    light = costs.rates.value("light", "cpu", "any", "fixed_s")
+    assert costs.cost("generate", grid).wall_s == pytest.approx(light)
+    assert costs.cost("generate", grid).rates == {"light.cpu.any.fixed_s", "light.cpu.any.peak_mb"}
+    engine = costs.cost("generate", off)
+    assert "llm.cpu.vllm.engine_start_s" in engine.rates and engine.wall_s > light
+    # the engine's peak with the margins: above the 1000 MB floor a cached cell asks for
+    assert costs.request("generate", off)["mem_mb"] > costs.request("generate", grid)["mem_mb"] == 1000
