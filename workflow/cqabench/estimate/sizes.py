@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from cqabench.errors import ConfigError
+from cqabench.errors import ConfigError, CqaError
 
 SIZES_FILE = Path(__file__).resolve().parents[3] / "config/sizes.yaml"  # this checkout's
 COUNT_MAX_BYTES = 200 * 2**20  # raw files larger than this are sized from the published sizes
@@ -147,16 +147,25 @@ class Sizes:
         limit, hops, answerable = self._selection(dataset, split)
         on_disk = all(p.is_file() for p in files.values())
         total = sum(p.stat().st_size for p in files.values()) if on_disk else 0
+        unreadable = ""
         if on_disk and total <= self.count_max_bytes:
             stamp = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in files.values())
-            counts, docids = _count_files(dataset, split, tuple((r, str(p)) for r, p in files.items()),
-                                          self.plan.relevance_of(dataset), limit, hops, answerable, stamp)
-            self._docids[(dataset, split)] = docids
-            names = ", ".join(self.plan.raw_input(raw["path"]) for raw in self.plan.config["datasets"][dataset]["files"][split].values())
-            return replace(counts, source=f"counted from {names}")
+            try:
+                counts, docids = _count_files(dataset, split, tuple((r, str(p)) for r, p in files.items()),
+                                              self.plan.relevance_of(dataset), limit, hops, answerable, stamp)
+            except (CqaError, OSError, ValueError) as exc:
+                # a file still downloading, truncated or empty: planning goes on with the published
+                # sizes (the prepare job itself reports the broken file when it runs)
+                unreadable = f" (raw files on disk but unreadable while planning: {exc})"
+            else:
+                self._docids[(dataset, split)] = docids
+                names = ", ".join(self.plan.raw_input(raw["path"]) for raw in self.plan.config["datasets"][dataset]["files"][split].values())
+                return replace(counts, source=f"counted from {names}")
         self._docids[(dataset, split)] = None
         counts = self._published_split(dataset, split, limit)
-        if on_disk:
+        if unreadable:
+            counts = replace(counts, source=counts.source + unreadable)
+        elif on_disk:
             counts = SplitCounts(**{**asdict(counts), "raw_bytes": total,
                                     "source": f"{counts.source} (raw files on disk, {total / 1e9:.1f} GB: too large to read while planning)"})
         return counts
