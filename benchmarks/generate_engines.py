@@ -63,28 +63,48 @@ def worker(job: dict) -> dict:
 
         backend = VllmBackend(spec)
     start_s = time.perf_counter() - STARTED
+    start_cpu_s = tree_cpu_s()  # CPU seconds so far of this process and the engine's (vLLM: EngineCore)
     chats = job["chats"]
 
-    def run(batch: int, max_new: int, stop: list[str]) -> tuple[float, list[dict]]:
+    def run(batch: int, max_new: int, stop: list[str]) -> tuple[float, list[dict], float]:
         backend.batch_size = batch
         if job["engine"] == "vllm" and backend.llm is not None:
             backend.llm.reset_prefix_cache()
         sampling = Sampling(temperature=0, max_new_tokens=max_new, stop=tuple(stop))
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), tree_cpu_s()
         done = dict(pair for b in backend.generate(chats, sampling) for pair in b)
-        return time.perf_counter() - began, [done[i].to_dict() for i in range(len(chats))]
+        return time.perf_counter() - began, [done[i].to_dict() for i in range(len(chats))], tree_cpu_s() - cpu
 
     run(2, 2, [])  # warm-up (first-call allocations, OpenMP pool)
     results = []
     for batch in job["batches"]:
         best_prefill, best_full, outputs = float("inf"), float("inf"), []
+        cpu_prefill, cpu_full = float("inf"), float("inf")
         for _ in range(job["repeats"]):
-            t_prefill, _ = run(batch, 1, [])
-            t_full, outputs = run(batch, job["max_new_tokens"], job["stop"])
+            t_prefill, _, c_prefill = run(batch, 1, [])
+            t_full, outputs, c_full = run(batch, job["max_new_tokens"], job["stop"])
             best_prefill, best_full = min(best_prefill, t_prefill), min(best_full, t_full)
-        results.append({"batch": batch, "prefill_s": best_prefill, "full_s": best_full, "outputs": outputs})
+            cpu_prefill, cpu_full = min(cpu_prefill, c_prefill), min(cpu_full, c_full)
+        results.append({"batch": batch, "prefill_s": best_prefill, "full_s": best_full, "outputs": outputs,
+                        "prefill_cpu_s": cpu_prefill, "full_cpu_s": cpu_full})
     backend.close()
-    return {"start_s": start_s, "results": results}
+    return {"start_s": start_s, "start_cpu_s": start_cpu_s, "results": results}
+
+
+def tree_cpu_s() -> float:
+    """User + system CPU seconds of this process and its live descendants (CPU time does not
+    depend on how loaded the machine is, wall time does)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 # ---------------------------------------------------------------- driver
@@ -141,6 +161,12 @@ def main() -> int:
     ap.add_argument("--no-prefix-cache-run", action="store_true", help="skip the vLLM engine without prefix caching")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/out/generate_engines.json")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--engines", default="hf,vllm", help="hf,vllm (the comparison) or one of them")
+    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
+                    help="write the engines' rates (llm.cpu.vllm, llm.cpu.hf) into this rates file (benchmarks/rates.yaml)")
+    ap.add_argument("--write-only", choices=("cpu", "wall"), default=None,
+                    help="with --write-rates: only the CPU-time rates (which a loaded machine does not change) or "
+                         "only the wall-time ones")
     args = ap.parse_args()
     if args.worker:
         args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
@@ -159,16 +185,25 @@ def main() -> int:
           f"with gold paragraphs), greedy, max_new_tokens {args.max_new_tokens}, {args.threads} threads per engine, "
           f"cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
 
-    hf = run_worker(args.hf_python, {**base, "engine": "hf", "batches": batches, "options": {"threads": args.threads}}, tmp, "hf")
-    print(f"hf done ({hf['start_s']:.1f} s start)", flush=True)
-    vl = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": batches,
-                                       "options": {"threads": args.threads}}, tmp, "vllm")
-    print(f"vllm done ({vl['start_s']:.1f} s start)", flush=True)
-    nopc = None
-    if not args.no_prefix_cache_run:
+    engines = args.engines.split(",")
+    hf = vl = nopc = None
+    if "hf" in engines:
+        hf = run_worker(args.hf_python, {**base, "engine": "hf", "batches": batches, "options": {"threads": args.threads}},
+                        tmp, "hf")
+        print(f"hf done ({hf['start_s']:.1f} s start)", flush=True)
+    if "vllm" in engines:
+        vl = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": batches,
+                                           "options": {"threads": args.threads}}, tmp, "vllm")
+        print(f"vllm done ({vl['start_s']:.1f} s start)", flush=True)
+    if vl is not None and not args.no_prefix_cache_run:
         nopc = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": [max(batches)],
                                              "options": {"threads": args.threads, "enable_prefix_caching": False}},
                           tmp, "vllm-nopc")
+    if hf is None or vl is None:  # one engine: its rates only, no comparison table
+        args.out.write_text(json.dumps({"hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc}, ensure_ascii=False, indent=1))
+        if args.write_rates:
+            write_rates(args.write_rates, hf, vl, nopc, args.out, args.write_only)
+        return 0
 
     mean_prompt = sum(o["prompt_tokens"] for o in hf["results"][0]["outputs"]) / len(chats)
     print(f"\nmean prompt {mean_prompt:.0f} tokens; load average now {os.getloadavg()[0]:.2f}\n")
@@ -197,7 +232,49 @@ def main() -> int:
     args.out.write_text(json.dumps({"labels": labels, "table": table, "hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc},
                                    ensure_ascii=False, indent=1))
     print(f"(raw results: {args.out})")
+    if args.write_rates:
+        write_rates(args.write_rates, hf, vl, nopc, args.out, args.write_only)
     return 0
+
+
+def write_rates(path: Path, hf: dict | None, vl: dict | None, nopc: dict | None, raw: Path, only: str | None) -> None:
+    """The estimate's per-engine rates (cqabench.estimate.model, `_engine`), at the largest batch.
+    Wall: engine start, prompt tokens computed per s (vLLM: with the prefix cache off when that run
+    was made, so every token is computed; the estimate subtracts what the cache serves itself),
+    s per decoding step of the batch (batch / decode tok/s), that batch as the concurrency, the
+    process tree's peak RSS. CPU: the same three costs in CPU seconds of the engine's processes
+    (the prefill run's tokens all computed: its prefix cache is emptied first and its prompts
+    share only the demonstrations)."""
+    from cqabench.estimate.rates import provenance, update_rates
+
+    prov = provenance(source=str(raw))
+    for name, run, prefill_run in (("hf", hf, hf), ("vllm", vl, nopc or vl)):
+        if run is None:
+            continue
+        big = run["results"][-1]
+        r, p = rates(big), rates(prefill_run["results"][-1])
+        batch = big["batch"]
+        n = len(big["outputs"])
+        steps = max(max(o["output_tokens"] for o in big["outputs"]) - 1, 1)
+        prompt_tokens = sum(o["prompt_tokens"] for o in prefill_run["results"][-1]["outputs"])
+        wall = {
+            "engine_start_s": (run["start_s"], "s from process start to a loaded model"),
+            "prefill_tok_s": (p["prefill_tps"], "prompt tokens computed per s" + (" (prefix cache off)" if name == "vllm" else "")),
+            "decode_step_s": (batch / r["decode_tps"], f"s per decoding step of a batch of {batch}"),
+            "concurrency": (batch, "sequences decoded at once (the measured batch)"),
+            "peak_mb": (run["peak_rss_mb"], "MB, peak RSS of the engine's process tree"),
+        }
+        cpu = {
+            "engine_start_cpu_s": (run["start_cpu_s"], "CPU s from process start to a loaded model"),
+            "prefill_cpu_s_per_token": (prefill_run["results"][-1]["prefill_cpu_s"] / prompt_tokens,
+                                        "CPU s per prompt token of a 1-token run"),
+            # the run generates in ceil(n / batch) calls of `steps` decoding steps each
+            "decode_cpu_s_per_step": (max(big["full_cpu_s"] - big["prefill_cpu_s"], 0.0) / (-(-n // batch) * steps),
+                                      f"CPU s per decoding step of a batch of {batch}"),
+        }
+        values = {**(wall if only != "cpu" else {}), **(cpu if only != "wall" else {})}
+        update_rates(path, "llm", "cpu", name, values, prov)
+        print(f"wrote rates.llm.cpu.{name} ({', '.join(values)}) to {path}")
 
 
 if __name__ == "__main__":  # vLLM's engine process is spawned: everything stays behind this guard

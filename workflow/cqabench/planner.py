@@ -557,14 +557,6 @@ class Plan:
         retriever, kind = self.decomposition_runs[run]
         return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
 
-    def resources(self, retriever: str, neural_mb: int, bm25_mb: int, neural_min: int, bm25_min: int) -> dict[str, int]:
-        """A GPU only where the settings put the model on one: the default's CPU encoders must not
-        queue behind each other in the gpu pool of profiles/default."""
-        neural = self.is_neural(retriever)
-        on_gpu = neural and str(self.retriever_configs[retriever].get("device", "cpu")) != "cpu"
-        return {"gpu": 1 if on_gpu else 0, "mem_mb": neural_mb if neural else bm25_mb,
-                "runtime": neural_min if neural else bm25_min}  # fmt: skip
-
     def external_input(self, w: Any) -> str:
         spec = self.external_runs[w.name]
         if (spec["dataset"], spec["split"]) != (w.dataset, w.split):

@@ -113,6 +113,18 @@ if (
         file=sys.stderr,
     )
 
+# Every rule's mem_mb, runtime and gpu are its job's estimate (cqabench.estimate: measured
+# per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
+from cqabench.estimate.model import REFERENCE_NODE, JobCosts
+
+_COSTS = JobCosts(PLAN, strict=False)
+
+
+def _request(rule, w):
+    """The resources the job of `rule` with wildcards `w` asks for (first attempt)."""
+    return _COSTS.request(rule, dict(w.items()))
+
+
 # ---- names the rules use (all from the plan) ----
 RESULTS = PLAN.results  # this config's results tree: every rule output lies under it
 RAW_DIR = PLAN.raw_dir
@@ -173,7 +185,6 @@ part_codec = PLAN.part_codec
 codec_arg = PLAN.codec_arg
 run_file = PLAN.run_file
 _run_settings = PLAN.run_settings
-_resources = PLAN.resources
 _external_input = PLAN.external_input
 retrieval_targets = PLAN.retrieval_targets
 python_for = PLAN.python_for
@@ -219,7 +230,7 @@ def report_targets():
         ]
         + [table_file(t, ext) for t in TABLE_IDS for ext in ("md", "html")]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
-        + [f"{REPORT_DIR}/index.html"]
+        + [f"{REPORT_DIR}/estimate/estimate.csv", f"{REPORT_DIR}/index.html"]
     )
 
 

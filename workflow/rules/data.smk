@@ -1,9 +1,8 @@
 # Data stage: download (only what resources/raw lacks) → prepare → pooled corpora → BEIR export.
-# prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"),
-# so a few GB suffice at any corpus size; an out-of-memory kill still retries with twice the memory.
+# prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"):
+# their estimate (_request, cqabench.estimate) is flat in the corpus size, their time linear in it;
+# an out-of-memory kill still retries with twice the memory.
 from cqabench.job_memory import MEMORY_RETRIES, memory_mb
-
-DATA_MEM_MB = 4000
 
 
 rule download:
@@ -15,6 +14,9 @@ rule download:
         f"{RESULTS}/benchmarks/download/{{path}}.tsv"
     conda:
         "../../envs/data.yaml"
+    resources:
+        mem_mb=lambda w: _request("download", w)["mem_mb"],
+        runtime=lambda w: _request("download", w)["runtime"],
     params:
         spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
         raw_dir=RAW_DIR,
@@ -39,7 +41,8 @@ rule prepare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
+        mem_mb=lambda w, attempt: memory_mb(_request("prepare", w)["mem_mb"], attempt),
+        runtime=lambda w: _request("prepare", w)["runtime"],
     params:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
@@ -69,7 +72,10 @@ rule pool_corpus:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
+        mem_mb=lambda w, attempt: memory_mb(
+            _request("pool_corpus", w)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _request("pool_corpus", w)["runtime"],
     params:
         corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
     shell:
@@ -95,7 +101,10 @@ rule export_beir:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(DATA_MEM_MB, attempt),
+        mem_mb=lambda w, attempt: memory_mb(
+            _request("export_beir", w)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _request("export_beir", w)["runtime"],
     shell:
         "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "

@@ -20,6 +20,9 @@ rule evaluate_generation:
         k=CELL_PART,
     conda:
         "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("evaluate_generation", w)["mem_mb"],
+        runtime=lambda w: _request("evaluate_generation", w)["runtime"],
     params:
         cell=lambda w: as_arg(_generation_cell(w)),
     shell:

@@ -20,8 +20,9 @@ rule convert_model:
         "../../envs/generation.yaml"
     resources:
         mem_mb=lambda w, attempt: memory_mb(
-            LLMS[w.llm].get("convert_mem_mb", 4000), attempt
+            _request("convert_model", w)["mem_mb"], attempt
         ),
+        runtime=lambda w: _request("convert_model", w)["runtime"],
     params:
         source=lambda w: LLMS[w.llm]["source"],
         dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
@@ -49,9 +50,12 @@ rule generate_batch:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     threads: int(GENERATION.get("threads", 2))
     resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) else 0,
-        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
-        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
+        # the estimate's; llms.<name>.mem_mb / runtime_min, when set, win (cqabench.estimate.model)
+        gpu=lambda w: _request("generate_batch", w)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _request("generate_batch", w)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _request("generate_batch", w)["runtime"],
     params:
         cells=batch_members,
         settings=batch_settings,
@@ -87,9 +91,10 @@ rule generate:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
     resources:
-        gpu=lambda w: 1 if _uses_gpu(w.llm) and not _in_batch(w) else 0,
-        mem_mb=lambda w, attempt: memory_mb(LLMS[w.llm].get("mem_mb", 4000), attempt),
-        runtime=lambda w: int(LLMS[w.llm].get("runtime_min", 60)),
+        # a grid cell of a batch LLM only assembles its answers from the cache: no GPU (the estimate's)
+        gpu=lambda w: _request("generate", w)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(_request("generate", w)["mem_mb"], attempt),
+        runtime=lambda w: _request("generate", w)["runtime"],
     params:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,

@@ -21,6 +21,9 @@ rule aggregate:
         f"{RESULTS}/benchmarks/aggregate.tsv"
     conda:
         "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("aggregate", w)["mem_mb"],
+        runtime=lambda w: _request("aggregate", w)["runtime"],
     params:
         results=lambda w, output: Path(output.metrics).parent,
         # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
@@ -59,6 +62,9 @@ for _table in TABLE_IDS:
             f"{RESULTS}/benchmarks/table_{_table}.tsv"
         conda:
             "../../envs/evaluation.yaml"
+        resources:
+            mem_mb=lambda w, t=_table: _request(f"table_{t}", w)["mem_mb"],
+            runtime=lambda w, t=_table: _request(f"table_{t}", w)["runtime"],
         params:
             table=_table,
             out_dir=lambda w, output: Path(output.md).parent,
@@ -107,6 +113,9 @@ rule report_tables:
         f"{RESULTS}/benchmarks/report_tables.tsv"
     conda:
         "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("report_tables", w)["mem_mb"],
+        runtime=lambda w: _request("report_tables", w)["runtime"],
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         not_planned=lambda w: as_arg(not_planned_cells()),
@@ -147,6 +156,9 @@ rule report_plots:
         f"{RESULTS}/benchmarks/report_plots.tsv"
     conda:
         "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("report_plots", w)["mem_mb"],
+        runtime=lambda w: _request("report_plots", w)["runtime"],
     params:
         k_values=" ".join(str(k) for k in GEN_K),
     shell:
@@ -154,6 +166,34 @@ rule report_plots:
         "--k-effect {output.k_effect:q} --k-effect-svg {output.k_effect_svg:q} --heatmap {output.retriever_heatmap:q} "
         "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} "
         "--manifest {output.figures:q} > {log:q} 2>&1"
+
+
+# What this configuration's jobs cost, estimated from the config alone (cqabench.estimate; the
+# makespan on the reference node, 8 GPUs and 64 cores): the report page puts it beside each
+# rule's measured benchmark: files. Seconds, reads no result.
+rule estimate:
+    output:
+        csv=f"{REPORT_DIR}/estimate/estimate.csv",
+        parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
+        jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
+        json=f"{REPORT_DIR}/estimate/estimate.json",
+    log:
+        f"{RESULTS}/logs/report/estimate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/estimate.tsv"
+    conda:
+        "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("estimate", w)["mem_mb"],
+        runtime=lambda w: _request("estimate", w)["runtime"],
+    params:
+        config=lambda w: as_arg(config),
+        out_dir=lambda w, output: Path(output.json).parent,
+        gpus=REFERENCE_NODE["gpus"],
+        cores=REFERENCE_NODE["cores"],
+    shell:
+        "cqabench estimate --config {params.config} --gpus {params.gpus} --cores {params.cores} "
+        "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
 
 
 # One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ
@@ -173,6 +213,8 @@ rule report_page:
         figures=f"{REPORT_DIR}/plots/figures.json",
         expected=EXPECTED_FILES,
         exports=lambda w: data_targets(),
+        estimate=f"{REPORT_DIR}/estimate/estimate.json",
+        estimate_jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
     output:
         page=report(
             f"{REPORT_DIR}/index.html",
@@ -195,6 +237,9 @@ rule report_page:
         f"{RESULTS}/benchmarks/report_page.tsv"
     conda:
         "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("report_page", w)["mem_mb"],
+        runtime=lambda w: _request("report_page", w)["runtime"],
     params:
         config=lambda w: as_arg(config),
         tables=" ".join(TABLE_IDS),
@@ -206,10 +251,11 @@ rule report_page:
         benchmarks_dir=f"{RESULTS}/benchmarks",
         # Wall times of jobs that ran before their rule declared benchmark: (no memory there).
         snakemake_logs=".snakemake/log",
+        estimate_dir=lambda w, input: Path(input.estimate).parent,
     shell:
         "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
         "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
         "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
-        "--snakemake-logs {params.snakemake_logs:q} "
+        "--snakemake-logs {params.snakemake_logs:q} --estimate-dir {params.estimate_dir:q} "
         "--fact-csv {output.csv:q} --fact-html {output.html:q} --fact-report-html {output.view:q} "
         "--out {output.page:q} > {log:q} 2>&1"

@@ -19,11 +19,9 @@ rule index:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+        gpu=lambda w: _request("index", w)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(_request("index", w)["mem_mb"], attempt),
+        runtime=lambda w: _request("index", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
     shell:
@@ -53,11 +51,11 @@ rule colbert_codec:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
+        gpu=lambda w: _request("colbert_codec", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+            _request("colbert_codec", w)["mem_mb"], attempt
         ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+        runtime=lambda w: _request("colbert_codec", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
     shell:
@@ -85,11 +83,11 @@ rule encode_part:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["gpu"],
+        gpu=lambda w: _request("encode_part", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+            _request("encode_part", w)["mem_mb"], attempt
         ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+        runtime=lambda w: _request("encode_part", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
@@ -120,9 +118,9 @@ rule gather_index:
         # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
         gpu=0,
         mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 240, 60)["mem_mb"], attempt
+            _request("gather_index", w)["mem_mb"], attempt
         ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 240, 60)["runtime"],
+        runtime=lambda w: _request("gather_index", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
@@ -151,11 +149,9 @@ rule search:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 120, 30)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 120, 30)["runtime"],
+        gpu=lambda w: _request("search", w)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(_request("search", w)["mem_mb"], attempt),
+        runtime=lambda w: _request("search", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         k=RETRIEVAL_K,
@@ -188,11 +184,11 @@ rule decompose_search:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        gpu=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["gpu"],
+        gpu=lambda w: _request("decompose_search", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
-            _resources(w.retriever, 16000, 4000, 60, 30)["mem_mb"], attempt
+            _request("decompose_search", w)["mem_mb"], attempt
         ),
-        runtime=lambda w: _resources(w.retriever, 16000, 4000, 60, 30)["runtime"],
+        runtime=lambda w: _request("decompose_search", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         kind=lambda w: _SUFFIX_KIND[w.kind],
@@ -219,6 +215,9 @@ rule import_run:
         name=_names(EXTERNAL_RUNS),
     conda:
         "../../envs/retrieval.yaml"
+    resources:
+        mem_mb=lambda w: _request("import_run", w)["mem_mb"],
+        runtime=lambda w: _request("import_run", w)["runtime"],
     params:
         spec=lambda w: as_arg(EXTERNAL_RUNS[w.name]),
         format=lambda w: EXTERNAL_RUNS[w.name].get("format", "trec"),
@@ -243,6 +242,9 @@ rule eval_retrieval:
         run=_names(ALL_RUN_NAMES),
     conda:
         "../../envs/retrieval.yaml"
+    resources:
+        mem_mb=lambda w: _request("eval_retrieval", w)["mem_mb"],
+        runtime=lambda w: _request("eval_retrieval", w)["runtime"],
     params:
         cell=lambda w: as_arg(
             {

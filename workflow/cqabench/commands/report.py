@@ -197,7 +197,7 @@ def _page(args: argparse.Namespace) -> int:
                           benchmarks_dir=args.benchmarks_dir, rules=args.rules,
                           fact_csv=os.path.relpath(args.fact_csv, page_dir),
                           fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
-                          snakemake_logs=args.snakemake_logs)
+                          snakemake_logs=args.snakemake_logs, estimate_dir=args.estimate_dir)
     print(f"{args.out}: {len(sections)} sections")
     from cqabench.report.fact_views import DATA_URI_LIMIT, data_uri_length
 
@@ -327,6 +327,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                           "are listed as such)")
     p.add_argument("--snakemake-logs", default=None,
                    help="Snakemake's run logs (.snakemake/log): wall times of jobs without a benchmark file")
+    p.add_argument("--estimate-dir", default=None,
+                   help="the run's estimate (rule estimate: estimate.json, estimate_jobs.parquet), shown beside the benchmarks")
     p.add_argument("--fact-csv", default=f"{R}/report/metrics.csv")
     p.add_argument("--fact-html", default=f"{R}/report/fact_table.html")
     p.add_argument("--out", default=f"{R}/report/index.html")

@@ -357,7 +357,8 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                    plots_dir: str | Path, table_ids: list[str], specs: list, benchmarks_dir: str | Path,
                    rules: list[str], fact_csv: str, fact_html: str, repo: str | Path = ".",
                    snakemake_logs: str | Path | None = None,
-                   now: dt.datetime | None = None, results_at: dt.datetime | None = None) -> list[Section]:
+                   now: dt.datetime | None = None, results_at: dt.datetime | None = None,
+                   estimate_dir: str | Path | None = None) -> list[Section]:
     """The page's sections in reading order (see the module docstring)."""
     tables_dir, plots_dir = Path(tables_dir), Path(plots_dir)
     tree = results_dir(str(config.get("name", "unnamed")))  # the config's results tree (cqabench.layout)
@@ -450,6 +451,10 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                             "run.</p>"
                             + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
                                                        "peak RSS MB (largest job)"}, table_id="benchmark-table")))
+    if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.costs)
+        from cqabench.report.costs import section_body
+
+        sections.append(Section("estimate", "Estimated cost beside the measured", section_body(estimate_dir, benchmarks_dir)))
     sections.append(Section("fact-table", "Fact table",
                             f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
                             "row per (cell, metric), every value a fraction 0–1 with its reason when null. "

@@ -1,0 +1,571 @@
+"""Cost of each job: measured rates (rates.yaml) x the items it processes (sizes) -> wall time,
+CPU and GPU seconds, peak memory, disk written; and the resources a rule asks for from it.
+
+One function per rule family, each a few lines of arithmetic a reader can check against the rate
+file. Every job gets a device class: `cpu` (the CPUs the rates were measured on), the GPU class
+(`rtx3090` by default: the paper's server class, profiles/slurm's gpu_model) where the config
+puts the model on a GPU (the planner's own test: `Plan.uses_gpu`, a retriever's `device`), or
+`api` for an OpenAI model. Rates are looked up for that device class only.
+
+Resource requests (`JobCosts.request`, what the rules' `mem_mb` / `runtime` / `gpu` are):
+  mem_mb  = max(MIN_MEM_MB, peak x MEM_MARGIN + MEM_SLACK_MB), rounded up to 100 MB; the rules
+            double it per out-of-memory retry (cqabench.job_memory.memory_mb) on top;
+  runtime = max(MIN_RUNTIME_MIN, wall x TIME_MARGIN), whole minutes (a time-limit kill is not
+            retried, so the margin is wider than memory's);
+  gpu     = 1 where the job's model is on a GPU.
+An LLM's explicit `mem_mb` / `runtime_min` in the config wins over the estimate (a site that
+knows better says so).
+
+The rules build `JobCosts(PLAN, strict=False)`: a job the estimate cannot cost (a split neither
+on disk nor in config/sizes.yaml, a model without a rate) must not make a valid config
+unplannable, so its rule asks for the fixed sizes it asked for before the estimate existed
+(`FALLBACK`), and the reason is printed once, naming the missing file or key. `cqabench
+estimate` is strict: it stops with that message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from cqabench.errors import ConfigError
+from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
+from cqabench.estimate.rates import Rates, load_rates
+from cqabench.estimate.sizes import Sizes
+
+MIN_MEM_MB = 1000
+MEM_MARGIN = 1.25
+MEM_SLACK_MB = 256
+MIN_RUNTIME_MIN = 10
+TIME_MARGIN = 3.0
+GPU_CLASS = "rtx3090"
+# The paper's server class, for the makespan the workflow's estimate rule and docs/costs.md state.
+REFERENCE_NODE = {"gpus": 8, "cores": 64, "gpu_class": GPU_CLASS}
+M = 1e6
+MB = 1e6
+# The rules whose jobs cost a fixed time (measured per rule on a default run: light.cpu.<rule>).
+# rule -> (mem_mb, runtime in minutes) without an estimate (the sizes before it; neural: the first pair)
+FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
+            "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
+            "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
+LIGHT_RULES = ("eval_retrieval", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
+               "report_plots", "report_page", "estimate", "table")
+
+
+@dataclass
+class Cost:
+    """What one job is estimated to use; `items` are the work it processes (name -> count)."""
+
+    rule: str
+    wildcards: dict[str, str]
+    device: str
+    model: str = ""
+    gpus: int = 0
+    threads: int = 1
+    items: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    peak_mb: float = 0.0
+    disk_mb: float = 0.0
+    rates: set[str] = field(default_factory=set)
+
+    @property
+    def id(self) -> str:
+        return job_id(self.rule, self.wildcards)
+
+    @property
+    def gpu_s(self) -> float:
+        return self.wall_s * self.gpus
+
+    def finish(self) -> None:
+        """CPU seconds are the CPU jobs' work: a GPU job's host core is counted in its GPU-hours."""
+        if self.gpus:
+            self.cpu_s = 0.0
+
+
+class JobCosts:
+    """Costs of a plan's jobs, and the resource requests the rules make from them."""
+
+    def __init__(self, plan: Any, rates: Rates | None = None, sizes: Sizes | None = None,
+                 gpu_class: str = GPU_CLASS, strict: bool = True) -> None:
+        self.plan = plan
+        self.strict = strict
+        self._warned: set[str] = set()
+        self.rates = rates or load_rates()
+        self.sizes = sizes or Sizes(plan, text_stats(self.rates))
+        self.gpu_class = gpu_class
+        self._costs: dict[str, Cost] = {}
+        self._templates: dict[str, int] = {}
+
+    # ---- the plan's jobs ----
+
+    @cached_property
+    def jobs(self) -> list[Job]:
+        return plan_jobs(self.plan)
+
+    def all(self) -> list[Cost]:
+        return [self.cost(j.rule, j.wildcards) for j in self.jobs]
+
+    def cost(self, rule: str, wildcards: Mapping[str, Any]) -> Cost:
+        w = {k: str(v) for k, v in dict(wildcards).items()}
+        key = job_id(rule, w)
+        if key not in self._costs:
+            fn = getattr(self, f"_{rule}", None)
+            if fn is None and rule_family(rule) in LIGHT_RULES:
+                fn = self._light
+            if fn is None:
+                raise ConfigError(f"cqabench estimate: no cost model for rule {rule!r}")
+            c = Cost(rule, w, "cpu")
+            fn(c, w)
+            c.finish()
+            self._costs[key] = c
+        return self._costs[key]
+
+    def request(self, rule: str, wildcards: Mapping[str, Any]) -> dict[str, int]:
+        """mem_mb (first attempt), runtime (minutes) and gpu of a job (module docstring)."""
+        try:
+            c = self.cost(rule, wildcards)
+        except ConfigError as exc:
+            if self.strict:
+                raise
+            return self._fallback(rule, wildcards, exc)
+        mem = max(MIN_MEM_MB, math.ceil((c.peak_mb * MEM_MARGIN + MEM_SLACK_MB) / 100) * 100)
+        runtime = max(MIN_RUNTIME_MIN, math.ceil(c.wall_s * TIME_MARGIN / 60))
+        if rule in ("generate", "generate_batch") and not (rule == "generate" and self._in_batch(wildcards)):
+            llm = self.plan.llms[wildcards["llm"]]
+            mem = int(llm.get("mem_mb", mem))
+            runtime = int(llm.get("runtime_min", runtime))
+        if rule == "convert_model":
+            mem = int(self.plan.llms[wildcards["llm"]].get("convert_mem_mb", mem))
+        return {"mem_mb": mem, "runtime": runtime, "gpu": c.gpus}
+
+    def _fallback(self, rule: str, wildcards: Mapping[str, Any], exc: ConfigError) -> dict[str, int]:
+        import sys
+
+        message = str(exc)
+        if message not in self._warned:
+            self._warned.add(message)
+            print(f"cqabench: no estimate for {rule} jobs ({message}); they ask for the default sizes", file=sys.stderr)
+        gpus = 0
+        mem, runtime = 4000, 60
+        if rule in FALLBACK and wildcards.get("retriever") in self.plan.retriever_configs:
+            _, gpus = self._neural_device(wildcards["retriever"])
+            neural, plain = FALLBACK.get(rule, ((16000, 240), (4000, 60)))
+            mem, runtime = neural if self.plan.is_neural(wildcards["retriever"]) else plain
+        if rule in ("generate", "generate_batch"):
+            llm = self.plan.llms[wildcards["llm"]]
+            gpus = 1 if self.plan.uses_gpu(wildcards["llm"]) and (rule == "generate_batch" or not self._in_batch(wildcards)) else 0
+            mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
+        if rule == "gather_index":
+            gpus = 0
+        return {"mem_mb": mem, "runtime": runtime, "gpu": gpus}
+
+    # ---- helpers ----
+
+    def _in_batch(self, wildcards: Mapping[str, Any]) -> bool:
+        """Whether a generate job only assembles its answers from its LLM's batch (`Plan.in_batch`:
+        a grid cell of a batch LLM; an off-grid cell of that LLM runs its own engine)."""
+        return bool(self.plan.in_batch(SimpleCell({k: str(v) for k, v in dict(wildcards).items()})))
+
+    def _r(self, c: Cost, family: str, name: str, model: str | tuple[str, ...] = "any", device: str | None = None) -> float:
+        device = device or c.device
+        for m in (model,) if isinstance(model, str) else model:
+            rate = self.rates.find(family, device, m, name)
+            if rate is not None:
+                self.rates.used[rate.key] = rate
+                c.rates.add(rate.key)
+                return rate.value
+        rate = self.rates.get(family, device, "any", name)  # raises, naming the key
+        c.rates.add(rate.key)
+        return rate.value
+
+    def _linear(self, c: Cost, family: str, docs: float, out_docs: float | None = None) -> None:
+        """fixed + slope x documents (wall and CPU), the family's peak, output per document."""
+        c.items["documents"] = docs
+        c.wall_s = self._r(c, family, "fixed_s") + self._r(c, family, "s_per_mdoc") * docs / M
+        c.cpu_s = self._r(c, family, "fixed_s") + self._r(c, family, "cpu_s_per_mdoc") * docs / M
+        c.peak_mb = self._r(c, family, "peak_mb")
+        c.disk_mb = self._r(c, family, "out_mb_per_mdoc") * (docs if out_docs is None else out_docs) / M
+
+    def _neural_device(self, retriever: str) -> tuple[str, int]:
+        on_gpu = self.plan.is_neural(retriever) and str(self.plan.retriever_configs[retriever].get("device", "cpu")) != "cpu"
+        return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+
+    def _settings(self, retriever: str) -> dict[str, Any]:
+        from cqabench.retrievers import resolve
+
+        return resolve(self.plan.retriever_configs[retriever])
+
+    @staticmethod
+    def _model_name(settings: Mapping[str, Any]) -> str:
+        return str(settings.get("model") or settings.get("doc_model") or "any")
+
+    def _queries(self, dataset: str, split: str) -> int:
+        return self.sizes.split(dataset, split).selected
+
+    # ---- data ----
+
+    def _download(self, c: Cost, w: dict[str, str]) -> None:
+        ds, sp, role = self._raw_owner(w["path"])
+        counts = self.sizes.split(ds, sp)
+        corpus_roles = [r for r in self.plan.config["datasets"][ds]["files"][sp] if r not in ("questions", "decompositions")]
+        if role not in corpus_roles or not counts.documents:
+            nbytes = counts.questions * self.sizes.stat(ds, sp, "question_file_bytes_per_question")
+        else:  # the corpus' documents, shared among its files (OTT-QA: tables and passages)
+            nbytes = counts.documents * self._r(c, "download", "raw_mb_per_mdoc") * MB / M / len(corpus_roles)
+        c.items["bytes"] = nbytes
+        c.wall_s = self._r(c, "download", "fixed_s") + nbytes / MB / self._r(c, "download", "mb_per_s")
+        c.cpu_s = c.wall_s
+        c.peak_mb = self._r(c, "download", "peak_mb")
+        c.disk_mb = nbytes / MB
+
+    def _raw_owner(self, path: str) -> tuple[str, str, str]:
+        for ds in self.plan.datasets:
+            for sp in dict.fromkeys(self.plan.splits(ds) + self.plan.corpus_splits(ds)):
+                for role, spec in self.plan.config["datasets"][ds]["files"][sp].items():
+                    if spec["path"] == path:
+                        return ds, sp, role
+        raise ConfigError(f"cqabench estimate: raw file {path!r} belongs to no configured split")
+
+    def _prepare(self, c: Cost, w: dict[str, str]) -> None:
+        counts = self.sizes.split(w["dataset"], w["split"])
+        self._linear(c, "prepare", counts.documents)
+        c.items["questions"] = counts.questions
+
+    def _pool_corpus(self, c: Cost, w: dict[str, str]) -> None:
+        corpus = w["corpus"]
+        members = [(ds, sp) for ds in self.plan.corpus_members(corpus) for sp in self.plan.corpus_splits(ds)]
+        rows = sum(self.sizes.split(ds, sp).documents for ds, sp in members)
+        if len(members) == 1:  # a hard link to the member file (cqabench.corpora): no copy, no sort
+            c.items["documents"] = rows
+            c.wall_s = c.cpu_s = self._r(c, "pool_corpus", "fixed_s")
+            c.peak_mb = self._r(c, "pool_corpus", "peak_mb")
+            return
+        self._linear(c, "pool_corpus", rows, self.sizes.corpus_documents(corpus))
+
+    def _export_beir(self, c: Cost, w: dict[str, str]) -> None:
+        docs = self.sizes.corpus_documents(self.plan.corpus_of(w["dataset"]))
+        self._linear(c, "export_beir", docs)
+        c.items["queries"] = self._queries(w["dataset"], w["split"])
+
+    # ---- indexes ----
+
+    def _index(self, c: Cost, w: dict[str, str]) -> None:
+        r = w["retriever"]
+        kind = self.plan.retriever_configs[r]["type"]
+        docs = self.sizes.corpus_documents(w["corpus"])
+        c.model = r
+        c.device, c.gpus = self._neural_device(r)
+        if kind == "bm25":
+            c.device, c.gpus = "cpu", 0
+            self._linear(c, "bm25_index", docs)
+        elif kind == "dense":
+            self._dense_encode(c, r, docs)
+        elif kind == "splade":
+            self._splade_encode(c, r, docs)
+            self._lucene(c, docs)
+        else:  # colbert in one job: codec, every chunk, finalize
+            self._colbert_codec(c, w)
+            part = Cost("encode_part", w, c.device)
+            part.gpus = c.gpus
+            self._colbert_encode(part, r, docs, docs)
+            gather = Cost("gather_index", w, "cpu")
+            self._colbert_gather(gather, r, docs)
+            c.wall_s += part.wall_s + gather.wall_s
+            c.cpu_s += part.cpu_s + gather.cpu_s
+            c.peak_mb = max(c.peak_mb, part.peak_mb, gather.peak_mb)
+            c.disk_mb += part.disk_mb + gather.disk_mb
+            c.rates |= part.rates | gather.rates
+            c.items["documents"] = docs
+
+    def _dense_encode(self, c: Cost, r: str, docs: float) -> None:
+        s = self._settings(r)
+        model = self._model_name(s)
+        c.items["passages encoded"] = docs
+        c.wall_s = self._r(c, "dense_encode", "fixed_s", model) + docs / self._r(c, "dense_encode", "docs_per_s", model)
+        c.cpu_s = c.wall_s
+        if c.device == "cpu" and self.rates.find("dense_encode", "cpu", model, "cpu_docs_per_s"):
+            c.cpu_s = (self._r(c, "dense_encode", "cpu_fixed_s", model)
+                       + docs / self._r(c, "dense_encode", "cpu_docs_per_s", model))
+        c.peak_mb = self._r(c, "dense_encode", "peak_mb", model)
+        c.disk_mb = docs * self._r(c, "dense_encode", "dims", model, device="data") * 4 / MB
+
+    def _splade_encode(self, c: Cost, r: str, docs: float) -> None:
+        c.items["passages encoded"] = docs
+        c.wall_s = self._r(c, "splade_encode", "fixed_s") + docs / self._r(c, "splade_encode", "docs_per_s")
+        c.cpu_s = c.wall_s
+        c.peak_mb = self._r(c, "splade_encode", "peak_mb")
+        c.disk_mb = docs * self._r(c, "splade_encode", "out_bytes_per_doc") / MB
+
+    def _lucene(self, c: Cost, docs: float) -> None:
+        """SPLADE's impact index: Lucene over the vectors, costed as a BM25 index of the same documents."""
+        wall = self._r(c, "bm25_index", "fixed_s", device="cpu") + self._r(c, "bm25_index", "s_per_mdoc", device="cpu") * docs / M
+        c.wall_s += wall
+        c.cpu_s += wall
+        c.peak_mb = max(c.peak_mb, self._r(c, "bm25_index", "peak_mb", device="cpu"))
+        c.disk_mb += self._r(c, "bm25_index", "out_mb_per_mdoc", device="cpu") * docs / M
+
+    def _part_docs(self, r: str, docs: int, part: int, of: int) -> int:
+        from cqabench.retrievers import family
+        from cqabench.retrievers.parts import part_rows
+
+        s = self._settings(r)
+        chunk = int(family(s).part_chunk(s, int(docs))) if docs else 1
+        lo, hi = part_rows(int(docs), max(1, chunk), part, of)
+        return hi - lo
+
+    def _encode_part(self, c: Cost, w: dict[str, str]) -> None:
+        r = w["retriever"]
+        docs = self.sizes.corpus_documents(w["corpus"])
+        n = self._part_docs(r, docs, int(w["part"]), int(w["parts"]))
+        c.model = r
+        c.device, c.gpus = self._neural_device(r)
+        kind = self.plan.retriever_configs[r]["type"]
+        if kind == "dense":
+            self._dense_encode(c, r, n)
+        elif kind == "splade":
+            self._splade_encode(c, r, n)
+        else:
+            self._colbert_encode(c, r, n, docs)
+
+    def _gather_index(self, c: Cost, w: dict[str, str]) -> None:
+        r = w["retriever"]
+        docs = self.sizes.corpus_documents(w["corpus"])
+        c.model = r
+        kind = self.plan.retriever_configs[r]["type"]
+        c.items["documents"] = docs
+        c.items["parts"] = self.plan.encode_jobs(r)
+        if kind == "dense":  # flat: the parts' shards hard-linked, docids joined
+            c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "gather_index")
+            c.peak_mb = self._r(c, "light", "peak_mb", "gather_index")
+        elif kind == "splade":
+            c.peak_mb = 0.0
+            self._lucene(c, docs)
+        else:
+            self._colbert_gather(c, r, docs)
+
+    # ---- ColBERTv2: colbert-ai's memory per embedding (docs/retrievers_neural.md) ----
+
+    def _colbert_n(self, c: Cost, docs: float) -> tuple[float, float]:
+        """(embeddings N L, the k-means sample S) for a corpus of `docs` passages."""
+        per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
+        sample = min(docs, 1 + 16 * math.sqrt(120 * docs))
+        return docs * per_doc, sample
+
+    def _colbert_codec(self, c: Cost, w: dict[str, str]) -> None:
+        r = w["retriever"]
+        docs = self.sizes.corpus_documents(w["corpus"])
+        c.model = r
+        c.device, c.gpus = self._neural_device(r)
+        emb, sample = self._colbert_n(c, docs)
+        per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
+        centroids = 2 ** math.floor(math.log2(16 * math.sqrt(emb))) if emb > 1 else 1
+        s = self._settings(r)
+        dims = self._r(c, "colbert", "dims", device="data")
+        flops = 2 * sample * per_doc * centroids * dims * int(s.get("kmeans_niters") or 4)
+        c.items.update({"passages sampled": sample, "centroids": centroids})
+        c.wall_s = (self._r(c, "colbert", "fixed_s") + sample / self._r(c, "colbert", "docs_per_s")
+                    + flops / 1e9 / self._r(c, "colbert", "kmeans_gflop_s"))
+        c.cpu_s = c.wall_s
+        c.peak_mb = self._r(c, "colbert", "base_peak_mb") + sample * per_doc * self._r(c, "colbert", "sample_bytes_per_embedding", device="data") / MB
+        c.disk_mb = centroids * dims * 2 / MB
+
+    def _colbert_encode(self, c: Cost, r: str, n: float, docs: float) -> None:
+        from cqabench.retrievers.colbert import chunk_size
+
+        per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
+        dims = self._r(c, "colbert", "dims", device="data")
+        chunk = min(n, chunk_size(self._settings(r), int(docs))) if docs else 0
+        c.items["passages encoded"] = n
+        c.wall_s = self._r(c, "colbert", "fixed_s") + n / self._r(c, "colbert", "docs_per_s")
+        c.cpu_s = c.wall_s
+        # one chunk's float32 + fp16 embeddings, the fixed 2 GiB score block, the model
+        c.peak_mb = self._r(c, "colbert", "base_peak_mb") + (chunk * per_doc * dims * 6 + 2**31) / MB
+        c.disk_mb = n * per_doc * self._r(c, "colbert", "index_bytes_per_embedding", device="data") / MB
+
+    def _colbert_gather(self, c: Cost, r: str, docs: float) -> None:
+        emb, _ = self._colbert_n(c, docs)
+        c.device, c.gpus = "cpu", 0
+        c.items["embeddings"] = emb
+        c.wall_s = c.cpu_s = self._r(c, "colbert", "fixed_s") + emb / M * self._r(c, "colbert", "ivf_s_per_membedding")
+        c.peak_mb = self._r(c, "colbert", "base_peak_mb") + emb * self._r(c, "colbert", "ivf_bytes_per_embedding", device="data") / MB
+        c.disk_mb = emb * self._r(c, "colbert", "ivf_disk_bytes_per_embedding", device="data") / MB
+
+    # ---- runs ----
+
+    def _search(self, c: Cost, w: dict[str, str], queries: float | None = None) -> None:
+        r = w["retriever"]
+        kind = self.plan.retriever_configs[r]["type"]
+        corpus = self.plan.corpus_of(w["dataset"])
+        docs = self.sizes.corpus_documents(corpus)
+        q = self._queries(w["dataset"], w["split"]) if queries is None else queries
+        c.model = r
+        c.device, c.gpus = self._neural_device(r)
+        c.items.update({"queries": q, "documents searched": docs})
+        if kind == "bm25":
+            c.device, c.gpus = "cpu", 0
+            c.wall_s = self._r(c, "bm25_search", "fixed_s") + q * self._r(c, "bm25_search", "s_per_query")
+            c.peak_mb = self._r(c, "bm25_search", "peak_mb")
+        elif kind == "dense":
+            s = self._settings(r)
+            model = self._model_name(s)
+            dims = self._r(c, "dense_encode", "dims", model, device="data")
+            scan = q * docs * dims * self._r(c, "dense_search", "s_per_qdoc_dim", device="cpu")  # faiss on the CPU
+            c.wall_s = (self._r(c, "dense_encode", "fixed_s", model) + q / self._r(c, "dense_encode", "docs_per_s", model)
+                        + scan)
+            shard = float(s.get("shard_size", 10000)) * dims * 4 / MB
+            c.peak_mb = self._r(c, "dense_encode", "peak_mb", model) + shard
+        elif kind == "splade":
+            c.wall_s = self._r(c, "splade_search", "fixed_s") + q * self._r(c, "splade_search", "s_per_query")
+            c.peak_mb = self._r(c, "splade_search", "peak_mb")
+        else:  # colbert-ai loads every code and residual (no mmap)
+            emb, _ = self._colbert_n(c, docs)
+            c.wall_s = (self._r(c, "colbert", "fixed_s") + emb / M * self._r(c, "colbert", "load_s_per_membedding")
+                        + q * self._r(c, "colbert", "search_s_per_query"))
+            c.peak_mb = self._r(c, "colbert", "base_peak_mb") + emb * self._r(c, "colbert", "search_bytes_per_embedding", device="data") / MB
+        c.cpu_s = c.wall_s
+        c.disk_mb = q * self.plan.retrieval_k * 60 / MB  # trec + parquet rows, ~60 B each
+
+    def _decompose_search(self, c: Cost, w: dict[str, str]) -> None:
+        q = self._queries(w["dataset"], w["split"])
+        steps = {"irq": 1.0, "ird-gold": self.sizes.stat(w["dataset"], w["split"], "gold_steps"),
+                 "ird-pred": self.sizes.stat(w["dataset"], w["split"], "predicted_steps")}[w["kind"]]
+        self._search(c, w, queries=q * max(steps, 1.0))
+        c.items["questions"] = q
+
+    def _light(self, c: Cost, w: dict[str, str]) -> None:
+        c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", c.rule)
+        c.peak_mb = self._r(c, "light", "peak_mb", c.rule)
+
+    # ---- generation ----
+
+    def _template_chars(self, dataset: str, prompt: str, setting: str) -> int:
+        path = self.plan.template_file(dataset, prompt, setting)
+        if path not in self._templates:
+            file = self.plan.env.root / path
+            self._templates[path] = len(file.read_text(encoding="utf-8")) if file.is_file() else 0
+        return self._templates[path]
+
+    def _sampling(self, llm: str) -> dict[str, Any]:
+        return {**(self.plan.generation.get("sampling") or {}), **(self.plan.llms[llm].get("sampling") or {})}
+
+    def cell_work(self, cell: Mapping[str, str]) -> dict[str, float]:
+        """Prompts, prompt tokens (all, and those the prefix cache cannot serve) and output tokens
+        (max_new_tokens: an upper bound) of one generation cell."""
+        ds, sp, llm, setting = cell["dataset"], cell["split"], cell["llm"], cell["setting"]
+        k = int(cell["k"])
+        n = self._queries(ds, sp)
+        cap = self.plan.max_questions_of(ds)
+        if cap is not None:
+            n = min(n, int(cap))
+        cpt = self.rates.value("text", "data", "any", "chars_per_token")
+        cut = self.plan.generation.get("max_doc_chars")
+        doc = lambda chars: min(chars, cut + 40) if cut else chars  # noqa: E731  (title and numbering)
+        template = self._template_chars(ds, cell["prompt"], setting)
+        question = self.sizes.stat(ds, sp, "question_chars")
+        context = 0.0
+        if setting == "rag":
+            context = k * doc(self.sizes.corpus_doc_chars(self.plan.corpus_of(ds)))
+        elif setting == "oracle":
+            gold = self.sizes.stat(ds, sp, "gold_per_question") + self.plan.distractors_of(ds, setting)
+            context = gold * doc(self.sizes.stat(ds, sp, "doc_chars"))
+        max_new = int(self._sampling(llm).get("max_new_tokens", 128))
+        prompt_tokens = (template + question + context) / cpt
+        shared = template / cpt
+        if setting == "open-book":  # a dialogue of max_steps calls, each adding an observation and a turn
+            ob = self.plan.open_book_settings(SimpleCell(cell))
+            steps = int(ob["max_steps"])
+            turn_new = int(ob["max_new_tokens"] or max_new)
+            grow = ob["max_tool_chars"] / cpt + turn_new
+            per_call = [min(prompt_tokens + t * grow, ob["max_total_tokens"]) for t in range(steps)]
+            calls = n * steps
+            total = n * sum(per_call)
+            uncached = n * (prompt_tokens - shared + (steps - 1) * grow) + shared
+            return {"prompts": calls, "questions": n, "prompt tokens": total, "uncached prompt tokens": uncached,
+                    "output tokens": calls * turn_new, "max new tokens": turn_new}
+        return {"prompts": n, "questions": n, "prompt tokens": n * prompt_tokens,
+                "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
+                "output tokens": n * max_new, "max new tokens": max_new}
+
+    def _llm_device(self, llm: str) -> tuple[str, int]:
+        if self.plan.llms[llm]["backend"] == "openai":
+            return "api", 0
+        return (self.gpu_class, 1) if self.plan.uses_gpu(llm) else ("cpu", 0)
+
+    def _engine(self, c: Cost, llm: str, work: list[dict[str, float]]) -> None:
+        """One engine session over the cells' prompts: start, prefill, decode (in rounds of the
+        engine's concurrency, each max_new_tokens steps long)."""
+        spec = self.plan.llms[llm]
+        backend = spec["backend"]
+        c.model = llm
+        keys = (llm, backend)
+        for name in ("prompts", "prompt tokens", "uncached prompt tokens", "output tokens"):
+            c.items[name] = sum(x[name] for x in work)
+        if backend == "openai":
+            concurrency = int(spec.get("max_concurrency") or 1)
+            per_request = (self._r(c, "llm", "request_s", keys)
+                           + sum(x["output tokens"] for x in work) / max(c.items["prompts"], 1) / self._r(c, "llm", "output_tok_s", keys))
+            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / concurrency) * per_request
+            c.cpu_s = c.wall_s * 0.05
+            c.peak_mb = self._r(c, "llm", "peak_mb", keys)
+            return
+        caching = backend == "vllm" and bool(spec.get("enable_prefix_caching", c.device != "cpu"))
+        prefill_tokens = c.items["uncached prompt tokens"] if caching else c.items["prompt tokens"]
+        concurrency = self._r(c, "llm", "concurrency", keys)
+        rounds = sum(math.ceil(x["prompts"] / concurrency) * x["max new tokens"] for x in work)
+        c.wall_s = (self._r(c, "llm", "engine_start_s", keys) + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
+                    + rounds * self._r(c, "llm", "decode_step_s", keys))
+        c.cpu_s = c.wall_s  # a GPU engine: one core feeds the card
+        if c.device == "cpu":  # the engine's CPU seconds, measured as such (a loaded machine changes wall time only)
+            cpu_keys = next((k for k in keys if self.rates.find("llm", "cpu", k, "engine_start_cpu_s")), None)
+            if cpu_keys is None:
+                c.cpu_s = c.wall_s * c.threads
+            else:
+                c.cpu_s = (self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
+                           + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
+                           + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys))
+        c.peak_mb = self._r(c, "llm", "peak_mb", keys)
+
+    def _generate(self, c: Cost, w: dict[str, str]) -> None:
+        llm = w["llm"]
+        work = self.cell_work(w)
+        c.items.update({"questions": work["questions"]})
+        c.disk_mb = work["prompts"] * 2000 / MB  # predictions + the item cache, ~2 kB an item
+        if self._in_batch(w):  # a grid cell of a batch LLM: answers come from the batch's item cache
+            c.model = llm
+            c.items["prompts"] = work["prompts"]
+            c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "generate_cached")
+            c.peak_mb = self._r(c, "light", "peak_mb", "generate_cached")
+            return
+        c.device, c.gpus = self._llm_device(llm)
+        c.threads = int(self.plan.threads)
+        self._engine(c, llm, [work])
+
+    def _generate_batch(self, c: Cost, w: dict[str, str]) -> None:
+        llm = w["llm"]
+        cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
+        work = [self.cell_work(x) for x in cells]
+        c.device, c.gpus = self._llm_device(llm)
+        c.threads = int(self.plan.threads)
+        self._engine(c, llm, work)
+        c.items["cells"] = len(cells)
+        c.disk_mb = c.items["prompts"] * 2000 / MB
+
+
+class SimpleCell:
+    """A cell dict with attribute access, as the planner's methods take Snakemake wildcards."""
+
+    def __init__(self, cell: Mapping[str, str]) -> None:
+        self.__dict__.update(cell)
+
+
+def text_stats(rates: Rates) -> dict[str, dict[str, float]]:
+    """rates.text.data.<dataset>.<statistic> as {dataset: {statistic: value}}."""
+    by_ds = (((rates.data.get("rates") or {}).get("text") or {}).get("data") or {})
+    return {ds: {k: float(v["value"]) for k, v in (names or {}).items()} for ds, names in by_ds.items() if ds != "any"}
+
+

@@ -1,0 +1,208 @@
+"""benchmarks/rates.yaml: per-item costs with their provenance, read by the estimate, written by
+the benchmarks.
+
+A rate is one number with a unit, under (rule family, device class, model). Every rate says
+where it comes from, in one of two ways:
+- `measured`: machine, date and command (the benchmark run that produced it; `from` names the
+  file or doc section holding the raw measurement);
+- `assumed`: a named assumption with its published `source` (GPU throughput and other costs that
+  could not be measured here), and a `note` on how the number follows from the source.
+The estimate's output lists each rate it used with its kind, so a reader sees which parts of a
+bill rest on measurements and which on assumptions.
+
+Lookups fall back from the model to `any` (a family-wide rate), never from one device class to
+another: a CPU measurement is not silently used for a GPU job. A missing rate is a ConfigError
+naming the file and key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cqabench.errors import ConfigError
+
+# The checkout this package belongs to (resolved: tests and runs link workflow/ into other folders).
+REPO = Path(__file__).resolve().parents[3]
+RATES_FILE = REPO / "benchmarks/rates.yaml"
+ANY = "any"
+HEADER = """\
+# Per-item costs for `cqabench estimate` (workflow/cqabench/estimate/), one versioned file.
+# rates.<rule family>.<device class>.<model or any>.<name> = {value, unit, measured | assumed}.
+# measured: {machine, date, command[, from]}: written by the benchmarks in benchmarks/ with
+#   --write-rates (each benchmark updates only its own entries).
+# assumed: {source, note}: a cost that could not be measured here (GPU throughput, the network),
+#   with the published source it is taken from; the estimate marks every such rate in its output.
+# Edit by rerunning the benchmark; an assumption is edited by hand, with its source.
+"""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """One cost: value, unit, and where it comes from."""
+
+    key: str  # family.device.model.name
+    value: float
+    unit: str
+    kind: str  # "measured" or "assumed"
+    provenance: Mapping[str, Any]
+
+    @property
+    def assumed(self) -> bool:
+        return self.kind == "assumed"
+
+    def describe(self) -> str:
+        """One line: the rate, its unit and where it comes from."""
+        p = self.provenance
+        if self.assumed:
+            where = f"assumed: {p.get('source', '?')}"
+        else:
+            where = f"measured {p.get('date', '?')} on {p.get('machine', '?')}: {p.get('command', '?')}"
+        return f"{self.key} = {self.value:g} {self.unit} ({where})"
+
+
+@dataclass
+class Rates:
+    """The parsed rates file; `get` looks one rate up and records that it was used."""
+
+    data: Mapping[str, Any]
+    path: Path = RATES_FILE
+
+    def __post_init__(self) -> None:
+        self.used: dict[str, Rate] = {}
+
+    @property
+    def device_classes(self) -> Mapping[str, str]:
+        return self.data.get("device_classes") or {}
+
+    def find(self, family: str, device: str, model: str, name: str) -> Rate | None:
+        """The rate, or None: model first, then `any`."""
+        by_device = ((self.data.get("rates") or {}).get(family) or {}).get(device) or {}
+        for m in (model, ANY):
+            entry = (by_device.get(m) or {}).get(name)
+            if entry is not None:
+                return self._rate(f"{family}.{device}.{m}.{name}", entry)
+        return None
+
+    def get(self, family: str, device: str, model: str, name: str) -> Rate:
+        rate = self.find(family, device, model, name)
+        if rate is None:
+            raise ConfigError(f"{self.path}: no rate rates.{family}.{device}.{model}.{name} "
+                              f"(nor rates.{family}.{device}.{ANY}.{name}); rerun the benchmark that "
+                              "measures it with --write-rates, or add it as an assumption with its source")
+        self.used[rate.key] = rate
+        return rate
+
+    def value(self, family: str, device: str, model: str, name: str) -> float:
+        return self.get(family, device, model, name).value
+
+    def _rate(self, key: str, entry: Any) -> Rate:
+        if not isinstance(entry, Mapping) or "value" not in entry:
+            raise ConfigError(f"{self.path}: rates.{key} must be a mapping with value, unit and measured or assumed")
+        kinds = [k for k in ("measured", "assumed") if k in entry]
+        if len(kinds) != 1:
+            raise ConfigError(f"{self.path}: rates.{key} needs exactly one of measured / assumed, has {kinds or 'none'}")
+        kind = kinds[0]
+        prov = entry[kind] or {}
+        required = ("machine", "date", "command") if kind == "measured" else ("source",)
+        missing = [k for k in required if not prov.get(k)]
+        if missing:
+            raise ConfigError(f"{self.path}: rates.{key}.{kind} lacks {missing}")
+        try:
+            value = float(entry["value"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.path}: rates.{key}.value is not a number: {entry['value']!r}") from None
+        return Rate(key, value, str(entry.get("unit", "")), kind, prov)
+
+    def check(self) -> list[str]:
+        """Every entry parsed once: the problems, each naming its key (empty when all are well formed)."""
+        problems = []
+        for family, devices in (self.data.get("rates") or {}).items():
+            for device, models in (devices or {}).items():
+                if device not in self.device_classes:
+                    problems.append(f"rates.{family}.{device}: device class not under device_classes")
+                for model, names in (models or {}).items():
+                    for name, entry in (names or {}).items():
+                        try:
+                            self._rate(f"{family}.{device}.{model}.{name}", entry)
+                        except ConfigError as exc:
+                            problems.append(str(exc))
+        return problems
+
+
+def load_rates(path: str | Path = RATES_FILE) -> Rates:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: the rates file is missing (benchmarks/rates.yaml in the repository)")
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    rates = Rates(data, path)
+    problems = rates.check()
+    if problems:
+        raise ConfigError("the rates file is malformed:\n  " + "\n  ".join(problems))
+    return rates
+
+
+def machine() -> str:
+    """This machine in a few words: the CPU model, cores, memory (what a measurement ran on)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        mem = f", {pages / 2**30:.0f} GiB RAM"
+    except (ValueError, OSError):
+        mem = ""
+    return f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}"
+
+
+def provenance(argv: list[str] | None = None, source: str | None = None) -> dict[str, str]:
+    """The `measured` block of a benchmark run: this machine, today, the command that ran."""
+    argv = sys.argv if argv is None else argv
+    out = {"machine": machine(), "date": dt.date.today().isoformat(),
+           "command": "python " + " ".join(shlex.quote(a) for a in argv)}
+    if source:
+        out["from"] = source
+    return out
+
+
+def update_rates(path: str | Path, family: str, device: str, model: str,
+                 values: Mapping[str, tuple[float, str]], measured: Mapping[str, str]) -> None:
+    """Write `values` (name -> (value, unit)) as measured rates of (family, device, model),
+    leaving every other entry as it is; the file is replaced atomically."""
+    from cqabench.io import write_text
+
+    path = Path(path)
+    data: dict[str, Any] = {}
+    if path.is_file():
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data.setdefault("version", 1)
+    classes = data.setdefault("device_classes", {})
+    if device not in classes:
+        raise ConfigError(f"{path}: device class {device!r} is not under device_classes; add it with a description first")
+    entry = data.setdefault("rates", {}).setdefault(family, {}).setdefault(device, {}).setdefault(model, {})
+    for name, (value, unit) in values.items():
+        entry[name] = {"value": _round(value), "unit": unit, "measured": dict(measured)}
+    write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True), path)
+
+
+def _round(value: float) -> float | int:
+    """Four significant digits: a measurement on a shared machine has no more."""
+    if value == 0 or not float(value) == float(value):
+        return value
+    rounded = float(f"{float(value):.4g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) >= 1 else rounded

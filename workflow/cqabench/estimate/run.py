@@ -1,0 +1,58 @@
+"""A config file (or the config Snakemake holds) -> its plan -> its estimate, in seconds.
+
+The config is read as Snakemake reads it: strict YAML (`cqabench.config_yaml`, duplicated keys
+and tabs named with their line), then validated against the workflow's schema with its defaults
+filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cqabench.errors import ConfigError
+from cqabench.estimate.model import GPU_CLASS, JobCosts
+from cqabench.estimate.rates import load_rates
+from cqabench.estimate.tables import Estimate, build
+
+SCHEMA = Path(__file__).resolve().parents[2] / "schemas/config.schema.yaml"  # this checkout's
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    from cqabench.config_yaml import check_files, load_file
+
+    check_files([str(path)])
+    config = load_file(path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: a config file holds a mapping, got {type(config).__name__}")
+    return config
+
+
+def validated(config: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """The config with the schema's defaults, as the workflow sees it (snakemake.utils.validate)."""
+    from snakemake.utils import validate
+
+    config = dict(config)
+    try:
+        validate(config, schema=str(SCHEMA))
+    except Exception as exc:  # snakemake's WorkflowError names the failing key
+        raise ConfigError(f"the config does not match {SCHEMA}: {exc}") from None
+    return config
+
+
+def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: str | Path | None = None,
+               gpu_class: str = GPU_CLASS, validate: bool = True) -> JobCosts:
+    """`validate`: fill the schema's defaults (false for a config the workflow already validated,
+    as the estimate rule passes it: its job's environment need not have Snakemake)."""
+    from cqabench.planner import Environment, Plan
+
+    root = Path(root)
+    plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root))
+    rates = load_rates(rates_file) if rates_file else load_rates()
+    return JobCosts(plan, rates, gpu_class=gpu_class)
+
+
+def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path = ".",
+             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True) -> Estimate:
+    return build(plan_costs(config, root, rates_file, gpu_class, validate), gpus, cores)
