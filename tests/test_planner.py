@@ -67,8 +67,15 @@ def test_default_plan_by_hand() -> None:
         "model": "results/sample/models/smollm2-135m",
         "corpus": "results/sample/corpora/tatqa/corpus.parquet",
         "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet",
+        "spec": "results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3/spec.json",
         "batch": "results/sample/generation/_batches/smollm2-135m.json",
     }
+    # the cell's own rerun triggers: its files, template hash and settings (the cell_spec rule)
+    spec = plan.cell_spec(w)
+    assert spec["cell"] == "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3"
+    assert spec["inputs"] == {k: v for k, v in plan.cell_inputs(w).items() if k not in ("spec", "batch")}
+    assert spec["settings"] == plan.generation_settings(w) and len(spec["template_hash"]) > 0
+    assert "oracle_context" not in spec["settings"]  # only a facts oracle carries it: other params unchanged
     assert plan.generation_cell(w)["retriever_settings"]["type"] == "bm25"
 
 

@@ -753,14 +753,39 @@ class Plan:
         return inputs
 
     def cell_inputs(self, w: Any) -> dict[str, str]:
-        """The generate rule's inputs; a cell the config cannot make stops planning here, by path."""
+        """The generate rule's inputs; a cell the config cannot make stops planning here, by path.
+
+        A batched cell also waits for its model's batch, but its rerun triggers are its own
+        `cell_spec` file's: common.smk marks the batch manifest ancient, so a batch rerun for
+        another cell's sake leaves this one alone. An off-grid cell is no member of the batch:
+        it runs its model itself, and its own inputs and params are its triggers."""
         self.checked_cell(w, self.generation_file(self._as_cell(w)))
         inputs = self.generation_inputs(w)
         if self.in_batch(w):
-            # a rerun batch reassembles every cell of its model from the cache (seconds each);
-            # an off-grid cell is no member of the batch: it runs its model itself
+            inputs["spec"] = self.cell_spec_file(w)
             inputs["batch"] = self.batch_manifest(w.llm)
         return inputs
+
+    def cell_spec_file(self, w: Any) -> str:
+        """`cell_spec`'s output: the record of what one batched cell's prompts are made from."""
+        return self.generation_file(self._as_cell(w), "spec.json")
+
+    def cell_spec(self, w: Any) -> dict[str, Any]:
+        """What decides a cell's prompts (its items' cache keys): the files they are built from,
+        the template's hash and the cell's settings, the `cell_spec` rule's params and output.
+
+        Why a job of its own: Snakemake skips the own rerun checks of every job downstream of
+        one that must rerun (it expects them to rerun too), and the batch is upstream of every
+        cell of its model. Checked on the cell job, an edited template or setting would be
+        missed whenever the batch reruns; checked here, upstream of the batch, a change reruns
+        this spec and so the cell (tests/test_rebuild.py counts the jobs)."""
+        inputs = self.generation_inputs(w)
+        return {
+            "cell": self.cell_dir(*(getattr(w, f) for f in CELL_FIELDS)),
+            "inputs": dict(sorted(inputs.items())),
+            "template_hash": file_hash(self.env.root / inputs["template"]),
+            "settings": self.generation_settings(w),
+        }
 
     def batch_manifest(self, llm: str) -> str:
         return f"{self.results}/generation/_batches/{llm}.json"
@@ -772,8 +797,10 @@ class Plan:
         ]
 
     def batch_inputs(self, w: Any) -> list[str]:
-        """Every file any cell of the batch reads."""
-        return sorted({str(p) for c in self.batch_cells(w.llm) for p in self.generation_inputs(c).values()})
+        """Every file any cell of the batch reads, and every cell's spec (cell_spec)."""
+        cells = self.batch_cells(w.llm)
+        return sorted({str(p) for c in cells for p in self.generation_inputs(c).values()}
+                      | {self.cell_spec_file(c) for c in cells})
 
     def batch_members(self, w: Any) -> str:
         """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
