@@ -56,6 +56,8 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
     "prompt": pa.string(),
     "template_hash": pa.string(),
     "setting": pa.string(),
+    # what the prompts showed: none | retrieved | gold | facts (StrategyQA's annotators' facts) | tools
+    "context_source": pa.string(),
     "k": pa.int64(),
     "identical_id_policy": pa.string(),
 }
