@@ -42,11 +42,11 @@ rule cell_spec:
     log:
         f"{RESULTS}/logs/cell_spec/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     wildcard_constraints:
-        retriever=_one_of(["none", *ALL_RUN_NAMES, *TOOL_RETRIEVERS]),
+        retriever=CELL_PART,
         llm=_names(GEN_BATCH_LLMS),
-        prompt=_one_of(STRATEGIES),
-        setting=_one_of(SETTINGS),
-        k=r"\d+",
+        prompt=CELL_PART,
+        setting=CELL_PART,
+        k=CELL_PART,
     localrule: True
     params:
         spec=lambda w: as_arg(cell_spec(w)),
