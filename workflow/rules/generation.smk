@@ -48,6 +48,8 @@ rule cell_spec:
         setting=CELL_PART,
         k=CELL_PART,
     localrule: True
+    conda:
+        "../../envs/data.yaml"  # printf only: any environment has it
     params:
         spec=lambda w: as_arg(cell_spec(w)),
     shell:
