@@ -18,6 +18,13 @@ OTTQA_QUESTIONS = 40
 OTTQA_TABLES = 80
 TATQA_CONTEXTS = 40
 AMBIGQA_QUESTIONS = 40  # the first 11 are the DEXTER fixture whose passages are bundled
+FINQA_RECORDS = 30  # of the 200 dev records
+# 2Wiki: HippoRAG's distractor corpus lists the passages question by question (its 1,000 dev
+# questions), so its first passages are the contexts of the sample's 38 questions (334 distinct
+# ones), then those of the next questions: the 2Wiki side of DEXTER's pooled corpus, cut to the
+# size MuSiQue's 100 records bring (every passage of all 6,119 would quadruple the pooled corpus
+# the dense encoder indexes on 2 CPU cores)
+TWOWIKI_PASSAGES = 1000
 
 
 def _dump(obj: object, path: Path) -> None:
@@ -43,6 +50,14 @@ def build(shared: Path, out: Path) -> None:
         shutil.copyfile(shared / rel, out / rel)
     (out / "2wikimultihopqa").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shared / "2wikimultihopqa/dev_2.json", out / "2wikimultihopqa/dev.json")
+    shutil.copyfile(shared / "2wikimultihopqa/dev_38.json", out / "2wikimultihopqa/dev_38.json")
+    passages = json.loads((shared / "2wikimultihopqa/distractor_corpus.json").read_text(encoding="utf-8"))
+    (out / f"2wikimultihopqa/distractor_corpus_{TWOWIKI_PASSAGES}.json").write_text(
+        json.dumps(passages[:TWOWIKI_PASSAGES], indent=4), encoding="utf-8")  # the source's own layout
+
+    # FinQA: the first records of the 200 dev records, in the release's format (one line).
+    finqa = json.loads((shared / "finqa/dev_200.json").read_text(encoding="utf-8"))[:FINQA_RECORDS]
+    (out / "finqa" / f"dev_{FINQA_RECORDS}.json").write_text(json.dumps(finqa, ensure_ascii=False), encoding="utf-8")
 
     # AmbigQA: the 11-question fixture, its passages cast to DPR's psgs_w100.tsv shape.
     (out / "ambigqa").mkdir(parents=True, exist_ok=True)

@@ -135,9 +135,12 @@ def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(wor
     cell = "results/sample/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
     for ds in ("musique/train", "ottqa/dev", "tatqa/dev", "2wikimultihopqa/dev", "finqa/dev"):
         assert cell.format(ds) in out, ds
-    for ds in ("tanq/test", "ambigqa/dev", "strategyqa/dev"):  # no proofs / viewed_doc_titles / paragraphs
+    for ds in ("tanq/test", "ambigqa/dev"):  # no proofs / viewed_doc_titles
         assert cell.format(ds) not in out, ds
         assert cell.format(ds).replace("oracle", "closed") in out, ds
+    # StrategyQA has no paragraphs in the sample: its oracle shows the annotators' facts instead
+    # (generation.oracle_context: {strategyqa: facts}), a cell of its own
+    assert cell.format("strategyqa/dev") in out
     assert "rag-k1" in out and "rag-k3" in out and "rag-k5" in out
 
 

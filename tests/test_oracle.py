@@ -203,3 +203,73 @@ def test_tanq_small_files(tmp_path):
     path.write_text(json.dumps(with_proofs) + "\n" + '{"init_qid": "4", "answer_list": [\n', encoding="utf-8")
     assert has_gold_evidence("tanq", {"questions": path}) == (True, "")
     assert has_gold_evidence("tanq", {"questions": str(tmp_path / "test.jsonl")}) == (True, "")  # not downloaded yet
+
+
+# ---- the facts oracle (StrategyQA: the annotators' facts where the paragraphs are not bundled) ----
+
+RAW = Path(__file__).resolve().parents[1] / "resources" / "raw"
+
+
+@pytest.fixture(scope="module")
+def strategyqa_queries(tmp_path_factory) -> Path:
+    from cqabench.prepare import prepare
+
+    out = tmp_path_factory.mktemp("sqa")
+    prepare("strategyqa", "dev", {"questions": RAW / "strategyqa" / "dev.json"}, out)
+    return out / "queries.parquet"
+
+
+def test_facts_contexts_are_the_annotators_facts_by_hand(strategyqa_queries):
+    """resources/raw/strategyqa/dev.json, records 0 and 1: two facts each, in the annotators' order."""
+    from cqabench.io import read_parquet
+    from cqabench.oracle import facts_contexts
+
+    queries = read_parquet(strategyqa_queries)
+    asked = [{"qid": "e0044a7b4d146d611e73"}, {"qid": "c69397b4341b65ed080f"}, {"qid": "not-a-question"}]
+    docs_for, entries, without = facts_contexts(queries, asked)
+    assert docs_for == {"e0044a7b4d146d611e73": ["e0044a7b4d146d611e73/facts/0", "e0044a7b4d146d611e73/facts/1"],
+                        "c69397b4341b65ed080f": ["c69397b4341b65ed080f/facts/0", "c69397b4341b65ed080f/facts/1"]}
+    assert entries["e0044a7b4d146d611e73/facts/0"] == {"docid": "e0044a7b4d146d611e73/facts/0", "title": "",
+                                                        "text": "Albany, GA has around 75,000 people", "kind": "text"}
+    assert entries["e0044a7b4d146d611e73/facts/1"]["text"] == "Albany, NY has almost 100,000 people"
+    assert without == ["not-a-question"]
+    with pytest.raises(ConfigError, match="none of the 1 selected question"):
+        facts_contexts(queries, [{"qid": "not-a-question"}])
+    with pytest.raises(ConfigError, match="needs the `facts` column"):
+        facts_contexts(queries.drop_columns(["facts"]), asked)
+
+
+def test_a_facts_oracle_cell_shows_the_facts_and_says_so(strategyqa_queries, tmp_path):
+    """The first StrategyQA question's oracle prompt numbers its two facts as context (no qrels, no
+    corpus read) and summary.json records the context source."""
+    from cqabench.generate import Cell, CellInputs, CellOptions, prepare_cell, run_cell
+    from cqabench.llm import llm_spec
+    from cqabench.llm.base import Completion, Sampling
+    from cqabench.prompts import load_template
+
+    template = load_template(Path(__file__).resolve().parents[1] / "resources/prompts/few-shot/strategy.txt")
+    spec = llm_spec("double", {"backend": "openai", "source": "double", "revision": "test"})
+    cell = Cell("strategyqa", "dev", "pipe", "none", "double", "few-shot", "oracle", 0)
+    inputs = CellInputs(queries=strategyqa_queries, template=Path(template.path))
+    options = CellOptions(max_questions=2, oracle_context="facts")
+    prepared = prepare_cell(cell, spec, Sampling(max_new_tokens=8), template, inputs, options, identity={"m": 1})
+    first = prepared.items[0]
+    assert first.docids == ["e0044a7b4d146d611e73/facts/0", "e0044a7b4d146d611e73/facts/1"]
+    assert ("Context:\n[1] Albany, GA has around 75,000 people\n\n[2] Albany, NY has almost 100,000 people\n\n"
+            "Question: Will the Albany in Georgia reach a hundred thousand occupants before the one in New York?"
+            ) in first.chat[-1]["content"]
+    with pytest.raises(ConfigError, match="setting oracle needs --qrels"):  # the gold oracle still needs qrels
+        prepare_cell(cell, spec, Sampling(), template, inputs, CellOptions(max_questions=2), identity={"m": 1})
+
+    class Answers:  # TEST DOUBLE of a backend: "no" to everything
+        def generate(self, chats, sampling, labels=None):
+            yield [(i, Completion(text="Final Answer: no", prompt_tokens=1, output_tokens=2, latency_s=0.0,
+                                  finish_reason="stop")) for i in range(len(chats))]
+
+        def close(self):
+            pass
+
+    summary = run_cell(cell, spec, Sampling(max_new_tokens=8), template, inputs, tmp_path / "p.parquet",
+                       tmp_path / "cache", options, tmp_path / "summary.json", backend_factory=Answers)
+    assert summary["options"]["oracle_context"] == "facts" and summary["n_items"] == 2
+    assert json.loads((tmp_path / "summary.json").read_text())["options"]["oracle_context"] == "facts"

@@ -30,11 +30,11 @@ def _plan(config: dict[str, Any], env: Environment = ENV) -> Plan:
 
 
 # ---- the shipped configs (counts as `snakemake -n --forceall` planned them before the move; the
-# default has gained one open-book cell since: TANQ's tool agent) ----
+# default has gained one open-book cell since, TANQ's tool agent, and StrategyQA's facts oracle) ----
 
 
 @pytest.mark.parametrize(
-    ("name", "generate", "eval_retrieval"), [("config.yaml", 56, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
+    ("name", "generate", "eval_retrieval"), [("config.yaml", 57, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
 )
 def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, eval_retrieval: int) -> None:
     plan = _plan(_config(name))
@@ -44,14 +44,24 @@ def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int,
 
 def test_default_plan_by_hand() -> None:
     """config.yaml: 8 datasets x 1 serialization; closed everywhere, rag over 2 runs x 3 k where the
-    dataset is searched (7, not TANQ), oracle where gold exists (5 of 8), open-book for TANQ only:
-    8 + 42 + 5 + 1 = 56."""
+    dataset is searched (7, not TANQ), oracle where gold exists (5 of 8) plus StrategyQA's on its
+    annotators' facts, open-book for TANQ only: 8 + 42 + 6 + 1 = 57."""
     plan = _plan(_config())
     cells = plan.generation_cells()
     by_setting = {s: [c for c in cells if c[6] == s] for s in ("closed", "rag", "oracle", "open-book")}
-    assert [len(by_setting[s]) for s in ("closed", "rag", "oracle", "open-book")] == [8, 42, 5, 1]
+    assert [len(by_setting[s]) for s in ("closed", "rag", "oracle", "open-book")] == [8, 42, 6, 1]
     assert by_setting["open-book"] == [("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)]
-    assert {c[0] for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa"}
+    assert {c[0] for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa",
+                                                    "strategyqa"}
+    assert {c[0]: plan.context_source(c[0], "oracle") for c in by_setting["oracle"]}["strategyqa"] == "facts"
+    assert plan.context_source("musique", "oracle") == "gold" and plan.context_source("tatqa", "rag") == "retrieved"
+    # the facts oracle reads the queries (their facts column), no qrels or corpus; it is planned, so not listed
+    facts = SimpleNamespace(dataset="strategyqa", split="dev", serialization="pipe", retriever="none",
+                            llm="smollm2-135m", prompt="few-shot", setting="oracle", k="0")  # fmt: skip
+    assert set(plan.generation_inputs(facts)) == {"queries", "template", "model"}
+    assert plan.generation_settings(facts)["oracle_context"] == "facts"
+    assert plan.generation_cell(facts)["context_source"] == "facts"
+    assert ("strategyqa", "dev", "oracle") not in {(n["dataset"], n["split"], n["setting"]) for n in plan.not_planned_cells()}
     assert plan.corpus_of("musique") == plan.corpus_of("2wikimultihopqa") == "wiki-multihop"
     assert plan.corpus_of("tatqa") == "tatqa"
     assert plan.run_names("strategyqa", "dev") == ["bm25", "minilm", "bm25-irq", "bm25-ird-gold", "bm25-ird-pred"]
@@ -67,8 +77,15 @@ def test_default_plan_by_hand() -> None:
         "model": "results/sample/models/smollm2-135m",
         "corpus": "results/sample/corpora/tatqa/corpus.parquet",
         "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet",
+        "spec": "results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3/spec.json",
         "batch": "results/sample/generation/_batches/smollm2-135m.json",
     }
+    # the cell's own rerun triggers: its files, template hash and settings (the cell_spec rule)
+    spec = plan.cell_spec(w)
+    assert spec["cell"] == "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3"
+    assert spec["inputs"] == {k: v for k, v in plan.cell_inputs(w).items() if k not in ("spec", "batch")}
+    assert spec["settings"] == plan.generation_settings(w) and len(spec["template_hash"]) > 0
+    assert "oracle_context" not in spec["settings"]  # only a facts oracle carries it: other params unchanged
     assert plan.generation_cell(w)["retriever_settings"]["type"] == "bm25"
 
 
@@ -76,6 +93,7 @@ def test_small_matrix_by_hand() -> None:
     """One dataset, two serializations, closed + rag over two runs at k 1 and 3: 2 x (1 + 2 x 2) = 10."""
     config = _config()
     config["datasets"] = {"tatqa": config["datasets"]["tatqa"]}
+    config["generation"].pop("oracle_context")  # StrategyQA is not configured here
     config["corpora"] = {}
     config["serializations"] = ["pipe", "linear"]
     config["retrieval"] = {"retrievers": ["bm25", "minilm"], "k": 50}
@@ -153,6 +171,12 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      "generation.oracle_distractors: datasets ['musiqu'] are not configured"),
     ("max_questions_by_dataset key", lambda c: c["generation"].__setitem__("max_questions_by_dataset", {"tanqq": 5}),
      "generation.max_questions_by_dataset: datasets ['tanqq'] are not configured"),
+    ("oracle_context key", lambda c: c["generation"]["oracle_context"].__setitem__("strategyq", "facts"),
+     "generation.oracle_context: datasets ['strategyq'] are not configured"),
+    ("facts where there are none", lambda c: c["generation"]["oracle_context"].__setitem__("musique", "facts"),
+     "generation.oracle_context.musique: facts exist only for ['strategyqa']"),
+    ("facts with distractors", lambda c: c["generation"].__setitem__("oracle_distractors", {"strategyqa": 2}),
+     "generation.oracle_context.strategyqa: facts cannot take generation.oracle_distractors"),
     ("openai with gguf", lambda c: c["llms"]["smollm2-135m"].__setitem__("backend", "openai"),
      "llms.smollm2-135m.source: backend openai sends `source` to an API as the model name"),
     ("missing template", lambda c: c["generation"].__setitem__("prompts_dir", "resources/prompts_tanq"),

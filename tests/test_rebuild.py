@@ -3,6 +3,9 @@
 1. Asking for one answer cell's metrics.json plans only that file's ancestors.
 2. Editing one prompt template reruns exactly the generation and evaluation jobs of the cells
    that use it (plus the report jobs downstream), nothing upstream.
+3. With the default's engine batch, a changed retriever setting (BM25's k1) or template replans
+   exactly the cells that read it: each cell's job depends on its own spec (the files and
+   settings its prompts are made from), the batch manifest only orders it (`ancient`).
 
 Both run in a throw-away copy of the checkout (prompts copied so one can be edited) on the
 embedded default config. For (2) every output exists as an empty stand-in made up to date with
@@ -115,17 +118,72 @@ def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
     assert sum(job_table(text).values()) < sum(job_table(forced).values())
 
 
-def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
-    dirs = {o for o in outputs(forced) if "/index/" in o and not Path(o).suffix}
+def _stand_ins(work: Path, forced: str, *config: str) -> None:
+    """Every output of the forced plan as an empty stand-in, made up to date with `--touch --forceall`
+    (every job touched in order, so each also gets Snakemake's metadata: its params, for the
+    params rerun trigger; a plain `--touch` skips stand-ins that already look up to date)."""
+    dirs = {o for o in outputs(forced) if not Path(o).suffix}  # directory() outputs: indexes, exports, models
     for rel in outputs(forced):
         path = work / rel
         if rel in dirs:
             path.mkdir(parents=True, exist_ok=True)
-        else:
+        elif not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
-    _snakemake(work, "--touch")
-    assert sum(job_table(_snakemake(work, "-n")).values()) == 0, "stand-ins are not up to date"
+    _snakemake(work, "--touch", "--forceall", *config)
+    assert sum(job_table(_snakemake(work, "-n", *config)).values()) == 0, "stand-ins are not up to date"
+
+
+REPORT_JOBS = {"aggregate": 1, "report_tables": 1, "report_plots": 1, "report_page": 1, "all": 1}
+# The default's paper tables, each its own job (table_<id>, cqabench.table_targets).
+TANQ_TABLES = ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills", "tanq_table8_by_n_relations",
+               "tanq_table9_by_table_length", "tanq_table10_failures")
+TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_recall100", "dexter_table3_answers",
+                                         "dexter_table8_open_models", "strategyqa_recall10", *TANQ_TABLES)}
+
+
+def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
+    """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
+    ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
+    dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); it is read by 7 datasets x 3 k
+    RAG cells and TANQ's open-book cell (22): their specs, the batch, their jobs and evaluations.
+    The other 35 cells (closed, oracle, MiniLM RAG) are not replanned, though the batch reruns.
+    Every paper table reruns: each job's params hold the config (its comparability notes), which
+    the k1 change edits. A template edit leaves the config alone: only DEXTER Table 3, which
+    shows the 16 numeric cells (TAT-QA and FinQA few-shot), reruns."""
+    import yaml
+
+    _stand_ins(work, forced)
+    config = yaml.safe_load(Path(CONFIG).read_text())
+    assert config["generation"]["batch_llms"], "the default no longer batches: this test checks nothing"
+    config["retrievers"]["bm25"]["k1"] = 1.2
+    changed = work / "bm25_k1.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    run = _snakemake(work, "-n", "--configfile", str(changed))
+    assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "eval_retrieval": 10,
+                                      "cell_spec": 22, "generate_batch": 1, "generate": 22,
+                                      "evaluate_generation": 22, **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
+    cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+    # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
+    assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25", "open-book")}
+
+    # The numeric template (TAT-QA and FinQA: closed, 6 RAG, oracle each) reruns those 16 cells only.
+    template = work / "resources" / "prompts" / "few-shot" / "numeric.txt"
+    before, stat = template.read_text(), template.stat()
+    template.write_text(before + "\n")
+    try:
+        run = _snakemake(work, "-n")
+    finally:
+        template.write_text(before)
+        os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert job_table(run) == Counter({"cell_spec": 16, "generate_batch": 1, "generate": 16, "evaluate_generation": 16,
+                                      "table_dexter_table3_answers": 1, **REPORT_JOBS}), job_table(run)
+    cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+    assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 16
+
+
+def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
+    _stand_ins(work, forced)
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
@@ -134,11 +192,10 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
     alone = job_table(_snakemake(work, "-n"))
     # ... and of the paper tables only the one that shows it (a few-shot RAG cell: DEXTER Table 3;
     # Table 8 is oracle with few-shot-CoT), each table being its own job (table_<id>).
-    assert cells[0].split("/")[7:9] == ["few-shot", "rag-k1"], cells[0]
+    assert cells[0].split("/")[8:10] == ["few-shot", "rag-k1"], cells[0]
     assert alone == Counter({"generate": 1, "evaluate_generation": 1, "aggregate": 1, "report_tables": 1,
                              "table_dexter_table3_answers": 1, "report_plots": 1, "report_page": 1, "all": 1}), alone
-    # Per-cell semantics for the template edit: with a batch, the rerun batch also reassembles every
-    # other cell of its model from the cache, so the exact count holds without batches.
+    # The same per-cell semantics without batches (every cell its own job from scratch).
     unbatched = _unbatched_config(work)
     _snakemake(work, "--touch", "--configfile", unbatched)
     # results/sample/metrics/{dataset}/{split}/{serialization}/{retriever|none}/{llm}/{prompt}/{setting}-k{k}/metrics.json

@@ -92,7 +92,7 @@ def test_cells_tests_and_holm_on_a_hand_worked_group() -> None:
     assert doc["not_planned"] == NOT_PLANNED
     md = to_markdown(doc)
     assert "## musique (dev), serialization pipe — m / p" in md
-    assert "| closed | none | 0 | 6 | 0.833 | 0.000 [0.000, 0.000] |" in md
+    assert "| closed | none | 0 | 6 | 0.833 |  | 0.000 [0.000, 0.000] |" in md  # no flag: no spread recorded
     assert "+1.000 (n=6) | 0.031 / 0.062 |" in md
     assert "| tanq | test | rag | no corpus: TANQ has no documents |" in md
     assert "Unit: fraction (0–1)" in md and "percentile bootstrap" in md and "Holm" in md
@@ -136,7 +136,7 @@ def test_na_propagates_and_is_never_zero() -> None:
     assert comps["ambigqa"]["p_value"] is None and comps["ambigqa"]["reason"] == reason
     assert comps["tatqa"]["p_value"] is None and comps["tatqa"]["reason"] == NO_CLOSED
     md = to_markdown(doc)
-    assert "| rag | bm25 | 5 | 0 | n/a | n/a [1] | n/a [1] | n/a |" in md  # no parse rate either
+    assert "| rag | bm25 | 5 | 0 | n/a |  | n/a [1] | n/a [1] | n/a |" in md  # no parse rate either
     assert f"[1] {reason}" in md and f"[2] {NO_CLOSED}" in md
     assert "f1_ans (official) [95% CI]" in md
     json.dumps(doc, allow_nan=False)  # machine-readable: nulls, never NaN

@@ -52,6 +52,14 @@ def test_a_row_with_the_papers_setup_is_comparable() -> None:
     assert cmp.reasons(SETUP, RUN, "t3", None, closed) == []
 
 
+def test_a_facts_oracle_is_never_the_papers_gold_oracle() -> None:
+    oracle = _row(dataset="musique", corpus="pool", stage="generation", setting="oracle", metric="cover_em",
+                  variant="default")
+    assert cmp.reasons(SETUP, RUN, "t3", None, oracle) == []
+    assert cmp.reasons(SETUP, RUN, "t3", None, {**oracle, "context_source": "facts"}) == [
+        "musique oracle context: the annotators' facts (context_source facts), not the paper's gold paragraphs"]
+
+
 def test_each_field_that_differs_gives_its_reason() -> None:
     assert cmp.reasons(SETUP, RUN, "t2", "trec_eval", _row(dataset="musique", corpus="musique")) == [
         "musique corpus musique (musique), the paper's pools 2wikimultihopqa + musique"]

@@ -71,7 +71,8 @@ def _setting_problems(plan: Plan, ds: str, sp: str, retriever: str, setting: str
             out.append(f"{what}, so it has no k: its folder is {setting}-k0, not {setting}-k{k}")
         if retriever != "none":
             out.append(f"{what} and retrieves nothing: its retriever is 'none', not {retriever!r}")
-        if setting == "oracle" and sp in plan.splits(ds):
+        # a facts oracle (generation.oracle_context) shows the queries' facts: no gold documents needed
+        if setting == "oracle" and sp in plan.splits(ds) and plan.oracle_context_of(ds) == "gold":
             has, reason = plan.gold_evidence[(ds, sp)]
             if not has:
                 out.append(f"oracle needs gold documents: {reason}")

@@ -94,7 +94,7 @@ def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
 
 def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict[str, Any],
            provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None,
-           failed: list[str] | None = None) -> None:
+           failed: list[str] | None = None, answers: dict[str, Any] | None = None) -> None:
     """Both outputs as one (io.atomic_files): a failure never leaves a metrics.json without its per-question table."""
     targets = {k: p for k, p in (("pq", out_pq), ("json", out_json)) if p is not None}
     if not targets:
@@ -107,6 +107,8 @@ def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict
             doc = {"cell": cell, "metrics": summary, "provenance": provenance}
             if failed is not None:  # generation cells: the questions left out of every mean (n_failed)
                 doc["failed_qids"] = failed
+            if answers is not None:  # generation cells: how the predictions spread (cqabench.answer_spread)
+                doc["answers"] = answers
             tmp["json"].write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                    encoding="utf-8")
 
@@ -198,6 +200,15 @@ def _cell_predictions_and_answers(args: argparse.Namespace) -> tuple[pd.DataFram
     return preds, answers.filter(pc.is_in(answers["qid"], value_set=asked))
 
 
+def spread_of(preds: pd.DataFrame, failed: list[str]) -> dict[str, Any]:
+    """cqabench.answer_spread over the cell's scored predictions (its failed items left out)."""
+    from cqabench.answer_spread import answer_spread
+
+    scored = preds[~preds["qid"].astype(str).isin(set(failed))]
+    parse_ok = scored["parse_ok"].astype(bool).tolist() if "parse_ok" in scored.columns else [True] * len(scored)
+    return answer_spread(scored["prediction"].tolist(), parse_ok)
+
+
 def run_evaluate_generation(args: argparse.Namespace) -> int:
     cell = json_object(args.cell, "--cell")
     preds, answers = _cell_predictions_and_answers(args)
@@ -213,7 +224,12 @@ def run_evaluate_generation(args: argparse.Namespace) -> int:
                     args.predictions, len(failed), ", ".join(failed[:10]))
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
     provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
-    _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question, failed)
+    answers = spread_of(preds[keep], failed)
+    from cqabench.answer_spread import describe
+
+    for line in describe(answers, str(cell.get("llm") or "the model")):
+        log.warning("%s: %s", args.predictions, line)
+    _write(summary, per_question, cell, provenance, args.out_json, args.out_per_question, failed, answers)
     return 0
 
 

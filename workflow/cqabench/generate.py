@@ -7,7 +7,8 @@ and restarted calls the model only for what is missing. The model is not even lo
 everything is cached.
 
 Settings: `closed` (no documents), `rag` (the top-k of a retrieval run), `oracle` (every
-gold document of the question from qrels, in qrels order; k is recorded as 0, meaning "all"),
+gold document of the question from qrels, in qrels order; k is recorded as 0, meaning "all";
+with `oracle_context: facts`, StrategyQA's annotators' facts instead, `cqabench.oracle`),
 `open-book` (no documents in the prompt: the model calls tools over a tool corpus in a bounded,
 cached dialogue, `cqabench.agent`; retriever = the BM25 retriever behind WikiSearch, k = 1, the
 one article a search returns).
@@ -376,6 +377,9 @@ class CellOptions:
     max_doc_chars: int | None = None
     oracle_distractors: int = 0
     oracle_seed: int = 0
+    # what an oracle prompt shows (cqabench.oracle.CONTEXT_SOURCES): the qrels' gold documents, or
+    # StrategyQA's annotators' facts where the sample has no paragraph text
+    oracle_context: str = "gold"
     open_book: Mapping[str, Any] | None = None  # limits, max_new_tokens, retriever_settings (config.generation.open_book)
 
 
@@ -410,12 +414,21 @@ def prepare_cell(
     questions = select_questions(read_parquet(inputs.queries), options.max_questions)
     qids = {q["qid"] for q in questions}
     without_evidence: list[str] = []
+    fact_docs: dict[str, dict[str, Any]] = {}  # oracle context facts: the context entries themselves
 
     if cell.setting == "open-book":
         return _prepare_open_book(cell, spec, sampling, template, inputs, options, identity, questions)
     if cell.setting == "closed":
         docs_for: dict[str, list[str]] = {q: [] for q in qids}
+    elif cell.setting == "oracle" and options.oracle_context == "facts":
+        docs_for, fact_docs, without_evidence = oracle.facts_contexts(read_parquet(inputs.queries), questions)
+        if without_evidence:
+            log.warning("%s/%s oracle (facts): %d of %d question(s) have no facts and are left out, e.g. %s",
+                        cell.dataset, cell.split, len(without_evidence), len(questions), without_evidence[0])
+        questions = [q for q in questions if q["qid"] not in set(without_evidence)]
     elif cell.setting == "oracle":
+        if options.oracle_context != "gold":
+            raise ConfigError(f"oracle context {options.oracle_context!r} is not one of {list(oracle.CONTEXT_SOURCES)}")
         if inputs.qrels is None:
             raise ConfigError("setting oracle needs --qrels")
         qrels = read_parquet(inputs.qrels)
@@ -431,17 +444,21 @@ def prepare_cell(
             raise ConfigError("setting rag needs --run")
         docs_for = retrieved_docids(inputs.run, qids, cell.k)
     needed = {d for ids in docs_for.values() for d in ids}
-    if needed and inputs.corpus is None:
-        raise ConfigError(f"setting {cell.setting} needs --corpus")
-    documents = load_documents(inputs.corpus, needed) if needed else {}
+    if fact_docs:
+        documents = fact_docs
+    else:
+        if needed and inputs.corpus is None:
+            raise ConfigError(f"setting {cell.setting} needs --corpus")
+        documents = load_documents(inputs.corpus, needed) if needed else {}
 
     def key_of(chat: Chat) -> str:
         return item_key(identity, spec.backend, spec.dtype, sampling, chat)
 
     items = build_items(cell, questions, template, docs_for, documents, key_of, options.max_doc_chars)
     if cell.setting == "oracle" and any(not it.docids for it in items):
-        raise DataError(inputs.qrels, next(it.qid for it in items if not it.docids), "docid",
-                        "an oracle prompt without context documents would be a closed-book prompt")
+        source = inputs.queries if options.oracle_context == "facts" else inputs.qrels
+        raise DataError(source, next(it.qid for it in items if not it.docids), "docid",
+                        "an oracle prompt without context would be a closed-book prompt")
     return PreparedCell(cell, template, sampling, items, without_evidence)
 
 

@@ -29,14 +29,32 @@ qids), not only of the selected questions; the pool is drawn from it.
 A question without gold documents gets [] (nothing to mix into); `questions_without_evidence`
 lists those so the caller can leave them out of the cell and say how many, and refuses a cell
 where no selected question has gold evidence.
+
+What the gold documents are follows the dataset's relevance mode (`datasets.<ds>.relevance`),
+since they are read from the qrels `prepare` wrote in that mode: in mode `paper` every
+paragraph the dataset pairs with the question (MuSiQue's 20, 2Wiki's 10 context paragraphs,
+DEXTER §3.1 and its toolkit), in mode `supporting` only the supporting ones.
+
+Context sources (`generation.oracle_context`, recorded as the `context_source` of every row):
+`gold` (the default) is the above. `facts` is StrategyQA's only offline evidence text: the
+facts its annotators wrote while answering (the `facts` column of queries.parquet), one context
+entry per fact, in the annotators' order. Those are not the paper's gold paragraphs (the
+paragraph file is not in the sample), so a facts oracle is never reported as one.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cqabench.errors import ConfigError
+
+CONTEXT_SOURCES = {
+    "gold": "the question's gold documents from qrels (which ones: datasets.<ds>.relevance)",
+    "facts": "the annotators' facts of the question (StrategyQA), not gold paragraphs",
+}
+FACTS_DATASETS = ("strategyqa",)  # the datasets whose queries carry annotators' facts
 
 
 def _h(seed: int | str, qid: str, purpose: str, item: object) -> int:
@@ -128,3 +146,29 @@ def questions_without_evidence(dataset: str, split: str, qids: Sequence[str], go
             "or configure raw files that carry the evidence"
         )
     return without
+
+
+def facts_contexts(queries: Any, questions: Sequence[Mapping[str, Any]]
+                   ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]:
+    """The `facts` oracle context of the selected `questions` ({qid, ...} rows of `queries`, a
+    queries.parquet table with a `facts` column): (qid -> context ids, id -> context entry,
+    qids without facts). An entry is one fact, id `<qid>/facts/<i>`, no title; a question whose
+    facts are empty is listed, for the caller to leave out (as gold-less questions are).
+    Raises ConfigError when the table has no `facts` column or no selected question has facts."""
+    if "facts" not in queries.column_names:
+        raise ConfigError("oracle context facts needs the `facts` column of queries.parquet (StrategyQA)")
+    by_qid = dict(zip(queries.column("qid").to_pylist(), queries.column("facts").to_pylist()))
+    docs_for: dict[str, list[str]] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    without: list[str] = []
+    for q in questions:
+        facts = [f.strip() for f in by_qid.get(q["qid"]) or [] if isinstance(f, str) and f.strip()]
+        if not facts:
+            without.append(q["qid"])
+            continue
+        ids = [f"{q['qid']}/facts/{i}" for i in range(len(facts))]
+        docs_for[q["qid"]] = ids
+        entries.update({d: {"docid": d, "title": "", "text": f, "kind": "text"} for d, f in zip(ids, facts)})
+    if questions and len(without) == len(questions):
+        raise ConfigError(f"oracle context facts: none of the {len(questions)} selected question(s) has facts")
+    return docs_for, entries, without

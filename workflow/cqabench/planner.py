@@ -35,7 +35,7 @@ DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird
 SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
 NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
-PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "open_book")
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "oracle_context", "open_book")
 # The open-book loop's limits and their defaults (cqabench.agent.loop); each is a result column.
 OPEN_BOOK_LIMITS = {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096, "max_new_tokens": None}
 CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
@@ -127,6 +127,7 @@ class Plan:
         self.models_dir = f"{self.results}/models"
         self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
         self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
+        self.oracle_context: dict[str, str] = dict(g.get("oracle_context") or {})
         self.gen_seed = int(g.get("seed", 0))
         self.threads = int(g.get("threads", 2))
 
@@ -283,16 +284,34 @@ class Plan:
                 family_of(ds, g.get("families"))  # every dataset must map to a template family
             except ConfigError as exc:
                 out.append(f"generation.families: {exc}")
-        for key in ("families", "oracle_distractors", "max_questions_by_dataset"):
+        for key in ("families", "oracle_distractors", "oracle_context", "max_questions_by_dataset"):
             bad = sorted(set(g.get(key) or {}) - set(self.datasets))
             if bad:
                 out.append(f"generation.{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        out += self._oracle_context_problems()
         for name, llm in self.llms.items():
             if llm["backend"] == "openai" and str(llm["source"]).startswith(GGUF_PREFIXES):
                 out.append(
                     f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
                     f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
                 )
+        return out
+
+    def _oracle_context_problems(self) -> list[str]:
+        """`facts` exists only where the queries carry annotators' facts, and has no distractors
+        to draw (they are other questions' gold documents)."""
+        from cqabench.oracle import CONTEXT_SOURCES, FACTS_DATASETS
+
+        out = []
+        for ds, source in self.oracle_context.items():
+            if source not in CONTEXT_SOURCES:
+                out.append(f"generation.oracle_context.{ds}: {source!r} is not one of {list(CONTEXT_SOURCES)}")
+            elif source == "facts" and ds not in FACTS_DATASETS:
+                out.append(f"generation.oracle_context.{ds}: facts exist only for {list(FACTS_DATASETS)} "
+                           "(the annotators' facts in queries.parquet); use gold")
+            elif source == "facts" and int(self.oracle_distractors.get(ds, 0)):
+                out.append(f"generation.oracle_context.{ds}: facts cannot take generation.oracle_distractors "
+                           "(distractors are other questions' gold documents); set one of them")
         return out
 
     def _open_book_problems(self) -> list[str]:
@@ -605,7 +624,7 @@ class Plan:
         for ds in self.datasets:
             for sp in self.splits(ds):
                 has, reason = self.gold_evidence[(ds, sp)]
-                if "oracle" in self.gen_settings and not has:
+                if "oracle" in self.gen_settings and not has and self.oracle_context_of(ds) == "gold":
                     out.append({"dataset": ds, "split": sp, "setting": "oracle", "reason": reason})
                 if "rag" in self.gen_settings and not [r for r in self.gen_rag_runs if r in self.run_names(ds, sp)]:
                     out.append({"dataset": ds, "split": sp, "setting": "rag",
@@ -645,7 +664,8 @@ class Plan:
                                 elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
                                     if ds in self.open_book.get("datasets", []):
                                         cells.append((ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
-                                elif setting == "oracle" and not self.gold_evidence[(ds, sp)][0]:
+                                elif (setting == "oracle" and not self.gold_evidence[(ds, sp)][0]
+                                      and self.oracle_context_of(ds) == "gold"):
                                     continue  # no gold documents: an "oracle" cell would be closed-book
                                 else:
                                     cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
@@ -732,9 +752,10 @@ class Plan:
         }
         if self.is_gguf(w.llm):
             inputs["model"] = f"{self.models_dir}/{w.llm}"
-        if w.setting in ("rag", "oracle"):
+        facts = w.setting == "oracle" and self.oracle_context_of(w.dataset) == "facts"  # from queries.parquet
+        if w.setting in ("rag", "oracle") and not facts:
             inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
-        if w.setting == "oracle":
+        if w.setting == "oracle" and not facts:
             inputs["qrels"] = self.data_path(w.dataset, w.split, "qrels")
         if w.setting == "rag":
             inputs["run"] = self.run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
@@ -745,14 +766,39 @@ class Plan:
         return inputs
 
     def cell_inputs(self, w: Any) -> dict[str, str]:
-        """The generate rule's inputs; a cell the config cannot make stops planning here, by path."""
+        """The generate rule's inputs; a cell the config cannot make stops planning here, by path.
+
+        A batched cell also waits for its model's batch, but its rerun triggers are its own
+        `cell_spec` file's: common.smk marks the batch manifest ancient, so a batch rerun for
+        another cell's sake leaves this one alone. An off-grid cell is no member of the batch:
+        it runs its model itself, and its own inputs and params are its triggers."""
         self.checked_cell(w, self.generation_file(self._as_cell(w)))
         inputs = self.generation_inputs(w)
         if self.in_batch(w):
-            # a rerun batch reassembles every cell of its model from the cache (seconds each);
-            # an off-grid cell is no member of the batch: it runs its model itself
+            inputs["spec"] = self.cell_spec_file(w)
             inputs["batch"] = self.batch_manifest(w.llm)
         return inputs
+
+    def cell_spec_file(self, w: Any) -> str:
+        """`cell_spec`'s output: the record of what one batched cell's prompts are made from."""
+        return self.generation_file(self._as_cell(w), "spec.json")
+
+    def cell_spec(self, w: Any) -> dict[str, Any]:
+        """What decides a cell's prompts (its items' cache keys): the files they are built from,
+        the template's hash and the cell's settings, the `cell_spec` rule's params and output.
+
+        Why a job of its own: Snakemake skips the own rerun checks of every job downstream of
+        one that must rerun (it expects them to rerun too), and the batch is upstream of every
+        cell of its model. Checked on the cell job, an edited template or setting would be
+        missed whenever the batch reruns; checked here, upstream of the batch, a change reruns
+        this spec and so the cell (tests/test_rebuild.py counts the jobs)."""
+        inputs = self.generation_inputs(w)
+        return {
+            "cell": self.cell_dir(*(getattr(w, f) for f in CELL_FIELDS)),
+            "inputs": dict(sorted(inputs.items())),
+            "template_hash": file_hash(self.env.root / inputs["template"]),
+            "settings": self.generation_settings(w),
+        }
 
     def batch_manifest(self, llm: str) -> str:
         return f"{self.results}/generation/_batches/{llm}.json"
@@ -764,8 +810,10 @@ class Plan:
         ]
 
     def batch_inputs(self, w: Any) -> list[str]:
-        """Every file any cell of the batch reads."""
-        return sorted({str(p) for c in self.batch_cells(w.llm) for p in self.generation_inputs(c).values()})
+        """Every file any cell of the batch reads, and every cell's spec (cell_spec)."""
+        cells = self.batch_cells(w.llm)
+        return sorted({str(p) for c in cells for p in self.generation_inputs(c).values()}
+                      | {self.cell_spec_file(c) for c in cells})
 
     def batch_members(self, w: Any) -> str:
         """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
@@ -802,6 +850,17 @@ class Plan:
     def distractors_of(self, dataset: str, setting: str) -> int:
         return int(self.oracle_distractors.get(dataset, 0)) if setting == "oracle" else 0
 
+    def oracle_context_of(self, dataset: str) -> str:
+        """What the dataset's oracle prompts show: `gold` (default) or `facts` (cqabench.oracle)."""
+        return str(self.oracle_context.get(dataset) or "gold")
+
+    def context_source(self, dataset: str, setting: str) -> str:
+        """What a cell's prompts show besides the question (the `context_source` result column):
+        none (closed-book), retrieved (RAG), gold or facts (oracle), tools (open-book)."""
+        if setting == "oracle":
+            return self.oracle_context_of(dataset)
+        return {"closed": "none", "rag": "retrieved", "open-book": "tools"}.get(setting, setting)
+
     def generation_settings(self, w: Any) -> dict[str, Any]:
         """Everything besides the cell that decides the answers; a change reruns the job (params)."""
         return {
@@ -812,6 +871,8 @@ class Plan:
             "models_dir": self.models_dir,
             "oracle_distractors": self.distractors_of(w.dataset, w.setting),
             "oracle_seed": self.gen_seed,
+            # only for a facts oracle: other cells' params (rerun triggers) stay as they were
+            **({"oracle_context": "facts"} if self.context_source(w.dataset, w.setting) == "facts" else {}),
             **({"open_book": self.open_book_settings(w)} if w.setting == "open-book" else {}),
             # only when set: the default adds no key, so existing jobs' params (rerun triggers) stay as they were
             **({"allow_failed": True} if self.generation.get("allow_failed_items") else {}),
@@ -859,6 +920,7 @@ class Plan:
             "prompt": w.prompt,
             "template_hash": file_hash(self.env.root / self.template_file(w.dataset, w.prompt, w.setting)),
             "setting": w.setting,
+            "context_source": self.context_source(w.dataset, w.setting),
             "k": int(w.k),
             "max_questions": self.max_questions_of(w.dataset),
             "max_doc_chars": self.generation.get("max_doc_chars"),

@@ -190,7 +190,20 @@ retrieval_targets = PLAN.retrieval_targets
 python_for = PLAN.python_for
 not_planned_cells = PLAN.not_planned_cells
 generation_targets = PLAN.generation_targets
-_cell_inputs = PLAN.cell_inputs
+cell_spec = PLAN.cell_spec
+_generation_inputs = PLAN.generation_inputs
+
+
+def _cell_inputs(w):
+    """The generate rule's inputs, the batch manifest ancient: only its existence orders the
+    cell after the batch; what reruns the cell is its own inputs and spec (Plan.cell_spec).
+    """
+    inputs = PLAN.cell_inputs(w)
+    if "batch" in inputs:
+        inputs["batch"] = ancient(inputs["batch"])
+    return inputs
+
+
 batch_manifest = PLAN.batch_manifest
 batch_inputs = PLAN.batch_inputs
 batch_members = PLAN.batch_members

@@ -31,6 +31,32 @@ rule convert_model:
         "cqabench convert-model --source {params.source:q} --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"
 
 
+# What one batched cell's prompts are made from (its files, template hash and settings): the
+# cell's own rerun triggers, upstream of the batch. Snakemake skips the checks of jobs below one
+# that reruns, so checked on the cell job they would be lost whenever the batch reruns for another
+# cell (Plan.cell_spec); here a changed template or setting reruns this file, the batch and the cell.
+rule cell_spec:
+    input:
+        unpack(_generation_inputs),
+    output:
+        f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/spec.json",
+    log:
+        f"{RESULTS}/logs/cell_spec/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
+    wildcard_constraints:
+        retriever=CELL_PART,
+        llm=_names(GEN_BATCH_LLMS),
+        prompt=CELL_PART,
+        setting=CELL_PART,
+        k=CELL_PART,
+    localrule: True
+    conda:
+        "../../envs/data.yaml"  # printf only: any environment has it
+    params:
+        spec=lambda w: as_arg(cell_spec(w)),
+    shell:
+        "printf '%s\\n' {params.spec} > {output:q} 2> {log:q}"
+
+
 # Cells of the LLMs in generation.batch_llms are generated in one engine session first (an
 # engine start costs more than a sample cell); each cell's own job then assembles its
 # predictions from the item cache. docs/generation.md says when to use it.

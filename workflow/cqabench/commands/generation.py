@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--settings",
         default="{}",
         help='JSON: {"llm": <llms.NAME entry>, "sampling": {...}, "max_questions": int|null, '
-        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int, '
+        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int, "oracle_context": "gold"|"facts", '
         '"open_book": {max_steps, max_tool_chars, max_total_tokens, max_new_tokens, retriever_settings}}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
@@ -110,7 +110,7 @@ def run_check_keys(args: argparse.Namespace) -> int:
 
 
 SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed",
-                 "open_book", "allow_failed"}
+                 "oracle_context", "open_book", "allow_failed"}
 INCOMPLETE_EXIT = 3  # outputs written, but some items failed: the job fails so that the next run asks again
 
 
@@ -163,6 +163,7 @@ def _options(settings: dict[str, Any]):
         max_doc_chars=settings.get("max_doc_chars"),
         oracle_distractors=int(settings.get("oracle_distractors") or 0),
         oracle_seed=int(settings.get("oracle_seed") or 0),
+        oracle_context=str(settings.get("oracle_context") or "gold"),
         open_book=settings.get("open_book"),
     )
 

@@ -56,6 +56,8 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
     "prompt": pa.string(),
     "template_hash": pa.string(),
     "setting": pa.string(),
+    # what the prompts showed: none | retrieved | gold | facts (StrategyQA's annotators' facts) | tools
+    "context_source": pa.string(),
     "k": pa.int64(),
     "identical_id_policy": pa.string(),
 }
@@ -73,6 +75,16 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     # answer metrics: questions whose generation failed, left out of the mean (n + n_failed were asked);
     # null on retrieval rows and in metric files written before failed items were counted
     "n_failed": pa.int64(),
+}
+# How an answer cell's predictions spread (cqabench.answer_spread, metrics.json `answers`): the most
+# frequent answer and its share, and the flags the report shows; null on retrieval rows.
+ANSWER_COLUMNS: dict[str, pa.DataType] = {
+    "n_answers": pa.int64(),
+    "top_answer": pa.string(),
+    "top_answer_count": pa.int64(),
+    "top_answer_share": pa.float64(),
+    "constant_answer": pa.bool_(),
+    "low_parse_rate": pa.bool_(),
 }
 UNIT = "fraction"
 UNIT_FACTORS = {"fraction": 1.0, "percent": 0.01}
@@ -213,10 +225,13 @@ def read_metric_file(path: str | Path) -> dict[str, Any]:
         raise DataError(path, None, "provenance", "expected an object")
     if not isinstance(metrics, list):
         raise DataError(path, None, "metrics", "expected a list of {metric, variant, value, n}")
+    answers = doc.get("answers") or {}
+    if not isinstance(answers, dict):
+        raise DataError(path, None, "answers", "expected an object (cqabench.answer_spread)")
     for i, m in enumerate(metrics):
         if not isinstance(m, dict) or not m.get("metric"):
             raise DataError(path, i, "metrics", "each entry needs a 'metric' name")
-    return {"cell": cell, "metrics": metrics, "provenance": prov}
+    return {"cell": cell, "metrics": metrics, "provenance": prov, "answers": answers}
 
 
 def _plain(value: Any) -> Any:
@@ -415,6 +430,7 @@ def fact_rows(
     for key, value in provenance_columns(prov, cell, settings, base["stage"], summary).items():
         name = key if key not in base and key not in METRIC_COLUMNS else f"provenance_{key}"
         base[name] = value
+    base.update({key: doc["answers"].get(key) for key in ANSWER_COLUMNS if key in doc["answers"]})
     wall_time_columns(base, results_dir, summary)
     base["config_hash"] = config_hash or NO_CONFIG_HASH
     base["aggregate_git_commit"] = aggregate_commit or prov_mod.git_commit()
@@ -478,8 +494,8 @@ def to_table(rows: Sequence[dict[str, Any]], known: dict[str, pa.DataType]) -> p
     return pa.table(columns)
 
 
-FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **RETRIEVER_COLUMNS, **METRIC_COLUMNS, **PROVENANCE_COLUMNS,
-                **SAMPLING_COLUMNS}
+FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **RETRIEVER_COLUMNS, **METRIC_COLUMNS, **ANSWER_COLUMNS,
+                **PROVENANCE_COLUMNS, **SAMPLING_COLUMNS}
 NO_CONFIG_HASH = "unknown (no config given to aggregate)"
 PQ_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **PER_QUESTION_COLUMNS, **QUESTION_COLUMNS}
 

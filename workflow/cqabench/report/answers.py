@@ -32,6 +32,13 @@ A cell with failed items (questions whose generation failed, fact column `n_fail
 with `generation.allow_failed_items`) shows "n (+m failed)" with a note and is listed under
 `failed_items`: its mean is over the questions answered, never a failure scored as wrong.
 
+A constant model is shown as one: a cell whose predictions are nearly all one answer
+(fact column `constant_answer`, cqabench.answer_spread) or whose parse rate is low
+(`low_parse_rate`) says so in its row ("answered 'no' to 30/30") and is listed under
+`flagged_cells`, since its score is the share of questions that answer happens to fit and its
+differences from other cells say nothing about retrieval. An oracle whose context is not gold
+documents (`context_source` facts: StrategyQA's annotators' facts) is labelled "oracle (facts)".
+
 Cells the workflow did not plan (`not_planned`: [{dataset, split, setting, reason}, ...]) are
 listed with their reason.
 """
@@ -46,6 +53,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cqabench.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
+from cqabench.answer_spread import describe as describe_spread
 from cqabench.errors import ConfigError
 from cqabench.io import write_json, write_text
 from cqabench.report.significance import (
@@ -133,7 +142,38 @@ def _cell_info(row: dict[str, Any]) -> dict[str, Any]:
     if info["setting"] in ("closed", "oracle"):
         info["retriever"], info["k"] = "none", 0
     info["docs_given"] = _docs_given(row)
+    info["context_source"] = _text(row.get("context_source"))
+    info.update({key: _spread_value(row.get(key)) for key in SPREAD_KEYS})
     return info
+
+
+SPREAD_KEYS = ("n_answers", "top_answer", "top_answer_count", "top_answer_share", "constant_answer", "low_parse_rate")
+
+
+def _spread_value(value: Any) -> Any:
+    """A fact-table spread value as plain Python (None for a null or a cell written before it existed)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return str(value)
+
+
+def spread_flags(cell: dict[str, Any]) -> list[str]:
+    """The cell's constant-answer and low-parse-rate flags as sentences ([] when neither is set)."""
+    return describe_spread(cell, str(cell.get("llm") or "the model"))
+
+
+def setting_label(cell: dict[str, Any]) -> str:
+    """The setting column: "oracle (facts)" where the oracle showed facts rather than gold documents."""
+    source = cell.get("context_source")
+    if cell.get("setting") == "oracle" and source not in (None, "", "gold"):
+        return f"oracle ({source})"
+    return str(cell.get("setting"))
 
 
 def _docs_given(row: dict[str, Any]) -> float | None:
@@ -155,7 +195,7 @@ def k_label(cell: dict[str, Any]) -> str:
 
 
 CELL_COLUMNS = ["cell_id", *GROUP_KEYS, *CELL_KEYS, "metric", "variant", "unit", "mean", "ci_low", "ci_high", "n",
-                "parse_rate", "reason", "ci_reason"]
+                "parse_rate", "reason", "ci_reason", "context_source", *SPREAD_KEYS]
 
 
 def cell_summaries(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None, seed: int = 0,
@@ -315,6 +355,7 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
     scores: dict = {}
     cells = cell_rows(metrics, per_question, seed, bootstrap_resamples, confidence, scores)
     failed_items = mark_failed(cells, metrics)
+    flagged = flagged_cells(cells)
     records = sorted(cells, key=lambda r: (_group_rank(r), _order(r)))  # metrics keep PRIMARY's order
     comparisons = []
     for key in dict.fromkeys(_group_key(r) for r in records):
@@ -352,7 +393,27 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
         "comparisons": comparisons,
         "not_planned": validate_not_planned(list(not_planned) if not_planned is not None else []),
         "failed_items": failed_items,
+        "flagged_cells": flagged,
     }
+
+
+FLAG_NOTE = (f"flagged: the model gave (nearly) one answer to every question of this cell (at least "
+             f"{CONSTANT_SHARE:.0%} of its predictions alike), or a final answer could be extracted from fewer than "
+             f"{LOW_PARSE_RATE:.0%} of its outputs; its score is then the share of questions that one answer (or an unparsed output) happens to fit, and "
+             "its differences from other cells say nothing about retrieval or evidence")
+
+
+def flagged_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells with a constant answer or a low parse rate, once each, with their flags as sentences."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in cells:
+        flags = spread_flags(row)
+        if flags and row["cell_id"] not in out:
+            out[row["cell_id"]] = {**{k: row[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)},
+                                   "context_source": row.get("context_source"),
+                                   **{k: row.get(k) for k in SPREAD_KEYS}, "parse_rate": row.get("parse_rate"),
+                                   "flags": flags}
+    return sorted(out.values(), key=lambda r: (_group_rank(r), _order(r)))
 
 
 def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resamples: int,
@@ -443,10 +504,11 @@ def _title(key: dict[str, Any]) -> str:
 
 def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Notes) -> list[str]:
     cell = row["cell"]
-    out = [cell["setting"], cell["retriever"], k_label(cell)]
+    out = [setting_label(cell), cell["retriever"], k_label(cell)]
     ns = sorted({str(r["n"]) for r, _ in row["by_metric"].values()})
     failed = f" (+{cell['n_failed']} failed)" + notes.ref(FAILED_NOTE) if cell.get("n_failed") else ""
-    out += ["/".join(ns) + failed, _f(cell["parse_rate"])]
+    flags = spread_flags(cell)
+    out += ["/".join(ns) + failed, _f(cell["parse_rate"]), "; ".join(flags) + notes.ref(FLAG_NOTE) if flags else ""]
     for mv in metrics:
         r, comp = row["by_metric"].get(mv, (None, None))
         if r is None:
@@ -480,7 +542,7 @@ def _delta_text(comp: dict[str, Any], setting: str, notes: _Notes) -> str:
 
 
 def _header(metrics: list[tuple[str, str]], correction: str = "holm") -> list[str]:
-    head = ["setting", "retriever", "k", "n", "parse rate"]
+    head = ["setting", "retriever", "k", "n", "parse rate", "flags"]
     for m, v in metrics:
         label = _metric_label(m, v)
         head += [f"{label} [95% CI]", f"Δ {label} vs closed", f"p / p {CORRECTION_NAMES.get(correction, correction)}"]
@@ -491,10 +553,13 @@ def method_text(doc: dict[str, Any]) -> str:
     i, t, c = doc["method"]["interval"], doc["method"]["test"], doc["method"]["correction"]
     name = CORRECTION_NAMES.get(c["method"], c["method"])
     return (f"Unit: fraction (0–1). Each row is one generation cell: closed-book (no context), RAG@k "
-            f"(top-k of a retriever) or oracle (gold evidence). Mean of the dataset's primary answer metric "
+            f"(top-k of a retriever) or oracle (gold evidence; \"oracle (facts)\": the annotators' facts, where "
+            f"the data has no gold paragraph text). Mean of the dataset's primary answer metric "
             f"over the cell's questions with a {i['confidence']:.0%} percentile bootstrap interval "
             f"(scipy.stats.bootstrap, {i['resamples']} resamples, seed {i['seed']}); n = questions; parse rate = "
-            f"share of questions whose final answer could be extracted. Δ = mean(cell − closed-book) on the "
+            f"share of questions whose final answer could be extracted; flags = a cell whose predictions are "
+            f"nearly all one answer (≥ {CONSTANT_SHARE:.0%}) or whose parse rate is below {LOW_PARSE_RATE}. "
+            f"Δ = mean(cell − closed-book) on the "
             f"questions both scored, paired by question (n shared; where the cells scored different questions, "
             f"e.g. the oracle without questions lacking gold documents, both means on the shared questions and "
             f"both n are given beside Δ); p = two-sided paired sign-flip randomization test ({t['resamples']} "

@@ -270,6 +270,9 @@ def _setup_reasons(paper: DatasetSetup, dataset: str, record: dict[str, Any], ru
                                              f"{_selection_text(*theirs)}"))
     if not _reads_documents(record):
         return out
+    if str(record.get("context_source")) == "facts":
+        out.append(f"{dataset} oracle context: the annotators' facts (context_source facts), not the paper's gold "
+                   "paragraphs")
     relevance = relevance_of(record, run)
     if relevance != paper.relevance:
         out.append(_note(paper, "relevance", f"{dataset} relevance {relevance}, the paper's is {paper.relevance}"))

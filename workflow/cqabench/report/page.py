@@ -37,6 +37,7 @@ from cqabench.report import provenance
 from cqabench.report.comparability import RunContext, describe
 from cqabench.report.environments import environments
 from cqabench.report.fact_views import write_fact_table_views  # noqa: F401  (the CLI's import)
+from cqabench.report.model_limits import limits_html
 from cqabench.report.plots import heatmap_cells, heatmap_paper, metric_name, read_manifest
 
 esc = html.escape
@@ -438,8 +439,9 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     if fragment:  # its own <h2> repeats the section heading
         fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
     sections.append(Section("answers", "Answers by setting: closed-book, RAG@k, oracle",
-                            f'<div class="scroll">{fragment}</div>' if fragment else
-                            '<p class="warn">answers_by_setting.html not written.</p>'))
+                            limits_html(answers, paper_data)
+                            + (f'<div class="scroll">{fragment}</div>' if fragment else
+                               '<p class="warn">answers_by_setting.html not written.</p>')))
     logs = read_run_logs(snakemake_logs) if snakemake_logs else None
     summary = benchmark_summary(read_benchmarks(benchmarks_dir), rules, logs)
     sections.append(Section("resources", "Wall time and peak memory per rule",

@@ -32,7 +32,11 @@ from cqabench.scoring import PRIMARY
 UNIT_LABEL = "fraction 0–1"
 # tab10 without its grey (kept for reference lines) and olive (too pale on white).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-REFERENCES = {"closed": ("closed-book", "--"), "oracle": ("oracle (gold evidence)", ":")}
+# An oracle that showed the annotators' facts rather than gold documents (context_source facts,
+# StrategyQA on the sample) is its own reference line, never drawn as the gold-evidence oracle.
+ORACLE_FACTS = "oracle-facts"
+REFERENCES = {"closed": ("closed-book", "--"), "oracle": ("oracle (gold evidence)", ":"),
+              ORACLE_FACTS: ("oracle (annotators' facts)", "-.")}
 
 
 @dataclass
@@ -94,7 +98,8 @@ def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = Non
     """The points of the k-effect figure: one row per generation cell, its dataset's primary metric.
 
     Columns: dataset, metric, variant, series (llm / prompt, plus the serialization when there are
-    several), setting, retriever ("none" for closed / oracle), k (0 for closed / oracle), mean,
+    several), setting ("oracle-facts" for an oracle that showed the annotators' facts), retriever ("none" for
+    closed / oracle), k (0 for closed / oracle), mean,
     ci_low, ci_high (95 % percentile bootstrap over questions; null without per-question scores
     or for n < 2), n, reason (why mean is null), unit ("fraction").
     """
@@ -111,6 +116,8 @@ def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = Non
     if several:
         part["series"] += " / " + part["serialization"].astype(str)
     part["k"] = part["k"].astype(int)
+    facts = (part["setting"] == "oracle") & (part["context_source"].astype("string") == "facts").fillna(False)
+    part.loc[facts.astype(bool), "setting"] = ORACLE_FACTS
     part = part.sort_values(["dataset", "series", "setting", "retriever", "k"], key=None).reset_index(drop=True)
     return part[columns]
 
@@ -228,7 +235,8 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
         ax.axis("off")
     handles = [Line2D([], [], color=c, marker="o", linewidth=1.8, label=f"RAG: {r}") for r, c in colours.items()]
     handles += [Line2D([], [], color="black", linestyle=style, linewidth=1.6, label=label)
-                for label, style in REFERENCES.values()]
+                for setting, (label, style) in REFERENCES.items() if setting != ORACLE_FACTS or
+                (data["setting"] == ORACLE_FACTS).any()]
     handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=10,
                           label="error bars / band: 95% bootstrap CI"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
