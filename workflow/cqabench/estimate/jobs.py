@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from cqabench.planner import CELL_FIELDS, DECOMPOSITION_SUFFIX
@@ -19,7 +20,7 @@ from cqabench.planner import CELL_FIELDS, DECOMPOSITION_SUFFIX
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
          "gather_index", "search", "decompose_search", "import_run", "eval_retrieval", "convert_model",
-         "generate_batch", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
+         "generate_batch", "cell_spec", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
          "report_plots", "estimate", "report_page")
 # One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".
 TABLE_PREFIX = "table_"
@@ -166,10 +167,16 @@ def _jobs(plan: Any) -> Iterator[Job]:
         if mine:
             batches[llm] = Job("generate_batch", {"llm": llm}, sorted({d for c in mine for d in cell_deps(c)}))
     yield from batches.values()
-    gens = []
+    gens, specs = [], []
     for c in cells:
-        deps = cell_deps(c) + ([batches[c[4]].id] if c[4] in batches else [])
-        gens.append(Job("generate", dict(zip(CELL_FIELDS, (*c[:7], str(c[7])))), deps))
+        w = dict(zip(CELL_FIELDS, (*c[:7], str(c[7]))))
+        deps = cell_deps(c)
+        if c[4] in batches and plan.in_batch(SimpleNamespace(**w)):
+            # a batched cell's own job reads its spec.json (rule cell_spec) and the batch manifest
+            specs.append(Job("cell_spec", w, list(deps)))
+            deps = deps + [specs[-1].id, batches[c[4]].id]
+        gens.append(Job("generate", w, deps))
+    yield from specs
     yield from gens
     answer_evals = [Job("evaluate_generation", g.wildcards, [g.id, prepares[(g.wildcards["dataset"], g.wildcards["split"])].id])
                     for g in gens]

@@ -52,7 +52,7 @@ MB = 1e6
 FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
             "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
             "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
-LIGHT_RULES = ("eval_retrieval", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
+LIGHT_RULES = ("cell_spec", "eval_retrieval", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
                "report_plots", "report_page", "estimate", "table")
 
 
