@@ -10,7 +10,11 @@ encoded once and searched in every index. Reported per variant: recall@100 again
 (the fraction of the exact top-100 docids the index returns in its top 100, averaged over
 questions), nDCG@10 against the qrels (the workflow's trec_eval measures), search time.
 
-    python benchmarks/ann_recall_ottqa.py [--docs N] [--queries M] [--work DIR]
+    python benchmarks/ann_recall_ottqa.py [--docs N] [--queries M] [--work DIR] [--write-rates benchmarks/rates.yaml]
+
+--write-rates FILE writes the exact (flat) search's cost as the estimate's
+dense_search.cpu.any.s_per_qdoc_dim (cqabench.estimate.model), with this machine, today and
+this command as its provenance; every other entry of FILE is left as it is.
 
 --docs N caps the corpus at N documents (every gold document of the questions kept, the rest a
 fixed-seed sample) when encoding all ~18.6k would not fit the time at hand; the table says which.
@@ -86,11 +90,29 @@ def search_all(index: Path, kind: str, q: Any, knob: dict[str, int]) -> tuple[An
     return ann.search(q, K)
 
 
+def flat_search_rates(queries: int, docs: int, dim: int, search_s: float) -> dict[str, tuple[float, str]]:
+    """The estimate's exact-search rate from one timed flat search of every question: its
+    wall time over queries x documents x dimensions (a flat scan's work is their product)."""
+    return {"s_per_qdoc_dim": (search_s / (queries * docs * dim), "s per (query x document x dimension), exact flat search")}
+
+
+def write_rates(path: Path, queries: int, docs: int, dim: int, search_s: float, argv: list[str] | None = None) -> None:
+    """Update rates.dense_search.cpu.any in `path` through the shared helper (provenance included)."""
+    from cqabench.estimate.rates import provenance, update_rates
+
+    source = f"OTT-QA dev flat search, {queries:,} questions x {docs:,} documents x {dim} dims in {search_s:.2f} s"
+    update_rates(path, "dense_search", "cpu", "any", flat_search_rates(queries, docs, dim, search_s),
+                 provenance(argv, source=source))  # fmt: skip
+    print(f"wrote rates.dense_search.cpu.any.s_per_qdoc_dim to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--docs", type=int, default=None, help="cap the corpus (gold documents kept)")
     ap.add_argument("--queries", type=int, default=None, help="first M dev questions (default all)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/ann_recall_ottqa"))
+    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
+                    help="update dense_search.cpu.any.s_per_qdoc_dim in RATES (benchmarks/rates.yaml)")
     args = ap.parse_args()
 
     import faiss
@@ -149,6 +171,7 @@ def main() -> None:
     variants += [(name, {"nprobe": p}) for name in builds if name.startswith("ivfpq") for p in (1, 8, 32, 128)]
     variants += [("hnsw m 32", {"ef_search": e}) for e in (16, 64, 256)]
     exact: dict[str, set[str]] = {}
+    flat_s = float("nan")
     rows = []
     for name, knob in variants:
         index, build_s = built[name]
@@ -159,6 +182,7 @@ def main() -> None:
         result = as_run(scores, ids)
         if kind == "flat":
             exact = {qid: set(d) for qid, d in result.items()}
+            flat_s = search_s
         recall = float(np.mean([len(exact[qid] & set(result[qid])) / len(exact[qid]) for qid, _ in queries]))
         per_query = evaluate(result, qrels).per_query
         ndcg = float(np.mean([m["ndcg_cut_10"] for m in per_query.values()]))
@@ -173,6 +197,8 @@ def main() -> None:
     for name, knob, recall, ndcg, search_s, build_s in rows:
         print(f"| {name} | {knob} | {recall:.4f} | {ndcg:.4f} | {search_s:.2f} | {build_s:.1f} |")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.write_rates:
+        write_rates(args.write_rates, len(queries), n, int(meta["dim"]), flat_s)
 
 
 if __name__ == "__main__":
