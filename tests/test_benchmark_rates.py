@@ -1,0 +1,142 @@
+"""The benchmarks that measure a rate of benchmarks/rates.yaml write it with --write-rates.
+
+Each benchmark's rate-building function is called on small measured numbers (no benchmark
+runs): the entries it writes through `cqabench.estimate.rates.update_rates` must be the keys
+the estimate reads, with the values worked out by hand below, the provenance of the run
+(machine, date, command) and nothing else of the file changed; the estimate must still load it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+
+from cqabench.estimate import run  # noqa: E402
+from cqabench.estimate.rates import RATES_FILE, load_rates  # noqa: E402
+
+
+def _benchmark(name: str) -> ModuleType:
+    """benchmarks/ is no package: load the script as a module (its main() does not run)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def rates_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "rates.yaml"
+    shutil.copy(RATES_FILE, path)
+    return path
+
+
+def _entry(path: Path, key: str) -> dict:
+    node = yaml.safe_load(path.read_text(encoding="utf-8"))["rates"]
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def _assert_measured_now(entry: dict, command: str) -> None:
+    m = entry["measured"]
+    assert m["date"] == dt.date.today().isoformat()
+    assert m["command"] == command
+    assert "cores" in m["machine"]  # cqabench.estimate.rates.machine(): CPU, cores, memory, OS
+    assert "assumed" not in entry
+
+
+def _assert_rest_unchanged(path: Path, written: set[str]) -> None:
+    """Every rate but the written ones is as shipped, and the estimate still loads the file."""
+    before, after = load_rates(RATES_FILE), load_rates(path)
+
+    def flat(rates) -> dict[str, object]:
+        return {f"{f}.{d}.{m}.{n}": e for f, ds in rates.data["rates"].items() for d, ms in ds.items()
+                for m, es in ms.items() for n, e in es.items()}  # fmt: skip
+
+    old, new = flat(before), flat(after)
+    assert set(old) == set(new)
+    assert {k for k in old if old[k] != new[k]} == written
+
+
+def test_ann_recall_writes_the_flat_search_rate(rates_copy: Path) -> None:
+    bench = _benchmark("ann_recall_ottqa")
+    argv = ["benchmarks/ann_recall_ottqa.py", "--write-rates", str(rates_copy)]
+    # 100 questions x 1,000 documents x 384 dims = 3.84e7 products, searched in 0.0384 s: 1e-9 s each
+    bench.write_rates(rates_copy, 100, 1000, 384, 0.0384, argv=argv)
+    entry = _entry(rates_copy, "dense_search.cpu.any.s_per_qdoc_dim")
+    assert entry["value"] == pytest.approx(1e-9)
+    assert entry["unit"] == "s per (query x document x dimension), exact flat search"
+    _assert_measured_now(entry, f"python benchmarks/ann_recall_ottqa.py --write-rates {rates_copy}")
+    assert entry["measured"]["from"] == "OTT-QA dev flat search, 100 questions x 1,000 documents x 384 dims in 0.04 s"
+    _assert_rest_unchanged(rates_copy, {"dense_search.cpu.any.s_per_qdoc_dim"})
+    assert load_rates(rates_copy).value("dense_search", "cpu", "any", "s_per_qdoc_dim") == pytest.approx(1e-9)
+
+
+# two sizes of the tiny checkpoint (dim 16), as `colbert_footprint.one` prints them
+COLBERT_ROWS = [
+    {"passages": 1000, "num_embeddings": 100_000, "avg_doclen": 100.0, "dim": 16, "worker_peak_rss_mb": 1987.0,
+     "bytes": {"codes": 402_000, "residuals": 400_000, "ivf": 290_000, "centroids": 8_000}},
+    {"passages": 4000, "num_embeddings": 400_000, "avg_doclen": 110.5, "dim": 16, "worker_peak_rss_mb": 2100.0,
+     "bytes": {"codes": 1_608_000, "residuals": 1_600_000, "ivf": 1_280_000, "centroids": 16_000}},
+]  # fmt: skip
+COLBERT_WRITTEN = {"colbert.data.any.index_bytes_per_embedding", "colbert.data.any.ivf_disk_bytes_per_embedding",
+                   "colbert.cpu.any.base_peak_mb"}  # fmt: skip
+
+
+def test_colbert_footprint_writes_its_rates(rates_copy: Path) -> None:
+    bench = _benchmark("colbert_footprint")
+    sources = ["musique", "ambigqa", "ottqa"]
+    argv = ["benchmarks/colbert_footprint.py", "--write-rates", str(rates_copy)]
+    bench.write_rates(rates_copy, COLBERT_ROWS, sources, argv=argv)
+    command = f"python benchmarks/colbert_footprint.py --write-rates {rates_copy}"
+    # the largest size: codes 1,608,000 B + residuals 1,600,000 B x (128 / 16) over 400,000 embeddings
+    index = _entry(rates_copy, "colbert.data.any.index_bytes_per_embedding")
+    assert index["value"] == pytest.approx((1_608_000 + 12_800_000) / 400_000) == pytest.approx(36.02)
+    # the IVF: 290,000 / 100,000 = 2.9 and 1,280,000 / 400,000 = 3.2; the larger
+    assert _entry(rates_copy, "colbert.data.any.ivf_disk_bytes_per_embedding")["value"] == pytest.approx(3.2)
+    # the smallest size's worker: 1,987 MiB = 1987 x 1.048576 = 2083.5 MB, four digits
+    peak = _entry(rates_copy, "colbert.cpu.any.base_peak_mb")
+    assert peak["value"] == 2084
+    for key in COLBERT_WRITTEN:
+        entry = _entry(rates_copy, key)
+        _assert_measured_now(entry, command)
+        assert entry["measured"]["from"] == ("colbert_footprint: 1,000, 4,000 passages of the sample's "
+                                             "musique+ambigqa+ottqa, checkpoint dim 16")  # fmt: skip
+    # the mix is not AmbigQA's psgs_w100 passages: embeddings_per_doc stays as it was
+    assert _entry(rates_copy, "colbert.data.any.embeddings_per_doc")["value"] == 117
+    _assert_rest_unchanged(rates_copy, COLBERT_WRITTEN)
+    # the estimate costs dexter.yaml's jobs with the written file, and its ColBERT jobs use these rates
+    costs = run.plan_costs(run.load_config(REPO / "config" / "dexter.yaml"), root=REPO, rates_file=rates_copy)
+    assert costs.rates.value("colbert", "data", "any", "index_bytes_per_embedding") == pytest.approx(36.02)
+    used = set().union(*(c.rates for c in costs.all()))
+    assert COLBERT_WRITTEN <= used and "dense_search.cpu.any.s_per_qdoc_dim" in used
+
+
+def test_colbert_footprint_on_ambigqa_alone_writes_embeddings_per_doc(rates_copy: Path) -> None:
+    bench = _benchmark("colbert_footprint")
+    bench.write_rates(rates_copy, COLBERT_ROWS, ["ambigqa"], argv=["benchmarks/colbert_footprint.py"])
+    entry = _entry(rates_copy, "colbert.data.any.embeddings_per_doc")
+    assert entry["value"] == 110.5  # avg_doclen at the largest size
+    assert entry["unit"] == "token embeddings per passage (colbert-ai avg_doclen)"
+    _assert_measured_now(entry, "python benchmarks/colbert_footprint.py")
+    _assert_rest_unchanged(rates_copy, COLBERT_WRITTEN | {"colbert.data.any.embeddings_per_doc"})
+
+
+def test_colbert_footprint_below_1000_passages_leaves_base_peak() -> None:
+    """At 60 passages the worker's peak (600 MB) lacks most of the score block the rate holds."""
+    bench = _benchmark("colbert_footprint")
+    small = [dict(COLBERT_ROWS[0], passages=60, num_embeddings=6_000, worker_peak_rss_mb=600.0)]
+    entries = bench.rate_entries(small, ["ambigqa"])
+    assert set(entries) == {("data", "any")}
+    assert set(entries[("data", "any")]) == {"index_bytes_per_embedding", "ivf_disk_bytes_per_embedding", "embeddings_per_doc"}
