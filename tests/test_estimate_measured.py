@@ -42,6 +42,7 @@ def _config() -> dict:
     config["retrieval"] = {"retrievers": ["bm25", "minilm"], "datasets": ["tatqa"], "k": 100}
     g = config["generation"]
     g.pop("open_book")
+    g.pop("oracle_context")  # StrategyQA is not configured here
     g.update(llms=[LLM], batch_llms=[LLM], prompts=["few-shot"], settings=["closed", "rag"], rag_retrievers=["bm25"],
              k=[1], max_questions=8, sampling={"temperature": 0, "max_new_tokens": 16})
     return config
