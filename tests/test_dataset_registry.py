@@ -53,8 +53,8 @@ def test_the_schema_lists_the_registrys_datasets_once() -> None:
                and isinstance(node.get("enum"), list) and set(node["enum"]) & set(LOADERS)]
     assert not repeats, f"dataset names listed again at {repeats}; refer to #/$defs/dataset_name ({GUIDE})"
     refs = [path for path, node in _walk(schema) if node == REF]
-    assert len(refs) == 9  # corpora members, datasets keys, retrieval / decomposition / external runs,
-    # max_questions_by_dataset, oracle_distractors, open_book datasets and corpus datasets
+    assert len(refs) == 10  # corpora members, datasets keys, retrieval / decomposition / external runs,
+    # max_questions_by_dataset, oracle_distractors, oracle_context, open_book datasets and corpus datasets
 
 
 def test_every_dataset_has_a_scorer_and_a_template_family() -> None:
