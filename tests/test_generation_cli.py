@@ -128,8 +128,9 @@ def test_oracle_uses_gold_documents_and_a_rerun_needs_no_model(split, tmp_path: 
     summary = json.loads((tmp_path / "oracle" / "summary.json").read_text())
     assert (summary["n_items"], summary["n_without_evidence"]) == (2, 1)
     assert "[1] Heights\nTall structures\nName|Metres\nTower|330" in prompts["bravo"]
-    # the double is gone: a second run can only succeed from the cache
-    assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", "oracle", serialization="pipe") == 0
+    # the double is gone (its port closed; items are keyed by the endpoint): a second run can only
+    # succeed from the cache
+    assert _generate(split, tmp_path, api.base_url, "oracle", serialization="pipe") == 0
     second = pq.read_table(tmp_path / "oracle" / "predictions.parquet").to_pylist()
     assert all(r["cached"] for r in second)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "cached"} for r in rows]  # noqa: E731
@@ -237,7 +238,7 @@ def test_a_batch_fills_the_cache_so_each_cell_job_needs_no_model(split, tmp_path
     # closed q1..q3 and rag q1, q2 (q3 has no ranking: its rag prompt equals the closed one)
     assert (manifest["n_cells"], manifest["n_items"], manifest["n_unique_prompts"], manifest["n_generated"]) == (2, 6, 5, 5)
     assert asked == 5
-    settings["llm"]["base_url"] = "http://127.0.0.1:9/v1"  # no model behind it: the cells must come from the cache
+    # the double is gone, its endpoint (which keys the items) has no model behind it: the cells must come from the cache
     rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
                "--prompt", "few-shot", "--setting", "rag", "--retriever", "bm25", "--k", "1",
                "--queries", inputs["queries"], "--corpus", inputs["corpus"], "--run", inputs["run"],

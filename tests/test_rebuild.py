@@ -162,7 +162,8 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     run = _snakemake(work, "-n", "--configfile", str(changed))
     assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "eval_retrieval": 10,
                                       "cell_spec": 22, "generate_batch": 1, "generate": 22,
-                                      "evaluate_generation": 22, **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
+                                      "evaluate_generation": 22, "estimate": 1,  # its params: the config
+                                      **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
     cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
     # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
     assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25", "open-book")}
