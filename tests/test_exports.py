@@ -22,10 +22,9 @@ from cqabench.corpora import pool
 from cqabench.metrics.retrieval import qrels_from_rows
 from cqabench.prepare import prepare
 from cqabench.tables import document_text
+from musique_bm25 import RAW, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-RAW = ROOT / "resources" / "raw"
-BM25 = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en", "threads": 1}
 # Pyserini's search CLI over the two fields our BM25 scores, with our k1 / b and depth.
 PYSERINI_SEARCH = ["--bm25", "--k1", "0.9", "--b", "0.4", "--hits", "100", "--fields", "contents=1.0", "title=1.0",
                    "--threads", "1", "--batch-size", "64"]  # fmt: skip
@@ -33,28 +32,8 @@ PYSERINI_SEARCH = ["--bm25", "--k1", "0.9", "--b", "0.4", "--hits", "100", "--fi
 
 @pytest.fixture(scope="module")
 def musique(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The bundled real MuSiQue sample (100 questions, 1,890 paragraphs) through our pipeline:
-    prepare, our BM25 index and search (k = 100), our evaluation, and the export."""
     base = tmp_path_factory.mktemp("musique")
-    # the stricter mode (is_supporting qrels), in which docs/data.md quotes the numbers below
-    prepare("musique", "train", {"questions": RAW / "musique/musique_train_100.jsonl"}, base / "data",
-            relevance="supporting")
-    data = base / "data"
-    settings = json.dumps(BM25)
-    assert main(["index", "--corpus", str(data / "corpus.parquet"), "--serialization", "pipe",
-                 "--retriever-settings", settings, "--out", str(base / "index")]) == 0  # fmt: skip
-    assert main(["search", "--index", str(base / "index"), "--queries", str(data / "queries.parquet"),
-                 "--retriever-settings", settings, "--k", "100", "--tag", "bm25",
-                 "--out-trec", str(base / "bm25.trec"), "--out-parquet", str(base / "bm25.parquet")]) == 0  # fmt: skip
-    cell = json.dumps({"dataset": "musique", "split": "train", "retriever": "bm25"})
-    assert main(["eval-retrieval", "--run", str(base / "bm25.parquet"), "--qrels", str(data / "qrels.parquet"),
-                 "--queries", str(data / "queries.parquet"), "--cell", cell,
-                 "--out-json", str(base / "metrics.json"), "--out-per-query", str(base / "per_query.parquet")]) == 0  # fmt: skip
-    assert main(["export-beir", "--corpus", str(data / "corpus.parquet"), "--queries", str(data / "queries.parquet"),
-                 "--qrels", str(data / "qrels.parquet"), "--split", "train", "--serialization", "pipe",
-                 "--out-dir", str(base / "export")]) == 0  # fmt: skip
-    return {"base": base, "data": data, "export": base / "export", "run": base / "bm25.trec",
-            "metrics": base / "metrics.json", "per_query": base / "per_query.parquet"}
+    return run_pipeline(base, base / "export")
 
 
 def _ours(paths: dict[str, Path], metric: str) -> float:

@@ -19,13 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cqabench.cli import main
-from cqabench.prepare import prepare
+from musique_bm25 import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "pyserini.md"
-RAW = ROOT / "resources" / "raw"
-BM25 = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en", "threads": 1}
 EXPORT = Path("results/sample/beir/musique/pipe/train")  # the doc's paths, relative to the run folder
 VECTOR = "jdk.incubator.vector"
 
@@ -100,25 +97,9 @@ def test_java_home_check_reads_the_release_file(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def musique(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The bundled MuSiQue sample through our pipeline (prepare, BM25 index and search at k = 100,
-    evaluation, export), the export laid out where the doc's commands look for it."""
+    """Our pipeline's reference run, the export laid out where the doc's commands look for it."""
     base = tmp_path_factory.mktemp("recipe")
-    data, work = base / "data", base / "work"
-    prepare("musique", "train", {"questions": RAW / "musique/musique_train_100.jsonl"}, data, relevance="supporting")
-    settings = json.dumps(BM25)
-    assert main(["index", "--corpus", str(data / "corpus.parquet"), "--serialization", "pipe",
-                 "--retriever-settings", settings, "--out", str(base / "index")]) == 0  # fmt: skip
-    assert main(["search", "--index", str(base / "index"), "--queries", str(data / "queries.parquet"),
-                 "--retriever-settings", settings, "--k", "100", "--tag", "bm25",
-                 "--out-trec", str(base / "bm25.trec"), "--out-parquet", str(base / "bm25.parquet")]) == 0  # fmt: skip
-    cell = json.dumps({"dataset": "musique", "split": "train", "retriever": "bm25"})
-    assert main(["eval-retrieval", "--run", str(base / "bm25.parquet"), "--qrels", str(data / "qrels.parquet"),
-                 "--queries", str(data / "queries.parquet"), "--cell", cell,
-                 "--out-json", str(base / "metrics.json"), "--out-per-query", str(base / "per_query.parquet")]) == 0  # fmt: skip
-    assert main(["export-beir", "--corpus", str(data / "corpus.parquet"), "--queries", str(data / "queries.parquet"),
-                 "--qrels", str(data / "qrels.parquet"), "--split", "train", "--serialization", "pipe",
-                 "--out-dir", str(work / EXPORT)]) == 0  # fmt: skip
-    return {"work": work, "run": base / "bm25.trec", "metrics": base / "metrics.json"}
+    return {**run_pipeline(base, base / "work" / EXPORT), "work": base / "work"}
 
 
 def _rankings(path: Path) -> dict[str, list[tuple[str, float]]]:

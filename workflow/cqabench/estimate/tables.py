@@ -186,16 +186,20 @@ def render_text(est: Estimate) -> str:
                       *_footer(est)]) + "\n"
 
 
+def _split_counts(est: Estimate) -> list[tuple[str, str]]:
+    """(what was counted, where from) per split: the text and the Markdown tables say it alike."""
+    return [(f"{row['dataset']}/{row['split']}: {row['selected']:,} of {row['questions']:,} questions, "
+             f"{row['documents']:,} documents{' (upper bound)' if row['upper_bound'] else ''}", row["source"])
+            for row in est.splits]  # fmt: skip
+
+
 def _footer(est: Estimate) -> list[str]:
     s = est.span
     out = [f"makespan on {s.gpus} GPU(s) ({est.gpu_class}) and {s.cores} cores: at least {duration(s.lower_bound_s)} "
            f"(critical path {duration(s.critical_path_s)}, GPU work / {s.gpus}: {duration(s.gpu_bound_s)}, "
            f"CPU work / {s.cores}: {duration(s.cpu_bound_s)}); greedy list schedule: {duration(s.list_schedule_s)}",
            "", "item counts:"]
-    for row in est.splits:
-        flag = " (upper bound)" if row["upper_bound"] else ""
-        out.append(f"  {row['dataset']}/{row['split']}: {row['selected']:,} of {row['questions']:,} questions, "
-                   f"{row['documents']:,} documents{flag}; {row['source']}")
+    out += [f"  {label}; {source}" for label, source in _split_counts(est)]
     for row in est.corpora:
         out.append(f"  corpus {row['corpus']}: {row['documents']:,} documents ({row['source']})")
     measured = [r for r in est.rates.values() if not r.assumed]
@@ -222,10 +226,7 @@ def render_markdown(est: Estimate) -> str:
               f"(critical path {duration(s.critical_path_s)}; GPU work / {s.gpus}: {duration(s.gpu_bound_s)}; "
               f"CPU work / {s.cores}: {duration(s.cpu_bound_s)}); a greedy list schedule of the estimated jobs takes "
               f"{duration(s.list_schedule_s)}.", "", "Item counts:", ""]
-    for row in est.splits:
-        flag = " (upper bound)" if row["upper_bound"] else ""
-        lines.append(f"- {row['dataset']}/{row['split']}: {row['selected']:,} of {row['questions']:,} questions, "
-                     f"{row['documents']:,} documents{flag} — {row['source']}")
+    lines += [f"- {label} — {source}" for label, source in _split_counts(est)]
     for row in est.corpora:
         lines.append(f"- corpus `{row['corpus']}`: {row['documents']:,} documents ({row['source']})")
     return "\n".join(lines) + "\n"
