@@ -478,7 +478,7 @@ def main() -> int:
     settings = _retrievers()
     qpath, evidence = _questions(args.work)
     started = time.perf_counter()
-    rows = [f"scale_corpus: sizes {args.sizes}, shards {args.shards}, code {ROOT / 'workflow'}, "
+    rows = [f"scale_corpus: sizes {args.sizes}, shards {args.shards}, code ./workflow (this checkout), "
             f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, nice {os.nice(0)}", HEADER]
     dense: list[Job] = []
     jobs: list[Job] = []

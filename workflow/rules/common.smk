@@ -132,9 +132,6 @@ DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
 POOLED = PLAN.pooled
 TOOL_CORPORA = PLAN.tool_corpora
-TOOL_RETRIEVERS = (
-    PLAN.tool_retrievers
-)  # open-book cells name the WikiSearch retriever in their path
 CORPORA = PLAN.corpora
 RETRIEVER_CONFIGS = PLAN.retriever_configs
 SHARDED_RETRIEVERS = (
