@@ -161,10 +161,14 @@ def problems(plan: Any) -> list[str]:
         except ConfigError as exc:
             out.append(_where(name, str(exc)))
     base = base_run_splits(plan)
-    taken = {**{r: "a retriever" for r in plan.retriever_configs}, **{r: "a run" for r in base}}
     for name in pipes:
-        if name in taken:
-            out.append(f"{KEY}.{name}: the name is already {taken[name]}'s; pick another name")
+        if name in plan.retriever_configs:
+            out.append(f"{KEY}.{name}: the name is already a retriever's (retrievers.{name}); pick another name")
+        elif name in plan.external_runs:
+            out.append(f"{KEY}.{name}: the name is already an external run's (external_runs.{name}); pick another name")
+        elif name in base:
+            out.append(f"{KEY}.{name}: the name is already a StrategyQA IR-Q / IR-D run's (retrieval.decomposition); "
+                       "pick another name")  # fmt: skip
     known = set(base) | set(pipes)
     for name, spec in pipes.items():
         for dep in inputs_of(spec):
