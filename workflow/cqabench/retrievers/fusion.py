@@ -1,7 +1,7 @@
 """Fused runs: several runs of one dataset split combined into one ranking with ranx's `fuse`.
 
 A fusion is a run declared under `retrieval.pipelines` (`{type: fusion, fuse: [bm25, minilm],
-method: rrf, k: 60}`); it has no index, it reads its input runs' Parquet files. ranx (Bassani
+method: rrf, rrf_k: 60}`); it has no index, it reads its input runs' Parquet files. ranx (Bassani
 2022) is the IR field's fusion library: 25 methods with their normalisations, the reference
 implementations the fusion literature is compared against. We call `ranx.fuse` and keep two
 things in our hands, so that a fused run is ordered exactly like every other run:
@@ -10,7 +10,7 @@ things in our hands, so that a fused run is ordered exactly like every other run
   sorts them by score, and that sort does not say how it breaks ties. Our runs are ordered by
   score, ties by docid descending (trec_eval's rule, `base.rank`). For the rank-based method
   (`rrf`) each input is therefore handed to ranx with the score 1/rank of our order, strictly
-  decreasing, so ranx sees our ranks and RRF(d) = sum over inputs of 1 / (k + rank_i(d)), a
+  decreasing, so ranx sees our ranks and RRF(d) = sum over inputs of 1 / (rrf_k + rank_i(d)), a
   document missing from an input adding nothing (Cormack et al. 2009).
 - **Output order and depth.** The fused scores are ranked with `base.rank` (ties by docid
   descending, so a document at rank 1 of one input and one at rank 1 of the other, with equal
@@ -42,15 +42,17 @@ METHODS: dict[str, str] = {"rrf": "rrf", "combsum": "sum", "combmnz": "mnz"}
 RANK_METHODS = ("rrf",)  # read ranks, not scores: no normalisation
 NORMS = ("min-max", "zmuv")
 DEFAULT_RRF_K = 60  # Cormack et al. 2009, ranx's default
-KEYS = frozenset({"type", "fuse", "method", "k", "norm", "depth"})
+KEYS = frozenset({"type", "fuse", "method", "rrf_k", "norm", "depth"})
 
 
 def resolve(settings: Mapping[str, Any], default_depth: int) -> dict[str, Any]:
     """Every setting a fusion reads, defaults filled in and checked (what every result row records).
 
-    `k` belongs to RRF and `norm` to the score-based methods: the other method would record it in
-    every row while ignoring it, so it is refused, as the retriever families refuse keys with no
-    effect (docs/retrievers_neural.md).
+    `rrf_k` belongs to RRF and `norm` to the score-based methods: the other method would record it
+    in every row while ignoring it, so it is refused, as the retriever families refuse keys with no
+    effect (docs/retrievers_neural.md). (RRF's constant is `rrf_k`, not `k`: everywhere else in
+    the config and in every result row, `k` is a depth; a run's `k` becomes the `retriever_depth`
+    column.)
     """
     unknown = sorted(set(settings) - KEYS)
     if unknown:
@@ -67,10 +69,10 @@ def resolve(settings: Mapping[str, Any], default_depth: int) -> dict[str, Any]:
     if method in RANK_METHODS:
         if "norm" in settings:
             raise ConfigError(f"norm: {method} fuses ranks, so a score normalisation changes nothing; drop it")
-        out["k"] = _positive(settings.get("k", DEFAULT_RRF_K), "k")
+        out["rrf_k"] = _positive(settings.get("rrf_k", DEFAULT_RRF_K), "rrf_k")
     else:
-        if "k" in settings:
-            raise ConfigError(f"k: is RRF's constant; method {method} does not read it")
+        if "rrf_k" in settings:
+            raise ConfigError(f"rrf_k: is RRF's constant; method {method} does not read it")
         norm = settings.get("norm", "min-max")
         if norm not in NORMS:
             raise ConfigError(f"norm: {norm!r} is not one of {', '.join(NORMS)}")
@@ -112,7 +114,7 @@ def fuse(inputs: Sequence[Results], settings: Mapping[str, Any], qids: Sequence[
     from ranx import fuse as ranx_fuse
 
     runs = [Run.from_dict(d, name=f"input{i}") for i, d in enumerate(dicts)]
-    params = {"k": int(settings["k"])} if by_rank else {}
+    params = {"k": int(settings["rrf_k"])} if by_rank else {}
     log.info("fusion: %s of %d runs over %d queries (ranx)", method, len(runs), len(queries))
     fused = ranx_fuse(runs, norm=None if by_rank else settings["norm"], method=METHODS[method], params=params)
     for qid, docs in fused.to_dict().items():
