@@ -280,3 +280,11 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     assert json.loads(row["retriever_settings"])["fuse"] == ["bm25", "bm25t"]
     again = _snakemake(workdir, "-n", target, "--configfile", str(config))
     assert "Nothing to be done" in again.stdout + again.stderr
+    # a changed fusion setting reruns exactly the fusion and its evaluation, not the runs it reads
+    from test_rebuild import job_table
+
+    changed = yaml.safe_load(config.read_text())
+    changed["retrieval"]["pipelines"]["hybrid"]["rrf_k"] = 10
+    config.write_text(yaml.safe_dump(changed))
+    rerun = _snakemake(workdir, "-n", target, "--configfile", str(config))
+    assert dict(job_table(rerun.stdout + rerun.stderr)) == {"fuse_runs": 1, "eval_retrieval": 1}

@@ -162,6 +162,8 @@ class JobCosts:
             mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
         if rule == "gather_index":
             gpus = 0
+        if rule == "rerank_run" and wildcards.get("name") in self.plan.pipelines:  # a cross-encoder on cuda
+            gpus = 1 if self.plan.pipeline_uses_gpu(wildcards["name"]) else 0
         return {"mem_mb": mem, "runtime": runtime, "gpu": gpus}
 
     # ---- helpers ----
