@@ -18,6 +18,8 @@ from cqabench.errors import ConfigError
 from cqabench.estimate.jobs import plan_jobs
 from cqabench.planner import Environment, Plan
 
+from test_rerank import cross_encoder  # noqa: F401  (the fixture: MiniLM with a randomly initialised head)
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = Environment(root=ROOT, python="python", vllm_python=sys.executable)
 CE = "cross-encoder/ms-marco-MiniLM-L-6-v2"
@@ -288,3 +290,34 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     config.write_text(yaml.safe_dump(changed))
     rerun = _snakemake(workdir, "-n", target, "--configfile", str(config))
     assert dict(job_table(rerun.stdout + rerun.stderr)) == {"fuse_runs": 1, "eval_retrieval": 1}
+
+
+def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, workdir: Path, cross_encoder: Path) -> None:
+    """The rerank_run rule for real (the cross-encoder of tests/test_rerank.py: MiniLM with a
+    randomly initialised head, on CPU) over the fused run, and a fusion of that rerank with BM25:
+    each scored by eval_retrieval; the rerank keeps its depth and records its pairs."""
+    import json
+
+    from cqabench.runs import read_run
+
+    config = _small_config(tmp_path)
+    c = yaml.safe_load(config.read_text())
+    c["retrieval"]["pipelines"].update({
+        "hybrid-ce": {"type": "rerank", "of": "hybrid", "model": str(cross_encoder), "depth": 5, "max_length": 128},
+        "ce-bm25": {"type": "fusion", "fuse": ["hybrid-ce", "bm25"], "method": "combsum", "norm": "min-max"},
+    })  # fmt: skip
+    config.write_text(yaml.safe_dump(c))
+    targets = [f"results/pipes/retrieval/tatqa/dev/pipe/{n}/metrics.json" for n in ("hybrid-ce", "ce-bm25")]
+    done = _snakemake(workdir, "--cores", "2", *targets, "--configfile", str(config))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    runs = workdir / "results/pipes/runs/tatqa/dev/pipe"
+    reranked, fused = read_run(runs / "hybrid-ce.parquet"), read_run(runs / "hybrid.parquet")
+    assert reranked and all(len(docs) == min(5, len(fused[q])) for q, docs in reranked.items())
+    assert all(set(docs) <= set(fused[q]) for q, docs in reranked.items())
+    record = json.loads((runs / "hybrid-ce.rerank.json").read_text())
+    assert record["pairs"] == sum(len(d) for d in reranked.values()) and record["max_length"] == 128
+    for target in targets:
+        doc = json.loads((workdir / target).read_text())
+        assert {m["metric"]: m for m in doc["metrics"]}["ndcg_cut_10"]["n"] > 0
+    settings = json.loads((workdir / targets[1]).read_text())["cell"]["retriever_settings"]
+    assert settings["inputs"]["hybrid-ce"]["inputs"]["hybrid"]["method"] == "rrf"
