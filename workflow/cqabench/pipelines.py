@@ -49,8 +49,13 @@ def input_key(spec: Mapping[str, Any]) -> str:
     return "fuse" if spec.get("type") == "fusion" else "of"
 
 
-def resolve(spec: Mapping[str, Any], default_depth: int) -> dict[str, Any]:
-    """A pipeline's settings, defaults filled in and checked by its type's module."""
+def resolve(spec: Mapping[str, Any], default_depth: int, input_depth: int | None = None) -> dict[str, Any]:
+    """A pipeline's settings, defaults filled in and checked by its type's module.
+
+    A fusion's `depth` defaults to `default_depth` (retrieval.k); a rerank's to 100, or to what its
+    input holds where that is less (a rerank of a depth-10 IR-Q run reranks its 10), so the
+    default is never refused by the depth check below.
+    """
     kind = spec.get("type")
     if kind == "fusion":
         from cqabench.retrievers import fusion
@@ -59,6 +64,8 @@ def resolve(spec: Mapping[str, Any], default_depth: int) -> dict[str, Any]:
     if kind == "rerank":
         from cqabench.retrievers import rerank
 
+        if spec.get("depth") is None and input_depth is not None:
+            spec = {**spec, "depth": min(int(rerank.DEFAULTS["depth"]), input_depth)}
         return rerank.resolve(spec)
     raise ConfigError(f"type: {kind!r} is not one of {', '.join(TYPES)}")
 
@@ -201,8 +208,8 @@ def _depth_problems(plan: Any) -> list[str]:
         if spec.get("type") != "rerank":
             continue
         try:
-            depth = resolve(spec, plan.retrieval_k)["depth"]
             held = plan.run_depth(spec["of"])
+            depth = plan.pipeline_settings(name)["depth"]
         except ConfigError:
             continue  # its settings, or its input's, are reported by `problems`
         if held is not None and depth > held[1]:

@@ -591,7 +591,9 @@ class Plan:
         """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
         from cqabench import pipelines
 
-        return pipelines.resolve(self.pipelines[name], self.retrieval_k)
+        spec = self.pipelines[name]
+        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
 
     def pipeline_inputs(self, w: Any) -> dict[str, Any]:
         """The fuse / rerank rule's inputs: the input runs' Parquet files (in the order the settings
