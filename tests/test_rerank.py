@@ -114,6 +114,8 @@ def test_truncation_is_counted_against_max_length(cross_encoder: Path) -> None:
     assert record["truncated_pairs"] == sum(n > 16 for n in lengths) > 0
     assert record["max_tokens_cut"] == max(lengths) - 16
     assert record["max_length"] == 16
+    capped = rerank.CrossEncoderScorer(_settings(cross_encoder, max_length=4096))
+    assert capped.max_length == 512  # the model's position limit, not a failure mid-run
 
 
 def test_a_bare_encoder_and_a_missing_gpu_are_refused(monkeypatch: pytest.MonkeyPatch, cross_encoder: Path) -> None:

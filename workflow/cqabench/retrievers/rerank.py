@@ -88,14 +88,17 @@ class CrossEncoderScorer:
         spec = str(settings["model"])
         device = encoders.require_device(str(settings["device"]), f"rerank model {spec!r}")
         path = encoders.resolve_model(spec)
-        _check_classifier(spec, path)
+        config = _check_classifier(spec, path)
         from sentence_transformers import CrossEncoder
 
+        # The CrossEncoder takes an explicit max_length as it is; past the model's position
+        # embeddings it would fail mid-run, so the cut is capped here (the record says which).
+        limit = int(getattr(config, "max_position_embeddings", 0) or settings["max_length"])
+        self.max_length = min(int(settings["max_length"]), limit)
         try:
-            self.model = CrossEncoder(path, max_length=int(settings["max_length"]), device=device, local_files_only=True)
+            self.model = CrossEncoder(path, max_length=self.max_length, device=device, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot load rerank model {spec!r} offline ({type(exc).__name__}: {exc})") from None
-        self.max_length = int(self.model.tokenizer.model_max_length)  # min(max_length, position limit)
         self.batch_size = int(settings["batch_size"])
         self.device = device
 
@@ -123,7 +126,7 @@ class CrossEncoderScorer:
         return [float(s) for s in out.reshape(-1)]
 
 
-def _check_classifier(spec: str, path: str) -> None:
+def _check_classifier(spec: str, path: str) -> Any:
     """A cross-encoder is a sequence-classification checkpoint with one label (module docstring)."""
     from transformers import AutoConfig
 
@@ -137,6 +140,7 @@ def _check_classifier(spec: str, path: str) -> None:
                           "*ForSequenceClassification head): its relevance head would be randomly initialised")  # fmt: skip
     if int(getattr(config, "num_labels", 1)) != 1:
         raise ConfigError(f"rerank model {spec!r} has {config.num_labels} labels; a reranker scores relevance with one")
+    return config
 
 
 def candidates(results: Results, depth: int) -> Results:
