@@ -52,6 +52,11 @@ def test_describe_says_it_plainly() -> None:
     assert describe(s) == ["the model answered nothing extractable to 9/10 questions",
                            "a final answer was extracted from only 1/10 outputs"]
     assert describe(answer_spread(["a", "b"], [True, True])) == []
+    # read back from the fact table, whose count columns hold nulls: floats, written as counts
+    floats = {"constant_answer": True, "top_answer": "no", "top_answer_count": 30.0, "n_answers": 30.0,
+              "low_parse_rate": True, "parse_rate": 0.1}
+    assert describe(floats) == ["the model answered 'no' to 30/30 questions",
+                                "a final answer was extracted from only 3/30 outputs"]
 
 
 def _predictions(path: Path, preds: list[str], parse: list[bool]) -> Path:

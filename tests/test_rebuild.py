@@ -145,12 +145,12 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
 def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
-    dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); it is read by 7 datasets x 3 k
-    RAG cells and TANQ's open-book cell (22): their specs, the batch, their jobs and evaluations.
-    The other 35 cells (closed, oracle, MiniLM RAG) are not replanned, though the batch reruns.
+    dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); it is read by 7 datasets x 2 k
+    RAG cells and TANQ's open-book cell (15): their specs, the batch, their jobs and evaluations.
+    The other 28 cells (closed, oracle, MiniLM RAG) are not replanned, though the batch reruns.
     Every paper table reruns: each job's params hold the config (its comparability notes), which
     the k1 change edits. A template edit leaves the config alone: only DEXTER Table 3, which
-    shows the 16 numeric cells (TAT-QA and FinQA few-shot), reruns."""
+    shows the 12 numeric cells (TAT-QA and FinQA few-shot), reruns."""
     import yaml
 
     _stand_ins(work, forced)
@@ -161,14 +161,14 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     changed.write_text(yaml.safe_dump(config))
     run = _snakemake(work, "-n", "--configfile", str(changed))
     assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "eval_retrieval": 10,
-                                      "cell_spec": 22, "generate_batch": 1, "generate": 22,
-                                      "evaluate_generation": 22, "estimate": 1,  # its params: the config
+                                      "cell_spec": 15, "generate_batch": 1, "generate": 15,
+                                      "evaluate_generation": 15, "estimate": 1,  # its params: the config
                                       **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
     cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
     # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
     assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25", "open-book")}
 
-    # The numeric template (TAT-QA and FinQA: closed, 6 RAG, oracle each) reruns those 16 cells only.
+    # The numeric template (TAT-QA and FinQA: closed, 4 RAG, oracle each) reruns those 12 cells only.
     template = work / "resources" / "prompts" / "few-shot" / "numeric.txt"
     before, stat = template.read_text(), template.stat()
     template.write_text(before + "\n")
@@ -177,10 +177,10 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     finally:
         template.write_text(before)
         os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert job_table(run) == Counter({"cell_spec": 16, "generate_batch": 1, "generate": 16, "evaluate_generation": 16,
+    assert job_table(run) == Counter({"cell_spec": 12, "generate_batch": 1, "generate": 12, "evaluate_generation": 12,
                                       "table_dexter_table3_answers": 1, **REPORT_JOBS}), job_table(run)
     cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
-    assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 16
+    assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 12
 
 
 def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:

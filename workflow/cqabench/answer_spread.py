@@ -60,17 +60,23 @@ def answer_spread(predictions: Sequence[Any], parse_ok: Sequence[bool]) -> dict[
             "low_parse_rate": bool(rate < LOW_PARSE_RATE)}
 
 
+def _count(value: Any) -> Any:
+    """A count read back from the fact table is a float (its column holds nulls): 30.0 reads as 30."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def describe(spread: dict[str, Any], llm: str = "the model") -> list[str]:
     """The flags as plain sentences, e.g. "the model answered 'no' to 30/30 questions"."""
     out = []
+    n = _count(spread.get("n_answers"))
     if spread.get("constant_answer"):
         answer = spread.get("top_answer")
         said = f"'{answer}'" if answer else "nothing extractable"
-        out.append(f"{llm} answered {said} to {spread['top_answer_count']}/{spread['n_answers']} questions")
+        out.append(f"{llm} answered {said} to {_count(spread['top_answer_count'])}/{n} questions")
     if spread.get("low_parse_rate"):
-        if spread.get("parse_rate") is not None and spread.get("n_answers"):
-            parsed = round(spread["parse_rate"] * spread["n_answers"])
-            out.append(f"a final answer was extracted from only {parsed}/{spread['n_answers']} outputs")
+        if spread.get("parse_rate") is not None and n:
+            parsed = round(spread["parse_rate"] * n)
+            out.append(f"a final answer was extracted from only {parsed}/{n} outputs")
         else:
             out.append(f"a final answer was extracted from fewer than {LOW_PARSE_RATE:.0%} of the outputs")
     return out

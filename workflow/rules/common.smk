@@ -116,6 +116,7 @@ if (
 # Every rule's mem_mb, runtime and gpu are its job's estimate (cqabench.estimate: measured
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
+from cqabench.estimate.rates import RATES_FILE
 
 _COSTS = JobCosts(PLAN, strict=False)
 

@@ -172,6 +172,8 @@ rule report_plots:
 # makespan on the reference node, 8 GPUs and 64 cores): the report page puts it beside each
 # rule's measured benchmark: files. Seconds, reads no result.
 rule estimate:
+    input:
+        rates=str(RATES_FILE),  # a rate written by a benchmark (--write-rates) re-estimates
     output:
         csv=f"{REPORT_DIR}/estimate/estimate.csv",
         parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
@@ -192,7 +194,7 @@ rule estimate:
         gpus=REFERENCE_NODE["gpus"],
         cores=REFERENCE_NODE["cores"],
     shell:
-        "cqabench estimate --config {params.config} --gpus {params.gpus} --cores {params.cores} "
+        "cqabench estimate --config {params.config} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
         "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
 
 
