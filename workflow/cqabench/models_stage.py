@@ -4,7 +4,8 @@ Jobs run offline and read a hub model only from `models/<org>/<name>/` (`cqabenc
 filled on a node with network by `cqabench models fetch` or the `fetch_models` rule
 (`cqabench.models_fetch`). This module enumerates, from a `Plan`, every hub model a planned job
 loads: the encoders of every retriever the plan indexes or searches with (dense, SPLADE, ColBERT;
-BM25 has none; the config has no reranker stage), and every planned hf / vllm LLM (TANQ's
+BM25 has none), the cross-encoder of every rerank pipeline (`retrieval.pipelines`, type rerank),
+and every planned hf / vllm LLM (TANQ's
 open-book agent is the planned LLM itself; its WikiSearch tool is BM25). `package:` models
 (inside PyPI packages, the default config's), GGUF sources (converted by a rule), local folders
 and API models are not fetched.
@@ -31,6 +32,7 @@ from cqabench.models_fetch import ModelRequest
 MODEL_RULES = {
     "index": "retriever", "colbert_codec": "retriever", "encode_part": "retriever", "gather_index": "retriever",
     "search": "retriever", "decompose_search": "retriever", "generate": "llm", "generate_batch": "llm",
+    "rerank_run": "name",
 }  # fmt: skip
 FETCH_RULE = "fetch_models"
 # A gated model needs a token; said in the missing-model message so nobody learns it from a 401.
@@ -41,7 +43,7 @@ KNOWN_GATED_ORGS = ("meta-llama/",)
 class HubModel:
     """One config key naming a hub model: who (retriever / llm name), which key, which revision key."""
 
-    kind: str  # "retrievers" | "llms"
+    kind: str  # "retrievers" | "llms" | "retrieval.pipelines"
     owner: str
     key: str  # model | query_model | doc_model | source
     repo_id: str
@@ -80,10 +82,19 @@ def llm_models(name: str, cfg: Mapping[str, Any], root: Path) -> list[HubModel]:
     return [HubModel("llms", name, "source", str(cfg["source"]), "revision", str(revision) if revision else None)]
 
 
+def pipeline_models(name: str, spec: Mapping[str, Any], root: Path) -> list[HubModel]:
+    """A rerank pipeline's cross-encoder when it is a hub model (`revision` pins it)."""
+    if spec.get("type") != "rerank" or not is_hub_id(spec.get("model"), root):
+        return []
+    revision = spec.get("revision")
+    return [HubModel("retrieval.pipelines", name, "model", str(spec["model"]), "revision", str(revision) if revision else None)]
+
+
 def hub_models(plan: Any) -> list[HubModel]:
     """Every config key of the plan that names a hub model a planned job loads."""
     root = plan.env.root
     out = [m for r in used_retrievers(plan) for m in retriever_models(r, plan.retriever_configs[r], root)]
+    out += [m for n, spec in (getattr(plan, "pipelines", None) or {}).items() for m in pipeline_models(n, spec, root)]
     out += [m for n in dict.fromkeys(plan.gen_llms) if n in plan.llms for m in llm_models(n, plan.llms[n], root)]
     return out
 
@@ -146,6 +157,8 @@ def needed_by_jobs(plan: Any, jobs: Iterable[tuple[str, Mapping[str, str]]]) -> 
         name = wildcards.get(wildcard) if wildcard else None
         if wildcard == "retriever" and name in plan.retriever_configs:
             out |= {m.repo_id for m in retriever_models(name, plan.retriever_configs[name], root)}
+        elif wildcard == "name" and name in (getattr(plan, "pipelines", None) or {}):
+            out |= {m.repo_id for m in pipeline_models(name, plan.pipelines[name], root)}
         elif wildcard == "llm" and name in plan.llms:
             out |= {m.repo_id for m in llm_models(name, plan.llms[name], root)}
     return out

@@ -109,6 +109,16 @@ class Plan:
         self.decomposition: dict[str, Any] = dict(self.retrieval.get("decomposition") or {})
         self.decomposition_k = int(self.decomposition.get("k", 10))
         self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
+        # fused and reranked runs, made from other runs (cqabench.pipelines)
+        self.pipelines: dict[str, dict[str, Any]] = dict(self.retrieval.get("pipelines") or {})
+        # (before check(): the pipeline checks ask run_depth about IR-Q / IR-D runs; a bad kind is
+        # left out here and named by check())
+        self.decomposition_runs: dict[str, tuple[str, str]] = {
+            f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
+            for r in self.decomposition.get("retrievers", [])
+            for kind in self.decomposition.get("queries", list(DECOMPOSITION_SUFFIX))
+            if kind in DECOMPOSITION_SUFFIX
+        }
         # report
         self.report: dict[str, Any] = dict(c.get("report") or {})
         self.report_dir = f"{self.results}/report"
@@ -133,10 +143,11 @@ class Plan:
 
         self.check()  # before anything below indexes the config by a name it references
         self.corpora = sorted({self.corpus_of(ds) for ds in self.datasets})
-        self.decomposition_runs: dict[str, tuple[str, str]] = {
-            f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
-            for r in self.decomposition.get("retrievers", [])
-            for kind in self.decomposition.get("queries", list(DECOMPOSITION_SUFFIX))
+        from cqabench import pipelines
+
+        self.pipeline_order: list[str] = pipelines.order(self.pipelines)
+        self.pipeline_splits: dict[str, set[tuple[str, str]]] = {
+            n: s for n, s in pipelines.run_splits(self).items() if n in self.pipelines
         }
         self.all_run_names = sorted({n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)})
         self.expected_files = list(self.report.get("expected") or sorted(
@@ -260,7 +271,9 @@ class Plan:
                 out.append(f"external_runs.{name}: {ds}/{sp} is not configured")
             if not (self.env.root / spec["path"]).is_file():
                 out.append(f"external_runs.{name}.path: {spec['path']!r} is not a file")
-        return out
+        from cqabench import pipelines
+
+        return out + pipelines.problems(self)
 
     def _generation_problems(self) -> list[str]:
         out = []
@@ -377,6 +390,8 @@ class Plan:
             return None
         if run in self.decomposition_runs:
             return "retrieval.decomposition.k", self.decomposition_k
+        if run in self.pipelines:  # what it keeps: its depth (a rerank no deeper than its input, checked)
+            return f"retrieval.pipelines.{run}.depth", int(self.pipeline_settings(run)["depth"])
         return "retrieval.k", self.retrieval_k
 
     def _rag_depth_problems(self) -> list[str]:
@@ -565,7 +580,40 @@ class Plan:
     def run_names(self, dataset: str, split: str) -> list[str]:
         """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
         ours = self.retrieval_retrievers if dataset in self.retrieval_datasets else []
-        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split)
+        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split) + self.pipelines_of(dataset, split)
+
+    def pipelines_of(self, dataset: str, split: str) -> list[str]:
+        """The fused and reranked runs of a (dataset, split): those all of whose inputs exist there,
+        each after the pipelines it reads (cqabench.pipelines)."""
+        return [n for n in self.pipeline_order if (dataset, split) in self.pipeline_splits[n]]
+
+    def pipeline_settings(self, name: str) -> dict[str, Any]:
+        """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
+        from cqabench import pipelines
+
+        spec = self.pipelines[name]
+        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
+
+    def pipeline_inputs(self, w: Any) -> dict[str, Any]:
+        """The fuse / rerank rule's inputs: the input runs' Parquet files (in the order the settings
+        name them), the queries, and for a rerank the corpus whose text it reads."""
+        from cqabench import pipelines
+
+        spec = self.pipelines[w.name]
+        if (w.dataset, w.split) not in self.pipeline_splits[w.name]:
+            raise ConfigError(f"retrieval.pipelines.{w.name}: no run of {w.dataset}/{w.split} "
+                              f"(its inputs exist for {sorted(self.pipeline_splits[w.name])})")  # fmt: skip
+        runs = [self.run_file(w.dataset, w.split, w.serialization, r, "parquet") for r in pipelines.inputs_of(spec)]
+        inputs: dict[str, Any] = {"runs": runs, "queries": self.data_path(w.dataset, w.split, "queries")}
+        if spec["type"] == "rerank":
+            inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
+        return inputs
+
+    def pipeline_uses_gpu(self, name: str) -> bool:
+        """Whether a pipeline's job runs a model on a GPU (a rerank with device cuda)."""
+        spec = self.pipelines.get(name) or {}
+        return spec.get("type") == "rerank" and str(spec.get("device", "cpu")) != "cpu"
 
     def run_settings(self, run: str) -> dict[str, Any]:
         """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
@@ -573,6 +621,11 @@ class Plan:
             return {"external": True, **self.external_runs[run]}
         if run in self.retriever_configs:
             return {**self.retriever_configs[run], "k": self.retrieval_k}
+        if run in self.pipelines:  # its settings, and those of every run it reads (recursively)
+            from cqabench import pipelines
+
+            inputs = pipelines.inputs_of(self.pipelines[run])
+            return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
         retriever, kind = self.decomposition_runs[run]
         return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
 

@@ -144,6 +144,9 @@ RETRIEVAL = PLAN.retrieval
 RETRIEVAL_K = PLAN.retrieval_k
 DECOMPOSITION = PLAN.decomposition
 EXTERNAL_RUNS = PLAN.external_runs
+# retrieval.pipelines by type: fuse_runs and rerank_run (workflow/rules/pipelines.smk)
+FUSIONS = [n for n, s in PLAN.pipelines.items() if s["type"] == "fusion"]
+RERANKS = [n for n, s in PLAN.pipelines.items() if s["type"] == "rerank"]
 ALL_RUN_NAMES = PLAN.all_run_names
 SIGNIFICANCE = PLAN.significance
 REPORT_DIR = PLAN.report_dir
@@ -184,6 +187,8 @@ codec_arg = PLAN.codec_arg
 run_file = PLAN.run_file
 _run_settings = PLAN.run_settings
 _external_input = PLAN.external_input
+pipeline_inputs = PLAN.pipeline_inputs
+pipeline_settings = PLAN.pipeline_settings
 retrieval_targets = PLAN.retrieval_targets
 python_for = PLAN.python_for
 not_planned_cells = PLAN.not_planned_cells

@@ -1,5 +1,5 @@
 """`cqabench` subcommands of the retrieval stage: index, encode-part, gather-index, search,
-decompose-search, import-run, eval-retrieval, pyserini."""
+decompose-search, import-run, fuse, rerank, eval-retrieval, pyserini."""
 
 from __future__ import annotations
 
@@ -73,6 +73,23 @@ def _import(args: argparse.Namespace) -> int:
     from cqabench.retrievers.jobs import import_run
 
     import_run(args.run, args.format, args.queries, args.k, args.out_trec, args.out_parquet, args.tag)
+    return 0
+
+
+def _fuse(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import fuse_runs
+
+    fuse_runs(list(args.runs), args.queries, json_object(args.settings, "--settings"), args.out_trec, args.out_parquet, args.tag)
+    return 0
+
+
+def _rerank(args: argparse.Namespace) -> int:
+    from cqabench.retrievers.jobs import rerank_run
+
+    rerank_run(
+        args.run, args.queries, args.corpus, args.serialization, json_object(args.settings, "--settings"),
+        args.out_trec, args.out_parquet, args.out_log, args.tag,
+    )  # fmt: skip
     return 0
 
 
@@ -160,6 +177,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=None, help="cut to the best k per query")
     _outputs(p, tag_required=True)
     p.set_defaults(func=_import)
+
+    p = sub.add_parser("fuse", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx)")
+    p.add_argument("--runs", required=True, nargs="+", help="the input runs, in the order of the fusion's `fuse` list")
+    p.add_argument("--queries", required=True, help="the queries table every input belongs to")
+    p.add_argument("--settings", required=True, help="JSON {type: fusion, fuse, method, k | norm, depth}")
+    _outputs(p, tag_required=True)
+    p.set_defaults(func=_fuse)
+
+    p = sub.add_parser("rerank", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)")
+    p.add_argument("--run", required=True, help="the input run")
+    p.add_argument("--queries", required=True)
+    p.add_argument("--corpus", required=True, help="corpus.parquet the input run searched (the documents' text)")
+    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
+    p.add_argument("--settings", required=True, help="JSON {type: rerank, of, model, depth, device, batch_size, max_length, ...}")
+    p.add_argument("--out-log", default=None, help="JSON record: model, pairs, truncated pairs, speed")
+    _outputs(p, tag_required=True)
+    p.set_defaults(func=_rerank)
 
     p = sub.add_parser("eval-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
     p.add_argument("--run", required=True)

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from cqabench.pipelines import inputs_of as pipeline_inputs
 from cqabench.planner import CELL_FIELDS, DECOMPOSITION_SUFFIX
 
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
-         "gather_index", "search", "decompose_search", "import_run", "eval_retrieval", "convert_model",
+         "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "eval_retrieval",
+         "convert_model",
          "generate_batch", "cell_spec", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
          "report_plots", "estimate", "report_page")
 # One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".
@@ -135,6 +137,15 @@ def _jobs(plan: Any) -> Iterator[Job]:
                 for name in plan.external_runs_of(ds, sp):
                     job = Job("import_run", {"dataset": ds, "split": sp, "serialization": ser, "name": name},
                               [prepares[(ds, sp)].id])
+                    run_of[(ds, sp, ser, name)] = job.id
+                    yield job
+                for name in plan.pipelines_of(ds, sp):  # after the runs they read (Plan.pipeline_order)
+                    spec = plan.pipelines[name]
+                    deps = [run_of[(ds, sp, ser, r)] for r in pipeline_inputs(spec)] + [prepares[(ds, sp)].id]
+                    if spec["type"] == "rerank":
+                        deps.append(pools[plan.corpus_of(ds)].id)
+                    rule = "fuse_runs" if spec["type"] == "fusion" else "rerank_run"
+                    job = Job(rule, {"dataset": ds, "split": sp, "serialization": ser, "name": name}, deps)
                     run_of[(ds, sp, ser, name)] = job.id
                     yield job
     evals = [Job("eval_retrieval", {"dataset": ds, "split": sp, "serialization": ser, "run": run},

@@ -30,6 +30,8 @@ PATHS: dict[str, tuple[str, ...]] = {
     "search": ("dataset", "split", "serialization", "retriever"),
     "decompose_search": ("dataset", "split", "serialization", "retriever-kind"),
     "import_run": ("dataset", "split", "serialization", "name"),
+    "fuse_runs": ("dataset", "split", "serialization", "name"),
+    "rerank_run": ("dataset", "split", "serialization", "name"),
     "eval_retrieval": ("dataset", "split", "serialization", "run"),
     "convert_model": ("llm",), "generate_batch": ("llm",), "generate": CELL_FIELDS, "evaluate_generation": CELL_FIELDS,
     "aggregate": (), "report_tables": (), "report_plots": (), "report_page": (), "estimate": (),

@@ -52,7 +52,7 @@ MB = 1e6
 FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
             "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
             "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
-LIGHT_RULES = ("cell_spec", "eval_retrieval", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
+LIGHT_RULES = ("cell_spec", "eval_retrieval", "fuse_runs", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
                "report_plots", "report_page", "estimate", "table")
 
 
@@ -162,6 +162,8 @@ class JobCosts:
             mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
         if rule == "gather_index":
             gpus = 0
+        if rule == "rerank_run" and wildcards.get("name") in self.plan.pipelines:  # a cross-encoder on cuda
+            gpus = 1 if self.plan.pipeline_uses_gpu(wildcards["name"]) else 0
         return {"mem_mb": mem, "runtime": runtime, "gpu": gpus}
 
     # ---- helpers ----
@@ -436,6 +438,21 @@ class JobCosts:
                  "ird-pred": self.sizes.stat(w["dataset"], w["split"], "predicted_steps")}[w["kind"]]
         self._search(c, w, queries=q * max(steps, 1.0))
         c.items["questions"] = q
+
+    def _rerank_run(self, c: Cost, w: dict[str, str]) -> None:
+        """A cross-encoder scores questions x depth (question, document) pairs. No rerank rate is
+        measured yet: a pair is costed as one document of the dense encoder rates of the same model
+        name (else their `any`: a BERT-base encoder at 512 word pieces), an assumption the rates file
+        states for those rates; the model load is their fixed_s."""
+        s = self.plan.pipeline_settings(w["name"])
+        on_gpu = str(s["device"]) != "cpu"
+        c.device, c.gpus = (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+        c.model = str(s["model"])
+        pairs = self._queries(w["dataset"], w["split"]) * float(s["depth"])
+        c.items.update({"pairs": pairs})
+        c.wall_s = self._r(c, "dense_encode", "fixed_s", c.model) + pairs / self._r(c, "dense_encode", "docs_per_s", c.model)
+        c.cpu_s = c.wall_s
+        c.peak_mb = self._r(c, "dense_encode", "peak_mb", c.model)
 
     def _light(self, c: Cost, w: dict[str, str]) -> None:
         c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", c.rule)

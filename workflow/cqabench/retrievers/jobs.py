@@ -178,3 +178,60 @@ def import_run(
         results[qid] = []  # a query the external system left out retrieved nothing
     write_run(results, out_trec, out_parquet, tag)
     return results
+
+
+def fuse_runs(
+    runs: list[str | Path], queries: str | Path, settings: Mapping[str, Any],
+    out_trec: str | Path | None, out_parquet: str | Path | None, tag: str,
+) -> Results:  # fmt: skip
+    """A fused run (`cqabench.retrievers.fusion`) over every question of `queries`, written in both forms.
+
+    `settings` is the resolved fusion (`Plan.pipeline_settings`); `runs` are its inputs' files in
+    the order of its `fuse` list. A query id of an input that is not in `queries` means an input
+    of another dataset split, a DataError rather than a fusion that scores zero.
+    """
+    from cqabench.retrievers import fusion
+
+    qids = [r["qid"] for r in read_query_rows(queries)]
+    known = set(qids)
+    inputs = []
+    for path in runs:
+        run = read_run(path)
+        unknown = sorted(set(run) - known)
+        if unknown:
+            raise DataError(path, unknown[0], "qid", f"{len(unknown)} query id(s) are not in {queries}: "
+                            "is this run of another dataset or split?")  # fmt: skip
+        inputs.append(ranked(run))
+    results = fusion.fuse(inputs, fusion.resolve(settings, int(settings.get("depth") or 100)), qids)
+    write_run(results, out_trec, out_parquet, tag)
+    return results
+
+
+def rerank_run(
+    run: str | Path, queries: str | Path, corpus: str | Path, serialization: str, settings: Mapping[str, Any],
+    out_trec: str | Path | None, out_parquet: str | Path | None, out_log: str | Path | None, tag: str,
+) -> Results:  # fmt: skip
+    """A cross-encoder reranking (`cqabench.retrievers.rerank`) of `run`'s top `depth`, written in
+    both forms; `out_log` records the model, the pairs scored and how many were truncated."""
+    from cqabench.retrievers import rerank
+
+    settings = rerank.resolve(settings)
+    rows = read_query_rows(queries)
+    questions = {r["qid"]: r["question"] for r in rows}
+    source = ranked(read_run(run))
+    unknown = sorted(set(source) - set(questions))
+    if unknown:
+        raise DataError(run, unknown[0], "qid", f"{len(unknown)} query id(s) are not in {queries}: "
+                        "is this run of another dataset or split?")  # fmt: skip
+    for qid in questions:
+        source.setdefault(qid, [])  # a question its input retrieved nothing for stays, empty
+    wanted = rerank.needed_docids(source, int(settings["depth"]))
+    documents = rerank.collect_documents(read_documents(corpus, serialization), wanted)
+    results, record = rerank.rerank(source, questions, documents, settings)
+    write_run(results, out_trec, out_parquet, tag)
+    if out_log is not None:
+        from cqabench.report.provenance import retriever_model
+
+        write_json({"settings": settings, "input": str(run), "serialization": serialization, **record,
+                    **retriever_model(settings)}, out_log)  # fmt: skip
+    return results
