@@ -34,9 +34,11 @@ FACTOR_TIME = 3.0
 FACTOR_MEMORY = 2.0
 # Above the measured peak the estimate may be further off: it is what a job asks the scheduler for,
 # and vLLM's rate is the engine of a 16-sequence batch with its 1 GiB KV cache (a small cell fills less).
-# Measured for this test's cell: 1,714-1,758 MB (2026-12-02), 1,433 MB (2026-12-03, a loaded machine)
-# against the rate's 4,079 MB (2.3-2.8x); the default's full session measured 4,819 MB (0.85x).
-FACTOR_MEMORY_OVER = 3.0
+# A small cell's peak RSS varies from run to run (why is not established: resident KV-cache and
+# weight pages are candidates): measured for this test's cell 1,714-1,758 MB
+# (2026-12-02), 1,433 MB and 1,161 MB (2026-12-03, two fresh clones) against the rate's 4,079 MB
+# (2.3-3.5x); the default's full session measured 4,819 MB (0.85x).
+FACTOR_MEMORY_OVER = 4.0
 LLM = "smollm2-135m"
 
 
