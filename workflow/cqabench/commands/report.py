@@ -145,6 +145,12 @@ def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> 
     tested = [c for c in doc["comparisons"] if c["p_value"] is not None]
     print(f"retrieval_vs_baseline: {len(doc['comparisons'])} comparisons vs {args.baseline}, {len(tested)} tested, "
           f"{sum(bool(c['significant']) for c in tested)} significant after {args.correction}")
+    from cqabench.report import retrieval_pipelines
+
+    pipes = retrieval_pipelines.render(per_question, metrics, args.out_dir, baseline=args.baseline,
+                                       correction=args.correction, alpha=args.alpha, resamples=args.test_resamples,
+                                       seed=args.seed)  # fmt: skip
+    print(f"retrieval_pipelines: {len(pipes['runs'])} pipeline runs, {len(pipes['rows'])} rows")
 
 
 def _report_answers(args: argparse.Namespace) -> int:

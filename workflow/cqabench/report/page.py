@@ -5,7 +5,8 @@ nothing about what was run; the parts (paper tables, plots, answers by setting) 
 files. This page puts them in one order a reader follows: what was run (configuration name and
 hash, data, models, date, git commit), the paper tables, DEXTER's Figure 2, the retriever ×
 dataset heatmap (with n and Δ to the paper as a table too, so the numbers are text, not only
-pixels), the retrieval significance table (each run vs BM25, Holm-corrected), the TANQ breakdowns
+pixels), the retrieval significance table (each run vs BM25, Holm-corrected), the retrieval
+pipelines table (fused and reranked runs vs BM25, nDCG@10 and Recall@100), the TANQ breakdowns
 beside the paper's values, parse rates, answers by setting, per-rule wall time and peak memory
 from Snakemake's `benchmark:` files, and links to the fact table as CSV and HTML. Images are
 embedded as data URIs so the page is one file (Figure 2 as SVG); a figure with nothing to draw
@@ -420,6 +421,13 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                             f'<div class="scroll" id="retrieval-significance-table">{fragment}</div>' if fragment else
                             '<p class="warn">retrieval_vs_baseline.html not written.</p>',
                             ["retrieval_vs_baseline"] if fragment else []))
+    fragment = html_fragment(tables_dir / "retrieval_pipelines.html")
+    if fragment:
+        fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
+    sections.append(Section("retrieval-pipelines", "Retrieval pipelines: fused and reranked runs vs the baseline",
+                            f'<div class="scroll" id="retrieval-pipelines-table">{fragment}</div>' if fragment else
+                            '<p class="warn">retrieval_pipelines.html not written.</p>',
+                            ["retrieval_pipelines"] if fragment else []))
     body, found = tables(tanq_ids)
     sections.append(Section("tanq", "TANQ breakdowns and failure types (paper Tables 5–10)", body + _figure(
         plots_dir / "tanq_skills.png", "TANQ RMS F1 by skill",

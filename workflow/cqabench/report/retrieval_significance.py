@@ -15,6 +15,7 @@ no query both runs scored) carries its reason and is not in the family.
 from __future__ import annotations
 
 import html
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,14 @@ def _text(value: Any) -> str:
 def retrieval_vs_baseline(
     per_question: pd.DataFrame | None, metric: str = METRIC, variant: str = VARIANT, baseline: str = BASELINE,
     correction: str = "holm", alpha: float = ALPHA, resamples: int = RESAMPLES, seed: int = 0,
-    metrics: pd.DataFrame | None = None,
+    metrics: pd.DataFrame | None = None, runs: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The family of paired tests as one JSON-ready document (method, comparisons).
 
     `metrics` (the fact table), when given, adds the runs that have no per-query rows at all
     (every query n/a), so the table lists them with the reason instead of leaving them out.
+    `runs`, when given, keeps only those runs' comparisons, and the family is theirs alone (the
+    pipelines table, `cqabench.report.retrieval_pipelines`).
     """
     comparisons: list[dict[str, Any]] = []
     frame = per_question if per_question is not None else pd.DataFrame()
@@ -75,10 +78,10 @@ def retrieval_vs_baseline(
                    if f is not None and not f.empty and set(columns) | {"stage"} <= set(f.columns)]
         cells = pd.concat([c.astype("string") for c in sources]).drop_duplicates().sort_values([*GROUP, "retriever"])
         for key, group in cells.groupby(list(GROUP), sort=True, dropna=False):
-            runs = list(dict.fromkeys(group["retriever"].tolist()))
+            names = list(dict.fromkeys(group["retriever"].tolist()))
             base_cells = group[group["retriever"] == baseline]["cell_id"].tolist()
             base = part[part["cell_id"].astype("string").isin(base_cells)]
-            for run in (r for r in runs if r != baseline):
+            for run in (r for r in names if r != baseline and (runs is None or r in runs)):
                 run_cells = group[group["retriever"] == run]["cell_id"].tolist()
                 mine = part[part["cell_id"].astype("string").isin(run_cells)]
                 comparisons.append(_compare(dict(zip(GROUP, key)), run, mine, base, bool(base_cells), metric,
@@ -99,7 +102,8 @@ def retrieval_vs_baseline(
                                "permutation_type='samples')", "on": "queries both runs scored",
                      "resamples": resamples, "exact_when": "2^n <= resamples", "seed": seed},
             "correction": {"method": correction, "description": CORRECTION_TEXT.get(correction, correction),
-                           "family": f"every run vs {baseline} on every (dataset, split, serialization)",
+                           "family": f"every {'pipeline ' if runs is not None else ''}run vs {baseline} on every "
+                                     "(dataset, split, serialization)",
                            "family_size": family, "alpha": alpha},
         },
         "comparisons": comparisons,
