@@ -194,7 +194,8 @@ def rate_values(rows: list[dict]) -> dict[str, tuple[float, str]]:
                          "give --growth at least two sizes (e.g. 500,1000,2000)") from None  # fmt: skip
     if per_doc <= 0 or cpu_per_doc <= 0:
         raise ValueError(f"--write-rates: time does not grow with documents over {[r['docs'] for r in rows]} "
-                         f"({per_doc:.3g} s, {cpu_per_doc:.3g} CPU s per document): sizes too close for the noise")  # fmt: skip
+                         f"({per_doc:.3g} s, {cpu_per_doc:.3g} CPU s per document): sizes too close for the noise "
+                         "of shared cores: take sizes further apart (e.g. 2000,8000,18630)")  # fmt: skip
     return {
         "fixed_s": (fixed, "s per job (ONNX export and quantization, model load)"),
         "docs_per_s": (1 / per_doc, "passages encoded per s (onnx int8, 2 threads)"),
@@ -264,7 +265,10 @@ def main() -> None:
                 print(f"{v:18} {r['docs']:6d} {r['wall_s']:8.1f} {r['encode_s']:8.1f} {r['cpu_s']:7.1f} "
                       f"{r['peak_rss_mib']:9.0f}", flush=True)  # fmt: skip
         if a.write_rates:
-            write_rates(a.write_rates, growth)
+            try:
+                write_rates(a.write_rates, growth)
+            except ValueError as exc:  # the rows above stay printed; nothing is written
+                sys.exit(f"dense_ottqa: {exc}")
 
 
 def table(rows: list[dict]) -> None:

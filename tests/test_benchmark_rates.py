@@ -233,3 +233,16 @@ def test_rerank_ottqa_extrapolates_the_papers_questions() -> None:
     [row] = bench.gpu_extrapolation({"ottqa": 2200}, 1800)
     assert row == {"dataset": "ottqa", "questions": 2200, "pairs": 220_000, "gpu_s": pytest.approx(122.22, abs=0.01)}
     assert [bench._count(x) for x in ("1.25k", "12.6k", 883, "2k")] == [1250, 12600, 883, 2000]
+
+
+def test_dense_ottqa_refuses_a_line_that_does_not_grow() -> None:
+    """The rows of a run on shared cores (2026-12-03): wall 92.5, 111.3, 92.3 s at 500, 1,000,
+    2,000 documents. Slope: means 1,166.7 and 98.7; Sxy = (-666.7)(-6.2) + (-166.7)(12.6) +
+    (833.3)(-6.4) = -3,300, Sxx = 1,166,667: -0.00283 s per document, no rate (CPU s 44.7, 70.6,
+    103.3 do grow: Sxy = (-666.7)(-28.17) + (-166.7)(-2.27) + (833.3)(30.43) = 44,517, 0.0382)."""
+    bench = _benchmark("dense_ottqa")
+    rows = [_dense_row("ours-onnx-int8", 500, 92.5, 44.7, 1354), _dense_row("ours-onnx-int8", 1000, 111.3, 70.6, 1355),
+            _dense_row("ours-onnx-int8", 2000, 92.3, 103.3, 1392)]  # fmt: skip
+    with pytest.raises(ValueError, match=r"time does not grow with documents over \[500, 1000, 2000\] \(-0\.00283 s, "
+                                         r"0\.0382 CPU s per document\): sizes too close"):
+        bench.rate_values(rows)
