@@ -48,7 +48,7 @@ class Corpus:
     queries: list[tuple[str, str]]  # (qid, question), every dev question
     qrels: dict[str, dict[str, int]]
     docs: list[tuple[str, str, str]]  # (docid, title, text), tables serialized with `pipe`
-    kinds: dict[str, int]  # documents per kind (table, passage)
+    kinds: dict[str, int]  # documents per kind (table, text)
 
 
 def load_corpus(data_dir: Path, out: Path) -> Corpus:

@@ -204,6 +204,7 @@ def compare(ours: dict[str, dict[str, float]], peer: dict[str, dict[str, float]]
 def first_stage(n_queries: int, seed: int, work: Path) -> tuple[Path, dict[str, Any]]:
     """BM25 top DEPTH of a fixed-seed question sample over the full corpus, written as the
     children's input (run, questions, the documents it names)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling script, also when this one is imported
     from bm25_ottqa import SETTINGS, load_corpus
 
     from cqabench import retrievers
@@ -220,6 +221,7 @@ def first_stage(n_queries: int, seed: int, work: Path) -> tuple[Path, dict[str, 
     documents = {d: (ti, tx) for d, ti, tx in corpus.docs if d in wanted}
     inputs = work / "rerank_inputs.json"
     inputs.write_text(json.dumps({"run": run, "questions": dict(queries), "documents": documents}), encoding="utf-8")
+    # OTT-QA's passages are keyed by their /wiki/ path, its tables by a table id
     kinds = {k: sum(1 for d in wanted if d.startswith("/wiki/") == (k == "passage")) for k in ("table", "passage")}
     return inputs, {"documents": len(corpus.docs), "questions": len(queries), "bm25_s": bm25_s,
                     "candidates": sum(len(v) for v in run.values()), "candidate_kinds": kinds}  # fmt: skip
