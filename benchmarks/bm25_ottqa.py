@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,37 @@ from cqabench.retrievers.jobs import index_corpus, read_documents
 
 SETTINGS = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en", "threads": 2}
 K = 100
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The OTT-QA dev split as the workflow prepares it (cqabench.datasets.ottqa), on disk."""
+
+    path: Path  # corpus.parquet, as the prepare rule writes it
+    queries: list[tuple[str, str]]  # (qid, question), every dev question
+    qrels: dict[str, dict[str, int]]
+    docs: list[tuple[str, str, str]]  # (docid, title, text), tables serialized with `pipe`
+    kinds: dict[str, int]  # documents per kind (table, text)
+
+
+def load_corpus(data_dir: Path, out: Path) -> Corpus:
+    """The full dev corpus, questions and qrels; benchmarks/rerank_ottqa.py reads the same."""
+    data = ottqa.load(
+        {"questions": data_dir / "released_data" / "dev.traced.json",
+         "tables": data_dir / "dev_tables.json", "passages": data_dir / "dev_passages.json"},
+        "dev",
+    )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    corpus_path = out / "corpus.parquet"
+    write_parquet(data.tables()["corpus"], corpus_path)
+    queries = [(q.qid, q.question) for q in data.queries]
+    qrels = qrels_from_rows({"qid": r.qid, "docid": r.docid, "relevance": r.relevance} for r in data.qrels)
+    docs = list(read_documents(corpus_path, "pipe"))
+    kinds: dict[str, int] = {}
+    for d in data.corpus:
+        kinds[d.kind] = kinds.get(d.kind, 0) + 1
+    print(f"OTT-QA dev: {len(docs)} documents {kinds}, {len(queries)} questions", file=sys.stderr)
+    return Corpus(corpus_path, queries, qrels, docs, kinds)
 
 
 def timed(fn, *args):
@@ -124,22 +156,8 @@ def main() -> int:
     parser.add_argument("--skip-rank-bm25", action="store_true", help="rank_bm25 scores every document per query (slow)")
     args = parser.parse_args()
 
-    data = ottqa.load(
-        {"questions": args.data / "released_data" / "dev.traced.json",
-         "tables": args.data / "dev_tables.json", "passages": args.data / "dev_passages.json"},
-        "dev",
-    )  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    tables = data.tables()
-    corpus_path = args.out / "corpus.parquet"
-    write_parquet(tables["corpus"], corpus_path)
-    queries = [(q.qid, q.question) for q in data.queries]
-    qrels = qrels_from_rows({"qid": r.qid, "docid": r.docid, "relevance": r.relevance} for r in data.qrels)
-    docs = list(read_documents(corpus_path, "pipe"))
-    kinds = {}
-    for d in data.corpus:
-        kinds[d.kind] = kinds.get(d.kind, 0) + 1
-    print(f"OTT-QA dev: {len(docs)} documents {kinds}, {len(queries)} questions", file=sys.stderr)
+    corpus = load_corpus(args.data, args.out)
+    corpus_path, queries, qrels, docs, kinds = corpus.path, corpus.queries, corpus.qrels, corpus.docs, corpus.kinds
 
     rows: dict[str, dict] = {}
     times: dict[str, dict[str, list[float]]] = {"ours": {"index": [], "search": []}, "pyserini": {"index": [], "search": []}}

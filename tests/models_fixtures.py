@@ -35,6 +35,23 @@ def minilm_dir() -> Path:
     return Path(resolve_model(MINILM))
 
 
+def minilm_cross_encoder(out: Path, seed: int = 0) -> Path:
+    """MiniLM-L6's encoder + a randomly initialised one-label head (torch `seed`), saved offline
+    as a `BertForSequenceClassification` folder at `out`.
+
+    The architecture and size of cross-encoder/ms-marco-MiniLM-L-6-v2 (6 layers, hidden 384, the
+    same WordPiece vocabulary), so a pair costs what it costs that model; its scores mean nothing
+    about relevance. tests/test_rerank.py reranks with it; benchmarks/rerank_ottqa.py times it.
+    """
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(seed)
+    model = CrossEncoder(str(minilm_dir()), num_labels=1, device="cpu", local_files_only=True)
+    model.save(str(out))
+    return out
+
+
 def _tokenizer():
     from transformers import AutoTokenizer
 

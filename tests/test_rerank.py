@@ -22,7 +22,7 @@ from cqabench.retrievers.jobs import rerank_run
 from cqabench.runs import read_run, write_run
 from cqabench.schema import CanonicalData, Document, Query
 
-from models_fixtures import MINILM, TOY_DOCS, minilm_dir
+from models_fixtures import MINILM, TOY_DOCS, minilm_cross_encoder
 
 QUESTIONS = {"q1": "Which fruit grows on trees?", "q2": "What erupts lava?"}
 # q1's input ranking: all seven toy documents, d6 best (scores 7..1); q2: three, one tie.
@@ -33,14 +33,7 @@ DOCS = {d: (t, x) for d, t, x in TOY_DOCS}
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MiniLM's encoder + a randomly initialised one-label head (torch seed 0), saved offline."""
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    torch.manual_seed(0)
-    model = CrossEncoder(str(minilm_dir()), num_labels=1, device="cpu", local_files_only=True)
-    folder = tmp_path_factory.mktemp("ce") / "minilm-random-head"
-    model.save(str(folder))
-    return folder
+    return minilm_cross_encoder(tmp_path_factory.mktemp("ce") / "minilm-random-head")
 
 
 def _settings(model: Path | str, **kw: object) -> dict:

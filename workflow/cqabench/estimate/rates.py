@@ -184,6 +184,21 @@ def update_rates(path: str | Path, family: str, device: str, model: str,
                  values: Mapping[str, tuple[float, str]], measured: Mapping[str, str]) -> None:
     """Write `values` (name -> (value, unit)) as measured rates of (family, device, model),
     leaving every other entry as it is; the file is replaced atomically."""
+    _write(path, family, device, model, {name: (value, unit, "measured", measured) for name, (value, unit) in values.items()})
+
+
+def update_assumed(path: str | Path, family: str, device: str, model: str,
+                   values: Mapping[str, tuple[float, str]], source: str, note: str | None = None) -> None:
+    """Write `values` (name -> (value, unit)) as assumed rates of (family, device, model), with
+    their published `source` (and how the number follows from it, `note`): what a benchmark
+    could not measure here but states beside what it did (a GPU's throughput)."""
+    assumed = {"source": source, **({"note": note} if note else {})}
+    _write(path, family, device, model, {name: (value, unit, "assumed", assumed) for name, (value, unit) in values.items()})
+
+
+def _write(path: str | Path, family: str, device: str, model: str,
+           entries: Mapping[str, tuple[float, str, str, Mapping[str, str]]]) -> None:
+    """name -> (value, unit, kind, provenance) into (family, device, model); the rest as it is."""
     from cqabench.io import write_text
 
     path = Path(path)
@@ -195,8 +210,8 @@ def update_rates(path: str | Path, family: str, device: str, model: str,
     if device not in classes:
         raise ConfigError(f"{path}: device class {device!r} is not under device_classes; add it with a description first")
     entry = data.setdefault("rates", {}).setdefault(family, {}).setdefault(device, {}).setdefault(model, {})
-    for name, (value, unit) in values.items():
-        entry[name] = {"value": _round(value), "unit": unit, "measured": dict(measured)}
+    for name, (value, unit, kind, prov) in entries.items():
+        entry[name] = {"value": _round(value), "unit": unit, kind: dict(prov)}
     write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True), path)
 
 
