@@ -34,7 +34,7 @@ def _plan(config: dict[str, Any], env: Environment = ENV) -> Plan:
 
 
 @pytest.mark.parametrize(
-    ("name", "generate", "eval_retrieval"), [("config.yaml", 43, 17), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
+    ("name", "generate", "eval_retrieval"), [("config.yaml", 43, 24), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
 )
 def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, eval_retrieval: int) -> None:
     plan = _plan(_config(name))
@@ -43,7 +43,8 @@ def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int,
 
 
 def test_default_plan_by_hand() -> None:
-    """config.yaml: 8 datasets x 1 serialization; closed everywhere, rag over 2 runs x 2 k where the
+    """config.yaml: 8 datasets x 1 serialization; closed everywhere, rag over 2 runs (BM25 and the
+    BM25+MiniLM fusion) x 2 k where the
     dataset is searched (7, not TANQ), oracle where gold exists (5 of 8) plus StrategyQA's on its
     annotators' facts, open-book for TANQ only: 8 + 28 + 6 + 1 = 43."""
     plan = _plan(_config())
@@ -64,7 +65,8 @@ def test_default_plan_by_hand() -> None:
     assert ("strategyqa", "dev", "oracle") not in {(n["dataset"], n["split"], n["setting"]) for n in plan.not_planned_cells()}
     assert plan.corpus_of("musique") == plan.corpus_of("2wikimultihopqa") == "wiki-multihop"
     assert plan.corpus_of("tatqa") == "tatqa"
-    assert plan.run_names("strategyqa", "dev") == ["bm25", "minilm", "bm25-irq", "bm25-ird-gold", "bm25-ird-pred"]
+    assert plan.run_names("strategyqa", "dev") == ["bm25", "minilm", "bm25-irq", "bm25-ird-gold", "bm25-ird-pred",
+                                                   "bm25-minilm-rrf"]
     assert plan.run_names("tanq", "test") == []
     assert ("tanq", "test", "rag") in {(n["dataset"], n["split"], n["setting"]) for n in plan.not_planned_cells()}
     assert plan.run_settings("bm25-irq")["queries"] == "question" and plan.run_settings("bm25-irq")["k"] == 10
@@ -97,7 +99,7 @@ def test_small_matrix_by_hand() -> None:
     config["corpora"] = {}
     config["serializations"] = ["pipe", "linear"]
     config["retrieval"] = {"retrievers": ["bm25", "minilm"], "k": 50}
-    config["generation"].update(settings=["closed", "rag"], k=[1, 3], batch_llms=[])
+    config["generation"].update(settings=["closed", "rag"], k=[1, 3], batch_llms=[], rag_retrievers=["bm25", "minilm"])
     plan = _plan(config)
     assert len(plan.generation_cells()) == 10
     assert plan.generation_targets()[0] == "results/sample/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0/predictions.parquet"

@@ -145,9 +145,11 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
 def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
-    dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); it is read by 7 datasets x 2 k
-    RAG cells and TANQ's open-book cell (15): their specs, the batch, their jobs and evaluations.
-    The other 28 cells (closed, oracle, MiniLM RAG) are not replanned, though the batch reruns.
+    dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); the BM25+MiniLM fusion of the
+    7 datasets fuses a BM25 run, so it is re-fused and re-evaluated too (7 + 7); BM25 and the fused run
+    are read by 7 datasets x 2 k RAG cells each and TANQ's open-book cell (29): their specs, the
+    batch, their jobs and evaluations. The other 14 cells (closed, oracle) and MiniLM's index and
+    searches are not replanned, though the batch reruns.
     Every paper table reruns: each job's params hold the config (its comparability notes), which
     the k1 change edits. A template edit leaves the config alone: only DEXTER Table 3, which
     shows the 12 numeric cells (TAT-QA and FinQA few-shot), reruns."""
@@ -160,13 +162,14 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     changed = work / "bm25_k1.yaml"
     changed.write_text(yaml.safe_dump(config))
     run = _snakemake(work, "-n", "--configfile", str(changed))
-    assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "eval_retrieval": 10,
-                                      "cell_spec": 15, "generate_batch": 1, "generate": 15,
-                                      "evaluate_generation": 15, "estimate": 1,  # its params: the config
+    assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "fuse_runs": 7,
+                                      "eval_retrieval": 17, "cell_spec": 29, "generate_batch": 1, "generate": 29,
+                                      "evaluate_generation": 29, "estimate": 1,  # its params: the config
                                       **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
     cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
     # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
-    assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25", "open-book")}
+    assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25-minilm-rrf", "rag"),
+                                                            ("bm25", "open-book")}
 
     # The numeric template (TAT-QA and FinQA: closed, 4 RAG, oracle each) reruns those 12 cells only.
     template = work / "resources" / "prompts" / "few-shot" / "numeric.txt"

