@@ -32,8 +32,8 @@ def _config(name: str = "config.yaml") -> dict[str, Any]:
 def _with(pipelines: dict[str, Any], rag: list[str] | None = None) -> dict[str, Any]:
     config = _config()
     config["retrieval"]["pipelines"] = pipelines
-    if rag is not None:
-        config["generation"]["rag_retrievers"] = rag
+    # the default's own pipeline is replaced, so its RAG runs are the two retrievers unless given
+    config["generation"]["rag_retrievers"] = rag if rag is not None else ["bm25", "minilm"]
     return config
 
 
@@ -172,6 +172,7 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 @pytest.mark.parametrize(("what", "edit", "message"), REFUSED, ids=[c[0] for c in REFUSED])
 def test_each_bad_declaration_is_refused_naming_its_key(what: str, edit: Callable[[dict[str, Any]], None], message: str) -> None:
     config = _config()
+    config["generation"]["rag_retrievers"] = ["bm25", "minilm"]  # the default's own pipeline is replaced below
     edit(config)
     with pytest.raises(ConfigError) as err:
         Plan(config, ENV)
