@@ -22,8 +22,8 @@ tests/test_rerank.py uses): the architecture and size of cross-encoder/ms-marco-
 model. Its scores are meaningless: this benchmark measures cost, not quality.
 
 The GPU cost is extrapolated, not measured (no GPU here): the paper's datasets (question counts
-of DEXTER's Table 1, ../shared/paper/dexter.yaml, for the split and limit config/dexter.yaml
-evaluates) x depth 100 pairs at an ASSUMED RTX 3090 throughput: the published V100 figure of
+published in config/sizes.yaml, DEXTER's Table 1 and §C.2, for the split and limit
+config/dexter.yaml evaluates) x depth 100 pairs at an ASSUMED RTX 3090 throughput: the published V100 figure of
 sentence-transformers' pretrained cross-encoder table (below), taken as the 3090's.
 
     python benchmarks/rerank_ottqa.py [--queries 40] [--seed 0] [--write-rates benchmarks/rates.yaml]
@@ -68,33 +68,29 @@ V100_SOURCE = ("sentence-transformers documentation, Pretrained Models > MS MARC
 V100_NOTE = ("the V100 figure taken as the RTX 3090's: an assumption, not a measurement; the table states neither "
              "sequence length nor batch size, MS MARCO passages are short, and OTT-QA's tables, cut at 512 tokens, "
              "cost more per pair than they do")  # fmt: skip
-# DEXTER's Table 1 rows -> config/dexter.yaml's dataset names.
-PAPER_ROWS = {"MusiqueQA (2-hop only)": "musique", "WikiMultiHopQA": "2wikimultihopqa", "StrategyQA": "strategyqa",
-              "AmbigQA": "ambigqa", "OTT-QA": "ottqa", "TAT-QA": "tatqa", "FinQA": "finqa"}  # fmt: skip
+# The paper's datasets, as config/dexter.yaml names them.
+PAPER_DATASETS = ("musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa")
 TOLERANCE = 1e-4  # logits of the same model on the same batches: float noise only
 
 
 # ---- the paper's datasets, extrapolated ----
 
 
-def _count(cell: Any) -> int:
-    """A Table 1 cell as printed: 883, '1.25k', '12.6k'."""
-    text = str(cell).strip().lower().replace(",", "")
-    return round(float(text[:-1]) * 1000) if text.endswith("k") else int(float(text))
-
-
-def paper_questions(paper: Path = SHARED / "paper" / "dexter.yaml",
-                    config: Path = ROOT / "config" / "dexter.yaml") -> dict[str, int]:
-    """Questions the paper reranks per dataset: Table 1's count for the split config/dexter.yaml
-    evaluates (dev; FinQA test), capped by the dataset's `limit` (2Wiki: the first 1,200)."""
+def paper_questions(config: Path = ROOT / "config" / "dexter.yaml") -> dict[str, int]:
+    """Questions the paper reranks per dataset: the published count of the split config/dexter.yaml
+    evaluates (dev; FinQA test), from config/sizes.yaml (the estimate's published sizes, each with
+    its source in DEXTER's Table 1 and §C.2), the paper's selection where it has one, capped by
+    the dataset's `limit` (2Wiki: the first 1,200)."""
     import yaml
+    from cqabench.estimate.sizes import load_published
 
-    table = yaml.safe_load(paper.read_text(encoding="utf-8"))["table1_statistics"]
+    published = load_published()["datasets"]
     datasets = yaml.safe_load(config.read_text(encoding="utf-8"))["datasets"]
     out = {}
-    for row, name in PAPER_ROWS.items():
+    for name in PAPER_DATASETS:
         (split,) = datasets[name]["splits"]
-        n = _count(table["rows"][row][table["columns"].index(split)])
+        entry = published[name]["splits"][split]
+        n = int(entry.get("selected") or entry["questions"])
         out[name] = min(n, int(datasets[name].get("limit") or n))
     return out
 
