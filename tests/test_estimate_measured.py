@@ -37,8 +37,10 @@ FACTOR_MEMORY = 2.0
 # A small cell's peak RSS varies from run to run (why is not established: resident KV-cache and
 # weight pages are candidates): measured for this test's cell 1,714-1,758 MB
 # (2026-12-02), 1,433 MB and 1,161 MB (2026-12-03, two fresh clones) against the rate's 4,079 MB
-# (2.3-3.5x); the default's full session measured 4,819 MB (0.85x).
-FACTOR_MEMORY_OVER = 4.0
+# (2.3-3.5x); the default's full session measured 4,819 MB (0.85x). Since vLLM's engine runs in the
+# job's process on CPU (one process, not three) the cell measured 646 and 707 MB (6.3x, 5.8x), the full
+# session 3,693 MB (1.10x): the rate is the old three-process tree's until generate_engines.py is rerun.
+FACTOR_MEMORY_OVER = 7.0
 LLM = "smollm2-135m"
 
 

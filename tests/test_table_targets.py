@@ -242,7 +242,7 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     ("tatqa/dev/pipe/none/smollm2-135m/fewshot/closed-k0",
      "prompt 'fewshot' is unknown; valid: ['few-shot', 'few-shot-cot', 'zero-shot-cot', 'self-ask']"),
     ("tatqa/dev/pipe/none/smollm2-135m/few-shot/rag-k5", "rag reads a run: 'none' is not a run of tatqa/dev (runs: "
-                                                          "['bm25', 'minilm'])"),
+                                                          "['bm25', 'minilm', 'bm25-minilm-rrf'])"),
     ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/oracle-k0",
      "oracle shows every gold document and retrieves nothing: its retriever is 'none', not 'bm25'"),
     ("ambigqa/dev/pipe/none/smollm2-135m/few-shot/oracle-k0", "oracle needs gold documents: "),
