@@ -33,6 +33,8 @@ from cqabench.report.retrieval_significance import (
     RESAMPLES,
     SAMPLE_NOTE,
     VARIANT,
+    html_table,
+    markdown_table,
     retrieval_vs_baseline,
 )
 from cqabench.report.significance import CORRECTION_NAMES, CORRECTION_TEXT
@@ -162,11 +164,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     if doc["reason"]:
         return "\n".join([*lines, doc["reason"] + ".", ""])
     head, rows, notes = _table(doc)
-    lines += [caption(doc), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in rows]
-    if notes:
-        lines += ["", "Notes:", ""] + [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, caption(doc), "", *markdown_table(head, rows, notes)]) + "\n"
 
 
 def to_html(doc: dict[str, Any]) -> str:
@@ -176,12 +174,7 @@ def to_html(doc: dict[str, Any]) -> str:
         return "\n".join([*out, f"<p>{esc(doc['reason'])}.</p>"]) + "\n"
     head, rows, notes = _table(doc)
     out.append(f"<p>{esc(caption(doc))}</p>")
-    out.append('<table border="1" cellspacing="0" cellpadding="4">')
-    out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
-    out += ["<tr>" + "".join(f"<td>{esc(x)}</td>" for x in r) + "</tr>" for r in rows]
-    out.append("</table>")
-    if notes:
-        out.append("<h3>Notes</h3><ol>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ol>")
+    out += html_table(head, rows, notes)
     return "\n".join(out) + "\n"
 
 

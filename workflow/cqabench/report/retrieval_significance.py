@@ -170,11 +170,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     lines = [f"# Retrieval: each run vs {doc['baseline']} ({doc['metric']})", "", caption(doc), ""]
     if not rows:
         return "\n".join([*lines, "(no retrieval runs besides the baseline)", ""])
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in rows]
-    if notes:
-        lines += ["", "Notes:", ""] + [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *markdown_table(head, rows, notes)]) + "\n"
 
 
 def to_html(doc: dict[str, Any]) -> str:
@@ -186,13 +182,32 @@ def to_html(doc: dict[str, Any]) -> str:
     if not rows:
         out.append("<p>(no retrieval runs besides the baseline)</p>")
     else:
+        out += html_table(head, rows, [])
+    out += html_table([], [], notes)
+    return "\n".join(out) + "\n"
+
+
+def markdown_table(head: list[str], rows: list[list[str]], notes: list[str]) -> list[str]:
+    """A table's Markdown lines and its numbered notes (shared by the retrieval tables)."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] if head else []
+    lines += ["| " + " | ".join(x.replace("|", "\\|") for x in r) + " |" for r in rows]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
+    return lines
+
+
+def html_table(head: list[str], rows: list[list[str]], notes: list[str]) -> list[str]:
+    """A table's HTML lines (none without a head) and its notes as an ordered list."""
+    esc = html.escape
+    out = []
+    if head:
         out.append('<table border="1" cellspacing="0" cellpadding="4">')
         out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
         out += ["<tr>" + "".join(f"<td>{esc(x)}</td>" for x in r) + "</tr>" for r in rows]
         out.append("</table>")
     if notes:
         out.append("<h3>Notes</h3><ol>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ol>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def render(per_question: pd.DataFrame | None, out_dir: str | Path, name: str = "retrieval_vs_baseline",
