@@ -399,6 +399,20 @@ def test_update_rates_replaces_only_its_entries(tmp_path: Path) -> None:
     assert load_rates(path).get("prepare", "cpu", "any", "s_per_mdoc").value == 31.23  # left as it was
 
 
+def test_update_rates_writes_this_checkouts_paths_relative_to_it(tmp_path: Path) -> None:
+    """The rates file is committed: a path of the checkout that measured it means nothing elsewhere."""
+    from cqabench.estimate.rates import REPO
+
+    path = tmp_path / "rates.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "device_classes": {"cpu": "x"}}))
+    prov = {"machine": "m", "date": "2026-12-04", "command": f"python {REPO}/benchmarks/b.py --x /tmp/y",
+            "from": f"{REPO}/benchmarks/out/b.json"}
+    update_rates(path, "prepare", "cpu", "any", {"s": (1.0, "s")}, prov)
+    written = load_rates(path).get("prepare", "cpu", "any", "s").provenance
+    assert written["from"] == "benchmarks/out/b.json"
+    assert written["command"] == "python benchmarks/b.py --x /tmp/y"  # a path outside the checkout stays
+
+
 def test_a_malformed_rate_is_refused_with_its_key(tmp_path: Path) -> None:
     path = tmp_path / "rates.yaml"
     path.write_text(yaml.safe_dump({"device_classes": {"cpu": "x"},

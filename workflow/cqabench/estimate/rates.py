@@ -211,8 +211,14 @@ def _write(path: str | Path, family: str, device: str, model: str,
         raise ConfigError(f"{path}: device class {device!r} is not under device_classes; add it with a description first")
     entry = data.setdefault("rates", {}).setdefault(family, {}).setdefault(device, {}).setdefault(model, {})
     for name, (value, unit, kind, prov) in entries.items():
-        entry[name] = {"value": _round(value), "unit": unit, kind: dict(prov)}
+        entry[name] = {"value": _round(value), "unit": unit, kind: {k: _relative(v) for k, v in prov.items()}}
     write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True), path)
+
+
+def _relative(text: str) -> str:
+    """Paths of this checkout written relative to it: the file is committed, and a reader's
+    checkout is elsewhere."""
+    return str(text).replace(f"{REPO}/", "")
 
 
 def _round(value: float) -> float | int:
