@@ -501,7 +501,7 @@ def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     (bench / "prepare/tatqa/dev.tsv").write_text("s\th:m:s\tmax_rss\n12.5\t0:00:12\t230.0\n")
     body = section_body(tmp_path / "estimate", bench)
     assert '<table id="estimate-table">' in body and "<td>prepare</td>" in body
-    assert "12.5" in body and "are assumptions" in body
+    assert "12.5" in body and "1 is an assumption (GPU throughput" in body  # the default: one assumed rate
     assert "not written" in section_body(tmp_path / "missing", bench)
 
 

@@ -65,5 +65,6 @@ def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
             "those of an unloaded machine: on a shared one the wall time grows with the load, the CPU time does not, "
             f"so the CPU ratio checks the cost model and the wall ratio the machine.</p>{table}"
             f'<p class="caption">{len(rates) - len(assumed)} of the {len(rates)} rates behind this estimate are '
-            f"measurements; {len(assumed)} are assumptions (GPU throughput and what no benchmark here could "
+            f"measurements; {len(assumed)} {'is an assumption' if len(assumed) == 1 else 'are assumptions'} "
+            "(GPU throughput and what no benchmark here could "
             f"measure):</p><ul>{listed}</ul>")
