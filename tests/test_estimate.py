@@ -491,6 +491,29 @@ def test_comparison_sums_the_jobs_that_ran(tmp_path: Path) -> None:
     assert math.isnan(frame.loc["aggregate", "estimated_s"]) and frame.loc["aggregate", "measured_s"] == 4.0
 
 
+def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -> None:
+    from cqabench.job_memory import PEAK_PREFIX
+
+    bench, logs = tmp_path / "benchmarks", tmp_path / "logs"
+    for rel, rss, log in (("generate_batch/a.tsv", 534.0, f"{PEAK_PREFIX} 1170.5 MB (kernel peak RSS: ...)"),
+                          ("generate_batch/b.tsv", 900.0, f"{PEAK_PREFIX} 800.0 MB (...)"),  # the sample is larger
+                          ("generate_batch/c.tsv", 650.0, "no peak stated"), ("generate_batch/d.tsv", "NA", None)):
+        (bench / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bench / rel).write_text(f"s\th:m:s\tmax_rss\tcpu_time\n40.0\t0:00:40\t{rss}\t30.0\n")
+        if log is not None:
+            (logs / rel).with_suffix(".log").parent.mkdir(parents=True, exist_ok=True)
+            (logs / rel).with_suffix(".log").write_text(f"vLLM says things\n{log}\n")
+    (logs / "generate_batch/d.log").write_text(f"{PEAK_PREFIX} 700.0 MB\n")  # no sample at all
+    peaks = measured.read(bench).set_index("job")["max_rss"].to_dict()
+    assert peaks == {"generate_batch(llm=a)": 1170.5, "generate_batch(llm=b)": 900.0, "generate_batch(llm=c)": 650.0,
+                     "generate_batch(llm=d)": 700.0}
+    assert measured.read(bench, logs_dir=tmp_path / "elsewhere").set_index("job")["max_rss"].iloc[0] == 534.0
+    # the page's per-rule table (section 10) reads the same peaks
+    from cqabench.report.page import read_benchmarks
+
+    assert read_benchmarks(bench)["max_rss"].tolist() == [1170.5, 900.0, 650.0, 700.0]
+
+
 def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     from cqabench.report.costs import section_body
 

@@ -32,14 +32,10 @@ from conftest import smollm2_dir, workflow_workdir  # noqa: E402,F401
 
 FACTOR_TIME = 3.0
 FACTOR_MEMORY = 2.0
-# Above the measured peak the estimate may be further off: it is what a job asks the scheduler for,
-# and vLLM's rate is the engine of a 16-sequence batch whose 1 GiB KV cache is full (a small cell
-# touches less of it). The rate (3,211 MB, generate_engines.py rerun 2026-12-04 with vLLM's engine in
-# the job's process) against this test's cell: 1,441 and 1,170 MB (2026-12-04, 2.2x and 2.7x), 646 and
-# 707 MB (2026-12-03, 5.0x and 4.5x); the default's full session measured 3,347 MB (0.96x). A small
-# cell's peak varies from run to run (why is not established: resident KV-cache and weight pages are
-# candidates), so the bound is the largest seen with a margin.
-FACTOR_MEMORY_OVER = 5.5
+# The measured peak is the larger of Snakemake's sample and the kernel's peak RSS that the job's log
+# states (cqabench.estimate.measured). The sample alone missed the generation job's peak: it read
+# 534-1,441 MB from run to run (every second for 30 s, then every 30 s, for a job of 35-45 s)
+# against the kernel's 2,673 MB (2026-12-04); vLLM's rate is 3,211 MB (16 sequences, 1.2x).
 LLM = "smollm2-135m"
 
 
@@ -88,7 +84,7 @@ def test_estimate_agrees_with_a_real_run_of_the_dominant_families(tmp_path: Path
         time_ratio, memory_ratio = c.wall_s / row["s"], c.peak_mb / row["max_rss"]
         checked[family] = (round(c.wall_s, 1), round(row["s"], 1), round(c.peak_mb), round(row["max_rss"]))
         assert 1 / FACTOR_TIME <= time_ratio <= FACTOR_TIME, (family, checked[family])
-        assert 1 / FACTOR_MEMORY <= memory_ratio <= FACTOR_MEMORY_OVER, (family, checked[family])
+        assert 1 / FACTOR_MEMORY <= memory_ratio <= FACTOR_MEMORY, (family, checked[family])
     assert set(checked) == {"generation", "bm25 index", "minilm index"}, checked
     print("estimated s, measured s, estimated MB, measured MB:", checked)
     assert compared.loc["generate_batch", "jobs"] == 1

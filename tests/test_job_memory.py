@@ -201,3 +201,39 @@ def test_without_snakemake_the_cli_runs_unguarded(tmp_path: Path, monkeypatch: p
     assert run_job(["x"], main=_fake_main(calls, 1), environ={}) == 1
     assert run_job(["x"], main=_fake_main(calls, 1), environ={}) == 1
     assert len(calls) == 2 and not (tmp_path / FAILURES_DIR).exists()
+
+
+_HOLD = """
+import subprocess, sys
+from cqabench.job_memory import run_job
+
+def main(argv):
+    held = b"x" * (300 << 20)  # written, so resident: 300 MB in this process
+    subprocess.run([sys.executable, "-c", "held = b'x' * (500 << 20)"], check=True)  # 500 MB in a child
+    return 0 if held else 1
+
+sys.exit(run_job(["x"], main=main))
+"""
+
+
+def test_a_job_states_its_peak_memory_the_kernel_measured(tmp_path: Path) -> None:
+    """Snakemake's benchmark samples; the log's line is the kernel's peak RSS (ru_maxrss), which a
+    read of the log (cqabench.estimate.measured) takes when the sample missed it."""
+    from cqabench.job_memory import PEAK_PREFIX, RUN_ENV, logged_peak_mb
+
+    env = {**os.environ, RUN_ENV: "run1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}
+    done = subprocess.run([sys.executable, "-c", _HOLD], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=True)
+    (tmp_path / "job.log").write_text(done.stderr)
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(PEAK_PREFIX), done.stderr
+    own = float(line.split("this process ")[1].split(" MB")[0])
+    child = float(line.split("largest child ")[1].split(" MB")[0])
+    # 300 MB held plus the interpreter (tens of MB); the child 500 MB plus its interpreter
+    assert 300 <= own < 300 + 150 and 500 <= child < 500 + 150, line
+    assert logged_peak_mb(tmp_path / "job.log") == child  # the larger of the two
+    # without Snakemake's run id the CLI runs unguarded and states nothing
+    quiet = subprocess.run([sys.executable, "-c", _HOLD], cwd=tmp_path, capture_output=True, text=True, check=True,
+                           env={k: v for k, v in env.items() if k != RUN_ENV})
+    assert PEAK_PREFIX not in quiet.stderr
+    assert logged_peak_mb(tmp_path / "missing.log") is None

@@ -7,7 +7,9 @@ the estimated and measured wall time and CPU time summed over those jobs and the
 and their ratios. On a shared machine the wall time grows with the load and the CPU time does
 not, so the CPU ratio is the one that checks the cost model; the wall ratio checks the machine.
 (Snakemake samples a job every second for its first 30 s, then every 30 s: CPU time and peak
-of a long job can miss its last seconds.) A rule with no benchmark file is
+of a long job can miss its last seconds. The peak is therefore the larger of the sampled one and
+the one the job's log states, `results/<name>/logs/<rule>/<wildcards>.log`: the kernel's peak RSS
+of its process, cqabench.job_memory.) A rule with no benchmark file is
 left out (not run); a rule the estimate does not plan is reported as measured only.
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from cqabench.estimate.jobs import TABLE_PREFIX, job_id, rule_family
+from cqabench.job_memory import peak_with_log
 from cqabench.planner import CELL_FIELDS
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
@@ -71,9 +74,12 @@ def job_of(rule: str, rel: Path) -> dict[str, str] | None:
     return out
 
 
-def read(benchmarks_dir: str | Path) -> pd.DataFrame:
-    """Rows (rule, job id, s, max_rss) of every benchmark file; a file's last measurement counts."""
+def read(benchmarks_dir: str | Path, logs_dir: str | Path | None = None) -> pd.DataFrame:
+    """Rows (rule, job id, s, max_rss) of every benchmark file; a file's last measurement counts.
+    max_rss is at least the peak the job's log (under `logs_dir`, default the results tree's
+    logs/ beside benchmarks/) states (module docstring)."""
     root = Path(benchmarks_dir)
+    logs = root.parent / "logs" if logs_dir is None else Path(logs_dir)
     rows = []
     for path in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
         rel = path.relative_to(root)
@@ -88,8 +94,9 @@ def read(benchmarks_dir: str | Path) -> pd.DataFrame:
         if frame.empty:
             continue
         last = frame.iloc[-1]
-        rows.append({"rule": rule, "job": job_id(rule, wildcards), "wildcards": wildcards,
-                     **{c: float(pd.to_numeric(last.get(c), errors="coerce")) for c in ("s", "max_rss", "cpu_time")}})
+        row = {c: float(pd.to_numeric(last.get(c), errors="coerce")) for c in ("s", "max_rss", "cpu_time")}
+        row["max_rss"] = peak_with_log(row["max_rss"], (logs / rel).with_suffix(".log"))
+        rows.append({"rule": rule, "job": job_id(rule, wildcards), "wildcards": wildcards, **row})
     return pd.DataFrame(rows, columns=["rule", "job", "wildcards", "s", "max_rss", "cpu_time"])
 
 

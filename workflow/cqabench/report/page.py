@@ -33,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from cqabench.io import write_text
+from cqabench.job_memory import peak_with_log
 from cqabench.layout import results_dir
 from cqabench.report import provenance
 from cqabench.report.comparability import RunContext, describe
@@ -225,7 +226,9 @@ def read_benchmarks(root: str | Path) -> pd.DataFrame:
     """Every Snakemake benchmark TSV under `root` as rows: rule, job (path), s, max_rss (MB).
 
     The rule is the first path part under `root` (results/<name>/benchmarks/<rule>/...tsv, or
-    <rule>.tsv for rules without wildcards). A file with repeated measurements contributes each.
+    <rule>.tsv for rules without wildcards). A file with repeated measurements contributes each;
+    the last one's max_rss is at least the kernel peak the job's log states (logs/ beside
+    `root`: cqabench.estimate.measured).
     """
     root = Path(root)
     rows = []
@@ -236,9 +239,12 @@ def read_benchmarks(root: str | Path) -> pd.DataFrame:
             frame = pd.read_csv(path, sep="\t")
         except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
             continue
-        for record in frame.to_dict("records"):
-            rows.append({"rule": rule, "job": str(rel.with_suffix("")),
-                         **{c: pd.to_numeric(record.get(c), errors="coerce") for c in BENCHMARK_COLUMNS}})
+        records = frame.to_dict("records")
+        for i, record in enumerate(records):
+            row = {c: pd.to_numeric(record.get(c), errors="coerce") for c in BENCHMARK_COLUMNS}
+            if i == len(records) - 1:  # the log is the last run's
+                row["max_rss"] = peak_with_log(float(row["max_rss"]), (root.parent / "logs" / rel).with_suffix(".log"))
+            rows.append({"rule": rule, "job": str(rel.with_suffix("")), **row})
     return pd.DataFrame(rows, columns=["rule", "job", *BENCHMARK_COLUMNS])
 
 
