@@ -29,13 +29,13 @@ import pyarrow.parquet as pq
 
 from cqabench import oracle
 from cqabench.agent.loop import AgentContext, Dialogue, Limits, run_dialogues
-from cqabench.agent.openai_tools import TOOL_SCHEMAS
+from cqabench.agent.openai_tools import TOOLS_API
 from cqabench.agent.tools import ArticleStore, Bm25Searcher, Toolbox
 from cqabench.errors import ConfigError, DataError
 from cqabench.extraction import Extracted, extract_answer
 from cqabench.io import read_parquet, write_json, write_parquet
 from cqabench.llm import identity_hash, make_backend, model_identity
-from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling
+from cqabench.llm.base import Backend, Chat, Completion, LlmSpec, Sampling, ToolsApi
 from cqabench.llm.cache import DEFAULT_LEASE_S, ItemCache, completion_problem, item_key
 from cqabench.progress import Progress
 from cqabench.prompts import SETTINGS, Template, build_chat, chat_hash
@@ -507,7 +507,7 @@ def _prepare_open_book(cell: Cell, spec: LlmSpec, sampling: Sampling, template: 
     turn_sampling = open_book_sampling(sampling, settings)
 
     # openai with tools_api: the turns go out with tool definitions, so their replies get their own keys
-    tools = TOOL_SCHEMAS if spec.backend == "openai" and spec.options.get("tools_api") else None
+    tools = TOOLS_API if spec.backend == "openai" and spec.options.get("tools_api") else None
     key_identity = {**identity, "tools_api": True} if tools else dict(identity)
 
     def key_of(chat: Chat) -> str:
@@ -529,7 +529,7 @@ class _SharedBackend:
         self._factory = factory
         self.backend: Backend | None = None
         self.name = "shared"
-        self.tools: list | None = None
+        self.tools: ToolsApi | None = None
 
     def get(self) -> _SharedBackend:
         if self.backend is None:
@@ -538,11 +538,11 @@ class _SharedBackend:
 
     def generate(self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None) -> Any:
         assert self.backend is not None
-        if self.tools:  # the openai backend with tools_api: the turn goes out with tool definitions
+        if self.tools is not None:  # the openai backend with tools_api: the turn goes out with tool definitions
             return self.backend.generate(chats, sampling, labels=labels, tools=self.tools)  # type: ignore[call-arg]
         return self.backend.generate(chats, sampling, labels=labels)
 
-    def with_tools(self, tools: list | None) -> _SharedBackend:
+    def with_tools(self, tools: ToolsApi | None) -> _SharedBackend:
         """This engine, for one round, sending `tools` with every request (None: the text format)."""
         self.get()
         view = _SharedBackend(self._factory)
@@ -589,7 +589,7 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: _SharedBackend, cach
             groups.setdefault(group, (d.ctx.sampling, []))[1].append(Item(d.qid, chat, key, []))
         found: dict[str, Completion] = {}
         for (_, with_tools), (sampling, items) in groups.items():
-            tools = TOOL_SCHEMAS if with_tools else None
+            tools = TOOLS_API if with_tools else None
             cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
                                                     f"{label} open-book round", order_key, claim_chunk=claim_chunk,
                                                     item_labels=item_labels(labels))

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cqabench.errors import ConfigError
+from cqabench.retrievers.decomposition import RUN_SUFFIX
 
 KEY = "retrieval.pipelines"
 TYPES = ("fusion", "rerank")
@@ -125,8 +126,6 @@ def cycle_problems(pipelines: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def base_run_splits(plan: Any) -> dict[str, set[Split]]:
     """(dataset, split) pairs of every run that is no pipeline, from the config alone."""
-    from cqabench.planner import DECOMPOSITION_SUFFIX
-
     configured = {ds: list(plan.config["datasets"][ds]["splits"]) for ds in plan.datasets}
     out: dict[str, set[Split]] = {}
     ours = {(ds, sp) for ds in plan.retrieval_datasets if ds in configured for sp in configured[ds]}
@@ -135,9 +134,9 @@ def base_run_splits(plan: Any) -> dict[str, set[Split]]:
     dec = plan.decomposition
     dec_splits = {(ds, sp) for ds in dec.get("datasets") or [] if ds in configured for sp in configured[ds]}
     for r in dec.get("retrievers") or []:
-        for kind in dec.get("queries", list(DECOMPOSITION_SUFFIX)):
-            if kind in DECOMPOSITION_SUFFIX:
-                out[f"{r}-{DECOMPOSITION_SUFFIX[kind]}"] = set(dec_splits)
+        for kind in dec.get("queries", list(RUN_SUFFIX)):
+            if kind in RUN_SUFFIX:
+                out[f"{r}-{RUN_SUFFIX[kind]}"] = set(dec_splits)
     for name, spec in plan.external_runs.items():
         out[name] = {(spec["dataset"], spec["split"])}
     return out

@@ -29,10 +29,10 @@ from cqabench.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, rele
 from cqabench.errors import ConfigError
 from cqabench.layout import LLM_CACHE_DIR, RESULTS_ROOT, name_problem, results_dir
 from cqabench.prompts import SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.retrievers.decomposition import RUN_SUFFIX
 
-# IR-Q / IR-D run names are "{retriever}-{suffix}" (cqabench.retrievers.decomposition.RUN_SUFFIX).
-DECOMPOSITION_SUFFIX = {"question": "irq", "gold": "ird-gold", "predicted": "ird-pred"}
-SUFFIX_KIND = {v: k for k, v in DECOMPOSITION_SUFFIX.items()}
+# IR-Q / IR-D run names are "{retriever}-{suffix}"
+SUFFIX_KIND = {v: k for k, v in RUN_SUFFIX.items()}
 NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
 PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "oracle_context", "open_book")
@@ -114,10 +114,10 @@ class Plan:
         # (before check(): the pipeline checks ask run_depth about IR-Q / IR-D runs; a bad kind is
         # left out here and named by check())
         self.decomposition_runs: dict[str, tuple[str, str]] = {
-            f"{r}-{DECOMPOSITION_SUFFIX[kind]}": (r, kind)
+            f"{r}-{RUN_SUFFIX[kind]}": (r, kind)
             for r in self.decomposition.get("retrievers", [])
-            for kind in self.decomposition.get("queries", list(DECOMPOSITION_SUFFIX))
-            if kind in DECOMPOSITION_SUFFIX
+            for kind in self.decomposition.get("queries", list(RUN_SUFFIX))
+            if kind in RUN_SUFFIX
         }
         # report
         self.report: dict[str, Any] = dict(c.get("report") or {})
@@ -260,8 +260,8 @@ class Plan:
             if bad:
                 out.append(f"{key}: datasets {bad} are not configured; configured: {self.datasets}")
         for kind in self.decomposition.get("queries", []):
-            if kind not in DECOMPOSITION_SUFFIX:
-                out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(DECOMPOSITION_SUFFIX)}")
+            if kind not in RUN_SUFFIX:
+                out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(RUN_SUFFIX)}")
         clash = sorted(set(self.external_runs) & set(self.retriever_configs))
         if clash:
             out.append(f"external_runs: names {clash} are also retriever names; rename them")

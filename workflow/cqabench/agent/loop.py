@@ -36,7 +36,7 @@ from typing import Any
 
 from cqabench.agent.tools import TOOLS, Observation, Toolbox, ToolCall
 from cqabench.errors import ConfigError
-from cqabench.llm.base import Chat, Completion, Sampling
+from cqabench.llm.base import Chat, Completion, Sampling, ToolsApi
 
 _ACTION = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(.*)$", re.MULTILINE)
 _CALL = re.compile(r"^([A-Za-z_]+)[ \t]*\[(.*)\][ \t]*$", re.DOTALL)
@@ -106,7 +106,7 @@ class AgentContext:
     limits: Limits
     sampling: Sampling
     key_of: Callable[[Chat], str]
-    tools: list[dict[str, Any]] | None = None  # openai tools_api: the tool definitions sent with each turn
+    tools: ToolsApi | None = None  # openai tools_api: the tool definitions sent with each turn, and their translation
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cqabench.agent.loop import parse_turn
 from cqabench.llm.base import Chat
 
 _ARGS: dict[str, tuple[str, ...]] = {
@@ -63,8 +64,6 @@ def action_text(content: str | None, name: str, arguments: str) -> str:
 
 def to_api_messages(chat: Chat) -> list[dict[str, Any]]:
     """The text-format chat as API messages with tool calls and tool results."""
-    from cqabench.agent.loop import parse_turn
-
     out: list[dict[str, Any]] = []
     call_for_next: str | None = None
     n = 0
@@ -90,3 +89,14 @@ def to_api_messages(chat: Chat) -> list[dict[str, Any]]:
                 continue
         out.append({"role": role, "content": content})
     return out
+
+
+class AgentToolsApi:
+    """The agent's half of the API boundary (cqabench.llm.base.ToolsApi), handed to the backend."""
+
+    schemas = TOOL_SCHEMAS
+    to_api_messages = staticmethod(to_api_messages)
+    action_text = staticmethod(action_text)
+
+
+TOOLS_API = AgentToolsApi()

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from cqabench.pipelines import inputs_of as pipeline_inputs
-from cqabench.planner import CELL_FIELDS, DECOMPOSITION_SUFFIX
+from cqabench.planner import CELL_FIELDS
+from cqabench.retrievers.decomposition import RUN_SUFFIX
 
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
@@ -131,7 +132,7 @@ def _jobs(plan: Any) -> Iterator[Job]:
                 for name in plan.decomposition_runs_of(ds):
                     r, kind = plan.decomposition_runs[name]
                     job = Job("decompose_search", {"dataset": ds, "split": sp, "serialization": ser, "retriever": r,
-                                                   "kind": DECOMPOSITION_SUFFIX[kind]}, [index(r), prepares[(ds, sp)].id])
+                                                   "kind": RUN_SUFFIX[kind]}, [index(r), prepares[(ds, sp)].id])
                     run_of[(ds, sp, ser, name)] = job.id
                     yield job
                 for name in plan.external_runs_of(ds, sp):

@@ -16,13 +16,15 @@ from typing import Any
 
 from cqabench import model_store
 from cqabench.errors import ConfigError
-from cqabench.llm.base import BACKENDS, Backend, Completion, LlmSpec, Sampling, make_backend
+from cqabench.llm.base import DEFAULT_API_KEY_ENV, Backend, Completion, LlmSpec, Sampling, api_key_env
 from cqabench.llm.convert import is_gguf_source, read_provenance
+from cqabench.llm.registry import BACKENDS, make_backend
 
 __all__ = [
     "BACKENDS",
     "Backend",
     "Completion",
+    "DEFAULT_API_KEY_ENV",
     "LlmSpec",
     "Sampling",
     "api_key_env",
@@ -34,7 +36,6 @@ __all__ = [
 ]
 
 _SPEC_KEYS = {"backend", "source", "dtype", "batch_size", "revision", "sampling"}
-DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_ENDPOINT = "https://api.openai.com/v1"  # the client's default base_url
 
 
@@ -71,10 +72,6 @@ def llm_spec(name: str, cfg: Mapping[str, Any], models_dir: str | Path = "result
 def sampling_for(defaults: Mapping[str, Any] | None, llm_cfg: Mapping[str, Any]) -> Sampling:
     """`generation.sampling` overlaid by the model's own `sampling:` (e.g. penalties for API models)."""
     return Sampling.from_config({**dict(defaults or {}), **dict(llm_cfg.get("sampling") or {})})
-
-
-def api_key_env(spec: LlmSpec) -> str:
-    return str(spec.options.get("api_key_env") or DEFAULT_API_KEY_ENV)
 
 
 def _folder_fingerprint(folder: Path) -> str:

@@ -18,7 +18,6 @@ from cqabench.errors import ConfigError
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 Chat = list[Message]
 
-BACKENDS = ("hf", "vllm", "openai")
 
 
 @dataclass(frozen=True)
@@ -119,6 +118,22 @@ class LlmSpec:
         return self.model_path or self.source
 
 
+class ToolsApi(Protocol):
+    """Tool calls through an API's `tools=` field for a dialogue its caller keeps as text (the
+    open-book agent: cqabench.agent.openai_tools). The caller owns both directions of the
+    translation, so a backend that sends tools imports nothing of the agent."""
+
+    schemas: list[dict[str, Any]]  # the `tools=` definitions sent with each request
+
+    def to_api_messages(self, chat: Chat) -> list[dict[str, Any]]:
+        """The text-format chat as the API's messages, tool calls and tool results."""
+        ...
+
+    def action_text(self, content: str | None, name: str, arguments: str) -> str:
+        """A reply's tool call as the text format's turn."""
+        ...
+
+
 class Backend(Protocol):
     """The one interface the orchestration sees.
 
@@ -140,18 +155,9 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def make_backend(spec: LlmSpec) -> Backend:
-    """Import the chosen backend lazily so that, e.g., vllm is needed only where it is used."""
-    if spec.backend == "hf":
-        from cqabench.llm.hf import HfBackend
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
-        return HfBackend(spec)
-    if spec.backend == "vllm":
-        from cqabench.llm.vllm_backend import VllmBackend
 
-        return VllmBackend(spec)
-    if spec.backend == "openai":
-        from cqabench.llm.openai_backend import OpenAIBackend
-
-        return OpenAIBackend(spec)
-    raise ConfigError(f"llm {spec.name!r}: unknown backend {spec.backend!r}; valid: {', '.join(BACKENDS)}")
+def api_key_env(spec: LlmSpec) -> str:
+    """The environment variable an openai model's key is read from (`llms.<name>.api_key_env`)."""
+    return str(spec.options.get("api_key_env") or DEFAULT_API_KEY_ENV)

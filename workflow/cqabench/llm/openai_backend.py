@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from cqabench.errors import ConfigError, CqaError
-from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling
+from cqabench.llm.base import Chat, Completion, LlmSpec, Sampling, ToolsApi, api_key_env
 from cqabench.redact import install_record_redaction, redact, register_key
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,11 @@ def _describe_body(resp: object) -> str:
     return f"malformed reply ({kind}, not a chat completion{': ' + repr(snippet) if snippet else ''})"
 
 
-def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
+def _check_reply(resp: object, tools: ToolsApi | None = None) -> tuple[str, str]:
     """(text, finish reason) of a parsed reply, or _BadReply saying what is wrong with it.
 
-    `with_tools` (open-book turns with tools_api): a reply's first tool call is the turn's
-    action, written as the text format's action line after the message's text (often null).
+    `tools` (open-book turns with tools_api): a reply's first tool call is the turn's
+    action, written by `tools` as the text format's action line after the message's text (often null).
     """
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list):
@@ -82,12 +82,10 @@ def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
         raise _BadReply("empty reply (no choices)", empty=True)
     message = getattr(choices[0], "message", None)
     content = getattr(message, "content", None)
-    calls = getattr(message, "tool_calls", None) if with_tools else None
-    if calls:
-        from cqabench.agent.openai_tools import action_text
-
+    calls = getattr(message, "tool_calls", None) if tools is not None else None
+    if calls and tools is not None:
         function = calls[0].function
-        text = action_text(content, function.name, function.arguments)
+        text = tools.action_text(content, function.name, function.arguments)
         return redact(text, headers=False), str(getattr(choices[0], "finish_reason", "") or "")
     if content is None:
         raise _BadReply("empty reply (message content is null)", empty=True)
@@ -99,8 +97,6 @@ def _check_reply(resp: object, with_tools: bool = False) -> tuple[str, str]:
 
 def read_api_key(spec: LlmSpec) -> str:
     """The key from the environment variable the config names; fail fast, naming the variable."""
-    from cqabench.llm import api_key_env
-
     env = api_key_env(spec)
     key = os.environ.get(env, "")
     if not key:
@@ -162,7 +158,7 @@ class OpenAIBackend:
             return status in RETRY_STATUS or status >= 500, f"HTTP {status}", after
         return False, type(exc).__name__, None
 
-    def _request(self, chat: Chat, sampling: Sampling, tools: list | None = None) -> dict:
+    def _request(self, chat: Chat, sampling: Sampling, tools: ToolsApi | None = None) -> dict:
         body: dict = {
             "model": self.spec.source,
             "messages": chat,
@@ -175,20 +171,18 @@ class OpenAIBackend:
         }
         if sampling.stop:
             body["stop"] = list(sampling.stop)
-        if tools:  # open-book turns with tools_api (cqabench.agent.openai_tools)
-            from cqabench.agent.openai_tools import to_api_messages
-
-            body["messages"], body["tools"] = to_api_messages(chat), tools
+        if tools is not None:  # open-book turns with tools_api (cqabench.agent.openai_tools)
+            body["messages"], body["tools"] = tools.to_api_messages(chat), tools.schemas
         return body
 
-    def complete(self, chat: Chat, sampling: Sampling, label: str = "", tools: list | None = None) -> Completion:
+    def complete(self, chat: Chat, sampling: Sampling, label: str = "", tools: ToolsApi | None = None) -> Completion:
         """One item, retried as the module docstring says; latency is the successful call's."""
         body = self._request(chat, sampling, tools)
         for attempt in range(self.max_retries + 1):
             began = time.perf_counter()
             try:
                 resp = self.client.chat.completions.create(**body)
-                text, finish = _check_reply(resp, with_tools=bool(tools))
+                text, finish = _check_reply(resp, tools)
             except (self._openai.OpenAIError, ValueError, _BadReply) as exc:
                 if isinstance(exc, _BadReply):
                     retry, what, after = True, exc.what, None
@@ -234,7 +228,7 @@ class OpenAIBackend:
 
     def generate(
         self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None,
-        tools: list | None = None,
+        tools: ToolsApi | None = None,
     ) -> Iterator[list[tuple[int, Completion]]]:
         """Completions as they finish, at most `max_concurrency` requests in flight.
 
