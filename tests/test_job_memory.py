@@ -222,8 +222,12 @@ def test_a_job_states_its_peak_memory_the_kernel_measured(tmp_path: Path) -> Non
     from cqabench.job_memory import PEAK_PREFIX, RUN_ENV, logged_peak_mb
 
     env = {**os.environ, RUN_ENV: "run1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "workflow")}
-    done = subprocess.run([sys.executable, "-c", _HOLD], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          check=True)
+    # Started by a parent that holds 800 MB, as Snakemake or a test process holding models would:
+    # Linux carries a replaced image's ru_maxrss across execve, and the job must not report it.
+    parent = ("import subprocess, sys; big = b'y' * (800 << 20); "
+              "sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)")
+    done = subprocess.run([sys.executable, "-c", parent, _HOLD], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, check=True)
     (tmp_path / "job.log").write_text(done.stderr)
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(PEAK_PREFIX), done.stderr
