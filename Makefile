@@ -77,7 +77,7 @@ lint: $(STAMP)
 	$(BIN)/snakefmt --check Snakefile workflow/
 
 # Every config's results tree (results/<name>/) and Snakemake's state; never the shared caches or
-# models: the item cache holds answers that cost API money or GPU hours (cqabench.layout).
+# models: the item cache holds answers that cost API money or GPU hours (cqabench.common.layout).
 clean:
 	rm -rf results .snakemake
 

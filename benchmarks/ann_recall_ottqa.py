@@ -1,6 +1,6 @@
 """Approximate dense indexes (IVF-PQ, HNSW) against exact search on OTT-QA dev.
 
-The corpus is OTT-QA dev as the workflow prepares it (`cqabench.prepare.prepare` on the full
+The corpus is OTT-QA dev as the workflow prepares it (`cqabench.data.prepare.prepare` on the full
 files in ../shared/data/ottqa: released_data/dev.traced.json, dev_tables.json,
 dev_passages.json; tables serialized as `pipe`), encoded once with the bundled MiniLM as
 config/config.yaml runs it (onnxruntime int8, max 256 word pieces) into an exact (`flat`) index.
@@ -44,7 +44,7 @@ K = 100
 
 
 def prepared(work: Path) -> Path:
-    from cqabench.prepare import prepare
+    from cqabench.data.prepare import prepare
 
     out = work / "data"
     if not (out / "corpus.parquet").is_file():
@@ -57,7 +57,7 @@ def prepared(work: Path) -> Path:
 def capped_corpus(data: Path, n_docs: int | None, qrels: dict[str, dict[str, int]], work: Path) -> Path:
     import pyarrow.parquet as pq
 
-    from cqabench.io import write_parquet
+    from cqabench.common.io import write_parquet
 
     corpus = data / "corpus.parquet"
     table = pq.read_table(corpus)
@@ -77,7 +77,7 @@ def search_all(index: Path, kind: str, q: Any, knob: dict[str, int]) -> tuple[An
     """What dense.search does after encoding the queries, with the queries encoded once."""
     import faiss
 
-    from cqabench.retrievers import dense
+    from cqabench.retrieval import dense
 
     meta = json.loads((index / dense.RESOLVED_FILE).read_text())
     if kind == "flat":
@@ -119,10 +119,11 @@ def main() -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from cqabench.metrics.retrieval import evaluate, qrels_from_rows
-    from cqabench.retrievers import dense
-    from cqabench.retrievers.base import write_settings
-    from cqabench.retrievers.jobs import index_corpus
+    from cqabench.data.qrels import qrels_from_rows
+    from cqabench.evaluation.metrics.retrieval import evaluate
+    from cqabench.retrieval import dense
+    from cqabench.retrieval.base import write_settings
+    from cqabench.retrieval.jobs import index_corpus
 
     faiss.omp_set_num_threads(2)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,13 @@
 """BM25 on the OTT-QA dev corpus (789 tables + 17,841 passages, 2,214 questions).
 
 Compares, on the same documents (tables serialized with `pipe`) and the same questions:
-  ours       cqabench.retrievers.jobs.index_corpus + cqabench.retrievers.search (what the rules run)
+  ours       cqabench.retrieval.jobs.index_corpus + cqabench.retrieval.search (what the rules run)
   pyserini   the same Anserini indexer and pyserini's LuceneSearcher.batch_search, called directly
   bm25s      bm25s (numpy/scipy BM25, Lucene variant), k1/b as ours, its English stop words, no stemmer
   rank_bm25  rank_bm25.BM25Okapi over the same tokens as bm25s
 Goal: ours / pyserini wall time <= 1.10 (the wrapper adds at most 10 %). Times are the median of
 --repeats rounds, ours and pyserini alternating in one JVM; quality is nDCG@10 / Recall@100 by
-cqabench.metrics.retrieval (trec_eval definitions). bm25s and rank_bm25 are not cqabench
+cqabench.evaluation.metrics.retrieval (trec_eval definitions). bm25s and rank_bm25 are not cqabench
 dependencies: `pip install bm25s rank_bm25` to include them (skipped when absent).
 
     .venv/bin/python benchmarks/bm25_ottqa.py [--data /work/shared/data/ottqa] [--repeats 3]
@@ -28,13 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-from cqabench import retrievers
-from cqabench.datasets import ottqa
-from cqabench.io import write_json, write_parquet
-from cqabench.metrics.retrieval import evaluate, qrels_from_rows
-from cqabench.retrievers.base import rank
-from cqabench.retrievers.java import autoclass, import_lucene_searcher
-from cqabench.retrievers.jobs import index_corpus, read_documents
+from cqabench import retrieval as retrievers
+from cqabench.data.datasets import ottqa
+from cqabench.common.io import write_json, write_parquet
+from cqabench.data.qrels import qrels_from_rows
+from cqabench.evaluation.metrics.retrieval import evaluate
+from cqabench.retrieval.base import rank
+from cqabench.retrieval.java import autoclass, import_lucene_searcher
+from cqabench.retrieval.jobs import index_corpus, read_documents
 
 SETTINGS = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en", "threads": 2}
 K = 100
@@ -42,7 +43,7 @@ K = 100
 
 @dataclass(frozen=True)
 class Corpus:
-    """The OTT-QA dev split as the workflow prepares it (cqabench.datasets.ottqa), on disk."""
+    """The OTT-QA dev split as the workflow prepares it (cqabench.data.datasets.ottqa), on disk."""
 
     path: Path  # corpus.parquet, as the prepare rule writes it
     queries: list[tuple[str, str]]  # (qid, question), every dev question

@@ -62,7 +62,7 @@ BASE_PEAK_MIN_PASSAGES = 1000
 def passages(work: Path, sources: list[str]) -> list[tuple[str, str, str]]:
     """The sample's text passages (tables left out: ColBERT passages are text), by `cqabench prepare`."""
     from cqabench.cli import main
-    from cqabench.retrievers.jobs import iter_documents
+    from cqabench.data.documents import iter_documents
 
     out: list[tuple[str, str, str]] = []
     for name in sources:
@@ -83,7 +83,7 @@ def sized(pool: list[tuple[str, str, str]], n: int) -> Iterator[tuple[str, str, 
 
 def one(args: argparse.Namespace) -> None:
     """Child: index `--one` passages, print one JSON line (peak RSS of the colbert-ai worker)."""
-    from cqabench import retrievers
+    from cqabench import retrieval as retrievers
 
     with tempfile.TemporaryDirectory(prefix="colbert-footprint-") as tmp:
         work = Path(tmp)

@@ -57,7 +57,7 @@ VARIANTS = {
 
 
 def load(n_docs: int | None, n_queries: int | None, seed: int = 0) -> tuple[list, list, dict]:
-    from cqabench.tables import to_pipe
+    from cqabench.data.tables import to_pipe
 
     tables = json.loads((DATA / "dev_tables.json").read_text())
     passages = json.loads((DATA / "dev_passages.json").read_text())
@@ -92,7 +92,7 @@ def _st_direct(docs, queries) -> tuple[dict, float]:
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from cqabench.retrievers.encoders import resolve_model
+    from cqabench.retrieval.encoders import resolve_model
 
     m = SentenceTransformer(resolve_model(MODEL), device="cpu")
     t = time.perf_counter()
@@ -113,7 +113,7 @@ def _dexter(docs, queries) -> tuple[dict, float]:
     from dexter.data.datastructures.question import Question
     from dexter.utils.metrics.SimilarityMatch import CosineSimilarity
 
-    from cqabench.retrievers.encoders import resolve_model
+    from cqabench.retrieval.encoders import resolve_model
 
     # DenseFullSearch hard-codes device="cuda"; pin its SentenceTransformer to CPU.
     dfs.SentenceTransformer = lambda path, device=None: sentence_transformers.SentenceTransformer(path, device="cpu")
@@ -127,7 +127,7 @@ def _dexter(docs, queries) -> tuple[dict, float]:
 
 
 def _ours(docs, queries, extra: dict) -> tuple[dict, float]:
-    from cqabench import retrievers
+    from cqabench import retrieval as retrievers
 
     settings = {**OURS, **extra}
     with tempfile.TemporaryDirectory() as tmp:

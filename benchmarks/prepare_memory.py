@@ -36,7 +36,7 @@ _CHILD = """
 import resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from cqabench.prepare import prepare
+from cqabench.data.prepare import prepare
 t = time.perf_counter()
 prepare("ambigqa", "dev", {"questions": Path(sys.argv[2]), "passages": Path(sys.argv[3])}, Path(sys.argv[4]))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - t)

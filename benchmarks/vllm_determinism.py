@@ -8,7 +8,7 @@ is involved. Settings: vLLM's `max_num_seqs` (requests in one engine step) 16, 4
 `VLLM_BATCH_INVARIANT=1` (vLLM's batch-invariant mode, if it starts on CPU); and vLLM's OpenAI
 server (max_num_seqs 16) through our `openai` backend (4 requests in flight). Prompts: the bundled
 MuSiQue questions in the few-shot multihop template, half closed-book, half with gold
-paragraphs (`cqabench.sample_prompts.musique_chats`, as benchmarks/generate_engines.py).
+paragraphs (`cqabench.generation.sample_prompts.musique_chats`, as benchmarks/generate_engines.py).
 Prints, per setting, how many of the texts equal the max_num_seqs=16 run's. CPU heavy:
 
     nice -n 10 python benchmarks/vllm_determinism.py [--prompts 32] [--max-new-tokens 48]
@@ -37,19 +37,19 @@ THREADS = 2
 def worker(job: dict) -> dict:
     """One engine in this process: our vllm backend (plus max_num_seqs) or our openai backend."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from cqabench.llm import llm_spec
-    from cqabench.llm.base import Sampling
+    from cqabench.generation.llm import llm_spec
+    from cqabench.generation.llm.base import Sampling
 
     model_dir = Path(job["model_dir"])
     sampling = Sampling(temperature=0, max_new_tokens=job["max_new_tokens"], stop=tuple(job["stop"]))
     if job["engine"] == "openai":
-        from cqabench.llm.openai_backend import OpenAIBackend
+        from cqabench.generation.llm.openai_backend import OpenAIBackend
 
         spec = llm_spec(SERVED_NAME, {"backend": "openai", "source": SERVED_NAME, "base_url": job["base_url"],
                                       "max_concurrency": 4})  # fmt: skip
         backend = OpenAIBackend(spec)
     else:
-        import cqabench.llm.vllm_backend as vb
+        import cqabench.generation.llm.vllm_backend as vb
 
         # max_num_seqs is a vllm.LLM argument our backend does not expose; passed through the same way
         vb.ENGINE_OPTIONS = (*vb.ENGINE_OPTIONS, "max_num_seqs")
@@ -132,8 +132,8 @@ def main() -> int:
         args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
         return 0
 
-    from cqabench.llm.convert import ensure_converted
-    from cqabench.sample_prompts import musique_chats
+    from cqabench.generation.llm.convert import ensure_converted
+    from cqabench.generation.sample_prompts import musique_chats
 
     model_dir = ensure_converted(SOURCE, args.model_dir)
     labels, chats, stop = musique_chats(args.prompts // 2, args.prompts - args.prompts // 2)

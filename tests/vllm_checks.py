@@ -1,4 +1,4 @@
-"""What tests/test_vllm_backend.py runs inside the vLLM environment (and the hf side's twin).
+"""What tests/generation/test_vllm_backend.py runs inside the vLLM environment (and the hf side's twin).
 
 The test process is `.venv` (transformers 4, no vllm); vLLM lives in `.venv-vllm`
 (transformers 5). This file is run there as a script, with PYTHONPATH=workflow, and
@@ -30,7 +30,7 @@ def tokenizer_probe(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
     import transformers
     from transformers import AutoTokenizer
 
-    from cqabench.llm.hf import adds_special_tokens, render_chat
+    from cqabench.generation.llm.hf import adds_special_tokens, render_chat
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     rendered = [render_chat(tok, chat) for chat in job["chats"]]
@@ -75,9 +75,9 @@ def explain_difference(tok, trace: dict[str, Any], vllm_text: str, hf_text: str)
 def generate_vllm(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
     """Every run of `job` through VllmBackend (one engine), plus a top-2 logprob trace per item."""
     began = time.perf_counter()
-    from cqabench.llm import llm_spec
-    from cqabench.llm.base import Sampling
-    from cqabench.llm.vllm_backend import VllmBackend
+    from cqabench.generation.llm import llm_spec
+    from cqabench.generation.llm.base import Sampling
+    from cqabench.generation.llm.vllm_backend import VllmBackend
 
     models_dir = Path(model_dir).parent
     spec = llm_spec(Path(model_dir).name, {"backend": "vllm", "source": SOURCE, "dtype": "float32", **job.get("options", {})},

@@ -13,10 +13,10 @@ import signal
 import sys
 import threading
 
-from cqabench.errors import CqaError
-from cqabench import redact
+from cqabench.common.errors import CqaError
+from cqabench.common import redact
 
-STAGES = ("data", "retrieval", "generation", "evaluate", "report", "models", "estimate")
+STAGES = ("data", "retrieval", "generation", "evaluation", "report", "models", "estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # No key in any output (issue 21): every log line, the error line below and any uncaught
-    # traceback are redacted (cqabench.redact); configured keys are registered as they are read.
+    # traceback are redacted (cqabench.common.redact); configured keys are registered as they are read.
     redact.install()
     try:
         return int(args.func(args) or 0)

@@ -9,12 +9,12 @@ from snakemake.utils import validate
 
 # The package of this checkout, for planning (it need not be installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from cqabench import models_stage
-from cqabench.config_yaml import check_files as check_config_files
-from cqabench.errors import ConfigError
-from cqabench.job_memory import start_run
-from cqabench.layout import ONNX_CACHE_DIR
-from cqabench.llm.convert import CONVERTER_VERSION
+from cqabench.planner import models as models_stage
+from cqabench.planner.config_files import check_files as check_config_files
+from cqabench.common.errors import ConfigError
+from cqabench.common.job_memory import start_run
+from cqabench.common.layout import ONNX_CACHE_DIR
+from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     GEN_ENVS,
     SUFFIX_KIND as _SUFFIX_KIND,
@@ -23,10 +23,10 @@ from cqabench.planner import (
     as_arg,
 )
 from cqabench.planner import names_pattern as _names, one_of as _one_of
-from cqabench.report.provenance import config_hash
+from cqabench.common.provenance import config_hash
 
 # Snakemake's YAML loader keeps the last of two equal keys silently: re-read every config file
-# strictly first (cqabench.config_yaml), so a duplicated key stops here with its file and line.
+# strictly first (cqabench.planner.config_files), so a duplicated key stops here with its file and line.
 try:
     check_config_files(workflow.configfiles)
 except ConfigError as exc:
@@ -45,7 +45,7 @@ _CONDA = any(
 )
 _PYTHON = "python" if _CONDA else shlex.quote(sys.executable)
 _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
-# `cqabench.job_memory` runs the CLI so that Snakemake's retries redo only out-of-memory failures:
+# `python -m cqabench` runs the CLI (cqabench.common.job_memory.run_job) so that Snakemake's retries redo only out-of-memory failures:
 # a job that failed otherwise stops at once on its retry (CQABENCH_RUN_ID names this run).
 start_run(workflow.is_main_process)
 # (The prefix is formatted like a shell command, hence the doubled braces.)
@@ -53,11 +53,11 @@ start_run(workflow.is_main_process)
 # vLLM needs transformers 5 and lives in its own environment, see `python_for`).
 # CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus and config.
 shell.prefix(
-    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench.job_memory "$@"; }}; '
+    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench "$@"; }}; '
     'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
     # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
     'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
-    # fetched hub checkpoints (config key models_dir; cqabench.model_store): jobs load them from here
+    # fetched hub checkpoints (config key models_dir; cqabench.models.store): jobs load them from here
     "export CQABENCH_MODELS_DIR=%s; "
     % (
         _PACKAGE_DIR,
@@ -96,7 +96,7 @@ if PLAN.legacy_cache_problem():
     sys.exit(f"cqabench: {PLAN.legacy_cache_problem()}")
 
 # Hub checkpoints: jobs run offline and load them only from models_dir/<org>/<name>, filled by
-# `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.models_stage).
+# `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.planner.models).
 # A model not there is named at planning time; a real run whose jobs load one stops in onstart
 # (check_models).
 # (Snakemake sets its targets only after reading the Snakefile: the command line says whether
@@ -351,8 +351,8 @@ def check_cluster_profile():
     if plugin is None or plugin.name != "slurm":
         return
     # Whatever names it (`profiles/default`, `default`, a path to its config.yaml, or no flag at
-    # all): what counts is the profile Snakemake applies (cqabench.cluster_profile).
-    from cqabench.cluster_profile import cluster_profile_problem
+    # all): what counts is the profile Snakemake applies (cqabench.planner.cluster_profile).
+    from cqabench.planner.cluster_profile import cluster_profile_problem
 
     cwds = dict.fromkeys(Path(d) for d in (os.getcwd(), os.environ.get("PWD")) if d)
     problem = cluster_profile_problem(

@@ -2,7 +2,7 @@
 # prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"):
 # their estimate (_request, cqabench.estimate) is flat in the corpus size, their time linear in it;
 # an out-of-memory kill still retries with twice the memory.
-from cqabench.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
 
 
 rule download:
@@ -37,7 +37,7 @@ rule prepare:
         f"{RESULTS}/logs/prepare/{{dataset}}/{{split}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/prepare/{{dataset}}/{{split}}.tsv"
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/data.yaml"
     resources:
@@ -54,7 +54,7 @@ rule prepare:
 
 
 # One member file: the output is a hard link to it (stored once, prepare's row order); several:
-# an external merge sort in bounded memory, sorted by docid (cqabench/corpora.py).
+# an external merge sort in bounded memory, sorted by docid (cqabench/data/corpora.py).
 rule pool_corpus:
     input:
         lambda w: [
@@ -68,7 +68,7 @@ rule pool_corpus:
         f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/pool_corpus/{{corpus}}.tsv"
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/data.yaml"
     resources:
@@ -90,14 +90,14 @@ rule export_beir:
     # One folder: BEIR (corpus.jsonl, queries.jsonl, qrels/{split}.tsv), TREC qrels
     # (qrels/{split}.trec), the Pyserini JsonCollection (pyserini/) and export.json. Which files
     # it holds depends on the data (a split with an empty corpus or no relevant qrel gets only
-    # export.json saying why), so the folder is the declared output; see cqabench/beir.py.
+    # export.json saying why), so the folder is the declared output; see cqabench/data/beir.py.
     output:
         directory(beir_dir("{dataset}", "{serialization}", "{split}")),
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/export_beir/{{dataset}}/{{serialization}}/{{split}}.tsv"
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/data.yaml"
     resources:

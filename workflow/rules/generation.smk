@@ -1,7 +1,7 @@
 # Generation stage: GGUF -> HF model folder once; one job per (dataset, split, serialization,
 # retriever|none, llm, prompt, setting, k). Items are cached outside the outputs, so a killed job
 # resumes without calling the model again for what it already answered.
-from cqabench.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
 
 CELL_PART = "[^/]+"  # a generation cell's folder names, checked by the planner instead
 
@@ -15,7 +15,7 @@ rule convert_model:
         f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
     wildcard_constraints:
         llm=_names(GGUF_LLMS),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/generation.yaml"
     resources:
@@ -71,7 +71,7 @@ rule generate_batch:
         f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
     wildcard_constraints:
         llm=_names(GEN_BATCH_LLMS),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     threads: int(GENERATION.get("threads", 2))
@@ -105,14 +105,14 @@ rule generate:
     benchmark:
         f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
     # Any cell folder reaches the planner: one the config cannot make (closed-k3, rag-k200, an
-    # unknown prompt) is refused by _cell_inputs with its path and why (cqabench.cell_paths).
+    # unknown prompt) is refused by _cell_inputs with its path and why (cqabench.planner.cells).
     wildcard_constraints:
         retriever=CELL_PART,
         llm=CELL_PART,
         prompt=CELL_PART,
         setting=CELL_PART,
         k=CELL_PART,
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
     threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))

@@ -1,7 +1,7 @@
 # Retrieval pipelines (retrieval.pipelines): runs made from other runs of the same dataset split.
 # A fusion fuses its input runs with ranx; a rerank reorders its input run's top `depth` with a
 # cross-encoder. Both write the run files every run has, so eval_retrieval, significance, RAG
-# and rebuild by path treat them like any other run (cqabench.pipelines; docs/retrieval.md).
+# and rebuild by path treat them like any other run (cqabench.planner.pipelines; docs/retrieval.md).
 # Every setting is in `params:`, so a changed setting reruns the rule and what reads its run.
 
 
@@ -42,7 +42,7 @@ rule rerank_run:
         f"{RESULTS}/benchmarks/rerank_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     wildcard_constraints:
         name=_names(RERANKS),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     resources:

@@ -36,7 +36,7 @@ rule aggregate:
 
 # One target rule per paper table, `table_<id>` (`snakemake table_dexter_table2_ndcg10`, or the
 # file results/<name>/report/tables/<id>.md): it reads only the metric files of the cells that table
-# needs (Plan.table_inputs, cqabench.table_targets), so DEXTER's Tables 2 and 7 plan data and
+# needs (Plan.table_inputs, cqabench.planner.table_targets), so DEXTER's Tables 2 and 7 plan data and
 # retrieval alone. Its numbers are the ones the whole fact table gives for that table.
 for _table in TABLE_IDS:
 

@@ -1,7 +1,7 @@
 # Retrieval stage: index per (corpus, serialization, retriever) -> search per (dataset, split,
 # serialization, retriever) -> evaluate; StrategyQA IR-Q / IR-D; external runs imported as ours.
 # Every setting a rule uses is in `params:`, so a changed setting reruns the rule.
-from cqabench.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
 
 
 rule index:
@@ -15,7 +15,7 @@ rule index:
         f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(UNSHARDED_RETRIEVERS),  # encode_jobs > 1: gather_index below
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     resources:
@@ -31,7 +31,7 @@ rule index:
 
 # encode_jobs: N > 1 (dense, SPLADE, ColBERT): N encode_part jobs, each its own GPU / SLURM job
 # over a contiguous range of whole chunks of the corpus, then gather_index builds the same index
-# the single `index` job would (cqabench/retrievers/parts.py; docs/retrievers_neural.md). A killed
+# the single `index` job would (cqabench/retrieval/parts.py; docs/retrievers_neural.md). A killed
 # part leaves no folder (atomic), so a rerun runs that part, the gather and what follows.
 # ColBERT's parts share colbert-ai's codec (centroids, residual buckets), trained once first.
 rule colbert_codec:
@@ -145,7 +145,7 @@ rule search:
         f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(RETRIEVER_CONFIGS),
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     resources:
@@ -180,7 +180,7 @@ rule decompose_search:
     wildcard_constraints:
         retriever=_names(RETRIEVER_CONFIGS),
         kind="irq|ird-gold|ird-pred",
-    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/job_memory.py)
+    retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     resources:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 
 def json_object(text: str, flag: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 
 def _files(pairs: list[str]) -> dict[str, Path]:
@@ -43,7 +43,7 @@ def _spec(text: str) -> dict:
 
 
 def _download(args: argparse.Namespace) -> int:
-    from cqabench.download import fetch
+    from cqabench.data.download import fetch
 
     spec = _spec(args.spec)
     fetch(spec.get("url"), Path(args.out), args.name, args.raw_dir, spec.get("sha256"), spec.get("member"))
@@ -51,7 +51,7 @@ def _download(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from cqabench.prepare import prepare
+    from cqabench.data.prepare import prepare
 
     prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit,
             hops=args.hops, answerable_only=args.answerable_only, relevance=args.relevance)
@@ -59,14 +59,14 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _pool(args: argparse.Namespace) -> int:
-    from cqabench.corpora import pool
+    from cqabench.data.corpora import pool
 
     pool([Path(p) for p in args.corpus], Path(args.out))
     return 0
 
 
 def _beir(args: argparse.Namespace) -> int:
-    from cqabench.beir import export
+    from cqabench.data.beir import export
 
     export(Path(args.corpus), Path(args.queries), Path(args.qrels), args.split, args.serialization, Path(args.out_dir))
     return 0
@@ -75,7 +75,7 @@ def _beir(args: argparse.Namespace) -> int:
 def _check_config(args: argparse.Namespace) -> int:
     """Snakemake reads `--configfile` before any code of ours runs, and its YAML error has no
     position ("Config file is not valid JSON or YAML"): this names the file, line and column."""
-    from cqabench.config_yaml import load_file
+    from cqabench.planner.config_files import load_file
 
     for path in args.files:
         if not Path(path).is_file():

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 
 def _estimate(args: argparse.Namespace) -> int:
@@ -21,7 +21,7 @@ def _estimate(args: argparse.Namespace) -> int:
     if args.out_dir:
         tables.write(est, args.out_dir)
     if args.markdown:
-        from cqabench.io import write_text
+        from cqabench.common.io import write_text
 
         write_text(tables.render_markdown(est), args.markdown)
     if not args.quiet:

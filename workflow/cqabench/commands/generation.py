@@ -4,7 +4,7 @@ convert-model  GGUF source → HF model folder (+ provenance.json), once per mod
 generate       one generation cell → predictions.parquet + summary.json (resumable)
 check-api-keys fail, naming the variable, when an openai-backend model has no key set
 tool-search    the open-book agent's BM25 helper (JSON lines on stdin/stdout) for jobs whose
-               environment has no Java (vLLM's); see cqabench.agent.tools
+               environment has no Java (vLLM's); see cqabench.generation.agent.tools
 cache          verify | drop | import: check the item cache, remove bad or selected items,
                copy an SQLite cache of an earlier version (docs/generation.md, "Recovery")
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.commands import json_object
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from cqabench.llm.convert import convert_gguf
+    from cqabench.generation.llm.convert import convert_gguf
 
     prov = convert_gguf(args.source, args.out, args.dtype)
     print(f"{args.out}: {prov['gguf_file']} sha256 {prov['gguf_sha256'][:12]}, {prov['convert_seconds']} s")
@@ -88,7 +88,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def missing_api_keys(llms: dict[str, Any]) -> list[tuple[str, str]]:
     """(model, variable) for each openai-backend model whose key variable is unset or empty."""
-    from cqabench.llm import DEFAULT_API_KEY_ENV
+    from cqabench.generation.llm import DEFAULT_API_KEY_ENV
 
     out = []
     for name, cfg in llms.items():
@@ -125,7 +125,7 @@ def incomplete_exit(what: str, n_failed: int, n_items: int, qids: list[str], all
     """
     if not n_failed:
         return 0
-    from cqabench import redact
+    from cqabench.common import redact
 
     shown = ", ".join(qids[:10]) + (", ..." if len(qids) > 10 else "")
     kept = "kept (generation.allow_failed_items)" if allow else "incomplete"
@@ -138,8 +138,8 @@ def incomplete_exit(what: str, n_failed: int, n_items: int, qids: list[str], all
 
 def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: str):
     """The model spec and sampling of a `--settings` object (one cell's, or a batch member's)."""
-    from cqabench.llm import llm_spec, sampling_for
-    from cqabench.llm.openai_backend import read_api_key
+    from cqabench.generation.llm import llm_spec, sampling_for
+    from cqabench.generation.llm.openai_backend import read_api_key
 
     unknown = sorted(set(settings) - SETTINGS_KEYS)
     if unknown:
@@ -156,7 +156,7 @@ def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: s
 
 
 def _options(settings: dict[str, Any]):
-    from cqabench.generate import CellOptions
+    from cqabench.generation.generate import CellOptions
 
     return CellOptions(
         max_questions=settings.get("max_questions"),
@@ -174,9 +174,9 @@ def _path(value: Any) -> Path | None:
 
 def run_generate(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.llm.hf: before torch starts OpenMP
-    from cqabench.generate import Cell, CellInputs, run_cell
-    from cqabench.prompts import load_template
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.generation.llm.hf: before torch starts OpenMP
+    from cqabench.generation.generate import Cell, CellInputs, run_cell
+    from cqabench.generation.prompts import load_template
 
     settings = json_object(args.settings, "--settings")
     spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--settings")
@@ -205,11 +205,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_generate_batch(args: argparse.Namespace) -> int:
-    """Every member cell's missing items in one engine session (see cqabench.generate.run_batch)."""
+    """Every member cell's missing items in one engine session (see cqabench.generation.generate.run_batch)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from cqabench.generate import BatchCell, Cell, CellInputs, run_batch
-    from cqabench.prompts import load_template
+    from cqabench.generation.generate import BatchCell, Cell, CellInputs, run_batch
+    from cqabench.generation.prompts import load_template
 
     shared = json_object(args.settings, "--settings")
     try:
@@ -246,14 +246,14 @@ def run_generate_batch(args: argparse.Namespace) -> int:
 
 
 def run_tool_search(args: argparse.Namespace) -> int:
-    """Serve BM25 searches for an open-book job running in another environment (see cqabench.agent.tools)."""
-    from cqabench.agent.tools import serve_search
+    """Serve BM25 searches for an open-book job running in another environment (see cqabench.generation.agent.tools)."""
+    from cqabench.generation.agent.tools import serve_search
 
     return serve_search(args.index, json_object(args.retriever_settings, "--retriever-settings"))
 
 
 def register_cache(sub: argparse._SubParsersAction) -> None:
-    """`cqabench cache verify | drop | import` (see cqabench.llm.cache)."""
+    """`cqabench cache verify | drop | import` (see cqabench.generation.llm.cache)."""
     c = sub.add_parser("cache", help="check or repair an LLM item cache folder")
     actions = c.add_subparsers(dest="action", required=True)
     v = actions.add_parser("verify", help="check every stored item; exit 1 if any is bad")
@@ -279,7 +279,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
 
 
 def _cache(args: argparse.Namespace):
-    from cqabench.llm.cache import CacheError, ItemCache
+    from cqabench.generation.llm.cache import CacheError, ItemCache
 
     if not args.cache.is_dir():
         raise CacheError(f"{args.cache}: no item cache folder here")
@@ -312,7 +312,7 @@ def run_cache_verify(args: argparse.Namespace) -> int:
 def run_cache_drop(args: argparse.Namespace) -> int:
     import fnmatch
 
-    from cqabench.llm.cache import CacheError
+    from cqabench.generation.llm.cache import CacheError
 
     if not (args.bad or args.unverifiable or args.key or args.label or args.stale):
         raise ConfigError("cache drop: say what to drop: --bad, --unverifiable, --key, --label and/or --stale")
@@ -337,7 +337,7 @@ def run_cache_drop(args: argparse.Namespace) -> int:
 
 
 def run_cache_import(args: argparse.Namespace) -> int:
-    from cqabench.llm.cache import CacheError, ItemCache, import_sqlite
+    from cqabench.generation.llm.cache import CacheError, ItemCache, import_sqlite
 
     if not args.source.is_file():
         raise CacheError(f"{args.source}: no such SQLite cache file")

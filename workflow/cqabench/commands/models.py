@@ -2,7 +2,7 @@
 
 Run `fetch` where there is network (a cluster's login node), from the checkout's root, with the
 config the jobs will run: `cqabench models fetch --configfile config/dexter.yaml`. The models are
-those the planner says the config's jobs load (`cqabench.models_stage`); the Snakemake rule
+those the planner says the config's jobs load (`cqabench.planner.models`); the Snakemake rule
 `fetch_models` passes the same list as `--requests`. A gated model's token is read from
 `$HF_TOKEN` and never printed (docs/cluster.md, "Getting models onto offline nodes").
 """
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 DEFAULT_CONFIG = "config/config.yaml"
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
@@ -32,7 +32,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def load_plan(configfiles: list[str]) -> Any:
     """The Plan of these config files, as `snakemake --configfile ...` would build it here."""
-    from cqabench.config_yaml import load_file
+    from cqabench.planner.config_files import load_file
     from cqabench.planner import Environment, Plan
 
     config: dict[str, Any] = {}
@@ -64,8 +64,8 @@ def load_plan(configfiles: list[str]) -> Any:
 
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
-    from cqabench.models_fetch import ModelRequest
-    from cqabench.models_stage import models_dir_of, requests
+    from cqabench.models.fetch import ModelRequest
+    from cqabench.planner.models import models_dir_of, requests
 
     if args.requests is not None:
         from cqabench.commands import json_object
@@ -78,7 +78,7 @@ def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from cqabench.models_fetch import fetch_all, summary
+    from cqabench.models.fetch import fetch_all, summary
 
     reqs, directory = _requests(args)
     if args.only:
@@ -98,12 +98,12 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from cqabench.models_stage import models_dir_of, requests, status
+    from cqabench.planner.models import models_dir_of, requests, status
 
     plan = load_plan(args.configfile or [DEFAULT_CONFIG])
     state = status(plan)
     print(f"models_dir: {models_dir_of(plan.config)}")
-    from cqabench.model_store import fetched_revision, model_folder
+    from cqabench.models.store import fetched_revision, model_folder
 
     for req in requests(plan):
         commit = fetched_revision(plan.env.root / model_folder(req.repo_id, models_dir_of(plan.config)))

@@ -9,9 +9,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 from cqabench.commands import json_object
-from cqabench.layout import DEFAULT_RESULTS as R  # the defaults name the sample's tree
+from cqabench.common.layout import DEFAULT_RESULTS as R  # the defaults name the sample's tree
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def _print_summaries(summaries: list[dict[str, Any]]) -> None:
 
 
 def _tables(args: argparse.Namespace) -> int:
-    from cqabench.io import write_json
+    from cqabench.common.io import write_json
     from cqabench.report.expected import load_expected
     from cqabench.report.tables import read_fact_table, render_tables
 
@@ -188,6 +188,7 @@ def _page(args: argparse.Namespace) -> int:
     import datetime as dt
     import os
 
+    from cqabench.estimate.measured import compare_dir
     from cqabench.report.expected import load_expected
     from cqabench.report.page import write_fact_table_views, write_page
     from cqabench.report.tables import read_fact_table
@@ -203,7 +204,9 @@ def _page(args: argparse.Namespace) -> int:
                           benchmarks_dir=args.benchmarks_dir, rules=args.rules,
                           fact_csv=os.path.relpath(args.fact_csv, page_dir),
                           fact_html=os.path.relpath(args.fact_html, page_dir), results_at=written,
-                          snakemake_logs=args.snakemake_logs, estimate_dir=args.estimate_dir)
+                          snakemake_logs=args.snakemake_logs, estimate_dir=args.estimate_dir,
+                          estimate_comparison=compare_dir(args.estimate_dir, args.benchmarks_dir)
+                          if args.estimate_dir is not None else None)
     print(f"{args.out}: {len(sections)} sections")
     from cqabench.report.fact_views import DATA_URI_LIMIT, data_uri_length
 
@@ -215,7 +218,7 @@ def _page(args: argparse.Namespace) -> int:
 
 
 def _significance(args: argparse.Namespace) -> int:
-    from cqabench.io import write_json
+    from cqabench.common.io import write_json
     from cqabench.report.significance import compare, format_result, parse_spec
     from cqabench.report.tables import read_fact_table
 

@@ -23,35 +23,35 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import index_corpus
+    from cqabench.retrieval.jobs import index_corpus
 
     index_corpus(Path(args.corpus), args.serialization, _settings(args), Path(args.out))
     return 0
 
 
 def _encode_part(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.parts import encode_corpus_part
+    from cqabench.retrieval.parts import encode_corpus_part
 
     encode_corpus_part(Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out), args.codec)
     return 0
 
 
 def _codec(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.parts import train_codec
+    from cqabench.retrieval.parts import train_codec
 
     train_codec(Path(args.corpus), args.serialization, _settings(args), Path(args.out))
     return 0
 
 
 def _gather(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.parts import gather_index
+    from cqabench.retrieval.parts import gather_index
 
     gather_index(Path(args.corpus), args.serialization, _settings(args), [Path(p) for p in args.parts], Path(args.out), args.codec)
     return 0
 
 
 def _search(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import search_queries
+    from cqabench.retrieval.jobs import search_queries
 
     settings = _settings(args)
     search_queries(args.index, args.queries, settings, args.k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run"))
@@ -59,7 +59,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _decompose(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import decompose_queries
+    from cqabench.retrieval.jobs import decompose_queries
 
     settings = _settings(args)
     decompose_queries(
@@ -70,21 +70,21 @@ def _decompose(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import import_run
+    from cqabench.retrieval.jobs import import_run
 
     import_run(args.run, args.format, args.queries, args.k, args.out_trec, args.out_parquet, args.tag)
     return 0
 
 
 def _fuse(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import fuse_runs
+    from cqabench.retrieval.jobs import fuse_runs
 
     fuse_runs(list(args.runs), args.queries, json_object(args.settings, "--settings"), args.out_trec, args.out_parquet, args.tag)
     return 0
 
 
 def _rerank(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.jobs import rerank_run
+    from cqabench.retrieval.jobs import rerank_run
 
     rerank_run(
         args.run, args.queries, args.corpus, args.serialization, json_object(args.settings, "--settings"),
@@ -94,7 +94,7 @@ def _rerank(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from cqabench.metrics.retrieval import evaluate_files
+    from cqabench.evaluation.metrics.retrieval import evaluate_files
 
     evaluate_files(
         args.run, args.qrels, args.queries, json_object(args.cell, "--cell"), args.out_json,
@@ -104,7 +104,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _pyserini(args: argparse.Namespace) -> int:
-    from cqabench.retrievers.java import run_pyserini_module
+    from cqabench.retrieval.java import run_pyserini_module
 
     run_pyserini_module(args.module, list(args.args))
     return 0

@@ -1,7 +1,7 @@
 """Every job a plan makes, with its rule, wildcards and the jobs it waits for.
 
-The same jobs `snakemake -n --forceall` plans (tests/test_estimate.py checks the count per rule
-against docs/full_reproduction.md, which tests/test_fidelity_config.py checks against Snakemake),
+The same jobs `snakemake -n --forceall` plans (tests/estimate/test_estimate.py checks the count per rule
+against docs/full_reproduction.md, which tests/workflow/test_fidelity_config.py checks against Snakemake),
 derived from `cqabench.planner.Plan` alone so the estimate runs in seconds without Snakemake's
 DAG. A job's id is its rule and wildcards; `deps` are ids, for the critical path and makespan.
 Only what decides cost is modelled: a job that Snakemake would skip because its output exists is
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from cqabench.pipelines import inputs_of as pipeline_inputs
+from cqabench.planner.pipelines import inputs_of as pipeline_inputs
 from cqabench.planner import CELL_FIELDS
-from cqabench.retrievers.decomposition import RUN_SUFFIX
+from cqabench.retrieval.decomposition import RUN_SUFFIX
 
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",

@@ -9,7 +9,7 @@ not, so the CPU ratio is the one that checks the cost model; the wall ratio chec
 (Snakemake samples a job every second for its first 30 s, then every 30 s: CPU time and peak
 of a long job can miss its last seconds. The peak is therefore the larger of the sampled one and
 the one the job's log states, `results/<name>/logs/<rule>/<wildcards>.log`: the kernel's peak RSS
-of its process, cqabench.job_memory.) A rule with no benchmark file is
+of its process, cqabench.common.job_memory.) A rule with no benchmark file is
 left out (not run); a rule the estimate does not plan is reported as measured only.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from cqabench.estimate.jobs import TABLE_PREFIX, job_id, rule_family
-from cqabench.job_memory import peak_with_log
+from cqabench.common.job_memory import peak_with_log
 from cqabench.planner import CELL_FIELDS
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
@@ -42,6 +42,16 @@ PATHS: dict[str, tuple[str, ...]] = {
 KINDS = ("ird-gold", "ird-pred", "irq")
 COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated_cpu_s", "measured_cpu_s", "cpu_ratio",
            "estimated_peak_mb", "measured_peak_mb", "memory_ratio"]
+
+
+def compare_dir(estimate_dir: str | Path, benchmarks_dir: str | Path) -> pd.DataFrame | None:
+    """`compare` of an estimate's folder (rule `estimate`) with a run's benchmark files; None
+    when the estimate was not written."""
+    jobs_file = Path(estimate_dir) / "estimate_jobs.parquet"
+    if not jobs_file.is_file():
+        return None
+    jobs = pd.read_parquet(jobs_file, columns=["rule", "job", "wall_s", "cpu_s", "peak_mb"])
+    return compare(jobs, read(benchmarks_dir))
 
 
 def job_of(rule: str, rel: Path) -> dict[str, str] | None:

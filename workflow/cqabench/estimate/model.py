@@ -9,7 +9,7 @@ puts the model on a GPU (the planner's own test: `Plan.uses_gpu`, a retriever's 
 
 Resource requests (`JobCosts.request`, what the rules' `mem_mb` / `runtime` / `gpu` are):
   mem_mb  = max(MIN_MEM_MB, peak x MEM_MARGIN + MEM_SLACK_MB), rounded up to 100 MB; the rules
-            double it per out-of-memory retry (cqabench.job_memory.memory_mb) on top;
+            double it per out-of-memory retry (cqabench.common.job_memory.memory_mb) on top;
   runtime = max(MIN_RUNTIME_MIN, wall x TIME_MARGIN), whole minutes (a time-limit kill is not
             retried, so the margin is wider than memory's);
   gpu     = 1 where the job's model is on a GPU.
@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.estimate.sizes import Sizes
@@ -207,7 +207,7 @@ class JobCosts:
         return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
 
     def _settings(self, retriever: str) -> dict[str, Any]:
-        from cqabench.retrievers import resolve
+        from cqabench.retrieval import resolve
 
         return resolve(self.plan.retriever_configs[retriever])
 
@@ -251,7 +251,7 @@ class JobCosts:
         corpus = w["corpus"]
         members = [(ds, sp) for ds in self.plan.corpus_members(corpus) for sp in self.plan.corpus_splits(ds)]
         rows = sum(self.sizes.split(ds, sp).documents for ds, sp in members)
-        if len(members) == 1:  # a hard link to the member file (cqabench.corpora): no copy, no sort
+        if len(members) == 1:  # a hard link to the member file (cqabench.data.corpora): no copy, no sort
             c.items["documents"] = rows
             c.wall_s = c.cpu_s = self._r(c, "pool_corpus", "fixed_s")
             c.peak_mb = self._r(c, "pool_corpus", "peak_mb")
@@ -321,8 +321,8 @@ class JobCosts:
         c.disk_mb += self._r(c, "bm25_index", "out_mb_per_mdoc", device="cpu") * docs / M
 
     def _part_docs(self, r: str, docs: int, part: int, of: int) -> int:
-        from cqabench.retrievers import family
-        from cqabench.retrievers.parts import part_rows
+        from cqabench.retrieval import family
+        from cqabench.retrieval.parts import part_rows
 
         s = self._settings(r)
         chunk = int(family(s).part_chunk(s, int(docs))) if docs else 1
@@ -386,7 +386,7 @@ class JobCosts:
         c.disk_mb = centroids * dims * 2 / MB
 
     def _colbert_encode(self, c: Cost, r: str, n: float, docs: float) -> None:
-        from cqabench.retrievers.colbert import chunk_size
+        from cqabench.retrieval.colbert import chunk_size
 
         per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
         dims = self._r(c, "colbert", "dims", device="data")

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 # The checkout this package belongs to (resolved: tests and runs link workflow/ into other folders).
 REPO = Path(__file__).resolve().parents[3]
@@ -199,7 +199,7 @@ def update_assumed(path: str | Path, family: str, device: str, model: str,
 def _write(path: str | Path, family: str, device: str, model: str,
            entries: Mapping[str, tuple[float, str, str, Mapping[str, str]]]) -> None:
     """name -> (value, unit, kind, provenance) into (family, device, model); the rest as it is."""
-    from cqabench.io import write_text
+    from cqabench.common.io import write_text
 
     path = Path(path)
     data: dict[str, Any] = {}

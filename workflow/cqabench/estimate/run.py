@@ -1,6 +1,6 @@
 """A config file (or the config Snakemake holds) -> its plan -> its estimate, in seconds.
 
-The config is read as Snakemake reads it: strict YAML (`cqabench.config_yaml`, duplicated keys
+The config is read as Snakemake reads it: strict YAML (`cqabench.planner.config_files`, duplicated keys
 and tabs named with their line), then validated against the workflow's schema with its defaults
 filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 from cqabench.estimate.model import GPU_CLASS, JobCosts
 from cqabench.estimate.rates import load_rates
 from cqabench.estimate.tables import Estimate, build
@@ -20,7 +20,7 @@ SCHEMA = Path(__file__).resolve().parents[2] / "schemas/config.schema.yaml"  # t
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    from cqabench.config_yaml import check_files, load_file
+    from cqabench.planner.config_files import check_files, load_file
 
     check_files([str(path)])
     config = load_file(path)

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from cqabench.errors import ConfigError, CqaError
+from cqabench.common.errors import ConfigError, CqaError
 
 SIZES_FILE = Path(__file__).resolve().parents[3] / "config/sizes.yaml"  # this checkout's
 COUNT_MAX_BYTES = 200 * 2**20  # raw files larger than this are sized from the published sizes
@@ -62,10 +62,10 @@ def _count_files(dataset: str, split: str, files: tuple[tuple[str, str], ...], r
                  limit: int | None, hops: tuple[int, ...], answerable_only: bool,
                  stamp: tuple[tuple[int, int], ...]) -> tuple[SplitCounts, frozenset[str] | None]:
     """Read the split with its loader; `stamp` (sizes, mtimes) keys the cache to the files' state."""
-    from cqabench.datasets import loader
-    from cqabench.prepare import select_questions
-    from cqabench.schema import CanonicalData, Document, Qrel, Query
-    from cqabench.tables import document_text
+    from cqabench.data.datasets import loader
+    from cqabench.data.prepare import select_questions
+    from cqabench.data.schema import CanonicalData, Document, Qrel, Query
+    from cqabench.data.tables import document_text
 
     module = loader(dataset)
     paths = {role: Path(p) for role, p in files}

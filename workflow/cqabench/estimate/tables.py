@@ -117,7 +117,7 @@ def family_frame(est: Estimate) -> pd.DataFrame:
 def write(est: Estimate, out_dir: str | Path) -> dict[str, Path]:
     """estimate.csv and estimate.parquet (per rule, model, device), estimate_jobs.parquet (per job),
     estimate.json (totals, makespan, rates); each written atomically."""
-    from cqabench.io import write_json, write_parquet, write_text
+    from cqabench.common.io import write_json, write_parquet, write_text
     import pyarrow as pa
 
     out = Path(out_dir)

@@ -34,9 +34,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cqabench.errors import DataError
-from cqabench.io import write_parquet
-from cqabench.report import provenance as prov_mod
+from cqabench.common.errors import DataError
+from cqabench.common.io import write_parquet
+from cqabench.common import provenance as prov_mod
+from cqabench.evaluation.cell_provenance import generation_summary_provenance
+from cqabench.models.provenance import MODEL_KEYS, retriever_model
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     # null on retrieval rows and in metric files written before failed items were counted
     "n_failed": pa.int64(),
 }
-# How an answer cell's predictions spread (cqabench.answer_spread, metrics.json `answers`): the most
+# How an answer cell's predictions spread (cqabench.evaluation.answer_spread, metrics.json `answers`): the most
 # frequent answer and its share, and the flags the report shows; null on retrieval rows.
 ANSWER_COLUMNS: dict[str, pa.DataType] = {
     "n_answers": pa.int64(),
@@ -105,7 +107,7 @@ PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
     "wall_time_note": pa.string(),  # what wall_time_s covers (items from the cache), or why it is missing
     "prompt_tokens": pa.int64(),
     "output_tokens": pa.int64(),
-    # documents the prompts gave per question (cqabench.evaluation.docs_given): RAG@k may give fewer than k
+    # documents the prompts gave per question (cqabench.evaluation.evaluate.docs_given): RAG@k may give fewer than k
     "docs_given_min": pa.int64(),
     "docs_given_mean": pa.float64(),
     "docs_given_max": pa.int64(),
@@ -158,7 +160,7 @@ PER_QUESTION_NAMES = ("per_question.parquet", "per_query.parquet")
 
 # A retrieval cell's primary metric: nDCG@10 as trec_eval computes it (DEXTER Table 2, the
 # heatmap, the retrieval significance tests). Answer cells take their dataset's first entry of
-# cqabench.scoring.PRIMARY (the k-effect plot's metric).
+# cqabench.evaluation.scoring.PRIMARY (the k-effect plot's metric).
 PRIMARY_RETRIEVAL = ("ndcg_cut_10", "trec_eval")
 RETRIEVAL_WALL_NOTE = "the eval-retrieval job that scored the run (metrics.json wall_time_s)"
 
@@ -173,7 +175,7 @@ def primary_metric(stage: Any, dataset: Any) -> tuple[str, str] | None:
     if stage == "retrieval":
         return PRIMARY_RETRIEVAL
     if stage == "generation":
-        from cqabench.scoring import PRIMARY
+        from cqabench.evaluation.scoring import PRIMARY
 
         first = PRIMARY.get(str(dataset))
         return tuple(first[0]) if first else None
@@ -227,7 +229,7 @@ def read_metric_file(path: str | Path) -> dict[str, Any]:
         raise DataError(path, None, "metrics", "expected a list of {metric, variant, value, n}")
     answers = doc.get("answers") or {}
     if not isinstance(answers, dict):
-        raise DataError(path, None, "answers", "expected an object (cqabench.answer_spread)")
+        raise DataError(path, None, "answers", "expected an object (cqabench.evaluation.answer_spread)")
     for i, m in enumerate(metrics):
         if not isinstance(m, dict) or not m.get("metric"):
             raise DataError(path, i, "metrics", "each entry needs a 'metric' name")
@@ -281,7 +283,7 @@ def _normalize_setting(row: dict[str, Any]) -> None:
 def split_breakdown(name: str) -> tuple[str, str | None, str | None]:
     """A summary entry's name -> (metric, breakdown, breakdown_value).
 
-    TANQ's scorer names breakdown rows "<metric>/<dimension>=<bucket>" (cqabench.scoring);
+    TANQ's scorer names breakdown rows "<metric>/<dimension>=<bucket>" (cqabench.evaluation.scoring);
     a query filters on a column far more easily than on a name pattern.
     """
     metric, sep, rest = name.partition("/")
@@ -320,7 +322,7 @@ def retriever_columns(settings: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in settings.items():
         _flatten(f"retriever_{RETRIEVER_RENAMES.get(key, key)}", value, out)
-    model = next((settings[k] for k in prov_mod.MODEL_KEYS if settings.get(k)), None)
+    model = next((settings[k] for k in MODEL_KEYS if settings.get(k)), None)
     out["retriever_model"] = str(model) if model else "none"
     return out
 
@@ -339,7 +341,7 @@ def provenance_columns(
     """The row's provenance as plain columns, each one filled or saying why it is unknown."""
     prov = dict(prov)
     if stage == "generation" and summary is not None:  # files written before evaluation copied it
-        for key, value in prov_mod.generation_summary_provenance(summary).items():
+        for key, value in generation_summary_provenance(summary).items():
             prov.setdefault(key, value)
     out: dict[str, Any] = {}
     versions = prov.pop("package_versions", None)
@@ -351,10 +353,10 @@ def provenance_columns(
         out["generation_git_commit"] = str(prov.pop("generation_git_commit", None) or prov_mod.NOT_RECORDED)
     model = {k: prov.pop(k) for k in ("model_source", "model_hash", "model_revision") if prov.get(k)}
     if len(model) < 3:
-        if stage == "retrieval" and not any(settings.get(k) for k in prov_mod.MODEL_KEYS):
-            fallback = prov_mod.retriever_model(settings)  # no model: nothing environment-dependent
+        if stage == "retrieval" and not any(settings.get(k) for k in MODEL_KEYS):
+            fallback = retriever_model(settings)  # no model: nothing environment-dependent
         else:
-            spec = next((settings[k] for k in prov_mod.MODEL_KEYS if settings.get(k)), None)
+            spec = next((settings[k] for k in MODEL_KEYS if settings.get(k)), None)
             source = str(spec) if stage == "retrieval" and spec else prov_mod.NOT_RECORDED
             fallback = {"model_source": source, "model_hash": prov_mod.NOT_RECORDED,
                         "model_revision": prov_mod.NOT_RECORDED}

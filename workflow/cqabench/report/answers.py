@@ -2,7 +2,7 @@
 
 Per (dataset, split, serialization, llm, prompt) group, one row per generation cell: closed-book
 (retriever "none", k 0), RAG@k for each retriever and k, oracle (gold evidence, k 0). Each row
-gives, for each primary answer metric of the dataset (`cqabench.scoring.PRIMARY`):
+gives, for each primary answer metric of the dataset (`cqabench.evaluation.scoring.PRIMARY`):
 
 * the mean over the cell's questions (a fraction, 0..1) and n;
 * a 95 % bootstrap confidence interval of that mean over questions: `scipy.stats.bootstrap`,
@@ -19,7 +19,7 @@ gives, for each primary answer metric of the dataset (`cqabench.scoring.PRIMARY`
   MuSiQue" is corrected for everything tried on MuSiQue.
 
 Shared questions: a cell's own mean is over its own questions, and those can differ from the
-closed-book cell's (the oracle drops questions without gold documents, cqabench.oracle). Δ, p and
+closed-book cell's (the oracle drops questions without gold documents, cqabench.generation.oracle). Δ, p and
 the two means of a comparison (`mean`, `mean_closed`) are therefore always on the questions
 both scored, paired by qid; each comparison records `n_cell`, `n_closed`, `n_common` and
 `same_questions`, and where the sets differ the table says so beside Δ (the two means on the
@@ -33,7 +33,7 @@ with `generation.allow_failed_items`) shows "n (+m failed)" with a note and is l
 `failed_items`: its mean is over the questions answered, never a failure scored as wrong.
 
 A constant model is shown as one: a cell whose predictions are nearly all one answer
-(fact column `constant_answer`, cqabench.answer_spread) or whose parse rate is low
+(fact column `constant_answer`, cqabench.evaluation.answer_spread) or whose parse rate is low
 (`low_parse_rate`) says so in its row ("answered 'no' to 30/30") and is listed under
 `flagged_cells`, since its score is the share of questions that answer happens to fit and its
 differences from other cells say nothing about retrieval. An oracle whose context is not gold
@@ -53,10 +53,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cqabench.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
-from cqabench.answer_spread import describe as describe_spread
-from cqabench.errors import ConfigError
-from cqabench.io import write_json, write_text
+from cqabench.evaluation.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
+from cqabench.evaluation.answer_spread import describe as describe_spread
+from cqabench.common.errors import ConfigError
+from cqabench.common.io import write_json, write_text
 from cqabench.report.significance import (
     CORRECTION_NAMES,
     CORRECTION_TEXT,
@@ -64,7 +64,7 @@ from cqabench.report.significance import (
     holm,
     randomization_test,
 )
-from cqabench.scoring import PARSE_METRIC, PRIMARY, UNIT
+from cqabench.evaluation.scoring import PARSE_METRIC, PRIMARY, UNIT
 
 SETTING_ORDER = ("closed", "rag", "oracle", "open-book")  # open-book: TANQ's tool agent
 DATASET_ORDER = ("ambigqa", "2wikimultihopqa", "musique", "ottqa", "strategyqa", "tatqa", "finqa", "tanq")  # DEXTER's
@@ -379,7 +379,7 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
     return {
         "unit": UNIT,
         "method": {
-            "mean": "mean over the cell's questions of the dataset's primary metric (cqabench.scoring.PRIMARY)",
+            "mean": "mean over the cell's questions of the dataset's primary metric (cqabench.evaluation.scoring.PRIMARY)",
             "interval": {"method": "percentile bootstrap (scipy.stats.bootstrap)", "confidence": confidence,
                          "resamples": bootstrap_resamples, "seed": seed},
             "test": {"method": "paired sign-flip randomization test, two-sided (cqabench.report.significance)",

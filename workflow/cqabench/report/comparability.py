@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 SAMPLE = "bundled sample, not the paper's data (report.paper_data: false)"
 NO_CONFIG = "the run's config was not given to the report (report-tables --config): its setup cannot be checked"

@@ -1,5 +1,6 @@
 """The report page's cost section: the run's own estimate (rule `estimate`, cqabench.estimate)
-beside what its jobs measured (Snakemake's `benchmark:` files), per rule family.
+beside what its jobs measured (Snakemake's `benchmark:` files), per rule family; the comparison
+itself is cqabench.estimate.measured's, made by the report-page command and passed in.
 
 Its body is HTML for `cqabench.report.page`: totals and the makespan bound of the estimate, then
 one row per rule with the estimated and measured wall time summed over the jobs that ran, the
@@ -17,8 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.estimate.measured import compare, read
-
 esc = html.escape
 
 
@@ -28,13 +27,23 @@ def _num(value: Any, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def comparison(estimate_dir: str | Path, benchmarks_dir: str | Path) -> pd.DataFrame:
-    jobs = pd.read_parquet(Path(estimate_dir) / "estimate_jobs.parquet", columns=["rule", "job", "wall_s", "cpu_s", "peak_mb"])
-    return compare(jobs, read(benchmarks_dir))
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The processor this page was built on (Linux), with its CPU count: the rates' ratios to the
+    measured depend on it (the same jobs ran 3x faster on an Intel Xeon than on the AMD EPYC that
+    measured the CPU rates)."""
+    import os
+
+    try:
+        names = [ln.split(":", 1)[1].strip() for ln in Path(cpuinfo).read_text().splitlines() if ln.startswith("model name")]
+    except OSError:
+        names = []
+    return f"{names[0] if names else 'an unknown processor'}, {os.cpu_count() or '?'} CPUs"
 
 
-def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
-    """The section's HTML; a warning paragraph when the estimate was not written."""
+def section_body(estimate_dir: str | Path, frame: pd.DataFrame | None) -> str:
+    """The section's HTML from the estimate's summary and its comparison with the run's benchmark
+    files (`frame`: cqabench.estimate.measured.compare_dir, made by the report-page command);
+    a warning paragraph when the estimate was not written."""
     estimate_dir = Path(estimate_dir)
     if not (estimate_dir / "estimate.json").is_file() or not (estimate_dir / "estimate_jobs.parquet").is_file():
         return f'<p class="warn">The estimate was not written ({esc(str(estimate_dir))}/estimate.json).</p>'
@@ -42,11 +51,10 @@ def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
     t, m = summary["totals"], summary["makespan"]
     rates = summary.get("rates") or {}
     assumed = sorted(k for k, r in rates.items() if r.get("kind") == "assumed")
-    frame = comparison(estimate_dir, benchmarks_dir)
     head = ["rule", "jobs", "estimated wall s", "measured wall s", "ratio", "estimated CPU s", "measured CPU s", "ratio",
             "estimated peak MB", "measured peak MB", "ratio"]
     rows = []
-    for r in frame.to_dict("records"):
+    for r in ([] if frame is None else frame.to_dict("records")):
         cells = [esc(r["rule"]), str(r["jobs"]), _num(r["estimated_s"]), _num(r["measured_s"]), _num(r["time_ratio"], 2),
                  _num(r["estimated_cpu_s"]), _num(r["measured_cpu_s"]), _num(r["cpu_ratio"], 2),
                  _num(r["estimated_peak_mb"], 0), _num(r["measured_peak_mb"], 0), _num(r["memory_ratio"], 2)]
@@ -64,7 +72,9 @@ def section_body(estimate_dir: str | Path, benchmarks_dir: str | Path) -> str:
             "the benchmark's sample and the kernel's peak that the job's log states; ratio = "
             "estimate / measured, above 1: the estimate, and what the rule asks for, is generous). The rates are "
             "those of an unloaded machine: on a shared one the wall time grows with the load, the CPU time does not, "
-            f"so the CPU ratio checks the cost model and the wall ratio the machine.</p>{table}"
+            "so the CPU ratio checks the cost model and the wall ratio the machine. A faster or slower processor than "
+            "the rates' (each rate names its machine in benchmarks/rates.yaml) moves every CPU row by about the same "
+            f"factor; this page was built on {esc(cpu_model())}.</p>{table}"
             f'<p class="caption">{len(rates) - len(assumed)} of the {len(rates)} rates behind this estimate are '
             f"measurements; {len(assumed)} {'is an assumption' if len(assumed) == 1 else 'are assumptions'} "
             "(GPU throughput and what no benchmark here could "

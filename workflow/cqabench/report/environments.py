@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.report.provenance import NOT_RECORDED
+from cqabench.common.provenance import NOT_RECORDED
 
 # (label, distributions that count, first found wins): the engines a number depends on.
 ENGINES: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 _TABLE_KEYS = {"id", "title", "source", "metric", "variant", "rows", "columns", "filters", "order",
                "labels", "tolerance", "tolerance_by_dataset", "paper_unit", "paper_scale", "digits", "cells", "note",
@@ -89,7 +89,7 @@ PAPER_LABELS: dict[str, dict[str, dict[str, str]]] = {
         "n_relations": {"1": "one relation", "3": "three relations", "5": "five relations", "10": "ten relations"},
         "table_length": {"short": "short", "medium": "medium", "long": "long"},
         "metric": {"rms_precision": "P", "rms_recall": "R", "rms_f1": "F1",
-                   # Table 10's rows (cqabench.metrics.tanq_failures.CATEGORIES)
+                   # Table 10's rows (cqabench.evaluation.metrics.tanq_failures.CATEGORIES)
                    "failure_relation_missing": "relation missing", "failure_no_header": "no header",
                    "failure_filter_issues": "filter issues",
                    "failure_hallucinated_relations": "hallucinated relations",

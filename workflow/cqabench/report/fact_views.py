@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.io import write_text
+from cqabench.common.io import write_text
 
 esc = html.escape
 

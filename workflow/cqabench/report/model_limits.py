@@ -4,7 +4,7 @@ A 135M-parameter model on 30 questions per dataset answers "no" to every Strateg
 and leaves many outputs unparsed; read as a benchmark, its table would suggest findings it
 cannot support. This paragraph is written from answers_by_setting.json itself: which models
 answered, on how many questions, how wide the intervals are, and every cell whose predictions
-are (nearly) one answer or whose parse rate is low (cqabench.answer_spread), listed by name.
+are (nearly) one answer or whose parse rate is low (cqabench.evaluation.answer_spread), listed by name.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import html
 import statistics
 from typing import Any
 
-from cqabench.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
+from cqabench.evaluation.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
 from cqabench.report.answers import dataset_rank, setting_label
 
 esc = html.escape

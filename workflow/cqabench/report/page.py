@@ -32,10 +32,10 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.io import write_text
-from cqabench.job_memory import peak_with_log
-from cqabench.layout import results_dir
-from cqabench.report import provenance
+from cqabench.common.io import write_text
+from cqabench.common.job_memory import peak_with_log
+from cqabench.common.layout import results_dir
+from cqabench.common import provenance
 from cqabench.report.comparability import RunContext, describe
 from cqabench.report.environments import environments
 from cqabench.report.fact_views import write_fact_table_views  # noqa: F401  (the CLI's import)
@@ -366,10 +366,11 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                    rules: list[str], fact_csv: str, fact_html: str, repo: str | Path = ".",
                    snakemake_logs: str | Path | None = None,
                    now: dt.datetime | None = None, results_at: dt.datetime | None = None,
-                   estimate_dir: str | Path | None = None) -> list[Section]:
+                   estimate_dir: str | Path | None = None,
+                   estimate_comparison: pd.DataFrame | None = None) -> list[Section]:
     """The page's sections in reading order (see the module docstring)."""
     tables_dir, plots_dir = Path(tables_dir), Path(plots_dir)
-    tree = results_dir(str(config.get("name", "unnamed")))  # the config's results tree (cqabench.layout)
+    tree = results_dir(str(config.get("name", "unnamed")))  # the config's results tree (cqabench.common.layout)
     sections = []
     facts = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in run_facts(config, metrics, repo, now, results_at))
     paper_data = bool((config.get("report") or {}).get("paper_data"))
@@ -470,7 +471,8 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.costs)
         from cqabench.report.costs import section_body
 
-        sections.append(Section("estimate", "Estimated cost beside the measured", section_body(estimate_dir, benchmarks_dir)))
+        sections.append(Section("estimate", "Estimated cost beside the measured",
+                                section_body(estimate_dir, estimate_comparison)))
     sections.append(Section("fact-table", "Fact table",
                             f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
                             "row per (cell, metric), every value a fraction 0–1 with its reason when null. "

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from cqabench.io import atomic_path, write_json
+from cqabench.common.io import atomic_path, write_json
 from cqabench.report.answers import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
-from cqabench.scoring import PRIMARY
+from cqabench.evaluation.scoring import PRIMARY
 
 UNIT_LABEL = "fraction 0–1"
 # tab10 without its grey (kept for reference lines) and olive (too pale on white).

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.io import write_json, write_text
+from cqabench.common.io import write_json, write_text
 from cqabench.report.answers import _f, _p  # one number format for both significance tables
 from cqabench.report.significance import (
     CORRECTION_NAMES,

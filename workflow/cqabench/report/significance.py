@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cqabench.errors import ConfigError
+from cqabench.common.errors import ConfigError
 
 CORRECTIONS = ("holm", "bh")
 CORRECTION_NAMES = {"holm": "Holm", "bh": "BH"}

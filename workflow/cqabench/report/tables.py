@@ -29,11 +29,11 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.io import write_json, write_text
+from cqabench.common.io import write_json, write_text
 from cqabench.report import comparability
 from cqabench.report.comparability import RunContext
-from cqabench.metrics.tanq_breakdowns import groups as tanq_groups_of
-from cqabench.metrics.tanq_breakdowns import table_length, tanq_type  # noqa: F401  (re-exported)
+from cqabench.evaluation.metrics.tanq_breakdowns import groups as tanq_groups_of
+from cqabench.evaluation.metrics.tanq_breakdowns import table_length, tanq_type  # noqa: F401  (re-exported)
 from cqabench.report.expected import TableSpec
 
 MISSING = "missing"
@@ -154,7 +154,7 @@ def _dimension_text(value: Any) -> str:
 # Per-question dimensions the TANQ tables group by, derived from per_question.parquet columns when
 # the column itself is not there: name -> (source column, row -> the values it counts under; a
 # question can count under several, e.g. each of its skills, or its type and "all"; [] = none).
-# The groups are cqabench.metrics.tanq_breakdowns', the same the scorer's breakdown rows use.
+# The groups are cqabench.evaluation.metrics.tanq_breakdowns', the same the scorer's breakdown rows use.
 def _groups(row: dict[str, Any]) -> dict[str, list[str]]:
     return tanq_groups_of(row.get("question_type"), row.get("skills"), row.get("answer_columns"),
                           row.get("answer_rows"))

@@ -1,0 +1,1 @@
+"""Helpers every stage uses: atomic I/O, errors, progress lines, job memory, secret redaction, provenance, the results layout."""

@@ -1,0 +1,1056 @@
+"""The workflow's plan: matrix expansion, cross-references and every path a rule reads or writes.
+
+`workflow/rules/common.smk` only builds a `Plan` from Snakemake's `config` and binds its
+methods to the names the rules use; everything that decides *which* jobs exist and *what* they
+are given lives here, where it is unit-tested without Snakemake (tests/planner/test_planner.py).
+
+A `Plan` checks the whole config when it is built and raises one `ConfigError` that lists every
+problem, each prefixed with the config key it concerns (``datasets.tatqa.corpus: ...``). The
+checks cover what the JSON schema cannot: references between sections (datasets, corpora,
+retrievers, runs, LLMs, prompts, settings) and configs that could only fail at run time (a raw
+file with neither a local copy nor a URL, a missing prompt template, an API backend given a
+GGUF file). Planning reads no data beyond what `has_gold_evidence` peeks at and which files
+exist, so `snakemake -n` stays fast.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from cqabench.data.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
+from cqabench.common.errors import ConfigError
+from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT, name_problem, results_dir
+from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.retrieval.decomposition import RUN_SUFFIX
+
+# IR-Q / IR-D run names are "{retriever}-{suffix}"
+SUFFIX_KIND = {v: k for k, v in RUN_SUFFIX.items()}
+NEVER = "(?!x)x"  # a wildcard constraint no name matches (for an empty list of names)
+GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
+PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "oracle_context", "open_book")
+# The open-book loop's limits and their defaults (cqabench.generation.agent.loop); each is a result column.
+OPEN_BOOK_LIMITS = {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096, "max_new_tokens": None}
+CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+GGUF_PREFIXES = ("gguf-package:", "gguf:")
+
+Cell = tuple[str, str, str, str, str, str, str, int]
+
+
+def one_of(names: Sequence[str] | set[str]) -> str:
+    """A regex alternation of `names`, longest first (so `bm25-irq` is not read as `bm25`)."""
+    return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+
+def names_pattern(names: Sequence[str] | set[str] | Mapping[str, Any]) -> str:
+    """`one_of`, or a pattern that matches nothing for an empty collection."""
+    return one_of(list(names)) if names else NEVER
+
+
+def as_arg(obj: Any) -> str:
+    """A JSON value as one shell word, for passing settings to `cqabench`."""
+    return shlex.quote(json.dumps(obj, sort_keys=True))
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What planning needs to know beyond the config: where relative paths are, which Python.
+
+    `root` is the working directory the rules run in (raw files, templates, external runs and
+    expected-number files are looked up under it); `python`, `vllm_python` (vLLM's CPU build,
+    `make setup`) and `vllm_gpu_python` (its CUDA build, `make setup-gpu`) are the shell words of
+    the interpreters jobs run the package with; `conda` is true under `--sdm conda`. Planning never
+    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.vllm_env).
+    """
+
+    root: Path = Path(".")
+    python: str = "python"
+    vllm_python: str = ".venv-vllm/bin/python"
+    conda: bool = False
+    vllm_gpu_python: str = ".venv-vllm-gpu/bin/python"
+
+
+@dataclass
+class Plan:
+    """Every job the config asks for, checked; see the module docstring."""
+
+    config: Mapping[str, Any]
+    env: Environment = field(default_factory=Environment)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        # Every output of this config lies under results/<name>/ (the rules' RESULTS), so two
+        # configs never plan or overwrite each other's files (cqabench.common.layout).
+        self.results: str = results_dir(str(c.get("name", "")))
+        self.raw_dir: str = c["raw_dir"]
+        self.datasets: list[str] = list(c["datasets"])
+        self.serializations: list[str] = list(c["serializations"])
+        self.pooled: dict[str, list[str]] = {n: list(m) for n, m in (c.get("corpora") or {}).items()}
+        # The open-book agent's tool corpus: pooled like `corpora:` but searched by no dataset's retrieval.
+        self.open_book: dict[str, Any] = dict((c.get("generation") or {}).get("open_book") or {})
+        ob_corpus = self.open_book.get("corpus") or {}
+        self.tool_corpora: dict[str, list[str]] = {ob_corpus["name"]: list(ob_corpus.get("datasets") or [])} if ob_corpus.get("name") else {}
+        self.tool_retrievers: list[str] = [self.open_book["retriever"]] if self.open_book.get("retriever") else []
+        # retrieval
+        self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
+        self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
+        self.retrieval_k = int(self.retrieval.get("k", 100))
+        self.retrieval_retrievers: list[str] = list(self.retrieval.get("retrievers", []))
+        # Datasets searched by the configured retrievers (default: all; a dataset without a
+        # corpus, such as the sample's TANQ, is left out there rather than indexed empty).
+        self.retrieval_datasets: list[str] = list(self.retrieval.get("datasets") or self.datasets)
+        self.decomposition: dict[str, Any] = dict(self.retrieval.get("decomposition") or {})
+        self.decomposition_k = int(self.decomposition.get("k", 10))
+        self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
+        # fused and reranked runs, made from other runs (cqabench.planner.pipelines)
+        self.pipelines: dict[str, dict[str, Any]] = dict(self.retrieval.get("pipelines") or {})
+        # (before check(): the pipeline checks ask run_depth about IR-Q / IR-D runs; a bad kind is
+        # left out here and named by check())
+        self.decomposition_runs: dict[str, tuple[str, str]] = {
+            f"{r}-{RUN_SUFFIX[kind]}": (r, kind)
+            for r in self.decomposition.get("retrievers", [])
+            for kind in self.decomposition.get("queries", list(RUN_SUFFIX))
+            if kind in RUN_SUFFIX
+        }
+        # report
+        self.report: dict[str, Any] = dict(c.get("report") or {})
+        self.report_dir = f"{self.results}/report"
+        self.paper_data = bool(self.report.get("paper_data", False))
+        self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
+        # generation
+        g = self.generation = dict(c.get("generation") or {})
+        self.llms: dict[str, dict[str, Any]] = dict(c.get("llms") or {})
+        self.gen_llms: list[str] = list(g.get("llms", []))
+        self.gen_prompts: list[str] = list(g.get("prompts", []))
+        self.gen_settings: list[str] = list(g.get("settings", []))
+        self.gen_rag_runs: list[str] = list(g.get("rag_retrievers", []))
+        self.gen_k: list[int] = [int(k) for k in g.get("k", [5])]
+        self.prompts_dir: str = g.get("prompts_dir", "resources/prompts")
+        self.llm_cache_dir: str = g.get("cache_dir", LLM_CACHE_DIR)  # shared by every config
+        self.models_dir = f"{self.results}/models"
+        self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
+        self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
+        self.oracle_context: dict[str, str] = dict(g.get("oracle_context") or {})
+        self.gen_seed = int(g.get("seed", 0))
+        self.threads = int(g.get("threads", 2))
+
+        self.check()  # before anything below indexes the config by a name it references
+        self.corpora = sorted({self.corpus_of(ds) for ds in self.datasets})
+        from cqabench.planner import pipelines
+
+        self.pipeline_order: list[str] = pipelines.order(self.pipelines)
+        self.pipeline_splits: dict[str, set[tuple[str, str]]] = {
+            n: s for n, s in pipelines.run_splits(self).items() if n in self.pipelines
+        }
+        self.all_run_names = sorted({n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)})
+        self.expected_files = list(self.report.get("expected") or sorted(
+            str(Path(p).relative_to(self.env.root)) for p in glob.glob(str(self.env.root / "config/expected/*.yaml"))
+        ))  # fmt: skip
+        self.gguf_llms = [n for n in self.llms if self.is_gguf(n)]
+        self.gold_evidence = {(ds, sp): self._evidence_of(ds, sp) for ds in self.datasets for sp in self.splits(ds)}
+        self._cells: list[Cell] | None = None
+        self._grid: set[Cell] | None = None
+        self._existing: tuple[list[Cell], list[tuple[str, list[str]]]] | None = None
+        self._table_specs: dict[str, tuple[str, Any]] | None = None
+        self._check_after_expansion()
+
+    # ---- checks ----
+
+    def check(self) -> None:
+        """Raise one ConfigError naming every broken reference (each line starts with its key)."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError("the config cannot be planned:\n  " + "\n  ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every cross-reference and run-time-only failure the schema cannot see."""
+        out: list[str] = [p for p in [name_problem(self.config.get("name"))] if p]
+        out += self._data_problems()
+        out += self._retrieval_problems()
+        out += self._generation_problems()
+        out += self._cache_dir_problems()
+        out += self._report_problems()
+        out += self._run_time_only_problems()
+        from cqabench.planner import models as models_stage  # hub models need a revision (the fetch pins it)
+
+        out += models_stage.problems(self)
+        return out
+
+    def _run_time_only_problems(self) -> list[str]:
+        """Settings that would pass planning and fail (or silently plan nothing) at run time."""
+        from cqabench.planner import checks as plan_checks
+        from cqabench.data.prepare import HOP_DATASETS
+
+        return (plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
+                + plan_checks.pooled_corpus_problems(self.pooled)
+                + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
+                + plan_checks.device_problems(self.llms))
+
+    def _data_problems(self) -> list[str]:
+        out = []
+        ds_list = self.datasets
+        for name, members in self.pooled.items():
+            unknown = [m for m in members if m not in ds_list]
+            if unknown:
+                out.append(f"corpora.{name}: datasets {unknown} are not configured; configured: {ds_list}")
+            if name in ds_list:
+                out.append(f"corpora.{name}: a pooled corpus may not take a dataset's name")
+        corpus_names = sorted(set(ds_list) | set(self.pooled))
+        for ds, spec in self.config["datasets"].items():
+            files = spec.get("files") or {}
+            for split in spec["splits"]:
+                if split not in files:
+                    out.append(f"datasets.{ds}: split {split!r} has no entry under files")
+            missing = [sp for sp in spec.get("corpus_splits") or [] if sp not in files]
+            if missing:
+                out.append(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
+            modes = relevance_modes(ds) if ds in DATASET_NAMES else {}
+            mode = spec.get("relevance", "paper")
+            if modes and mode not in modes:
+                out.append(f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
+                           f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)")
+            explicit = spec.get("corpus")
+            if explicit and explicit not in corpus_names:
+                out.append(
+                    f"datasets.{ds}.corpus: {explicit!r} is neither a configured dataset nor a pooled corpus "
+                    f"(corpora:); valid: {corpus_names}"
+                )
+            for split in sorted(set(spec["splits"]) | set(spec.get("corpus_splits") or [])):
+                for role, raw in (files.get(split) or {}).items():
+                    if not self._raw_obtainable(raw):
+                        out.append(
+                            f"datasets.{ds}.files.{split}.{role}: {raw['path']!r} is neither under raw_dir "
+                            f"({self.raw_dir}) nor in {self.results}/raw, and has no url to download it from"
+                        )
+        return out
+
+    def _raw_obtainable(self, raw: Mapping[str, Any]) -> bool:
+        root = self.env.root
+        return bool(raw.get("url")) or (root / self.raw_dir / raw["path"]).exists() or (
+            root / self.results / "raw" / raw["path"]
+        ).exists()
+
+    def _retrieval_problems(self) -> list[str]:
+        from cqabench.retrieval import resolve as resolve_retriever
+
+        out = []
+        # Each retriever family validates its own settings (unknown keys, enums, sizes) at
+        # planning time, so a typo stops the workflow before any job starts.
+        for name, settings in self.retriever_configs.items():
+            try:
+                resolve_retriever(settings)
+            except ConfigError as exc:
+                out.append(f"retrievers.{name}: {exc}")
+        unknown = sorted(set(self.retrieval_retrievers) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.retrievers: {unknown} are not defined under `retrievers:`")
+        unknown = sorted(set(self.decomposition.get("retrievers", [])) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.decomposition.retrievers: {unknown} are not defined under `retrievers:`")
+        for key, names in (("retrieval.datasets", self.retrieval.get("datasets") or []),
+                           ("retrieval.decomposition.datasets", self.decomposition.get("datasets") or [])):  # fmt: skip
+            bad = sorted(set(names) - set(self.datasets))
+            if bad:
+                out.append(f"{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        for kind in self.decomposition.get("queries", []):
+            if kind not in RUN_SUFFIX:
+                out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(RUN_SUFFIX)}")
+        clash = sorted(set(self.external_runs) & set(self.retriever_configs))
+        if clash:
+            out.append(f"external_runs: names {clash} are also retriever names; rename them")
+        for name, spec in self.external_runs.items():
+            ds, sp = spec["dataset"], spec["split"]
+            if ds not in self.datasets or sp not in self.config["datasets"][ds]["splits"]:
+                out.append(f"external_runs.{name}: {ds}/{sp} is not configured")
+            if not (self.env.root / spec["path"]).is_file():
+                out.append(f"external_runs.{name}.path: {spec['path']!r} is not a file")
+        from cqabench.planner import pipelines
+
+        return out + pipelines.problems(self)
+
+    def _generation_problems(self) -> list[str]:
+        out = []
+        g = self.generation
+        for key, names in (("generation.llms", self.gen_llms), ("generation.batch_llms", self.gen_batch_llms)):
+            bad = sorted(set(names) - set(self.llms))
+            if bad:
+                out.append(f"{key}: {bad} are not defined under `llms:`; defined: {sorted(self.llms)}")
+        bad = sorted(set(self.gen_prompts) - set(STRATEGIES))
+        if bad:
+            out.append(f"generation.prompts: unknown {bad}; valid: {list(STRATEGIES)}")
+        bad = sorted(set(self.gen_settings) - set(SETTINGS))
+        if bad:
+            out.append(f"generation.settings: unknown {bad}; valid: {list(SETTINGS)}")
+        if "rag" in self.gen_settings and not (self.gen_rag_runs and self.gen_k):
+            out.append("generation.settings has rag: set generation.rag_retrievers and generation.k")
+        if "open-book" in self.gen_settings:
+            out += self._open_book_problems()
+        for ds in self.datasets:
+            try:
+                family_of(ds, g.get("families"))  # every dataset must map to a template family
+            except ConfigError as exc:
+                out.append(f"generation.families: {exc}")
+        for key in ("families", "oracle_distractors", "oracle_context", "max_questions_by_dataset"):
+            bad = sorted(set(g.get(key) or {}) - set(self.datasets))
+            if bad:
+                out.append(f"generation.{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        out += self._oracle_context_problems()
+        for name, llm in self.llms.items():
+            if llm["backend"] == "openai" and str(llm["source"]).startswith(GGUF_PREFIXES):
+                out.append(
+                    f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
+                    f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
+                )
+        return out
+
+    def _oracle_context_problems(self) -> list[str]:
+        """`facts` exists only where the queries carry annotators' facts, and has no distractors
+        to draw (they are other questions' gold documents)."""
+        from cqabench.generation.oracle import CONTEXT_SOURCES, FACTS_DATASETS
+
+        out = []
+        for ds, source in self.oracle_context.items():
+            if source not in CONTEXT_SOURCES:
+                out.append(f"generation.oracle_context.{ds}: {source!r} is not one of {list(CONTEXT_SOURCES)}")
+            elif source == "facts" and ds not in FACTS_DATASETS:
+                out.append(f"generation.oracle_context.{ds}: facts exist only for {list(FACTS_DATASETS)} "
+                           "(the annotators' facts in queries.parquet); use gold")
+            elif source == "facts" and int(self.oracle_distractors.get(ds, 0)):
+                out.append(f"generation.oracle_context.{ds}: facts cannot take generation.oracle_distractors "
+                           "(distractors are other questions' gold documents); set one of them")
+        return out
+
+    def _open_book_problems(self) -> list[str]:
+        where = "generation.open_book"
+        ob = self.open_book
+        if not ob or not ob.get("corpus") or not ob.get("retriever"):
+            return ["generation.settings has open-book: set generation.open_book (datasets, corpus, retriever)"]
+        out = []
+        for key, named in (("datasets", ob.get("datasets") or []), ("corpus.datasets", ob["corpus"].get("datasets") or [])):
+            bad = sorted(set(named) - set(self.datasets))
+            if bad:
+                out.append(f"{where}.{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        name = ob["corpus"].get("name")
+        if name in set(self.datasets) | set(self.pooled):
+            out.append(f"{where}.corpus.name: {name!r} is already a dataset or pooled corpus; pick another name")
+        retriever = ob["retriever"]
+        if self.retriever_configs.get(retriever, {}).get("type") != "bm25":
+            out.append(f"{where}.retriever: {retriever!r} must name a bm25 retriever under `retrievers:`")
+        return out
+
+    def _cache_dir_problems(self) -> list[str]:
+        """generation.cache_dir must not lie inside a folder a rule outputs whole (Snakemake deletes it
+        on a rebuild), nor under results/, which `make clean` removes: the cache holds paid answers."""
+        key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
+        cache = (self.env.root / self.llm_cache_dir).resolve()
+        for what, folder in (("index", f"{self.results}/index"), ("index part", f"{self.results}/index_parts"),
+                             ("BEIR export", f"{self.results}/beir"), ("converted model", self.models_dir)):
+            if cache.is_relative_to((self.env.root / folder).resolve()):
+                return [f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
+                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {LLM_CACHE_DIR}"]
+        if cache.is_relative_to((self.env.root / RESULTS_ROOT).resolve()):
+            return [f"{key}: {self.llm_cache_dir!r} lies inside {RESULTS_ROOT}/, which `make clean` removes, the "
+                    f"item cache with it; put it outside, e.g. {LLM_CACHE_DIR} (a cache there now keeps its items "
+                    f"when moved: mv {self.llm_cache_dir} {LLM_CACHE_DIR})"]
+        return []
+
+    def legacy_cache_problem(self) -> str:
+        """An item cache left at the default of before one results tree per config ("" if none).
+
+        Its answers (paid API calls too) would silently be asked again from the new default, so
+        the workflow stops on it (common.smk); not part of `problems`, since it is a state of the
+        checkout, not of the config.
+        """
+        legacy = f"{RESULTS_ROOT}/cache/llm"
+        if not (self.env.root / legacy).is_dir():
+            return ""
+        key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
+        return (f"{key}: the item cache moved from {legacy} to {LLM_CACHE_DIR} (shared by every config, kept by "
+                f"`make clean`); move the old one so its items are used: mv {legacy} {self.llm_cache_dir} "
+                f"(if {self.llm_cache_dir} exists, move the model folders inside it one by one)")
+
+    def _report_problems(self) -> list[str]:
+        out = []
+        for path in self.report.get("expected") or []:
+            if not (self.env.root / path).is_file():
+                out.append(f"report.expected: {path!r} is not a file")
+        return out
+
+    def run_depth(self, run: str) -> tuple[str, int] | None:
+        """(config key, depth) of the ranking a run holds per question; None for an external run,
+        whose depth is its file's (generate checks the file: `cqabench.generation.generate.retrieved_docids`)."""
+        if run in self.external_runs:
+            return None
+        if run in self.decomposition_runs:
+            return "retrieval.decomposition.k", self.decomposition_k
+        if run in self.pipelines:  # what it keeps: its depth (a rerank no deeper than its input, checked)
+            return f"retrieval.pipelines.{run}.depth", int(self.pipeline_settings(run)["depth"])
+        return "retrieval.k", self.retrieval_k
+
+    def _rag_depth_problems(self) -> list[str]:
+        """A RAG k deeper than its run would give fewer documents than every row says it had."""
+        if "rag" not in self.gen_settings:
+            return []
+        out = []
+        for run in [r for r in self.gen_rag_runs if r in self.all_run_names]:
+            depth = self.run_depth(run)
+            for k in sorted({k for k in self.gen_k if depth is not None and k > depth[1]}):
+                out.append(f"generation.k: {k} exceeds {depth[0]}: {depth[1]} for rag_retrievers {run} "
+                           f"(the run holds at most {depth[1]} documents per question)")
+        return out
+
+    def _check_after_expansion(self) -> None:
+        """Checks that need the expanded run names and cells."""
+        out = []
+        # A name that is no run anywhere is a typo: it would silently plan no RAG cell for it.
+        bad = sorted(set(self.gen_rag_runs) - set(self.all_run_names))
+        if bad:
+            out.append(f"generation.rag_retrievers: {bad} name no run; runs: {self.all_run_names}")
+        out += self._rag_depth_problems()
+        baseline = (self.report.get("significance") or {}).get("baseline")
+        if baseline is not None and self.all_run_names and baseline not in self.all_run_names:
+            # a typo would turn every row of retrieval_vs_baseline into "no ... run to compare with"
+            out.append(f"report.significance.baseline: {baseline!r} names no run; runs: {self.all_run_names}")
+        if self.gen_llms and self.gen_prompts:
+            needed = sorted({(self.template_family(ds), p) for ds in self.datasets for p in self.gen_prompts})
+            for family, prompt in needed:
+                path = f"{self.prompts_dir}/{prompt}/{family}.txt"
+                if not (self.env.root / path).is_file():
+                    out.append(f"generation.prompts_dir: template {path!r} (prompt {prompt}, family {family}) is missing")
+            if "open-book" in self.gen_settings:
+                for ds in self.open_book.get("datasets") or []:
+                    for prompt in self.gen_prompts:
+                        path = self.template_file(ds, prompt, "open-book")
+                        if not (self.env.root / path).is_file():
+                            out.append(f"generation.prompts_dir: open-book template {path!r} (prompt {prompt}) is missing")
+        if out:
+            raise ConfigError("the config cannot be planned:\n  " + "\n  ".join(out))
+
+    # ---- data stage ----
+
+    def splits(self, dataset: str) -> list[str]:
+        return list(self.config["datasets"][dataset]["splits"])
+
+    def corpus_of(self, dataset: str) -> str:
+        """The corpus a dataset is searched in: explicit `corpus`, else its pooled corpus, else its own."""
+        explicit = self.config["datasets"][dataset].get("corpus")
+        if explicit:
+            return explicit
+        for name, members in self.pooled.items():
+            if dataset in members:
+                return name
+        return dataset
+
+    def corpus_members(self, corpus: str) -> list[str]:
+        return self.pooled.get(corpus) or self.tool_corpora.get(corpus) or [corpus]
+
+    def corpus_splits(self, dataset: str) -> list[str]:
+        """The splits whose documents make up a dataset's corpus: `corpus_splits` (e.g. train + dev,
+        as DEXTER pooled every paragraph of MuSiQue and 2WikiMultihopQA), else the evaluated splits."""
+        return list(self.config["datasets"][dataset].get("corpus_splits") or self.splits(dataset))
+
+    def data_path(self, dataset: str, split: str, table: str) -> str:
+        return f"{self.results}/data/{dataset}/{split}/{table}.parquet"
+
+    def corpus_path(self, corpus: str) -> str:
+        return f"{self.results}/corpora/{corpus}/corpus.parquet"
+
+    def beir_dir(self, dataset: str, serialization: str, split: str) -> str:
+        """The export folder of one split (BEIR, TREC qrels, Pyserini collection, export.json)."""
+        return f"{self.results}/beir/{dataset}/{serialization}/{split}"
+
+    def raw_input(self, path: str) -> str:
+        """A raw file from raw_dir when it is there, else the download rule's output."""
+        local = Path(self.raw_dir) / path
+        return str(local) if (self.env.root / local).exists() else f"{self.results}/raw/{path}"
+
+    def raw_specs_by_path(self) -> dict[str, dict[str, Any]]:
+        """Every configured raw file by its path (the download rule's spec), corpus-only splits too."""
+        return {
+            spec["path"]: spec
+            for ds in self.datasets
+            for split in dict.fromkeys(self.splits(ds) + self.corpus_splits(ds))
+            for spec in self.config["datasets"][ds]["files"][split].values()
+        }
+
+    def data_targets(self) -> list[str]:
+        targets = [
+            self.data_path(ds, split, table)
+            for ds in self.datasets
+            for split in self.splits(ds)
+            for table in ("queries", "corpus", "qrels", "answers")
+        ]
+        targets += [self.corpus_path(c) for c in self.corpora]
+        if self.config.get("export_beir", True):  # false: no second and third copy of each corpus
+            targets += [
+                self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
+            ]
+        return targets
+
+    def relevance_of(self, dataset: str) -> str:
+        """The dataset's relevance mode (`datasets.<name>.relevance`, default `paper`): recorded in
+        every result row of the dataset, since it decides the qrels (FinQA: also the corpus)."""
+        return str(self.config["datasets"][dataset].get("relevance") or "paper")
+
+    def relevance_arg(self, dataset: str) -> str:
+        """`cqabench prepare --relevance MODE`, for every split (a corpus-only split too: FinQA's
+        corpus depends on the mode), so a change of mode re-runs prepare and all downstream."""
+        return f"--relevance {shlex.quote(self.relevance_of(dataset))}"
+
+    def question_selection_args(self, dataset: str, split: str) -> str:
+        """`cqabench prepare` flags of a dataset's explicit question selection (limit, hops,
+        answerable_only), for the splits it evaluates; a corpus-only split is prepared whole."""
+        spec = self.config["datasets"][dataset]
+        if split not in self.splits(dataset):
+            return ""
+        args = []
+        if spec.get("limit") is not None:
+            args.append(f"--limit {int(spec['limit'])}")
+        if spec.get("hops"):
+            args.append("--hops " + " ".join(str(int(h)) for h in spec["hops"]))
+        if spec.get("answerable_only"):
+            args.append("--answerable-only")
+        return " ".join(args)
+
+    def prepare_inputs(self, w: Any) -> dict[str, str]:
+        return {role: self.raw_input(spec["path"]) for role, spec in self.config["datasets"][w.dataset]["files"][w.split].items()}
+
+    @staticmethod
+    def prepare_file_args(w: Any, input: Mapping[str, str]) -> str:
+        return " ".join(f"--file {shlex.quote(f'{role}={path}')}" for role, path in input.items())
+
+    # ---- retrieval stage ----
+
+    def is_neural(self, retriever: str) -> bool:
+        return self.retriever_configs[retriever]["type"] != "bm25"
+
+    def index_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index/{corpus}/{serialization}/{retriever}"
+
+    def encode_jobs(self, retriever: str) -> int:
+        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense, SPLADE, ColBERT; 1:
+        the single `index` job). cqabench.retrieval.parts: the index is the same for any N."""
+        value = self.retriever_configs[retriever].get("encode_jobs")
+        return 1 if value is None else int(value)
+
+    def sharded_retrievers(self) -> list[str]:
+        """Retrievers whose index is gathered from encode parts (the `gather_index` rule's)."""
+        return [r for r in self.retriever_configs if self.encode_jobs(r) > 1]
+
+    def part_dir(self, corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
+
+    def codec_retrievers(self) -> list[str]:
+        """Sharded retrievers whose parts share a codec trained first (ColBERT: the `colbert_codec` rule)."""
+        from cqabench.retrieval.parts import needs_codec
+
+        return [r for r in self.sharded_retrievers() if needs_codec(self.retriever_configs[r])]
+
+    def codec_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/codec"
+
+    def part_codec(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The codec folder the parts of this index are encoded with and gathered by ([] if none)."""
+        return [self.codec_dir(corpus, serialization, retriever)] if retriever in self.codec_retrievers() else []
+
+    def codec_arg(self, corpus: str, serialization: str, retriever: str) -> str:
+        return " ".join(f"--codec {shlex.quote(p)}" for p in self.part_codec(corpus, serialization, retriever))
+
+    def index_parts(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The part folders the index of (corpus, serialization, retriever) is gathered from, in order."""
+        n = self.encode_jobs(retriever)
+        return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)] if n > 1 else []
+
+    def run_file(self, dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
+        return f"{self.results}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+
+    def decomposition_runs_of(self, dataset: str) -> list[str]:
+        return list(self.decomposition_runs) if dataset in self.decomposition.get("datasets", []) else []
+
+    def external_runs_of(self, dataset: str, split: str) -> list[str]:
+        return [n for n, s in self.external_runs.items() if s["dataset"] == dataset and s["split"] == split]
+
+    def run_names(self, dataset: str, split: str) -> list[str]:
+        """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
+        ours = self.retrieval_retrievers if dataset in self.retrieval_datasets else []
+        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split) + self.pipelines_of(dataset, split)
+
+    def pipelines_of(self, dataset: str, split: str) -> list[str]:
+        """The fused and reranked runs of a (dataset, split): those all of whose inputs exist there,
+        each after the pipelines it reads (cqabench.planner.pipelines)."""
+        return [n for n in self.pipeline_order if (dataset, split) in self.pipeline_splits[n]]
+
+    def pipeline_settings(self, name: str) -> dict[str, Any]:
+        """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
+        from cqabench.planner import pipelines
+
+        spec = self.pipelines[name]
+        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
+
+    def pipeline_inputs(self, w: Any) -> dict[str, Any]:
+        """The fuse / rerank rule's inputs: the input runs' Parquet files (in the order the settings
+        name them), the queries, and for a rerank the corpus whose text it reads."""
+        from cqabench.planner import pipelines
+
+        spec = self.pipelines[w.name]
+        if (w.dataset, w.split) not in self.pipeline_splits[w.name]:
+            raise ConfigError(f"retrieval.pipelines.{w.name}: no run of {w.dataset}/{w.split} "
+                              f"(its inputs exist for {sorted(self.pipeline_splits[w.name])})")  # fmt: skip
+        runs = [self.run_file(w.dataset, w.split, w.serialization, r, "parquet") for r in pipelines.inputs_of(spec)]
+        inputs: dict[str, Any] = {"runs": runs, "queries": self.data_path(w.dataset, w.split, "queries")}
+        if spec["type"] == "rerank":
+            inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
+        return inputs
+
+    def pipeline_uses_gpu(self, name: str) -> bool:
+        """Whether a pipeline's job runs a model on a GPU (a rerank with device cuda)."""
+        spec = self.pipelines.get(name) or {}
+        return spec.get("type") == "rerank" and str(spec.get("device", "cpu")) != "cpu"
+
+    def run_settings(self, run: str) -> dict[str, Any]:
+        """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
+        if run in self.external_runs:
+            return {"external": True, **self.external_runs[run]}
+        if run in self.retriever_configs:
+            return {**self.retriever_configs[run], "k": self.retrieval_k}
+        if run in self.pipelines:  # its settings, and those of every run it reads (recursively)
+            from cqabench.planner import pipelines
+
+            inputs = pipelines.inputs_of(self.pipelines[run])
+            return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
+        retriever, kind = self.decomposition_runs[run]
+        return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
+
+    def external_input(self, w: Any) -> str:
+        spec = self.external_runs[w.name]
+        if (spec["dataset"], spec["split"]) != (w.dataset, w.split):
+            raise ConfigError(
+                f"external run {w.name} belongs to {spec['dataset']}/{spec['split']}, not {w.dataset}/{w.split}"
+            )
+        return spec["path"]
+
+    def retrieval_cells(self) -> list[tuple[str, str, str, str]]:
+        """(dataset, split, serialization, run) of every retrieval cell (its eval_retrieval job)."""
+        return [(ds, sp, ser, run) for ds in self.datasets for sp in self.splits(ds) for ser in self.serializations
+                for run in self.run_names(ds, sp)]  # fmt: skip
+
+    def retrieval_metrics_file(self, ds: str, sp: str, ser: str, run: str, name: str = "metrics.json") -> str:
+        """A retrieval cell's metrics.json, or its per_query.parquet beside it."""
+        return f"{self.results}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
+
+    def retrieval_targets(self) -> list[str]:
+        return [self.retrieval_metrics_file(*c) for c in self.retrieval_cells()]
+
+    # ---- generation stage ----
+
+    def is_gguf(self, llm: str) -> bool:
+        return str(self.llms[llm]["source"]).startswith(GGUF_PREFIXES)
+
+    def python_for(self, llm: str) -> str:
+        """The interpreter of an LLM's generation jobs: vLLM's own environment (the CUDA build's
+        for a model on a GPU, the CPU build's otherwise; under conda envs/vllm.yaml's), else this one."""
+        if self.llms[llm]["backend"] == "vllm":
+            if self.env.conda:
+                return "python"
+            return self.env.vllm_gpu_python if self.uses_gpu(llm) else self.env.vllm_python
+        return self.env.python
+
+    def _evidence_of(self, ds: str, sp: str) -> tuple[bool, str]:
+        """(bool, reason): whether the split has gold documents an oracle prompt can show."""
+        files = {
+            role: self.env.root / self.raw_input(spec["path"])
+            for role, spec in self.config["datasets"][ds]["files"][sp].items()
+        }
+        return has_gold_evidence(ds, files, self.relevance_of(ds))
+
+    def not_planned_cells(self) -> list[dict[str, str]]:
+        """Configured cells left out of the plan, with the reason the report prints."""
+        out = []
+        for ds in self.datasets:
+            for sp in self.splits(ds):
+                has, reason = self.gold_evidence[(ds, sp)]
+                if "oracle" in self.gen_settings and not has and self.oracle_context_of(ds) == "gold":
+                    out.append({"dataset": ds, "split": sp, "setting": "oracle", "reason": reason})
+                if "rag" in self.gen_settings and not [r for r in self.gen_rag_runs if r in self.run_names(ds, sp)]:
+                    out.append({"dataset": ds, "split": sp, "setting": "rag",
+                                "reason": "no run of generation.rag_retrievers exists for it (not in retrieval.datasets)"})  # fmt: skip
+        return out
+
+    def missing_api_keys(self, environ: Mapping[str, str], llms: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """(llm, variable) of every openai LLM of `llms` (default: generation.llms) whose API key
+        variable is not set. The workflow passes the LLMs of the jobs it is about to run, so a run
+        that calls no API (data, retrieval, a retrieval table) needs no key."""
+        wanted = [
+            (name, self.llms[name].get("api_key_env") or "OPENAI_API_KEY")
+            for name in (self.gen_llms if llms is None else sorted(set(llms)))
+            if name in self.llms and self.llms[name]["backend"] == "openai"
+        ]
+        return [(name, env) for name, env in wanted if not environ.get(env)]
+
+    def generation_cells(self) -> list[Cell]:
+        """(dataset, split, serialization, retriever, llm, prompt, setting, k) of every configured cell.
+
+        rag takes each configured run that exists for the (dataset, split), with each k; oracle
+        is planned only where the split has gold documents; every other setting (closed, and
+        any setting cqabench.generation.prompts.SETTINGS adds) takes retriever "none" and k 0.
+        """
+        if self._cells is not None:
+            return self._cells
+        cells: list[Cell] = []
+        for ds in self.datasets:
+            for sp in self.splits(ds):
+                runs = [r for r in self.gen_rag_runs if r in self.run_names(ds, sp)]
+                for ser in self.serializations:
+                    for llm in self.gen_llms:
+                        for prompt in self.gen_prompts:
+                            for setting in self.gen_settings:
+                                if setting == "rag":
+                                    cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
+                                elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
+                                    if ds in self.open_book.get("datasets", []):
+                                        cells.append((ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
+                                elif (setting == "oracle" and not self.gold_evidence[(ds, sp)][0]
+                                      and self.oracle_context_of(ds) == "gold"):
+                                    continue  # no gold documents: an "oracle" cell would be closed-book
+                                else:
+                                    cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
+        self._cells = cells
+        return cells
+
+    @staticmethod
+    def cell_dir(ds: str, sp: str, ser: str, retriever: str, llm: str, prompt: str, setting: str, k: int | str) -> str:
+        return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
+
+    def generation_dir(self) -> str:
+        """The folder holding one folder per generation cell (`cell_dir`): predictions, summary."""
+        return f"{self.results}/generation"
+
+    def answer_metrics_dir(self) -> str:
+        """The folder holding one folder per generation cell: answer metrics, per-question scores."""
+        return f"{self.results}/metrics"
+
+    def generation_file(self, cell: Sequence[Any], name: str = "predictions.parquet") -> str:
+        """A generation cell's predictions.parquet (or its summary.json, `name`)."""
+        return f"{self.generation_dir()}/{self.cell_dir(*cell)}/{name}"
+
+    def answer_metrics_file(self, cell: Sequence[Any], name: str = "metrics.json") -> str:
+        """A generation cell's answer metrics.json (or its per_question.parquet, `name`)."""
+        return f"{self.answer_metrics_dir()}/{self.cell_dir(*cell)}/{name}"
+
+    def generation_targets(self) -> list[str]:
+        return [self.generation_file(c) for c in self.generation_cells()]
+
+    # ---- cells named by a path (cqabench.planner.cells) ----
+
+    def _path_cells(self) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
+        if self._existing is None:
+            from cqabench.planner import cells as cell_paths
+
+            self._existing = cell_paths.existing(self)
+        return self._existing
+
+    def off_grid_cells(self) -> list[Cell]:
+        """Cells outside the grid that exist under results/ (asked for by path) and the config can make."""
+        return self._path_cells()[0]
+
+    def uncounted_cells(self) -> list[tuple[str, list[str]]]:
+        """(cell folder, why) of existing cells the config cannot make (left out of the fact table)."""
+        return self._path_cells()[1]
+
+    def all_cells(self) -> list[Cell]:
+        """The grid, then every off-grid cell that exists: what the fact table and the report count."""
+        return self.generation_cells() + self.off_grid_cells()
+
+    def checked_cell(self, w: Any, path: str) -> None:
+        """Refuse a cell the config cannot make, naming `path` (the file asked for) and every reason."""
+        from cqabench.planner import cells as cell_paths
+
+        why = cell_paths.problems(self, {f: getattr(w, f) for f in CELL_FIELDS})
+        if why:
+            raise ConfigError(f"{path}: the config cannot make this cell: " + "; ".join(why))
+
+    def in_batch(self, w: Any) -> bool:
+        """Whether the cell's answers come from its model's engine batch (a grid cell of a batch LLM)."""
+        return w.llm in self.gen_batch_llms and w.llm in self.gen_llms and self._as_cell(w) in self._grid_set()
+
+    @staticmethod
+    def _as_cell(w: Any) -> tuple[Any, ...]:
+        return (*(str(getattr(w, f)) for f in CELL_FIELDS[:7]), int(w.k))
+
+    def _grid_set(self) -> set[Cell]:
+        if self._grid is None:
+            self._grid = set(self.generation_cells())
+        return self._grid
+
+    def template_family(self, dataset: str) -> str:
+        return family_of(dataset, self.generation.get("families"))
+
+    def template_file(self, dataset: str, prompt: str, setting: str | None = None) -> str:
+        """The cell's template; open-book cells have their own (`<family>.open-book.txt`: the tool format)."""
+        suffix = ".open-book" if setting == "open-book" else ""
+        return f"{self.prompts_dir}/{prompt}/{self.template_family(dataset)}{suffix}.txt"
+
+    def generation_inputs(self, w: Any) -> dict[str, str]:
+        inputs = {
+            "queries": self.data_path(w.dataset, w.split, "queries"),
+            "template": self.template_file(w.dataset, w.prompt, w.setting),
+        }
+        if self.is_gguf(w.llm):
+            inputs["model"] = f"{self.models_dir}/{w.llm}"
+        facts = w.setting == "oracle" and self.oracle_context_of(w.dataset) == "facts"  # from queries.parquet
+        if w.setting in ("rag", "oracle") and not facts:
+            inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
+        if w.setting == "oracle" and not facts:
+            inputs["qrels"] = self.data_path(w.dataset, w.split, "qrels")
+        if w.setting == "rag":
+            inputs["run"] = self.run_file(w.dataset, w.split, w.serialization, w.retriever, "parquet")
+        if w.setting == "open-book":
+            tool_corpus = self.open_book["corpus"]["name"]
+            inputs["tool_corpus"] = self.corpus_path(tool_corpus)
+            inputs["tool_index"] = self.index_dir(tool_corpus, w.serialization, w.retriever)
+        return inputs
+
+    def cell_inputs(self, w: Any) -> dict[str, str]:
+        """The generate rule's inputs; a cell the config cannot make stops planning here, by path.
+
+        A batched cell also waits for its model's batch, but its rerun triggers are its own
+        `cell_spec` file's: common.smk marks the batch manifest ancient, so a batch rerun for
+        another cell's sake leaves this one alone. An off-grid cell is no member of the batch:
+        it runs its model itself, and its own inputs and params are its triggers."""
+        self.checked_cell(w, self.generation_file(self._as_cell(w)))
+        inputs = self.generation_inputs(w)
+        if self.in_batch(w):
+            inputs["spec"] = self.cell_spec_file(w)
+            inputs["batch"] = self.batch_manifest(w.llm)
+        return inputs
+
+    def cell_spec_file(self, w: Any) -> str:
+        """`cell_spec`'s output: the record of what one batched cell's prompts are made from."""
+        return self.generation_file(self._as_cell(w), "spec.json")
+
+    def cell_spec(self, w: Any) -> dict[str, Any]:
+        """What decides a cell's prompts (its items' cache keys): the files they are built from,
+        the template's hash and the cell's settings, the `cell_spec` rule's params and output.
+
+        Why a job of its own: Snakemake skips the own rerun checks of every job downstream of
+        one that must rerun (it expects them to rerun too), and the batch is upstream of every
+        cell of its model. Checked on the cell job, an edited template or setting would be
+        missed whenever the batch reruns; checked here, upstream of the batch, a change reruns
+        this spec and so the cell (tests/workflow/test_rebuild.py counts the jobs)."""
+        inputs = self.generation_inputs(w)
+        return {
+            "cell": self.cell_dir(*(getattr(w, f) for f in CELL_FIELDS)),
+            "inputs": dict(sorted(inputs.items())),
+            "template_hash": file_hash(self.env.root / inputs["template"]),
+            "settings": self.generation_settings(w),
+        }
+
+    def batch_manifest(self, llm: str) -> str:
+        return f"{self.results}/generation/_batches/{llm}.json"
+
+    def batch_cells(self, llm: str) -> list[SimpleNamespace]:
+        """The model's cells as the generate rule's wildcards would name them (k as text)."""
+        return [
+            SimpleNamespace(**dict(zip(CELL_FIELDS, (*c[:7], str(c[7]))))) for c in self.generation_cells() if c[4] == llm
+        ]
+
+    def batch_inputs(self, w: Any) -> list[str]:
+        """Every file any cell of the batch reads, and every cell's spec (cell_spec)."""
+        cells = self.batch_cells(w.llm)
+        return sorted({str(p) for c in cells for p in self.generation_inputs(c).values()}
+                      | {self.cell_spec_file(c) for c in cells})
+
+    def batch_members(self, w: Any) -> str:
+        """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
+        members = []
+        for c in self.batch_cells(w.llm):
+            settings = self.generation_settings(c)
+            members.append({
+                "cell": self.cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
+                "inputs": {k: str(v) for k, v in self.generation_inputs(c).items() if k != "model"},
+                "settings": {k: settings[k] for k in PER_CELL_SETTINGS if k in settings},
+            })  # fmt: skip
+        return as_arg(members)
+
+    def batch_settings(self, w: Any) -> str:
+        """What every cell of a batch shares (the model, sampling, document cut)."""
+        cells = self.batch_cells(w.llm)
+        if not cells:
+            raise ConfigError(f"generation.batch_llms: {w.llm} has no planned cell (is it in generation.llms?)")
+        settings = self.generation_settings(cells[0])
+        return as_arg({k: v for k, v in settings.items() if k not in PER_CELL_SETTINGS})
+
+    @staticmethod
+    def generation_args(w: Any, input: Any) -> str:
+        # Snakemake's InputFiles is a list: `in input` would test the paths, not the names.
+        flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run", "tool_corpus": "--tool-corpus",
+                 "tool_index": "--tool-index"}
+        return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
+
+    def max_questions_of(self, dataset: str) -> int | None:
+        """The explicit question cap of a dataset: its own entry, else the general one (None = all)."""
+        by_dataset = self.generation.get("max_questions_by_dataset") or {}
+        return by_dataset[dataset] if dataset in by_dataset else self.generation.get("max_questions")
+
+    def distractors_of(self, dataset: str, setting: str) -> int:
+        return int(self.oracle_distractors.get(dataset, 0)) if setting == "oracle" else 0
+
+    def oracle_context_of(self, dataset: str) -> str:
+        """What the dataset's oracle prompts show: `gold` (default) or `facts` (cqabench.generation.oracle)."""
+        return str(self.oracle_context.get(dataset) or "gold")
+
+    def context_source(self, dataset: str, setting: str) -> str:
+        """What a cell's prompts show besides the question (the `context_source` result column):
+        none (closed-book), retrieved (RAG), gold or facts (oracle), tools (open-book)."""
+        if setting == "oracle":
+            return self.oracle_context_of(dataset)
+        return {"closed": "none", "rag": "retrieved", "open-book": "tools"}.get(setting, setting)
+
+    def generation_settings(self, w: Any) -> dict[str, Any]:
+        """Everything besides the cell that decides the answers; a change reruns the job (params)."""
+        return {
+            "llm": self.llms[w.llm],
+            "sampling": self.generation.get("sampling", {}),
+            "max_questions": self.max_questions_of(w.dataset),
+            "max_doc_chars": self.generation.get("max_doc_chars"),
+            "models_dir": self.models_dir,
+            "oracle_distractors": self.distractors_of(w.dataset, w.setting),
+            "oracle_seed": self.gen_seed,
+            # only for a facts oracle: other cells' params (rerun triggers) stay as they were
+            **({"oracle_context": "facts"} if self.context_source(w.dataset, w.setting) == "facts" else {}),
+            **({"open_book": self.open_book_settings(w)} if w.setting == "open-book" else {}),
+            # only when set: the default adds no key, so existing jobs' params (rerun triggers) stay as they were
+            **({"allow_failed": True} if self.generation.get("allow_failed_items") else {}),
+        }
+
+    def open_book_settings(self, w: Any) -> dict[str, Any]:
+        """The loop's limits (defaults filled in) and the WikiSearch retriever's settings."""
+        limits = {k: self.open_book.get(k, default) for k, default in OPEN_BOOK_LIMITS.items()}
+        return {**limits, "retriever_settings": self.retriever_configs[w.retriever]}
+
+    def uses_gpu(self, llm: str) -> bool:
+        backend, device = self.llms[llm]["backend"], str(self.llms[llm].get("device", ""))
+        if backend == "vllm":
+            return device != "cpu"  # vLLM's own default is the GPU build
+        return backend == "hf" and (device or "cpu") != "cpu"
+
+    # ---- evaluation stage ----
+
+    def evaluation_targets(self) -> list[str]:
+        return [self.answer_metrics_file(c) for c in self.generation_cells()]
+
+    def evaluation_inputs(self, w: Any) -> dict[str, str]:
+        """The evaluate_generation rule's inputs, after the same check as the generate rule's."""
+        cell = self._as_cell(w)
+        self.checked_cell(w, self.answer_metrics_file(cell))
+        return {"predictions": self.generation_file(cell), "summary": self.generation_file(cell, "summary.json"),
+                "queries": self.data_path(w.dataset, w.split, "queries"),
+                "answers": self.data_path(w.dataset, w.split, "answers")}  # fmt: skip
+
+    def generation_cell(self, w: Any) -> dict[str, Any]:
+        """The cell as recorded in metrics.json (docs/architecture.md), everything that names it."""
+        llm = self.llms[w.llm]
+        cell = {
+            "stage": "generation",
+            "dataset": w.dataset,
+            "split": w.split,
+            "corpus": self.corpus_of(w.dataset),
+            "relevance": self.relevance_of(w.dataset),
+            "serialization": w.serialization,
+            "retriever": w.retriever,
+            "retriever_settings": self.run_settings(w.retriever) if w.retriever != "none" else {},
+            "llm": w.llm,
+            "backend": llm["backend"],
+            "dtype": llm.get("dtype", "auto"),
+            "prompt": w.prompt,
+            "template_hash": file_hash(self.env.root / self.template_file(w.dataset, w.prompt, w.setting)),
+            "setting": w.setting,
+            "context_source": self.context_source(w.dataset, w.setting),
+            "k": int(w.k),
+            "max_questions": self.max_questions_of(w.dataset),
+            "max_doc_chars": self.generation.get("max_doc_chars"),
+            "oracle_distractors": self.distractors_of(w.dataset, w.setting),
+            "sampling": {**(self.generation.get("sampling") or {}), **(llm.get("sampling") or {})},
+        }
+        if w.setting == "open-book":  # the tool corpus, and the loop's limits as columns of every result row
+            from cqabench.generation.agent.tools import SEARCH_DEPTH
+
+            cell["corpus"] = self.open_book["corpus"]["name"]
+            cell["retriever_settings"] = {**self.retriever_configs[w.retriever], "k": SEARCH_DEPTH}
+            settings = self.open_book_settings(w)
+            cell.update({f"open_book_{k}": settings[k] for k in OPEN_BOOK_LIMITS})
+            if settings["max_new_tokens"] is not None:
+                cell["sampling"]["max_new_tokens"] = settings["max_new_tokens"]
+        return cell
+
+    # ---- report stage ----
+
+    def expected_table_ids(self) -> list[str]:
+        import yaml
+
+        ids: list[str] = []
+        for path in self.expected_files:
+            with open(self.env.root / path, encoding="utf-8") as fh:
+                ids += [str(t["id"]) for t in (yaml.safe_load(fh) or {}).get("tables", [])]
+        return ids
+
+    def metric_files(self) -> list[str]:
+        """The metrics.json of every retrieval cell and every answer cell, the grid's and the off-grid
+        ones that exist (`all_cells`); per-question files sit beside them."""
+        return sorted(set(self.retrieval_targets()) | {self.answer_metrics_file(c) for c in self.all_cells()})
+
+    # ---- one paper table, one target (cqabench.planner.table_targets) ----
+
+    def table_specs(self) -> dict[str, tuple[str, Any]]:
+        """table id -> (its expected file, its TableSpec), in the order of expected_files."""
+        if self._table_specs is None:
+            from cqabench.report.expected import load_expected
+
+            self._table_specs = {s.id: (path, s) for path in self.expected_files
+                                 for s in load_expected(self.env.root / path)}  # fmt: skip
+        return self._table_specs
+
+    def table_file(self, table_id: str, ext: str = "md") -> str:
+        """One file of a paper table under the report's tables folder (`md`, `html`, `caption.rst`, `summary.json`)."""
+        return f"{self.report_dir}/tables/{table_id}.{ext}"
+
+    def table_cells(self, table_id: str) -> dict[str, list[Any]]:
+        """The cells a table needs: {"retrieval": [(ds, sp, ser, run)], "generation": [Cell]}."""
+        from cqabench.planner.table_targets import cells_of
+
+        spec = self.table_specs()[table_id][1]
+        retrieval = [(c, {"stage": "retrieval", "dataset": c[0], "split": c[1], "serialization": c[2],
+                          "retriever": c[3], "corpus": self.corpus_of(c[0]), "relevance": self.relevance_of(c[0])})
+                     for c in self.retrieval_cells()]  # fmt: skip
+        generation = [(c, {"stage": "generation", **dict(zip(CELL_FIELDS, c)), "backend": self.llms[c[4]]["backend"],
+                           "corpus": self._generation_corpus(c), "relevance": self.relevance_of(c[0])})
+                      for c in self.all_cells()]  # fmt: skip
+        return {"retrieval": cells_of(spec, retrieval), "generation": cells_of(spec, generation)}
+
+    def _generation_corpus(self, cell: Sequence[Any]) -> str:
+        return self.open_book["corpus"]["name"] if cell[6] == "open-book" else self.corpus_of(cell[0])
+
+    def table_inputs(self, table_id: str) -> dict[str, list[str]]:
+        """A table rule's inputs: its expected file and its cells' metric files; for a per-question
+        table also their per-question files and the prepared splits (question type, skills, the
+        gold table's size), the same files `aggregate` reads for those cells."""
+        path, spec = self.table_specs()[table_id]
+        cells = self.table_cells(table_id)
+        metrics = sorted([self.retrieval_metrics_file(*c) for c in cells["retrieval"]]
+                         + [self.answer_metrics_file(c) for c in cells["generation"]])  # fmt: skip
+        inputs: dict[str, list[str]] = {"expected": [path], "metrics": metrics}
+        if spec.source == "per_question":
+            per_query = [self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
+            per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
+            inputs["per_question"] = sorted(per_query + per_question)
+            splits = sorted({(c[0], c[1]) for c in cells["retrieval"] + cells["generation"]})
+            inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
+        return inputs

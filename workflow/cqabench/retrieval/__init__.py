@@ -1,0 +1,80 @@
+"""Retriever registry: a config `type` names a family module, imported only when used.
+
+Importing lazily keeps BM25 runs free of torch, and a missing optional family (e.g. colbert)
+fails only for the configs that ask for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cqabench.common.errors import ConfigError
+from cqabench.common.io import atomic_dir
+from cqabench.retrieval.base import (
+    Doc,
+    QueryText,
+    Results,
+    check_index,
+    index_signature,
+    write_settings,
+)
+
+FAMILIES: dict[str, str] = {
+    "bm25": "cqabench.retrieval.bm25",
+    "dense": "cqabench.retrieval.dense",
+    "splade": "cqabench.retrieval.splade",
+    "colbert": "cqabench.retrieval.colbert",
+}
+
+
+def family(settings: Mapping[str, Any]) -> ModuleType:
+    """The module implementing `settings['type']` (see `cqabench.retrieval.base`)."""
+    kind = settings.get("type")
+    if kind not in FAMILIES:
+        raise ConfigError(
+            f"retriever type {kind!r} is unknown; valid types: {', '.join(sorted(FAMILIES))}"
+        )
+    return importlib.import_module(FAMILIES[kind])
+
+
+def _search_only(module: ModuleType) -> frozenset[str]:
+    return frozenset(getattr(module, "SEARCH_ONLY_KEYS", ()))
+
+
+def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings with the family's defaults filled in and checked (`type` kept)."""
+    module = family(settings)
+    resolver = getattr(module, "resolve", None)
+    resolved = dict(resolver(dict(settings))) if resolver else dict(settings)
+    resolved["type"] = settings["type"]
+    return resolved
+
+
+def signature(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that decide an index's content (what the index rule should rerun on)."""
+    return index_signature(resolve(settings), _search_only(family(settings)))
+
+
+def build_index(docs: Iterable[Doc], index_dir: str | Path, settings: Mapping[str, Any]) -> None:
+    """Build into a temporary sibling, record settings.json, then rename: no half-built index."""
+    module = family(settings)
+    settings = resolve(settings)
+    with atomic_dir(index_dir) as tmp:
+        module.build_index(docs, tmp, settings)
+        write_settings(tmp, settings)
+
+
+def search(
+    index_dir: str | Path, queries: list[QueryText], k: int, settings: Mapping[str, Any]
+) -> Results:
+    """Search an index after checking it was built with these settings."""
+    module = family(settings)
+    settings = resolve(settings)
+    if k < 1:
+        raise ConfigError(f"retrieval depth k must be at least 1, got {k}")
+    check_index(Path(index_dir), settings, _search_only(module))
+    return module.search(Path(index_dir), queries, k, settings)

