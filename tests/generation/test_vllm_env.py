@@ -1,4 +1,4 @@
-"""Which vLLM a job runs (issue 20.3) and planning without it (issue 22): cqabench.vllm_env on the
+"""Which vLLM a job runs (issue 20.3) and planning without it (issue 22): cqabench.generation.vllm_env on the
 real CPU build (.venv-vllm from `make setup`), and the workflow planning with no vLLM environment
 at all but stopping a vLLM job, when it starts, whose interpreter is missing or the CPU build for
 a GPU model. The CUDA build cannot be installed here (no GPU wheel in this machine's caches, and a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cqabench.vllm_env import Build, classify, problem, setup_problem
+from cqabench.generation.vllm_env import Build, classify, problem, setup_problem
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -85,7 +85,7 @@ def test_a_missing_interpreter_or_one_without_vllm_says_what_to_build(tmp_path: 
 
 
 def test_the_job_start_command_writes_its_problem_to_the_log(cpu_build: str, tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "cqabench.vllm_env", "--llm", "m", "--python", cpu_build]
+    cmd = [sys.executable, "-m", "cqabench.generation.vllm_env", "--llm", "m", "--python", cpu_build]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     log = tmp_path / "logs" / "job.log"
     done = subprocess.run([*cmd, "--gpu", "--log", str(log)], capture_output=True, text=True, env=env)

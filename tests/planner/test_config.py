@@ -174,7 +174,7 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, work
     config["llms"]["smollm2-135m"]["device"] = "cuda"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(config))
-    # planning reads no vLLM environment (a vLLM job checks its own when it starts: cqabench.vllm_env)
+    # planning reads no vLLM environment (a vLLM job checks its own when it starts: cqabench.generation.vllm_env)
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "no-venv" / "bin" / "python")}
     plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=workdir, capture_output=True,
                           text=True, env=env)

@@ -230,7 +230,7 @@ def test_external_run_without_its_file_names_the_path(tmp_path: Path) -> None:
 
 def test_vllm_jobs_get_the_build_of_their_device_and_planning_reads_neither(tmp_path: Path) -> None:
     """A GPU LLM runs in .venv-vllm-gpu (make setup-gpu, the CUDA build), a CPU one in .venv-vllm
-    (make setup); neither needs to exist to plan (the job checks its own: cqabench.vllm_env)."""
+    (make setup); neither needs to exist to plan (the job checks its own: cqabench.generation.vllm_env)."""
     env = Environment(root=ROOT, vllm_python=str(tmp_path / "cpu/bin/python"),
                       vllm_gpu_python=str(tmp_path / "gpu/bin/python"))
     config = _config()

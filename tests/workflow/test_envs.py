@@ -165,7 +165,7 @@ def test_make_setup_gpu_builds_the_gpu_environment_from_its_lock_and_checks_it()
     lines = done.stdout.splitlines()
     assert ".venv-vllm-gpu/bin/python -m pip install -q  --no-deps -r envs/vllm-gpu.txt" in lines
     assert ".venv-vllm-gpu/bin/python -m pip check" in lines
-    assert "PYTHONPATH=workflow python3 -m cqabench.vllm_env --python .venv-vllm-gpu/bin/python" in lines
+    assert "PYTHONPATH=workflow python3 -m cqabench.generation.vllm_env --python .venv-vllm-gpu/bin/python" in lines
     # not part of `make setup` (a workstation without a GPU never builds it)
     setup = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("setup:"))
     assert "VLLM_GPU" not in setup

@@ -295,7 +295,7 @@ def check_models():
 
 
 def vllm_check(wildcards):
-    """The command that starts every generation job: cqabench.vllm_env checks a vLLM LLM's
+    """The command that starts every generation job: cqabench.generation.vllm_env checks a vLLM LLM's
     interpreter (missing, without vllm, or the CPU build for a GPU job: one line, on stderr and in
     the job's log, saying what to build or set; exit 1) and passes other backends at once. Run by
     the job's own Python where the job runs (a cluster node, a conda env); the rule adds --log.
@@ -305,7 +305,7 @@ def vllm_check(wildcards):
     args += ["--backend", LLMS[llm]["backend"]]
     args += ["--device", str(LLMS[llm]["device"])] if "device" in LLMS[llm] else []
     args += ["--gpu"] if _uses_gpu(llm) else []
-    return "PYTHONPATH=%s %s -m cqabench.vllm_env %s" % (
+    return "PYTHONPATH=%s %s -m cqabench.generation.vllm_env %s" % (
         _PACKAGE_DIR,
         _PYTHON,
         " ".join(map(shlex.quote, args)),
@@ -320,7 +320,7 @@ def check_vllm_environments():
     """
     if _CONDA or workflow.touch:
         return
-    from cqabench.vllm_env import problem
+    from cqabench.generation.vllm_env import problem
 
     wanted = {}
     for job in workflow.dag.needrun_jobs():

@@ -87,7 +87,7 @@ rule generate_batch:
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
-        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
+        check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:
         "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
         "--cells {params.cells} "
@@ -126,7 +126,7 @@ rule generate:
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
-        check=vllm_check,  # the job's interpreter checked first (cqabench.vllm_env)
+        check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:
         "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "

