@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zlib
@@ -45,12 +46,21 @@ def _dry_run(workdir: Path, *args: str) -> str:
     return done.stdout + done.stderr
 
 
+def _inputs_of(text: str, command: str) -> list[str]:
+    """The input files of the planned job whose shell command starts with `command` (the job reads
+    its cells from the resolved config, as the planner lists them in its inputs)."""
+    block = next(b for b in re.split(r"\n\s*\n", text) if f"Shell command: {command}" in b)
+    line = next(ln.strip() for ln in block.splitlines() if ln.strip().startswith("input:"))
+    return line[len("input:"):].strip().split(", ")
+
+
 # ---- 1. one table, one command ----
 
 
 def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> None:
     """`snakemake -n table_dexter_table2_ndcg10 --configfile config/dexter.yaml`: was 2,610 jobs,
-    528 of them generation (the report needed every cell); now the 59 retrieval cells' ancestors."""
+    528 of them generation (the report needed every cell); now the 59 retrieval cells' ancestors
+    and the resolved config they read."""
     by_rule = job_table(_dry_run(workdir, "table_dexter_table2_ndcg10", "--configfile", "config/dexter.yaml"))
     print("table_dexter_table2_ndcg10:", dict(by_rule), "total", sum(by_rule.values()))
     assert not {"generate", "generate_batch", "evaluate_generation", "convert_model"} & set(by_rule)
@@ -59,7 +69,8 @@ def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> No
     # 8 retrievers x 7 datasets + StrategyQA's IR-Q and two IR-D runs; every neural index in 32 parts
     assert by_rule["eval_retrieval"] == 59 and by_rule["search"] == 56 and by_rule["decompose_search"] == 3
     assert by_rule["encode_part"] == 7 * 6 * 32
-    assert sum(by_rule.values()) == 1550
+    assert by_rule["resolved_config"] == 1  # the config the eval_retrieval jobs read
+    assert sum(by_rule.values()) == 1551
     # The table file itself plans the same jobs.
     by_file = job_table(_dry_run(workdir, "--configfile", "config/dexter.yaml", "--",
                                  "results/dexter/report/tables/dexter_table2_ndcg10.md"))
@@ -226,12 +237,10 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     (folder / "predictions.parquet").touch()
     (folder / "summary.json").touch()
     text = _dry_run(workdir, "results/sample/metrics.parquet")
-    aggregate = next(line for line in text.splitlines() if line.startswith("Shell command: cqabench aggregate "))
-    assert f"results/sample/metrics/{cell}/metrics.json" in aggregate.split()
+    assert f"results/sample/metrics/{cell}/metrics.json" in _inputs_of(text, "cqabench aggregate ")
     assert f"output: results/sample/metrics/{cell}/metrics.json" in text  # its evaluate_generation job
     table3 = _dry_run(workdir, "table_dexter_table3_answers")
-    assert f"results/sample/metrics/{cell}/metrics.json" in next(
-        line for line in table3.splitlines() if line.startswith("Shell command: cqabench report-table ")).split()
+    assert f"results/sample/metrics/{cell}/metrics.json" in _inputs_of(table3, "cqabench report-table ")
 
 
 @pytest.mark.parametrize(("cell", "why"), [

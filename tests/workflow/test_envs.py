@@ -83,13 +83,17 @@ def test_every_conda_directive_names_an_existing_env() -> None:
         target = (rule_file.parent / rel).resolve()
         assert target.exists(), f"{rule_file.name}: conda env {rel} does not exist"
         assert target.parent == (REPO / "envs").resolve(), f"{rule_file.name}: {rel} is not under envs/"
-    # Every rule that runs a shell command names an environment, so --sdm conda covers the workflow.
+    # Every rule that runs a shell command names an environment, so --sdm conda covers the workflow;
+    # a run: block executes inside Snakemake's own process (no environment can be given), so such a
+    # rule only writes a file from what Snakemake holds and runs where Snakemake runs (localrule).
     for rule_file in rules:
         text = rule_file.read_text()
         for block in re.split(r"^rule ", text, flags=re.M)[1:]:
             name = block.split(":", 1)[0].strip()
-            if re.search(r"^\s+(shell|script|run):", block, re.M) and name != "all":
+            if re.search(r"^\s+(shell|script):", block, re.M) and name != "all":
                 assert "conda:" in block, f"{rule_file.name}: rule {name} has no conda: directive"
+            if re.search(r"^\s+run:", block, re.M):
+                assert "localrule: True" in block and "conda:" not in block, f"{rule_file.name}: rule {name}"
 
 
 def _lock(path: Path) -> dict[str, str]:

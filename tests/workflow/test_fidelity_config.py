@@ -21,6 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "workflow"))
+sys.path.insert(1, str(REPO / "tests"))  # conftest, also when run as a script (regenerating the page)
 
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.data.prepare import select_questions  # noqa: E402
@@ -264,7 +265,17 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert "results/dexter/generation/finqa/test/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k10/predictions.parquet" in outputs
     got, want = figure2_cells("dexter.yaml")
     assert got == want == 28
-    assert "meta-llama/Llama-2-7b-hf" in plan and "Llama-2-7b-chat-hf" not in plan  # Table 5's checkpoint
+    # Table 5's checkpoint, in what every llama2-7b cell's job reads from the resolved config
+    # (--config results/dexter/config.json: Plan.generation_settings)
+    from types import SimpleNamespace
+
+    from cqabench.planner import CELL_FIELDS, Environment, Plan
+
+    dexter = Plan(_config("dexter.yaml"), Environment(root=REPO))
+    llama = [c for c in dexter.generation_cells() if c[4] == "llama2-7b"]
+    sources = {dexter.generation_settings(SimpleNamespace(**dict(zip(CELL_FIELDS, c))))["llm"]["source"] for c in llama}
+    assert llama and sources == {"meta-llama/Llama-2-7b-hf"}
+    assert "results/dexter/config.json" in planned_outputs(plan)
 
 
 def test_every_published_dexter_cell_is_planned() -> None:

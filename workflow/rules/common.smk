@@ -16,11 +16,13 @@ from cqabench.common.job_memory import start_run
 from cqabench.common.layout import ONNX_CACHE_DIR
 from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
+    CELL_FIELDS,
     GEN_ENVS,
     SUFFIX_KIND as _SUFFIX_KIND,
     Environment,
     Plan,
     as_arg,
+    as_json,
 )
 from cqabench.planner import names_pattern as _names, one_of as _one_of
 from cqabench.common.provenance import config_hash
@@ -128,6 +130,8 @@ def _request(rule, w):
 
 # ---- names the rules use (all from the plan) ----
 RESULTS = PLAN.results  # this config's results tree: every rule output lies under it
+# the resolved config the jobs read (rule resolved_config)
+CONFIG_FILE = PLAN.config_file
 RAW_DIR = PLAN.raw_dir
 DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
@@ -186,6 +190,7 @@ part_codec = PLAN.part_codec
 codec_arg = PLAN.codec_arg
 run_file = PLAN.run_file
 _run_settings = PLAN.run_settings
+retrieval_cell = PLAN.retrieval_cell
 _external_input = PLAN.external_input
 pipeline_inputs = PLAN.pipeline_inputs
 pipeline_settings = PLAN.pipeline_settings
@@ -204,7 +209,7 @@ def _cell_inputs(w):
     inputs = PLAN.cell_inputs(w)
     if "batch" in inputs:
         inputs["batch"] = ancient(inputs["batch"])
-    return inputs
+    return {**inputs, "config": ancient(CONFIG_FILE)}
 
 
 batch_manifest = PLAN.batch_manifest
@@ -216,6 +221,7 @@ _generation_settings = PLAN.generation_settings
 _uses_gpu = PLAN.uses_gpu
 evaluation_targets = PLAN.evaluation_targets
 _evaluation_inputs = PLAN.evaluation_inputs
+cell_label = lambda w: PLAN.cell_dir(*(w[f] for f in CELL_FIELDS))
 _in_batch = PLAN.in_batch
 _generation_cell = PLAN.generation_cell
 _metric_files = PLAN.metric_files

@@ -5,6 +5,7 @@ rule evaluate_generation:
     input:
         # predictions, summary, queries, answers; a cell the config cannot make is refused by path
         unpack(_evaluation_inputs),
+        config=ancient(CONFIG_FILE),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/metrics.json",
         per_question=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/per_question.parquet",
@@ -24,8 +25,11 @@ rule evaluate_generation:
         mem_mb=lambda w: _request("evaluate_generation", w)["mem_mb"],
         runtime=lambda w: _request("evaluate_generation", w)["runtime"],
     params:
+        # what the job reads from --config (Plan.generation_cell): a change rescores the cell
         cell=lambda w: as_arg(_generation_cell(w)),
+        label=cell_label,
     shell:
         "cqabench evaluate-generation --dataset {wildcards.dataset:q} --predictions {input.predictions:q} "
-        "--queries {input.queries:q} --answers {input.answers:q} --summary {input.summary:q} --cell {params.cell} "
+        "--queries {input.queries:q} --answers {input.answers:q} --summary {input.summary:q} "
+        "--config {input.config:q} --cell {params.label:q} "
         "--out-json {output.metrics:q} --out-per-question {output.per_question:q} > {log:q} 2>&1"

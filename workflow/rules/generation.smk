@@ -49,12 +49,10 @@ rule cell_spec:
         setting=CELL_PART,
         k=CELL_PART,
     localrule: True
-    conda:
-        "../../envs/data.yaml"  # printf only: any environment has it
     params:
-        spec=lambda w: as_arg(cell_spec(w)),
-    shell:
-        "printf '%s\\n' {params.spec} > {output:q} 2> {log:q}"
+        spec=lambda w: as_json(cell_spec(w)),
+    run:
+        write_text(params.spec + "\n", output[0])
 
 
 # Cells of the LLMs in generation.batch_llms are generated in one engine session first (an
@@ -63,6 +61,7 @@ rule cell_spec:
 rule generate_batch:
     input:
         batch_inputs,
+        config=ancient(CONFIG_FILE),
     output:
         batch_manifest("{llm}"),
     log:
@@ -83,15 +82,16 @@ rule generate_batch:
         ),
         runtime=lambda w: _request("generate_batch", w)["runtime"],
     params:
+        # what the job reads from --config (Plan.batch_member_docs / batch_shared_settings): a
+        # change of a member cell or a shared setting reruns the batch
         cells=batch_members,
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_for(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:
-        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} --settings {params.settings} "
-        "--cells {params.cells} "
-        "--threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} "
+        "--config {input.config:q} --threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule generate:
@@ -122,6 +122,7 @@ rule generate:
         mem_mb=lambda w, attempt: memory_mb(_request("generate", w)["mem_mb"], attempt),
         runtime=lambda w: _request("generate", w)["runtime"],
     params:
+        # what the job reads from --config (Plan.generation_settings): a change reruns the cell
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
@@ -132,7 +133,7 @@ rule generate:
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "
         "--llm {wildcards.llm:q} --prompt {wildcards.prompt:q} --setting {wildcards.setting:q} --k {wildcards.k} "
         "--queries {input.queries:q} --template {input.template:q} {params.files} "
-        "--settings {params.settings} --threads {threads} --cache {params.cache:q} "
+        "--config {input.config:q} --threads {threads} --cache {params.cache:q} "
         "--out {output.predictions:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 

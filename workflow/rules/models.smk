@@ -5,14 +5,14 @@
 
 
 rule fetch_models:
+    input:
+        config=CONFIG_FILE,
     log:
         f"{RESULTS}/logs/fetch_models.log",
     localrule: True
     conda:
         "../../envs/generation.yaml"  # huggingface_hub
-    params:
-        requests=lambda w: as_arg(models_stage.request_doc(PLAN)),
     shell:
         # Planning imports the encoders, which set HF_HUB_OFFLINE=1 for every job: not for this one.
         "export HF_HUB_OFFLINE=0; "
-        "cqabench models fetch --requests {params.requests} 2>&1 | tee {log:q}"
+        "cqabench models fetch --configfile {input.config:q} 2>&1 | tee {log:q}"

@@ -10,6 +10,7 @@ rule aggregate:
         queries=lambda w: [
             data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)
         ],
+        config=ancient(CONFIG_FILE),
     output:
         # Not report(): Snakemake shows Parquet as a blank text/plain page; report_page writes the
         # CSV and HTML views of it that the report bundles instead.
@@ -29,7 +30,7 @@ rule aggregate:
         # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
         config_hash=CONFIG_HASH,
     shell:
-        "cqabench aggregate --metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
+        "cqabench aggregate --config {input.config:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
         "--out-metrics {output.metrics:q} --out-per-question {output.per_question:q} --config-hash {params.config_hash} "
         "2> {log:q}"
 
@@ -45,6 +46,8 @@ for _table in TABLE_IDS:
             f"table_{_table}"
         input:
             unpack(lambda w, t=_table: table_inputs(t)),
+            # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
+            config=CONFIG_FILE,
         output:
             md=table_file(_table, "md"),
             # the table's own caption (what it compares, n, split, unit, caveat), written by the job
@@ -71,12 +74,10 @@ for _table in TABLE_IDS:
             results=lambda w, output: Path(output.md).parents[2],  # <results>/report/tables/<id>.md
             run=shlex.quote(str(config.get("name", "unnamed"))),
             paper_data="--paper-data" if PAPER_DATA else "",
-            # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
-            config=lambda w: as_arg(config),
         shell:
             "cqabench report-table --table {params.table} --expected {input.expected:q} "
-            "--metrics {input.metrics:q} --results-dir {params.results:q} --data-dir {params.results:q}/data "
-            "--out-dir {params.out_dir:q} --run {params.run} {params.paper_data} --config {params.config} "
+            "--results-dir {params.results:q} --data-dir {params.results:q}/data "
+            "--out-dir {params.out_dir:q} --run {params.run} {params.paper_data} --config {input.config:q} "
             "> {log:q} 2>&1"
 
 
@@ -90,6 +91,7 @@ rule report_tables:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
         summaries=[table_file(t, "summary.json") for t in TABLE_IDS],
+        config=ancient(CONFIG_FILE),
     output:
         summary=f"{REPORT_DIR}/tables/summary.json",
         answers_md=f"{REPORT_DIR}/tables/answers_by_setting.md",
@@ -127,13 +129,14 @@ rule report_tables:
         runtime=lambda w: _request("report_tables", w)["runtime"],
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
+        # what the job reads from --config (Plan.not_planned_cells): a change rewrites the tables
         not_planned=lambda w: as_arg(not_planned_cells()),
         correction=SIGNIFICANCE["correction"],
         alpha=SIGNIFICANCE["alpha"],
         baseline=SIGNIFICANCE["baseline"],
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
-        "--table-summaries {input.summaries:q} --out-dir {params.out_dir:q} --not-planned {params.not_planned} "
+        "--table-summaries {input.summaries:q} --out-dir {params.out_dir:q} --not-planned-from {input.config:q} "
         "--correction {params.correction} --alpha {params.alpha} --baseline {params.baseline:q} > {log:q} 2>&1"
 
 
@@ -183,6 +186,7 @@ rule report_plots:
 rule estimate:
     input:
         rates=str(RATES_FILE),  # a rate written by a benchmark (--write-rates) re-estimates
+        config=CONFIG_FILE,
     output:
         csv=f"{REPORT_DIR}/estimate/estimate.csv",
         parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
@@ -198,12 +202,11 @@ rule estimate:
         mem_mb=lambda w: _request("estimate", w)["mem_mb"],
         runtime=lambda w: _request("estimate", w)["runtime"],
     params:
-        config=lambda w: as_arg(config),
         out_dir=lambda w, output: Path(output.json).parent,
         gpus=REFERENCE_NODE["gpus"],
         cores=REFERENCE_NODE["cores"],
     shell:
-        "cqabench estimate --config {params.config} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
+        "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
         "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
 
 
@@ -227,6 +230,7 @@ rule report_page:
         exports=lambda w: data_targets(),
         estimate=f"{REPORT_DIR}/estimate/estimate.json",
         estimate_jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
+        config=CONFIG_FILE,
     output:
         page=report(
             f"{REPORT_DIR}/index.html",
@@ -253,7 +257,6 @@ rule report_page:
         mem_mb=lambda w: _request("report_page", w)["mem_mb"],
         runtime=lambda w: _request("report_page", w)["runtime"],
     params:
-        config=lambda w: as_arg(config),
         tables=" ".join(TABLE_IDS),
         rules=lambda w: " ".join(
             sorted(r.name for r in workflow.rules if r.name != "all")
@@ -265,7 +268,7 @@ rule report_page:
         snakemake_logs=".snakemake/log",
         estimate_dir=lambda w, input: Path(input.estimate).parent,
     shell:
-        "cqabench report-page --config {params.config} --metrics {input.metrics:q} "
+        "cqabench report-page --config {input.config:q} --metrics {input.metrics:q} "
         "--tables-dir {params.tables_dir:q} --plots-dir {params.plots_dir:q} --table-ids {params.tables} "
         "--expected {input.expected:q} --benchmarks-dir {params.benchmarks_dir:q} --rules {params.rules} "
         "--snakemake-logs {params.snakemake_logs:q} --estimate-dir {params.estimate_dir:q} "

@@ -231,6 +231,7 @@ rule eval_retrieval:
         run=run_file("{dataset}", "{split}", "{serialization}", "{run}", "parquet"),
         qrels=data_path("{dataset}", "{split}", "qrels"),
         queries=data_path("{dataset}", "{split}", "queries"),
+        config=ancient(CONFIG_FILE),
     output:
         metrics=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/metrics.json",
         per_query=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/per_query.parquet",
@@ -246,21 +247,14 @@ rule eval_retrieval:
         mem_mb=lambda w: _request("eval_retrieval", w)["mem_mb"],
         runtime=lambda w: _request("eval_retrieval", w)["runtime"],
     params:
+        # what the job reads from --config (Plan.retrieval_cell): a change rescores the run
         cell=lambda w: as_arg(
-            {
-                "dataset": w.dataset,
-                "split": w.split,
-                "corpus": corpus_of(w.dataset),
-                "relevance": relevance_of(w.dataset),
-                "serialization": w.serialization,
-                "retriever": w.run,
-                "retriever_settings": _run_settings(w.run),
-            }
+            retrieval_cell(w.dataset, w.split, w.serialization, w.run)
         ),
-        # fmt: skip
         drop=str(bool(RETRIEVAL.get("drop_identical_ids", True))).lower(),
         strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
     shell:
         "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
-        "--cell {params.cell} --drop-identical-ids {params.drop} {params.strategyqa} "
+        "--config {input.config:q} --cell {wildcards.dataset}/{wildcards.split}/{wildcards.serialization}/{wildcards.run} "
+        "--drop-identical-ids {params.drop} {params.strategyqa} "
         "--out-json {output.metrics:q} --out-per-query {output.per_query:q} > {log:q} 2>&1"

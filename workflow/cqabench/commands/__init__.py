@@ -1,11 +1,22 @@
-"""Subcommands of `cqabench`, one module per workflow stage; each exposes `register(subparsers)`."""
+"""Subcommands of `cqabench`, one module per workflow stage; each exposes `register(subparsers)`.
+
+A workflow job gets what it needs beyond its files and wildcards from the run's resolved
+configuration (`--config results/<name>/config.json`, rule `resolved_config`): it rebuilds the
+plan from it (`plan_of`) and asks the planner what it decided for this job (a cell's settings,
+its metrics record), so no job's command line carries JSON and both always agree.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cqabench.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cqabench.planner import Plan
 
 
 def json_object(text: str, flag: str) -> dict[str, Any]:
@@ -17,3 +28,27 @@ def json_object(text: str, flag: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{flag}: expected a JSON object, got {type(value).__name__}")
     return value
+
+
+def is_json_text(text: str) -> bool:
+    """A flag's value given as JSON text rather than as a file or a name."""
+    return text.lstrip().startswith(("{", "["))
+
+
+def config_arg(text: str, flag: str = "--config") -> dict[str, Any]:
+    """The run's configuration: a JSON file (the workflow's results/<name>/config.json), or the
+    JSON object itself as text."""
+    if is_json_text(text):
+        return json_object(text, flag)
+    path = Path(text)
+    if not path.is_file():
+        raise ConfigError(f"{flag}: {text!r} is not a file (the workflow writes results/<name>/config.json) "
+                          "nor a JSON object")
+    return json_object(path.read_text(encoding="utf-8"), f"{flag} {path}")
+
+
+def plan_of(config: Mapping[str, Any]) -> Plan:
+    """The workflow's plan of a resolved configuration, rebuilt in a job's working directory."""
+    from cqabench.planner import Environment, Plan
+
+    return Plan(config, Environment(root=Path(".")))

@@ -10,12 +10,13 @@ from cqabench.common.errors import ConfigError
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from cqabench.commands import json_object
+    from cqabench.commands import config_arg
     from cqabench.estimate import run, tables
 
     if (args.configfile is None) == (args.config is None):
-        raise ConfigError("give the configuration as --configfile FILE or --config JSON (one of them)")
-    config = run.load_config(args.configfile) if args.configfile else json_object(args.config, "--config")
+        raise ConfigError("give the configuration as --configfile FILE (a config to validate) or --config FILE "
+                          "(the workflow's resolved results/<name>/config.json, or its JSON) (one of them)")
+    config = run.load_config(args.configfile) if args.configfile else config_arg(args.config)
     est = run.estimate(config, args.gpus, args.cores, root=args.root, rates_file=args.rates, gpu_class=args.gpu_class,
                        validate=args.configfile is not None)  # --config: the workflow's, validated already
     if args.out_dir:
@@ -33,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("estimate", help="what a config's jobs will cost (time, CPU/GPU-hours, memory, disk), "
                                         "from the measured rates in benchmarks/rates.yaml, without running a job")
     p.add_argument("--configfile", type=Path, help="a config file, as given to snakemake --configfile")
-    p.add_argument("--config", help="the config as a JSON object (what the workflow's estimate rule passes)")
+    p.add_argument("--config", help="the workflow's resolved configuration, results/<name>/config.json (what its "
+                                    "estimate rule passes; validated already), or the same as JSON text")
     p.add_argument("--gpus", type=int, default=8, help="GPUs for the makespan bound (default 8: the reference node)")
     p.add_argument("--cores", type=int, default=64, help="CPU cores for the makespan bound (default 64)")
     p.add_argument("--gpu-class", default="rtx3090", help="device class of the GPU jobs' rates (default rtx3090)")

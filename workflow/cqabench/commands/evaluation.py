@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from cqabench.data.datasets import DATASETS
-from cqabench.commands import json_object
+from cqabench.commands import config_arg, is_json_text, json_object, plan_of
+from cqabench.common.errors import ConfigError
 from cqabench.common.layout import DEFAULT_RESULTS
 
 
@@ -30,7 +32,24 @@ def run_evaluate(args: argparse.Namespace) -> int:
 def run_evaluate_generation(args: argparse.Namespace) -> int:
     from cqabench.evaluation.evaluate import run_evaluate_generation as run
 
-    return run(args, json_object(args.cell, "--cell"))
+    return run(args, _generation_cell(args.cell, args.config))
+
+
+def _generation_cell(cell: str, config: str | None) -> dict[str, Any]:
+    """--cell: the cell's record as JSON, or with --config its label (dataset/split/serialization/
+    retriever/llm/prompt/setting-kK), whose record the planner makes (Plan.generation_cell)."""
+    if is_json_text(cell):
+        return json_object(cell, "--cell")
+    from types import SimpleNamespace
+
+    from cqabench.planner.cells import parse_cell_dir
+
+    if config is None:
+        raise ConfigError(f"--cell {cell!r}: a cell label needs --config (the run's resolved configuration)")
+    fields = parse_cell_dir(cell)
+    if fields is None:
+        raise ConfigError(f"--cell {cell!r}: not <dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>")
+    return plan_of(config_arg(config)).generation_cell(SimpleNamespace(**fields))
 
 
 def run_tanq_failures(args: argparse.Namespace) -> int:
@@ -62,7 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "counts optional)")
     g.add_argument("--queries", required=True, type=Path)
     g.add_argument("--answers", required=True, type=Path)
-    g.add_argument("--cell", default="{}", help="JSON object: the experiment cell written into metrics.json")
+    g.add_argument("--cell", default="{}", help="the experiment cell written into metrics.json: a JSON object, or "
+                                                "with --config the cell's label <dataset>/<split>/<serialization>/"
+                                                "<retriever>/<llm>/<prompt>/<setting>-k<k> (what the workflow passes)")
+    g.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
     g.add_argument("--summary", type=Path, default=None,
                    help="the generation job's summary.json: its package versions, model identity and "
                         "sampling go into metrics.json's provenance")

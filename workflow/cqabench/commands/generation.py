@@ -43,11 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tool-corpus", type=Path, help="corpus.parquet behind the open-book tools (open-book)")
     g.add_argument("--tool-index", type=Path, help="its BM25 index folder, for WikiSearch (open-book)")
     g.add_argument("--template", required=True, type=Path)
+    g.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the cell's "
+                                    "settings are the ones the workflow plans for it (what the workflow passes)")
     g.add_argument(
         "--settings",
-        default="{}",
-        help='JSON: {"llm": <llms.NAME entry>, "sampling": {...}, "max_questions": int|null, '
-        '"max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, "oracle_seed": int, "oracle_context": "gold"|"facts", '
+        help='instead of --config, the settings as JSON: {"llm": <llms.NAME entry>, "sampling": {...}, '
+        '"max_questions": int|null, "max_doc_chars": int|null, "models_dir": "results/models", "oracle_distractors": int, '
+        '"oracle_seed": int, "oracle_context": "gold"|"facts", '
         '"open_book": {max_steps, max_tool_chars, max_total_tokens, max_new_tokens, retriever_settings}}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
@@ -58,9 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = sub.add_parser("generate-batch", help="fill the item cache for many cells of one model in one engine session")
     b.add_argument("--llm", required=True)
-    b.add_argument("--settings", required=True, help="JSON: what every cell shares, as generate --settings")
-    b.add_argument("--cells", required=True,
-                   help='JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
+    b.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the batch is "
+                                    "the model's planned cells, with their settings (what the workflow passes)")
+    b.add_argument("--settings", help="instead of --config: JSON, what every cell shares, as generate --settings")
+    b.add_argument("--cells",
+                   help='with --settings: JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
                         '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}')
     b.add_argument("--threads", type=int, default=0)
     b.add_argument("--cache", required=True, type=Path)
@@ -155,6 +159,39 @@ def _spec_and_sampling(llm: str, settings: dict[str, Any], threads: int, flag: s
     return spec, sampling_for(settings.get("sampling"), llm_cfg)
 
 
+def _cell_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """One cell's settings: planned from the resolved config (`--config`), or given (`--settings`)."""
+    if (args.config is None) == (args.settings is None):
+        raise ConfigError("give the cell's settings as --config FILE (the workflow's) or --settings JSON (one of them)")
+    if args.settings is not None:
+        return json_object(args.settings, "--settings")
+    from types import SimpleNamespace
+
+    from cqabench.commands import config_arg, plan_of
+
+    cell = SimpleNamespace(dataset=args.dataset, split=args.split, serialization=args.serialization,
+                           retriever=args.retriever, llm=args.llm, prompt=args.prompt, setting=args.setting, k=str(args.k))
+    return plan_of(config_arg(args.config)).generation_settings(cell)
+
+
+def _batch_of(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """(shared settings, member cells) of a batch: planned from `--config`, or `--settings` + `--cells`."""
+    if args.config is not None:
+        if args.settings is not None or args.cells is not None:
+            raise ConfigError("give --config, or --settings with --cells, not both")
+        from cqabench.commands import config_arg, plan_of
+
+        plan = plan_of(config_arg(args.config))
+        return plan.batch_shared_settings(args.llm), plan.batch_member_docs(args.llm)
+    if args.settings is None or args.cells is None:
+        raise ConfigError("give the batch as --config FILE (the workflow's) or as --settings JSON with --cells JSON")
+    try:
+        members = json.loads(args.cells)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--cells: not valid JSON ({exc.msg})") from None
+    return json_object(args.settings, "--settings"), members
+
+
 def _options(settings: dict[str, Any]):
     from cqabench.generation.generate import CellOptions
 
@@ -178,8 +215,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from cqabench.generation.generate import Cell, CellInputs, run_cell
     from cqabench.generation.prompts import load_template
 
-    settings = json_object(args.settings, "--settings")
-    spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--settings")
+    settings = _cell_settings(args)
+    spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--config" if args.config else "--settings")
     cell = Cell(
         dataset=args.dataset,
         split=args.split,
@@ -211,11 +248,7 @@ def run_generate_batch(args: argparse.Namespace) -> int:
     from cqabench.generation.generate import BatchCell, Cell, CellInputs, run_batch
     from cqabench.generation.prompts import load_template
 
-    shared = json_object(args.settings, "--settings")
-    try:
-        members_raw = json.loads(args.cells)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"--cells: not valid JSON ({exc.msg})") from None
+    shared, members_raw = _batch_of(args)
     if not isinstance(members_raw, list) or not members_raw:
         raise ConfigError("--cells: expected a non-empty JSON list of {cell, inputs, settings}")
     spec, sampling = _spec_and_sampling(args.llm, shared, args.threads, "--settings")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.common.errors import ConfigError
-from cqabench.commands import json_object
+from cqabench.commands import config_arg, plan_of
 from cqabench.common.layout import DEFAULT_RESULTS as R  # the defaults name the sample's tree
 
 log = logging.getLogger(__name__)
@@ -19,8 +19,14 @@ log = logging.getLogger(__name__)
 def _aggregate(args: argparse.Namespace) -> int:
     from cqabench.report.aggregate import aggregate, find_metric_files
 
-    # Without --metrics, scan; with it (even empty) take exactly those, as a rule's inputs say.
-    files = find_metric_files(args.results_dir) if args.metrics is None else [Path(p) for p in args.metrics]
+    # --metrics (even empty): exactly those; else --config: the plan's (the workflow's way, what the
+    # rule's inputs are); else every one under --results-dir.
+    if args.metrics is not None:
+        files = [Path(p) for p in args.metrics]
+    elif args.config is not None:
+        files = [Path(p) for p in plan_of(config_arg(args.config)).metric_files()]
+    else:
+        files = find_metric_files(args.results_dir)
     missing = [str(p) for p in files if not p.exists()]
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
@@ -29,6 +35,18 @@ def _aggregate(args: argparse.Namespace) -> int:
     print(f"{len(files)} metric files -> {rows} metric rows ({args.out_metrics}), "
           f"{pq_rows} per-question rows ({args.out_per_question})")
     return 0
+
+
+def not_planned_of(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The cells left out of the plan: --not-planned, or what the planner says of the plan of
+    --not-planned-from (Plan.not_planned_cells, the workflow's way), else none."""
+    if args.not_planned_from is not None:
+        if args.not_planned is not None:
+            raise ConfigError("give --not-planned or --not-planned-from, not both")
+        from cqabench.report.answers import validate_not_planned
+
+        return validate_not_planned(plan_of(config_arg(args.not_planned_from, "--not-planned-from")).not_planned_cells())
+    return not_planned_arg(args.not_planned)
 
 
 def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
@@ -56,7 +74,7 @@ def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
 
     metrics = read_fact_table(args.metrics) if metrics is None else metrics
     per_question = read_fact_table(args.per_question) if per_question is None else per_question
-    doc = render_answers(metrics, per_question, not_planned_arg(args.not_planned), args.out_dir, seed=args.seed,
+    doc = render_answers(metrics, per_question, not_planned_of(args), args.out_dir, seed=args.seed,
                          bootstrap_resamples=args.bootstrap_resamples, test_resamples=args.test_resamples,
                          correction=args.correction, alpha=args.alpha)
     groups = {tuple(c[k] for k in ("dataset", "split", "serialization", "llm", "prompt")) for c in doc["cells"]}
@@ -79,7 +97,7 @@ def _tables(args: argparse.Namespace) -> int:
         raise ConfigError("report-tables: give --expected (render the paper tables) or --table-summaries "
                           "(gather the summaries the table_<id> rules wrote)")
     specs = [spec for path in args.expected or [] for spec in load_expected(path)]
-    not_planned_arg(args.not_planned)  # a malformed list fails before any table is written
+    not_planned_of(args)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
     if args.table_summaries is not None:  # the workflow: each paper table is its own job (report-table)
         summaries = [s for p in args.table_summaries for s in _read_summaries(Path(p))]
@@ -115,6 +133,10 @@ def _table(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected for spec in load_expected(path) if spec.id == args.table]
     if not specs:
         raise ConfigError(f"--table: {args.table!r} is no table of {args.expected}")
+    if args.metrics is None:  # the table's own cells, as the planner gives them (the rule's inputs)
+        if args.config is None:
+            raise ConfigError("report-table: give the table's --metrics files, or --config to take its planned cells'")
+        args.metrics = plan_of(config_arg(args.config)).table_inputs(args.table)["metrics"]
     missing = [p for p in args.metrics if not Path(p).is_file()]
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
@@ -133,8 +155,8 @@ def _table(args: argparse.Namespace) -> int:
 
 
 def _config_arg(text: str | None) -> dict[str, Any] | None:
-    """--config: the run's configuration as JSON (what the comparability check reads), or None."""
-    return None if text is None else json_object(text, "--config")
+    """--config: the run's configuration, a file or JSON (what the comparability check reads), or None."""
+    return None if text is None else config_arg(text)
 
 
 def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:
@@ -193,7 +215,7 @@ def _page(args: argparse.Namespace) -> int:
     from cqabench.report.page import write_fact_table_views, write_page
     from cqabench.report.tables import read_fact_table
 
-    config = json.loads(args.config)
+    config = config_arg(args.config)
     metrics = read_fact_table(args.metrics)
     write_fact_table_views(metrics, args.fact_csv, args.fact_html, args.fact_report_html)
     page_dir = Path(args.out).parent
@@ -237,6 +259,9 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--not-planned", default=None,
                    help='JSON list [{"dataset", "split", "setting", "reason"}, ...] of cells the workflow did not '
                         "plan (or a path to a JSON file); listed with their reason")
+    p.add_argument("--not-planned-from", default=None,
+                   help="instead of --not-planned: the run's resolved configuration (results/<name>/config.json); "
+                        "the cells its plan leaves out, with their reason (what the workflow passes)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the randomization test")
     p.add_argument("--bootstrap-resamples", type=int, default=9999)
     p.add_argument("--test-resamples", type=int, default=10000)
@@ -258,6 +283,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--config-hash", default=None,
                    help="sha256 of the run's config (the workflow passes it); every row records it")
+    p.add_argument("--config", default=None,
+                   help="without --metrics: the metric files of this resolved configuration's plan "
+                        "(results/<name>/config.json: what the workflow passes)")
     p.set_defaults(func=_aggregate)
 
     p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "
@@ -273,8 +301,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
     p.add_argument("--config", default=None,
-                   help="the run's configuration as JSON: each cell's setup (split, relevance, questions, corpus) "
-                        "is checked against the paper's; without it a full-data run's cells read not comparable")
+                   help="the run's resolved configuration (results/<name>/config.json, or its JSON): each cell's setup "
+                        "(split, relevance, questions, corpus) is checked against the paper's; without it a full-data "
+                        "run's cells read not comparable")
     _answer_args(p)
     p.set_defaults(func=_tables)
 
@@ -282,15 +311,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                                              "the metric files of its own cells")
     p.add_argument("--table", required=True, help="the table id (config/expected/*.yaml)")
     p.add_argument("--expected", nargs="+", required=True, help="the config/expected file(s) holding it")
-    p.add_argument("--metrics", nargs="*", default=[], help="metrics.json of the table's cells (per-question files "
-                                                            "beside them are read for a per-question table)")
+    p.add_argument("--metrics", nargs="*", default=None,
+                   help="metrics.json of the table's cells (per-question files beside them are read for a "
+                        "per-question table); omitted: those --config's plan gives the table (what the workflow does)")
     p.add_argument("--results-dir", default=R, help="cell ids are paths relative to this")
     p.add_argument("--data-dir", default=f"{R}/data", help="prepared splits, for question type / skills")
     p.add_argument("--out-dir", default=f"{R}/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
-    p.add_argument("--config", default=None, help="the run's configuration as JSON (each cell's comparability)")
+    p.add_argument("--config", default=None, help="the run's resolved configuration, a file (results/<name>/config.json) "
+                                                  "or its JSON (each cell's comparability)")
     p.add_argument("--config-hash", default=None, help="sha256 of the run's config (recorded in the rows read)")
     p.set_defaults(func=_table)
 
@@ -322,7 +353,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report-page", help="results/<name>/report/index.html: one self-contained report page, and the "
                                             "fact table as CSV and HTML")
-    p.add_argument("--config", required=True, help="the run's configuration as JSON")
+    p.add_argument("--config", required=True,
+                   help="the run's resolved configuration, a file (results/<name>/config.json) or its JSON")
     p.add_argument("--metrics", default=f"{R}/metrics.parquet")
     p.add_argument("--tables-dir", default=f"{R}/report/tables")
     p.add_argument("--plots-dir", default=f"{R}/report/plots")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.commands import json_object
+from cqabench.common.errors import ConfigError
 
 
 def _bool(text: str) -> bool:
@@ -97,10 +98,23 @@ def _evaluate(args: argparse.Namespace) -> int:
     from cqabench.evaluation.metrics.retrieval import evaluate_files
 
     evaluate_files(
-        args.run, args.qrels, args.queries, json_object(args.cell, "--cell"), args.out_json,
+        args.run, args.qrels, args.queries, _retrieval_cell(args.cell, args.config), args.out_json,
         args.out_per_query, args.drop_identical_ids, args.strategyqa_recall, args.corpus,
     )  # fmt: skip
     return 0
+
+
+def _retrieval_cell(cell: str, config: str | None) -> dict[str, Any]:
+    """--cell: the cell's record as JSON, or with --config its label (dataset/split/serialization/run),
+    whose record the planner makes (Plan.retrieval_cell)."""
+    from cqabench.commands import config_arg, is_json_text, plan_of
+
+    if is_json_text(cell):
+        return json_object(cell, "--cell")
+    parts = cell.split("/")
+    if config is None or len(parts) != 4 or not all(parts):
+        raise ConfigError(f"--cell {cell!r}: give a JSON object, or <dataset>/<split>/<serialization>/<run> with --config")
+    return plan_of(config_arg(config)).retrieval_cell(*parts)
 
 
 def _pyserini(args: argparse.Namespace) -> int:
@@ -199,7 +213,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", required=True)
     p.add_argument("--qrels", required=True)
     p.add_argument("--queries", required=True)
-    p.add_argument("--cell", required=True, help="JSON: the cell this evaluation belongs to")
+    p.add_argument("--cell", required=True, help="the cell this evaluation belongs to: a JSON object, or with --config "
+                                                 "its label <dataset>/<split>/<serialization>/<run> (what the workflow passes)")
+    p.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
     p.add_argument("--drop-identical-ids", type=_bool, default=True, help="true (BEIR default) | false")
     p.add_argument("--strategyqa-recall", action="store_true", help="add StrategyQA Recall@10 (best annotator)")
     p.add_argument("--corpus", default=None,

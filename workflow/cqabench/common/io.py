@@ -277,9 +277,11 @@ def iter_parquet_batches(path: str | Path, batch_size: int, columns: list[str] |
     yield from reader.iter_batches(batch_size=batch_size, columns=columns, use_threads=False)
 
 
-def write_json(obj: Any, path: str | Path) -> None:
+def write_json(obj: Any, path: str | Path, sort_keys: bool = True) -> None:
+    """`obj` as indented JSON; `sort_keys=False` keeps a mapping's order where it means something
+    (a config's datasets, in the order every table lists them)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
 
 
 def write_jsonl(rows: list[dict[str, Any]], path: str | Path) -> None:

@@ -54,9 +54,15 @@ def names_pattern(names: Sequence[str] | set[str] | Mapping[str, Any]) -> str:
     return one_of(list(names)) if names else NEVER
 
 
+def as_json(obj: Any) -> str:
+    """A JSON value as canonical text (keys sorted): what a rule's params compare, so a config's
+    key order (a YAML dump's, say) reruns nothing."""
+    return json.dumps(obj, sort_keys=True)
+
+
 def as_arg(obj: Any) -> str:
     """A JSON value as one shell word, for passing settings to `cqabench`."""
-    return shlex.quote(json.dumps(obj, sort_keys=True))
+    return shlex.quote(as_json(obj))
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class Plan:
         # Every output of this config lies under results/<name>/ (the rules' RESULTS), so two
         # configs never plan or overwrite each other's files (cqabench.common.layout).
         self.results: str = results_dir(str(c.get("name", "")))
+        # the resolved configuration, written once per change (rule resolved_config): what a job
+        # reads to rebuild this plan (`cqabench ... --config`) instead of JSON on its command line
+        self.config_file = f"{self.results}/config.json"
         self.raw_dir: str = c["raw_dir"]
         self.datasets: list[str] = list(c["datasets"])
         self.serializations: list[str] = list(c["serializations"])
@@ -637,6 +646,12 @@ class Plan:
             )
         return spec["path"]
 
+    def retrieval_cell(self, dataset: str, split: str, serialization: str, run: str) -> dict[str, Any]:
+        """A retrieval cell as recorded in its metrics.json (the eval_retrieval job's `--cell`)."""
+        return {"dataset": dataset, "split": split, "corpus": self.corpus_of(dataset),
+                "relevance": self.relevance_of(dataset), "serialization": serialization, "retriever": run,
+                "retriever_settings": self.run_settings(run)}  # fmt: skip
+
     def retrieval_cells(self) -> list[tuple[str, str, str, str]]:
         """(dataset, split, serialization, run) of every retrieval cell (its eval_retrieval job)."""
         return [(ds, sp, ser, run) for ds in self.datasets for sp in self.splits(ds) for ser in self.serializations
@@ -869,24 +884,32 @@ class Plan:
                       | {self.cell_spec_file(c) for c in cells})
 
     def batch_members(self, w: Any) -> str:
-        """The --cells JSON of `cqabench generate-batch`: each cell's label, files and own settings."""
+        """`batch_member_docs` as the generate_batch rule's rerun trigger (params)."""
+        return as_arg(self.batch_member_docs(w.llm))
+
+    def batch_member_docs(self, llm: str) -> list[dict[str, Any]]:
+        """What `cqabench generate-batch` runs per member cell: its label, files and own settings."""
         members = []
-        for c in self.batch_cells(w.llm):
+        for c in self.batch_cells(llm):
             settings = self.generation_settings(c)
             members.append({
                 "cell": self.cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
                 "inputs": {k: str(v) for k, v in self.generation_inputs(c).items() if k != "model"},
                 "settings": {k: settings[k] for k in PER_CELL_SETTINGS if k in settings},
             })  # fmt: skip
-        return as_arg(members)
+        return members
 
     def batch_settings(self, w: Any) -> str:
+        """`batch_shared_settings` as the generate_batch rule's rerun trigger (params)."""
+        return as_arg(self.batch_shared_settings(w.llm))
+
+    def batch_shared_settings(self, llm: str) -> dict[str, Any]:
         """What every cell of a batch shares (the model, sampling, document cut)."""
-        cells = self.batch_cells(w.llm)
+        cells = self.batch_cells(llm)
         if not cells:
-            raise ConfigError(f"generation.batch_llms: {w.llm} has no planned cell (is it in generation.llms?)")
+            raise ConfigError(f"generation.batch_llms: {llm} has no planned cell (is it in generation.llms?)")
         settings = self.generation_settings(cells[0])
-        return as_arg({k: v for k, v in settings.items() if k not in PER_CELL_SETTINGS})
+        return {k: v for k, v in settings.items() if k not in PER_CELL_SETTINGS}
 
     @staticmethod
     def generation_args(w: Any, input: Any) -> str:

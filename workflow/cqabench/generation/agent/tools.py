@@ -177,7 +177,7 @@ class Bm25Searcher:
                     f"WikiSearch needs pyserini (Java BM25), which this environment ({sys.executable}) lacks: "
                     f"set ${SEARCH_PYTHON_ENV} to the main environment's python"
                 )
-            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+            env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}  # workflow/
             self._proc = subprocess.Popen(
                 [python, "-m", "cqabench.cli", "tool-search", "--index", str(self.index_dir),
                  "--retriever-settings", json.dumps(self.settings)],
