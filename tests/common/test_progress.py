@@ -64,7 +64,8 @@ def test_unknown_total_and_no_progress_yet() -> None:
 
 def test_generation_logs_progress_and_its_end(tmp_path, caplog) -> None:
     """generate_missing reports through Progress: the final line counts every generated item."""
-    from cqabench.generation.generate import Item, generate_missing
+    from cqabench.generation.completions import generate_missing
+    from cqabench.generation.items import Item
     from cqabench.generation.llm.base import Completion, Sampling
     from cqabench.generation.llm.cache import ItemCache
 

@@ -415,7 +415,8 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare(workdir: P
 def test_the_mode_is_a_column_of_metrics_parquet(tmp_path: Path) -> None:
     """A retrieval cell's `relevance` (as eval_retrieval writes it) reaches metrics.parquet, in
     CELL_COLUMNS right after `corpus`; a file written before the key existed gives null."""
-    from cqabench.report.aggregate import CELL_COLUMNS, build_metrics_table
+    from cqabench.report.aggregate import build_metrics_table
+    from cqabench.report.fact_columns import CELL_COLUMNS
 
     assert list(CELL_COLUMNS)[list(CELL_COLUMNS).index("corpus") + 1] == "relevance"
     cells = {"new": "supporting", "old": None}

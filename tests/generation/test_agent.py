@@ -28,15 +28,9 @@ from cqabench.generation.agent.tools import ArticleStore, Bm25Searcher, Toolbox,
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.generation.extraction import extract_answer
-from cqabench.generation.generate import (
-    BatchCell,
-    Cell,
-    CellInputs,
-    CellOptions,
-    cell_label,
-    run_batch,
-    run_cell,
-)
+from cqabench.generation.batch import BatchCell, run_batch
+from cqabench.generation.cell import Cell, CellInputs, CellOptions, cell_label
+from cqabench.generation.generate import run_cell
 from cqabench.common.io import write_parquet
 from cqabench.generation.llm import llm_spec
 from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling

@@ -224,7 +224,8 @@ def test_each_item_stores_the_sha256_of_its_canonical_json(tmp_path: Path) -> No
 
 
 def test_an_edited_item_fails_verify_by_file_and_key_and_a_job_asks_again(tmp_path: Path, capsys, caplog) -> None:
-    from cqabench.generation.generate import Item, generate_missing
+    from cqabench.generation.completions import generate_missing
+    from cqabench.generation.items import Item
     from cqabench.generation.llm.base import Sampling
     from test_llm_cache import ScriptedBackend
 

@@ -290,7 +290,8 @@ class ScriptedBackend:
 
 
 def test_an_empty_or_oversized_completion_is_asked_again_then_recorded_as_failed_not_cached(tmp_path: Path) -> None:
-    from cqabench.generation.generate import Item, generate_missing
+    from cqabench.generation.completions import generate_missing
+    from cqabench.generation.items import Item
 
     replies = {"p-ok": ["Final Answer: a"], "p-once": ["", "Final Answer: b"], "p-empty": [""], "p-long": ["x" * 50]}
     items = [Item(f"q-{p}", [{"role": "user", "content": p}], f"key-{p[2:]}", []) for p in replies]

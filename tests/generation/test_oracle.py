@@ -242,7 +242,8 @@ def test_facts_contexts_are_the_annotators_facts_by_hand(strategyqa_queries):
 def test_a_facts_oracle_cell_shows_the_facts_and_says_so(strategyqa_queries, tmp_path):
     """The first StrategyQA question's oracle prompt numbers its two facts as context (no qrels, no
     corpus read) and summary.json records the context source."""
-    from cqabench.generation.generate import Cell, CellInputs, CellOptions, prepare_cell, run_cell
+    from cqabench.generation.cell import Cell, CellInputs, CellOptions
+    from cqabench.generation.generate import prepare_cell, run_cell
     from cqabench.generation.llm import llm_spec
     from cqabench.generation.llm.base import Completion, Sampling
     from cqabench.generation.prompts import load_template

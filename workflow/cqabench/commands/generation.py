@@ -193,7 +193,7 @@ def _batch_of(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
 
 def _options(settings: dict[str, Any]):
-    from cqabench.generation.generate import CellOptions
+    from cqabench.generation.cell import CellOptions
 
     return CellOptions(
         max_questions=settings.get("max_questions"),
@@ -212,7 +212,8 @@ def _path(value: Any) -> Path | None:
 def run_generate(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.generation.llm.hf: before torch starts OpenMP
-    from cqabench.generation.generate import Cell, CellInputs, run_cell
+    from cqabench.generation.cell import Cell, CellInputs
+    from cqabench.generation.generate import run_cell
     from cqabench.generation.prompts import load_template
 
     settings = _cell_settings(args)
@@ -242,10 +243,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_generate_batch(args: argparse.Namespace) -> int:
-    """Every member cell's missing items in one engine session (see cqabench.generation.generate.run_batch)."""
+    """Every member cell's missing items in one engine session (see cqabench.generation.batch.run_batch)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from cqabench.generation.generate import BatchCell, Cell, CellInputs, run_batch
+    from cqabench.generation.batch import BatchCell, run_batch
+    from cqabench.generation.cell import Cell, CellInputs
     from cqabench.generation.prompts import load_template
 
     shared, members_raw = _batch_of(args)

@@ -69,7 +69,7 @@ def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
 
 
 def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
-    from cqabench.report.answers import render_answers
+    from cqabench.report.answers_render import render_answers
     from cqabench.report.tables import read_fact_table
 
     metrics = read_fact_table(args.metrics) if metrics is None else metrics

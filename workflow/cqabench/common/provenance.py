@@ -4,7 +4,8 @@ Each job that produces a number records `job_provenance()` itself (eval-retrieva
 metrics.json, generate in summary.json, evaluate-generation copies the generating job's
 record), because the package versions that matter are those of the environment that ran the
 job: the vLLM jobs run in their own venv, the aggregate step in another. The fact table
-(`cqabench.report.aggregate`) turns these records into plain columns.
+(`cqabench.report.aggregate`) turns these records into plain columns
+(`cqabench.report.fact_provenance`).
 
 Nothing here fails: a value that cannot be found is a string that says why (e.g. "unknown
 (not a git checkout)"), never an exception, since a number without a commit is still a number,

@@ -1,6 +1,6 @@
 """The oracle setting's context: every gold document of a question, optionally with distractors.
 
-Pure functions over docids; `generate.py` reads the qrels and the corpus.
+Pure functions over docids; `cqabench.generation.cell_inputs` reads the qrels and the corpus.
 
 `oracle_contexts(qids, gold, distractors, seed)` gives, per selected question, the docids to
 show. With `distractors == 0` that is exactly the question's gold documents in qrels order
@@ -13,7 +13,7 @@ Reproducibility. Every random choice is a SHA-256 of `"{seed}|{qid}|{purpose}|{n
 context of a question depends only on the config seed, its qid and the split's gold mapping:
 not on which or how many questions are selected, nor on their order, nor on Python's `random`
 implementation or hash seed. For that, `gold` must hold the gold documents of **every**
-question of the split (qid -> ordered docids, as `generate.gold_docids` builds from all qrels
+question of the split (qid -> ordered docids, as `cell_inputs.gold_docids` builds from all qrels
 qids), not only of the selected questions; the pool is drawn from it.
 
 - Pool of question q: the sorted set of every docid in `gold` minus q's own gold docids.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MUSIQUE = REPO / "resources/raw/musique/musique_train_100.jsonl"
 FEW_SHOT = REPO / "resources/prompts/few-shot/multihop.txt"
 

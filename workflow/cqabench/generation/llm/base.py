@@ -1,9 +1,9 @@
 """What every LLM backend shares: sampling parameters, the completion record, the interface.
 
 A backend turns chat prompts into completions and nothing else. Caching, batching order,
-retries of whole jobs and answer extraction live outside it (`cqabench.generation.generate`), so the
-three backends stay small and interchangeable and the cache key never depends on which
-one happened to run.
+retries of whole jobs and answer extraction live outside it (`cqabench.generation.completions`,
+`cqabench.generation.cell_output`), so the three backends stay small and interchangeable and the
+cache key never depends on which one happened to run.
 """
 
 from __future__ import annotations
