@@ -20,10 +20,10 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/retrieval.smk"
-include: "workflow/rules/pipelines.smk"
 include: "workflow/rules/generation.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/estimate.smk"
 include: "workflow/rules/models.smk"
 
 

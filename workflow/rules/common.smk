@@ -148,7 +148,7 @@ RETRIEVAL = PLAN.retrieval
 RETRIEVAL_K = PLAN.retrieval_k
 DECOMPOSITION = PLAN.decomposition
 EXTERNAL_RUNS = PLAN.external_runs
-# retrieval.pipelines by type: fuse_runs and rerank_run (workflow/rules/pipelines.smk)
+# retrieval.pipelines by type: fuse_runs and rerank_run (workflow/rules/retrieval.smk)
 FUSIONS = [n for n, s in PLAN.pipelines.items() if s["type"] == "fusion"]
 RERANKS = [n for n, s in PLAN.pipelines.items() if s["type"] == "rerank"]
 ALL_RUN_NAMES = PLAN.all_run_names

@@ -52,7 +52,7 @@ rule cell_spec:
     params:
         spec=lambda w: as_json(cell_spec(w)),
     run:
-        write_text(params.spec + "\n", output[0])
+        write_text(f"{params.spec}\n", output[0])
 
 
 # Cells of the LLMs in generation.batch_llms are generated in one engine session first (an

@@ -180,36 +180,6 @@ rule report_plots:
         "--manifest {output.figures:q} > {log:q} 2>&1"
 
 
-# What this configuration's jobs cost, estimated from the config alone (cqabench.estimate; the
-# makespan on the reference node, 8 GPUs and 64 cores): the report page puts it beside each
-# rule's measured benchmark: files. Seconds, reads no result.
-rule estimate:
-    input:
-        rates=str(RATES_FILE),  # a rate written by a benchmark (--write-rates) re-estimates
-        config=CONFIG_FILE,
-    output:
-        csv=f"{REPORT_DIR}/estimate/estimate.csv",
-        parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
-        jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
-        json=f"{REPORT_DIR}/estimate/estimate.json",
-    log:
-        f"{RESULTS}/logs/report/estimate.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/estimate.tsv"
-    conda:
-        "../../envs/evaluation.yaml"
-    resources:
-        mem_mb=lambda w: _request("estimate", w)["mem_mb"],
-        runtime=lambda w: _request("estimate", w)["runtime"],
-    params:
-        out_dir=lambda w, output: Path(output.json).parent,
-        gpus=REFERENCE_NODE["gpus"],
-        cores=REFERENCE_NODE["cores"],
-    shell:
-        "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
-        "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
-
-
 # One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ
 # breakdowns, parse rates, answers by setting, wall time / peak RSS per rule (benchmark: files)
 # and the fact table as CSV + HTML. It takes the BEIR exports as input only so that it runs last

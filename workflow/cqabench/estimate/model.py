@@ -29,7 +29,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from cqabench.common.errors import ConfigError

@@ -31,7 +31,7 @@ with no evaluable query is not 0 but null, with the reason (shown as "n/a" by th
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from cqabench.common.errors import DataError
-from cqabench.data.qrels import Qrels, qrels_from_rows
+from cqabench.data.qrels import qrels_from_rows
 from cqabench.retrieval.base import rank
 
 Run = dict[str, dict[str, float]]

@@ -1,0 +1,31 @@
+# Estimate: what this configuration's jobs cost, from the config alone, before any runs.
+
+
+# The bill, estimated from the config alone (cqabench.estimate; the
+# makespan on the reference node, 8 GPUs and 64 cores): the report page puts it beside each
+# rule's measured benchmark: files. Seconds, reads no result.
+rule estimate:
+    input:
+        rates=str(RATES_FILE),  # a rate written by a benchmark (--write-rates) re-estimates
+        config=CONFIG_FILE,
+    output:
+        csv=f"{REPORT_DIR}/estimate/estimate.csv",
+        parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
+        jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
+        json=f"{REPORT_DIR}/estimate/estimate.json",
+    log:
+        f"{RESULTS}/logs/report/estimate.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/estimate.tsv"
+    conda:
+        "../../envs/evaluation.yaml"
+    resources:
+        mem_mb=lambda w: _request("estimate", w)["mem_mb"],
+        runtime=lambda w: _request("estimate", w)["runtime"],
+    params:
+        out_dir=lambda w, output: Path(output.json).parent,
+        gpus=REFERENCE_NODE["gpus"],
+        cores=REFERENCE_NODE["cores"],
+    shell:
+        "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
+        "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
