@@ -29,6 +29,8 @@ from cqabench.data.datasets import DATASETS as DATASET_NAMES, has_gold_evidence,
 from cqabench.common.errors import ConfigError
 from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT, name_problem, results_dir
 from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.planner.data import DataPlan
+from cqabench.planner.environment import Environment
 from cqabench.retrieval.decomposition import RUN_SUFFIX
 
 # IR-Q / IR-D run names are "{retriever}-{suffix}"
@@ -59,26 +61,8 @@ def as_arg(obj: Any) -> str:
     return shlex.quote(json.dumps(obj, sort_keys=True))
 
 
-@dataclass(frozen=True)
-class Environment:
-    """What planning needs to know beyond the config: where relative paths are, which Python.
-
-    `root` is the working directory the rules run in (raw files, templates, external runs and
-    expected-number files are looked up under it); `python`, `vllm_python` (vLLM's CPU build,
-    `make setup`) and `vllm_gpu_python` (its CUDA build, `make setup-gpu`) are the shell words of
-    the interpreters jobs run the package with; `conda` is true under `--sdm conda`. Planning never
-    reads the vLLM ones (a vLLM job checks its own when it starts: cqabench.vllm_env).
-    """
-
-    root: Path = Path(".")
-    python: str = "python"
-    vllm_python: str = ".venv-vllm/bin/python"
-    conda: bool = False
-    vllm_gpu_python: str = ".venv-vllm-gpu/bin/python"
-
-
 @dataclass
-class Plan:
+class Plan(DataPlan):
     """Every job the config asks for, checked; see the module docstring."""
 
     config: Mapping[str, Any]
@@ -86,17 +70,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         c = self.config
-        # Every output of this config lies under results/<name>/ (the rules' RESULTS), so two
-        # configs never plan or overwrite each other's files (cqabench.common.layout).
-        self.results: str = results_dir(str(c.get("name", "")))
-        self.raw_dir: str = c["raw_dir"]
-        self.datasets: list[str] = list(c["datasets"])
-        self.serializations: list[str] = list(c["serializations"])
-        self.pooled: dict[str, list[str]] = {n: list(m) for n, m in (c.get("corpora") or {}).items()}
-        # The open-book agent's tool corpus: pooled like `corpora:` but searched by no dataset's retrieval.
-        self.open_book: dict[str, Any] = dict((c.get("generation") or {}).get("open_book") or {})
-        ob_corpus = self.open_book.get("corpus") or {}
-        self.tool_corpora: dict[str, list[str]] = {ob_corpus["name"]: list(ob_corpus.get("datasets") or [])} if ob_corpus.get("name") else {}
+        self._read_data_config()
         self.tool_retrievers: list[str] = [self.open_book["retriever"]] if self.open_book.get("retriever") else []
         # retrieval
         self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
@@ -142,7 +116,7 @@ class Plan:
         self.threads = int(g.get("threads", 2))
 
         self.check()  # before anything below indexes the config by a name it references
-        self.corpora = sorted({self.corpus_of(ds) for ds in self.datasets})
+        self._expand_data()
         from cqabench.planner import pipelines
 
         self.pipeline_order: list[str] = pipelines.order(self.pipelines)
@@ -154,7 +128,6 @@ class Plan:
             str(Path(p).relative_to(self.env.root)) for p in glob.glob(str(self.env.root / "config/expected/*.yaml"))
         ))  # fmt: skip
         self.gguf_llms = [n for n in self.llms if self.is_gguf(n)]
-        self.gold_evidence = {(ds, sp): self._evidence_of(ds, sp) for ds in self.datasets for sp in self.splits(ds)}
         self._cells: list[Cell] | None = None
         self._grid: set[Cell] | None = None
         self._existing: tuple[list[Cell], list[tuple[str, list[str]]]] | None = None
@@ -192,50 +165,6 @@ class Plan:
                 + plan_checks.pooled_corpus_problems(self.pooled)
                 + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
                 + plan_checks.device_problems(self.llms))
-
-    def _data_problems(self) -> list[str]:
-        out = []
-        ds_list = self.datasets
-        for name, members in self.pooled.items():
-            unknown = [m for m in members if m not in ds_list]
-            if unknown:
-                out.append(f"corpora.{name}: datasets {unknown} are not configured; configured: {ds_list}")
-            if name in ds_list:
-                out.append(f"corpora.{name}: a pooled corpus may not take a dataset's name")
-        corpus_names = sorted(set(ds_list) | set(self.pooled))
-        for ds, spec in self.config["datasets"].items():
-            files = spec.get("files") or {}
-            for split in spec["splits"]:
-                if split not in files:
-                    out.append(f"datasets.{ds}: split {split!r} has no entry under files")
-            missing = [sp for sp in spec.get("corpus_splits") or [] if sp not in files]
-            if missing:
-                out.append(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
-            modes = relevance_modes(ds) if ds in DATASET_NAMES else {}
-            mode = spec.get("relevance", "paper")
-            if modes and mode not in modes:
-                out.append(f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
-                           f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)")
-            explicit = spec.get("corpus")
-            if explicit and explicit not in corpus_names:
-                out.append(
-                    f"datasets.{ds}.corpus: {explicit!r} is neither a configured dataset nor a pooled corpus "
-                    f"(corpora:); valid: {corpus_names}"
-                )
-            for split in sorted(set(spec["splits"]) | set(spec.get("corpus_splits") or [])):
-                for role, raw in (files.get(split) or {}).items():
-                    if not self._raw_obtainable(raw):
-                        out.append(
-                            f"datasets.{ds}.files.{split}.{role}: {raw['path']!r} is neither under raw_dir "
-                            f"({self.raw_dir}) nor in {self.results}/raw, and has no url to download it from"
-                        )
-        return out
-
-    def _raw_obtainable(self, raw: Mapping[str, Any]) -> bool:
-        root = self.env.root
-        return bool(raw.get("url")) or (root / self.raw_dir / raw["path"]).exists() or (
-            root / self.results / "raw" / raw["path"]
-        ).exists()
 
     def _retrieval_problems(self) -> list[str]:
         from cqabench.retrieval import resolve as resolve_retriever
@@ -435,97 +364,6 @@ class Plan:
 
     # ---- data stage ----
 
-    def splits(self, dataset: str) -> list[str]:
-        return list(self.config["datasets"][dataset]["splits"])
-
-    def corpus_of(self, dataset: str) -> str:
-        """The corpus a dataset is searched in: explicit `corpus`, else its pooled corpus, else its own."""
-        explicit = self.config["datasets"][dataset].get("corpus")
-        if explicit:
-            return explicit
-        for name, members in self.pooled.items():
-            if dataset in members:
-                return name
-        return dataset
-
-    def corpus_members(self, corpus: str) -> list[str]:
-        return self.pooled.get(corpus) or self.tool_corpora.get(corpus) or [corpus]
-
-    def corpus_splits(self, dataset: str) -> list[str]:
-        """The splits whose documents make up a dataset's corpus: `corpus_splits` (e.g. train + dev,
-        as DEXTER pooled every paragraph of MuSiQue and 2WikiMultihopQA), else the evaluated splits."""
-        return list(self.config["datasets"][dataset].get("corpus_splits") or self.splits(dataset))
-
-    def data_path(self, dataset: str, split: str, table: str) -> str:
-        return f"{self.results}/data/{dataset}/{split}/{table}.parquet"
-
-    def corpus_path(self, corpus: str) -> str:
-        return f"{self.results}/corpora/{corpus}/corpus.parquet"
-
-    def beir_dir(self, dataset: str, serialization: str, split: str) -> str:
-        """The export folder of one split (BEIR, TREC qrels, Pyserini collection, export.json)."""
-        return f"{self.results}/beir/{dataset}/{serialization}/{split}"
-
-    def raw_input(self, path: str) -> str:
-        """A raw file from raw_dir when it is there, else the download rule's output."""
-        local = Path(self.raw_dir) / path
-        return str(local) if (self.env.root / local).exists() else f"{self.results}/raw/{path}"
-
-    def raw_specs_by_path(self) -> dict[str, dict[str, Any]]:
-        """Every configured raw file by its path (the download rule's spec), corpus-only splits too."""
-        return {
-            spec["path"]: spec
-            for ds in self.datasets
-            for split in dict.fromkeys(self.splits(ds) + self.corpus_splits(ds))
-            for spec in self.config["datasets"][ds]["files"][split].values()
-        }
-
-    def data_targets(self) -> list[str]:
-        targets = [
-            self.data_path(ds, split, table)
-            for ds in self.datasets
-            for split in self.splits(ds)
-            for table in ("queries", "corpus", "qrels", "answers")
-        ]
-        targets += [self.corpus_path(c) for c in self.corpora]
-        if self.config.get("export_beir", True):  # false: no second and third copy of each corpus
-            targets += [
-                self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
-            ]
-        return targets
-
-    def relevance_of(self, dataset: str) -> str:
-        """The dataset's relevance mode (`datasets.<name>.relevance`, default `paper`): recorded in
-        every result row of the dataset, since it decides the qrels (FinQA: also the corpus)."""
-        return str(self.config["datasets"][dataset].get("relevance") or "paper")
-
-    def relevance_arg(self, dataset: str) -> str:
-        """`cqabench prepare --relevance MODE`, for every split (a corpus-only split too: FinQA's
-        corpus depends on the mode), so a change of mode re-runs prepare and all downstream."""
-        return f"--relevance {shlex.quote(self.relevance_of(dataset))}"
-
-    def question_selection_args(self, dataset: str, split: str) -> str:
-        """`cqabench prepare` flags of a dataset's explicit question selection (limit, hops,
-        answerable_only), for the splits it evaluates; a corpus-only split is prepared whole."""
-        spec = self.config["datasets"][dataset]
-        if split not in self.splits(dataset):
-            return ""
-        args = []
-        if spec.get("limit") is not None:
-            args.append(f"--limit {int(spec['limit'])}")
-        if spec.get("hops"):
-            args.append("--hops " + " ".join(str(int(h)) for h in spec["hops"]))
-        if spec.get("answerable_only"):
-            args.append("--answerable-only")
-        return " ".join(args)
-
-    def prepare_inputs(self, w: Any) -> dict[str, str]:
-        return {role: self.raw_input(spec["path"]) for role, spec in self.config["datasets"][w.dataset]["files"][w.split].items()}
-
-    @staticmethod
-    def prepare_file_args(w: Any, input: Mapping[str, str]) -> str:
-        return " ".join(f"--file {shlex.quote(f'{role}={path}')}" for role, path in input.items())
-
     # ---- retrieval stage ----
 
     def is_neural(self, retriever: str) -> bool:
@@ -662,14 +500,6 @@ class Plan:
                 return "python"
             return self.env.vllm_gpu_python if self.uses_gpu(llm) else self.env.vllm_python
         return self.env.python
-
-    def _evidence_of(self, ds: str, sp: str) -> tuple[bool, str]:
-        """(bool, reason): whether the split has gold documents an oracle prompt can show."""
-        files = {
-            role: self.env.root / self.raw_input(spec["path"])
-            for role, spec in self.config["datasets"][ds]["files"][sp].items()
-        }
-        return has_gold_evidence(ds, files, self.relevance_of(ds))
 
     def not_planned_cells(self) -> list[dict[str, str]]:
         """Configured cells left out of the plan, with the reason the report prints."""
