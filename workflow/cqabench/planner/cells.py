@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 from cqabench.generation.prompts import SETTINGS, STRATEGIES
 
 if TYPE_CHECKING:
-    from cqabench.planner import Cell, Plan
+    from cqabench.planner import Plan
 
-FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+# A generation cell: its wildcards, in the order of its folder (`cell_dir`), and its values.
+CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+Cell = tuple[str, str, str, str, str, str, str, int]
 CELL_DIR = re.compile(r"(?P<dataset>[^/]+)/(?P<split>[^/]+)/(?P<serialization>[^/]+)/(?P<retriever>[^/]+)/"
                       r"(?P<llm>[^/]+)/(?P<prompt>[^/]+)/(?P<setting>[^/]+)-k(?P<k>[^/]+)")
 
@@ -37,7 +39,7 @@ def parse_cell_dir(text: str) -> dict[str, str] | None:
 
 def problems(plan: Plan, w: Mapping[str, str]) -> list[str]:
     """Why the config cannot make the cell these wildcard values name ([] if it can)."""
-    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in FIELDS)
+    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)
     if ds not in plan.datasets:
         return [f"dataset {ds!r} is not configured (datasets: {plan.datasets})"]
     out = []
@@ -119,7 +121,7 @@ def existing(plan: Plan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
         if why:
             left_out.append((rel, why))
             continue
-        cell = (*(w[f] for f in FIELDS[:7]), int(w["k"]))
+        cell = (*(w[f] for f in CELL_FIELDS[:7]), int(w["k"]))
         if cell not in grid:
             counted.append(cell)  # type: ignore[arg-type]
     return counted, left_out

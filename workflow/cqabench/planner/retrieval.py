@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import cqabench.planner.pipelines as pipelines
 from cqabench.common.errors import ConfigError
 from cqabench.planner.data import DataPlan
 from cqabench.retrieval.decomposition import RUN_SUFFIX
@@ -49,8 +50,6 @@ class RetrievalPlan(DataPlan):
 
     def _expand_retrieval(self) -> None:
         """Every run of the checked config: pipelines in the order they read each other, and where they exist."""
-        from cqabench.planner import pipelines
-
         self.pipeline_order: list[str] = pipelines.order(self.pipelines)
         self.pipeline_splits: dict[str, set[tuple[str, str]]] = {
             n: s for n, s in pipelines.run_splits(self).items() if n in self.pipelines
@@ -91,8 +90,6 @@ class RetrievalPlan(DataPlan):
                 out.append(f"external_runs.{name}: {ds}/{sp} is not configured")
             if not (self.env.root / spec["path"]).is_file():
                 out.append(f"external_runs.{name}.path: {spec['path']!r} is not a file")
-        from cqabench.planner import pipelines
-
         return out + pipelines.problems(self)
 
     def run_depth(self, run: str) -> tuple[str, int] | None:
@@ -167,8 +164,6 @@ class RetrievalPlan(DataPlan):
 
     def pipeline_settings(self, name: str) -> dict[str, Any]:
         """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
-        from cqabench.planner import pipelines
-
         spec = self.pipelines[name]
         held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
         return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
@@ -176,8 +171,6 @@ class RetrievalPlan(DataPlan):
     def pipeline_inputs(self, w: Any) -> dict[str, Any]:
         """The fuse / rerank rule's inputs: the input runs' Parquet files (in the order the settings
         name them), the queries, and for a rerank the corpus whose text it reads."""
-        from cqabench.planner import pipelines
-
         spec = self.pipelines[w.name]
         if (w.dataset, w.split) not in self.pipeline_splits[w.name]:
             raise ConfigError(f"retrieval.pipelines.{w.name}: no run of {w.dataset}/{w.split} "
@@ -200,8 +193,6 @@ class RetrievalPlan(DataPlan):
         if run in self.retriever_configs:
             return {**self.retriever_configs[run], "k": self.retrieval_k}
         if run in self.pipelines:  # its settings, and those of every run it reads (recursively)
-            from cqabench.planner import pipelines
-
             inputs = pipelines.inputs_of(self.pipelines[run])
             return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
         retriever, kind = self.decomposition_runs[run]
