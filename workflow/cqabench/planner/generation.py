@@ -53,6 +53,7 @@ class GenerationPlan(RetrievalPlan):
         self.threads = int(g.get("threads", 2))
 
     def _expand_generation(self) -> None:
+        """The LLMs whose GGUF file a `convert_model` job turns into a model folder first."""
         self.gguf_llms = [n for n in self.llms if self.is_gguf(n)]
 
     def _generation_problems(self) -> list[str]:
