@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING
 from cqabench.generation.prompts import SETTINGS, STRATEGIES
 
 if TYPE_CHECKING:
-    from cqabench.planner import Cell, Plan
+    from cqabench.planner.evaluation import EvaluationPlan
+    from cqabench.planner.generation import GenerationPlan
 
-FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+# A generation cell: its wildcards, in the order of its folder (`cell_dir`), and its values.
+CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+Cell = tuple[str, str, str, str, str, str, str, int]
 CELL_DIR = re.compile(r"(?P<dataset>[^/]+)/(?P<split>[^/]+)/(?P<serialization>[^/]+)/(?P<retriever>[^/]+)/"
                       r"(?P<llm>[^/]+)/(?P<prompt>[^/]+)/(?P<setting>[^/]+)-k(?P<k>[^/]+)")
 
@@ -35,9 +38,9 @@ def parse_cell_dir(text: str) -> dict[str, str] | None:
     return m.groupdict() if m else None
 
 
-def problems(plan: Plan, w: Mapping[str, str]) -> list[str]:
+def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
     """Why the config cannot make the cell these wildcard values name ([] if it can)."""
-    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in FIELDS)
+    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)
     if ds not in plan.datasets:
         return [f"dataset {ds!r} is not configured (datasets: {plan.datasets})"]
     out = []
@@ -63,7 +66,7 @@ def problems(plan: Plan, w: Mapping[str, str]) -> list[str]:
     return out
 
 
-def _setting_problems(plan: Plan, ds: str, sp: str, retriever: str, setting: str, k: int) -> list[str]:
+def _setting_problems(plan: GenerationPlan, ds: str, sp: str, retriever: str, setting: str, k: int) -> list[str]:
     out = []
     if setting in ("closed", "oracle"):
         what = "closed-book shows no documents" if setting == "closed" else "oracle shows every gold document"
@@ -99,7 +102,7 @@ def _setting_problems(plan: Plan, ds: str, sp: str, retriever: str, setting: str
     return out
 
 
-def existing(plan: Plan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
+def existing(plan: EvaluationPlan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
     """Cells outside the grid whose metrics or predictions exist under the config's results tree: (the ones the
     config can make, sorted; (folder, why not) of the others, which are left out)."""
     grid = set(plan.generation_cells())
@@ -119,7 +122,7 @@ def existing(plan: Plan) -> tuple[list[Cell], list[tuple[str, list[str]]]]:
         if why:
             left_out.append((rel, why))
             continue
-        cell = (*(w[f] for f in FIELDS[:7]), int(w["k"]))
+        cell = (*(w[f] for f in CELL_FIELDS[:7]), int(w["k"]))
         if cell not in grid:
             counted.append(cell)  # type: ignore[arg-type]
     return counted, left_out

@@ -4,7 +4,7 @@ Each function takes the config pieces it reads and returns problem lines, each s
 config key it concerns, for `cqabench.planner.Plan.problems` to list with the others: an empty
 open-book dataset list, a dataset pooled twice, a question selection a dataset does not have,
 and an LLM device name the backends refuse. Kept apart from the planner so that each check is
-small and tested on its own (tests/planner/test_planner.py).
+small and tested on its own (tests/planner/test_plan_checks.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ The checks here are the ones the JSON schema cannot make, each naming its key: s
 type (`resolve`), a name taken by another run, an input that names no run, a cycle of
 pipelines, a fusion of runs that share no dataset split (runs of different datasets), and a
 rerank deeper than its input holds. A RAG k deeper than a pipeline's `depth` is refused with
-the other depth checks (`Plan._rag_depth_problems`, through `Plan.run_depth`).
+the other depth checks (`GenerationPlan._rag_depth_problems`, through `RetrievalPlan.run_depth`).
 """
 
 from __future__ import annotations

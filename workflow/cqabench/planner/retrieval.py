@@ -1,0 +1,225 @@
+"""The retrieval stage of a plan: which indexes and runs exist for which dataset split, and where.
+
+Retrieval reads the data stage's corpora and queries, and generation reads its runs; keeping its
+planning here, on top of the data stage's (`DataPlan`), lets both be read and tested on their
+own. Runs come from configured retrievers, StrategyQA's IR-Q / IR-D decomposition, external
+files and pipelines (`cqabench.planner.pipelines`); each retrieval cell is scored by its own
+`eval_retrieval` job (workflow/rules/retrieval.smk).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import cqabench.planner.pipelines as pipelines
+from cqabench.common.errors import ConfigError
+from cqabench.planner.data import DataPlan
+from cqabench.retrieval.decomposition import RUN_SUFFIX
+
+# IR-Q / IR-D run names are "{retriever}-{suffix}"
+SUFFIX_KIND = {v: k for k, v in RUN_SUFFIX.items()}
+
+
+class RetrievalPlan(DataPlan):
+    """Retrievers, their indexes and every run of a dataset split: read, checked, given paths."""
+
+    def _read_retrieval_config(self) -> None:
+        c = self.config
+        self.tool_retrievers: list[str] = [self.open_book["retriever"]] if self.open_book.get("retriever") else []
+        self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
+        self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
+        self.retrieval_k = int(self.retrieval.get("k", 100))
+        self.retrieval_retrievers: list[str] = list(self.retrieval.get("retrievers", []))
+        # Datasets searched by the configured retrievers (default: all; a dataset without a
+        # corpus, such as the sample's TANQ, is left out there rather than indexed empty).
+        self.retrieval_datasets: list[str] = list(self.retrieval.get("datasets") or self.datasets)
+        self.decomposition: dict[str, Any] = dict(self.retrieval.get("decomposition") or {})
+        self.decomposition_k = int(self.decomposition.get("k", 10))
+        self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
+        # fused and reranked runs, made from other runs (cqabench.planner.pipelines)
+        self.pipelines: dict[str, dict[str, Any]] = dict(self.retrieval.get("pipelines") or {})
+        # (before check(): the pipeline checks ask run_depth about IR-Q / IR-D runs; a bad kind is
+        # left out here and named by check())
+        self.decomposition_runs: dict[str, tuple[str, str]] = {
+            f"{r}-{RUN_SUFFIX[kind]}": (r, kind)
+            for r in self.decomposition.get("retrievers", [])
+            for kind in self.decomposition.get("queries", list(RUN_SUFFIX))
+            if kind in RUN_SUFFIX
+        }
+
+    def _expand_retrieval(self) -> None:
+        """Every run of the checked config: pipelines in the order they read each other, and where they exist."""
+        self.pipeline_order: list[str] = pipelines.order(self.pipelines)
+        self.pipeline_splits: dict[str, set[tuple[str, str]]] = {
+            n: s for n, s in pipelines.run_splits(self).items() if n in self.pipelines
+        }
+        self.all_run_names = sorted({n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)})
+
+    def _retrieval_problems(self) -> list[str]:
+        from cqabench.retrieval import resolve as resolve_retriever
+
+        out = []
+        # Each retriever family validates its own settings (unknown keys, enums, sizes) at
+        # planning time, so a typo stops the workflow before any job starts.
+        for name, settings in self.retriever_configs.items():
+            try:
+                resolve_retriever(settings)
+            except ConfigError as exc:
+                out.append(f"retrievers.{name}: {exc}")
+        unknown = sorted(set(self.retrieval_retrievers) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.retrievers: {unknown} are not defined under `retrievers:`")
+        unknown = sorted(set(self.decomposition.get("retrievers", [])) - set(self.retriever_configs))
+        if unknown:
+            out.append(f"retrieval.decomposition.retrievers: {unknown} are not defined under `retrievers:`")
+        for key, names in (("retrieval.datasets", self.retrieval.get("datasets") or []),
+                           ("retrieval.decomposition.datasets", self.decomposition.get("datasets") or [])):  # fmt: skip
+            bad = sorted(set(names) - set(self.datasets))
+            if bad:
+                out.append(f"{key}: datasets {bad} are not configured; configured: {self.datasets}")
+        for kind in self.decomposition.get("queries", []):
+            if kind not in RUN_SUFFIX:
+                out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(RUN_SUFFIX)}")
+        clash = sorted(set(self.external_runs) & set(self.retriever_configs))
+        if clash:
+            out.append(f"external_runs: names {clash} are also retriever names; rename them")
+        for name, spec in self.external_runs.items():
+            ds, sp = spec["dataset"], spec["split"]
+            if ds not in self.datasets or sp not in self.config["datasets"][ds]["splits"]:
+                out.append(f"external_runs.{name}: {ds}/{sp} is not configured")
+            if not (self.env.root / spec["path"]).is_file():
+                out.append(f"external_runs.{name}.path: {spec['path']!r} is not a file")
+        return out + pipelines.problems(self)
+
+    def run_depth(self, run: str) -> tuple[str, int] | None:
+        """(config key, depth) of the ranking a run holds per question; None for an external run,
+        whose depth is its file's (generate checks the file: `cqabench.generation.generate.retrieved_docids`)."""
+        if run in self.external_runs:
+            return None
+        if run in self.decomposition_runs:
+            return "retrieval.decomposition.k", self.decomposition_k
+        if run in self.pipelines:  # what it keeps: its depth (a rerank no deeper than its input, checked)
+            return f"retrieval.pipelines.{run}.depth", int(self.pipeline_settings(run)["depth"])
+        return "retrieval.k", self.retrieval_k
+
+    def is_neural(self, retriever: str) -> bool:
+        return self.retriever_configs[retriever]["type"] != "bm25"
+
+    def index_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index/{corpus}/{serialization}/{retriever}"
+
+    def encode_jobs(self, retriever: str) -> int:
+        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense, SPLADE, ColBERT; 1:
+        the single `index` job). cqabench.retrieval.parts: the index is the same for any N."""
+        value = self.retriever_configs[retriever].get("encode_jobs")
+        return 1 if value is None else int(value)
+
+    def sharded_retrievers(self) -> list[str]:
+        """Retrievers whose index is gathered from encode parts (the `gather_index` rule's)."""
+        return [r for r in self.retriever_configs if self.encode_jobs(r) > 1]
+
+    def part_dir(self, corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
+
+    def codec_retrievers(self) -> list[str]:
+        """Sharded retrievers whose parts share a codec trained first (ColBERT: the `colbert_codec` rule)."""
+        from cqabench.retrieval.parts import needs_codec
+
+        return [r for r in self.sharded_retrievers() if needs_codec(self.retriever_configs[r])]
+
+    def codec_dir(self, corpus: str, serialization: str, retriever: str) -> str:
+        return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/codec"
+
+    def part_codec(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The codec folder the parts of this index are encoded with and gathered by ([] if none)."""
+        return [self.codec_dir(corpus, serialization, retriever)] if retriever in self.codec_retrievers() else []
+
+    def codec_arg(self, corpus: str, serialization: str, retriever: str) -> str:
+        return " ".join(f"--codec {shlex.quote(p)}" for p in self.part_codec(corpus, serialization, retriever))
+
+    def index_parts(self, corpus: str, serialization: str, retriever: str) -> list[str]:
+        """The part folders the index of (corpus, serialization, retriever) is gathered from, in order."""
+        n = self.encode_jobs(retriever)
+        return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)] if n > 1 else []
+
+    def run_file(self, dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
+        return f"{self.results}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"
+
+    def decomposition_runs_of(self, dataset: str) -> list[str]:
+        return list(self.decomposition_runs) if dataset in self.decomposition.get("datasets", []) else []
+
+    def external_runs_of(self, dataset: str, split: str) -> list[str]:
+        return [n for n, s in self.external_runs.items() if s["dataset"] == dataset and s["split"] == split]
+
+    def run_names(self, dataset: str, split: str) -> list[str]:
+        """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
+        ours = self.retrieval_retrievers if dataset in self.retrieval_datasets else []
+        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split) + self.pipelines_of(dataset, split)
+
+    def pipelines_of(self, dataset: str, split: str) -> list[str]:
+        """The fused and reranked runs of a (dataset, split): those all of whose inputs exist there,
+        each after the pipelines it reads (cqabench.planner.pipelines)."""
+        return [n for n in self.pipeline_order if (dataset, split) in self.pipeline_splits[n]]
+
+    def pipeline_settings(self, name: str) -> dict[str, Any]:
+        """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
+        spec = self.pipelines[name]
+        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
+
+    def pipeline_inputs(self, w: Any) -> dict[str, Any]:
+        """The fuse / rerank rule's inputs: the input runs' Parquet files (in the order the settings
+        name them), the queries, and for a rerank the corpus whose text it reads."""
+        spec = self.pipelines[w.name]
+        if (w.dataset, w.split) not in self.pipeline_splits[w.name]:
+            raise ConfigError(f"retrieval.pipelines.{w.name}: no run of {w.dataset}/{w.split} "
+                              f"(its inputs exist for {sorted(self.pipeline_splits[w.name])})")  # fmt: skip
+        runs = [self.run_file(w.dataset, w.split, w.serialization, r, "parquet") for r in pipelines.inputs_of(spec)]
+        inputs: dict[str, Any] = {"runs": runs, "queries": self.data_path(w.dataset, w.split, "queries")}
+        if spec["type"] == "rerank":
+            inputs["corpus"] = self.corpus_path(self.corpus_of(w.dataset))
+        return inputs
+
+    def pipeline_uses_gpu(self, name: str) -> bool:
+        """Whether a pipeline's job runs a model on a GPU (a rerank with device cuda)."""
+        spec = self.pipelines.get(name) or {}
+        return spec.get("type") == "rerank" and str(spec.get("device", "cpu")) != "cpu"
+
+    def run_settings(self, run: str) -> dict[str, Any]:
+        """The retriever_settings recorded in a cell: the retriever's config, or what made the run."""
+        if run in self.external_runs:
+            return {"external": True, **self.external_runs[run]}
+        if run in self.retriever_configs:
+            return {**self.retriever_configs[run], "k": self.retrieval_k}
+        if run in self.pipelines:  # its settings, and those of every run it reads (recursively)
+            inputs = pipelines.inputs_of(self.pipelines[run])
+            return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
+        retriever, kind = self.decomposition_runs[run]
+        return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
+
+    def external_input(self, w: Any) -> str:
+        spec = self.external_runs[w.name]
+        if (spec["dataset"], spec["split"]) != (w.dataset, w.split):
+            raise ConfigError(
+                f"external run {w.name} belongs to {spec['dataset']}/{spec['split']}, not {w.dataset}/{w.split}"
+            )
+        return spec["path"]
+
+    def retrieval_cell(self, dataset: str, split: str, serialization: str, run: str) -> dict[str, Any]:
+        """A retrieval cell as recorded in its metrics.json (the eval_retrieval job's `--cell`)."""
+        return {"dataset": dataset, "split": split, "corpus": self.corpus_of(dataset),
+                "relevance": self.relevance_of(dataset), "serialization": serialization, "retriever": run,
+                "retriever_settings": self.run_settings(run)}  # fmt: skip
+
+    def retrieval_cells(self) -> list[tuple[str, str, str, str]]:
+        """(dataset, split, serialization, run) of every retrieval cell (its eval_retrieval job)."""
+        return [(ds, sp, ser, run) for ds in self.datasets for sp in self.splits(ds) for ser in self.serializations
+                for run in self.run_names(ds, sp)]  # fmt: skip
+
+    def retrieval_metrics_file(self, ds: str, sp: str, ser: str, run: str, name: str = "metrics.json") -> str:
+        """A retrieval cell's metrics.json, or its per_query.parquet beside it."""
+        return f"{self.results}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
+
+    def retrieval_targets(self) -> list[str]:
+        return [self.retrieval_metrics_file(*c) for c in self.retrieval_cells()]
