@@ -17,6 +17,9 @@ rule resolved_config:
     log:
         f"{RESULTS}/logs/resolved_config.log",
     localrule: True
+    resources:
+        mem_mb=lambda w: _request("resolved_config", w)["mem_mb"],
+        runtime=lambda w: _request("resolved_config", w)["runtime"],
     params:
         config_hash=CONFIG_HASH,  # a changed config rewrites it
     run:

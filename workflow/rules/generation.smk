@@ -49,6 +49,9 @@ rule cell_spec:
         setting=CELL_PART,
         k=CELL_PART,
     localrule: True
+    resources:
+        mem_mb=lambda w: _request("cell_spec", w)["mem_mb"],
+        runtime=lambda w: _request("cell_spec", w)["runtime"],
     params:
         spec=lambda w: as_json(cell_spec(w)),
     run:
