@@ -9,9 +9,12 @@ from the benchmarks (benchmarks/rates.yaml), not from this run, so agreement is 
 Stated agreement: wall time within a factor of FACTOR_TIME either way, peak memory within
 FACTOR_MEMORY. Wider than one machine needs: the CPU rates were measured on a 2-core AMD EPYC
 machine, and the same jobs run 2.7-3.5x faster on the 2-core Intel Xeon machines this project
-also runs on (2026-12-06, a fresh clone's default run there: generate_batch 3.0x, BM25 and
-MiniLM index 2.7x, search 3.1x in wall time, 3.5x in CPU time; this test's BM25 index 3.1x);
-the test also runs on whatever load the machine has (the suite beside it). A factor of 4 still
+also runs on (2026-12-06, a fresh clone's default run there: BM25 and MiniLM index 2.7x, search
+3.1x in wall time, 3.5x in CPU time; this test's BM25 index 3.1x). vLLM's CPU rates are the
+Xeon's (docs/generation.md, "Engine processes"), since the engine's cost model is itself an
+upper bound: the default's engine session read 2.2x on a quiet Xeon and would read 0.89x on the
+EPYC (4.8x on the Xeon with the EPYC's rates). The test also runs on whatever load the machine
+has (the suite beside it). A factor of 4 still
 catches a cost model that is off by an order of magnitude (a per-item rate applied per
 million, a missing engine start, prompt tokens counted per character).
 """

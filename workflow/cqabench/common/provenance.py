@@ -156,10 +156,15 @@ def folder_fingerprint(folder: Path) -> str:
 
     Hashing the weights of every model on every evaluation job would cost more than the job;
     a changed file almost always changes a size, and a pinned `revision` covers the rest.
+    Python's byte code is left out: a model shipped in a package (`package:NAME`) has
+    `__pycache__` files whose size follows the path of the environment it was installed into,
+    so two clones of one commit would otherwise record two hashes of the same model.
     """
     h = hashlib.sha256()
     for p in sorted(q for q in folder.rglob("*") if q.is_file()):
         rel = p.relative_to(folder).as_posix()
+        if "__pycache__" in p.relative_to(folder).parts or p.suffix in (".pyc", ".pyo"):
+            continue
         if p.name == "config.json":
             h.update(rel.encode() + b"\0" + p.read_bytes())
         else:

@@ -30,7 +30,7 @@ def _num(value: Any, digits: int = 1) -> str:
 def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     """The processor this page was built on (Linux), with its CPU count: the rates' ratios to the
     measured depend on it (the same jobs ran 3x faster on an Intel Xeon than on the AMD EPYC that
-    measured the CPU rates)."""
+    measured most CPU rates; vLLM's CPU rates are the Xeon's)."""
     import os
 
     try:
