@@ -162,9 +162,10 @@ def folder_fingerprint(folder: Path) -> str:
     """
     h = hashlib.sha256()
     for p in sorted(q for q in folder.rglob("*") if q.is_file()):
-        rel = p.relative_to(folder).as_posix()
-        if "__pycache__" in p.relative_to(folder).parts or p.suffix in (".pyc", ".pyo"):
+        relative = p.relative_to(folder)
+        if "__pycache__" in relative.parts or p.suffix in (".pyc", ".pyo"):
             continue
+        rel = relative.as_posix()
         if p.name == "config.json":
             h.update(rel.encode() + b"\0" + p.read_bytes())
         else:
