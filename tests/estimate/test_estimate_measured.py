@@ -7,16 +7,18 @@ batch: 8 questions closed-book and with the BM25 top-1), then each of those jobs
 from the benchmarks (benchmarks/rates.yaml), not from this run, so agreement is a check.
 
 Stated agreement: wall time within a factor of FACTOR_TIME either way, peak memory within
-FACTOR_MEMORY. Wider than one machine needs: the CPU rates were measured on a 2-core AMD EPYC
-machine, and the same jobs run 2.7-3.5x faster on the 2-core Intel Xeon machines this project
-also runs on (2026-12-06, a fresh clone's default run there: BM25 and MiniLM index 2.7x, search
-3.1x in wall time, 3.5x in CPU time; this test's BM25 index 3.1x). vLLM's CPU rates are the
+FACTOR_MEMORY. Wider than one machine needs, because the machines this project runs on differ
+by more than a factor of 4 on a small job. Most CPU rates were measured on a 2-core AMD EPYC,
+and the same jobs run 2.7-3.5x faster on the 2-core Intel Xeon machines (2026-12-06, a fresh
+clone's default run there: BM25 and MiniLM index 2.7x, search 3.1x in wall time, 3.5x in CPU
+time). This test's BM25 index job, whose fixed cost (7.0 CPU s) is the EPYC's, ran in 1.3 s on
+a quiet, fast Xeon: 5.5x (2026-12-06; 3.1x on an earlier Xeon). vLLM's CPU rates are the
 Xeon's (docs/generation.md, "Engine processes"), since the engine's cost model is itself an
 upper bound: the default's engine session read 2.2x on a quiet Xeon and would read 0.89x on the
 EPYC (4.8x on the Xeon with the EPYC's rates). The test also runs on whatever load the machine
-has (the suite beside it). A factor of 4 still
-catches a cost model that is off by an order of magnitude (a per-item rate applied per
-million, a missing engine start, prompt tokens counted per character).
+has (the suite beside it), which lowers the ratio. A factor of 6 still catches a cost model off
+by an order of magnitude (a per-item rate applied per million, a missing engine start, the
+decode steps of every prompt counted one by one instead of in batches of 16).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 from cqabench.estimate import measured, run, tables  # noqa: E402
 from conftest import smollm2_dir, workflow_workdir  # noqa: E402,F401
 
-FACTOR_TIME = 4.0
+FACTOR_TIME = 6.0
 FACTOR_MEMORY = 2.0
 # The measured peak is the larger of Snakemake's sample and the kernel's peak RSS that the job's log
 # states (cqabench.estimate.measured). The sample alone missed the generation job's peak: it read
