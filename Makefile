@@ -24,7 +24,7 @@ CORES ?= all
 MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q
 
-.PHONY: setup setup-gpu run test dry-run-dexter lint clean clean-cache clean-models
+.PHONY: setup setup-gpu run test benchmarks dry-run-dexter lint clean clean-cache clean-models
 
 setup: $(STAMP) $(VLLM_STAMP)
 
@@ -68,6 +68,12 @@ run: $(STAMP) $(VLLM_STAMP)
 # pytest exits 5 when it collects no test; make then fails, so an empty run never passes.
 test: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+
+# Calibrations that measure the machine as much as the code, run by hand (never by `make test`):
+# the estimate against a small real run of the default's dominant rule families (OK/FAIL per
+# family against the stated factors, exit 1 on a FAIL).
+benchmarks: $(STAMP) $(VLLM_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/estimate_agreement.py
 
 dry-run-dexter: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake -n --configfile config/dexter.yaml

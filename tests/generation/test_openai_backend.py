@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -62,6 +61,7 @@ class OpenAITestDouble:
         self.vary = vary
         self.hold_after = hold_after or {}
         self.release = threading.Event()
+        self.closing = threading.Event()  # set on exit: a "slow" reply still waiting gives up
         self.answers: Counter[str] = Counter()
         self.answers_by_auth: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
@@ -95,7 +95,7 @@ class OpenAITestDouble:
                         self.close_connection = True
                         return
                     if action == "slow":
-                        time.sleep(double.slow_s)
+                        double.closing.wait(double.slow_s)
                     if action in BAD_200:
                         self._send_raw(*BAD_200[action](body["model"]))
                         return
@@ -151,6 +151,7 @@ class OpenAITestDouble:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -173,8 +174,11 @@ def _chats(n: int) -> list[list[dict]]:
 
 def test_retries_on_429_500_and_timeouts_complete_every_item_once(api_key: str, caplog: pytest.LogCaptureFixture) -> None:
     script = {"number1?": ["429", "429"], "number4?": ["500"], "number7?": ["slow"]}
-    with OpenAITestDouble(script, slow_s=1.5) as api:
-        backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url)))
+    # the slow reply waits far past the client's timeout, and that timeout is far above what a
+    # loopback answer takes even on a loaded machine (at 0.5 s a busy CI timed out ordinary
+    # requests, and the exact attempt counts below counted the machine, not the backend)
+    with OpenAITestDouble(script, slow_s=60) as api:
+        backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, timeout_s=5)))
         with caplog.at_level(logging.WARNING, logger="cqabench.generation.llm.openai_backend"):
             batches = list(backend.generate(_chats(10), Sampling(max_new_tokens=16), labels=[f"q{i}" for i in range(10)]))
         backend.close()

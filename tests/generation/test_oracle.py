@@ -50,6 +50,7 @@ def test_distractors_are_other_questions_gold_never_own_never_twice():
     gold = {f"q{i}": [f"d{i}", f"s{i % 3}"] for i in range(30)}  # s0..s2 shared by several questions
     ctx = oracle_contexts(list(gold), gold, 5, seed=1)
     universe = {d for docs in gold.values() for d in docs}
+    assert list(ctx) == list(gold)  # every question, in the asked order: the loop checks all 30
     for qid, docs in ctx.items():
         own = gold[qid]
         assert len(docs) == len(own) + 5 and len(set(docs)) == len(docs)

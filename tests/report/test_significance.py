@@ -164,15 +164,20 @@ def test_one_pair_and_sampled_flips() -> None:
     assert randomization_test(np.ones(30), np.zeros(30), resamples=500).p_value == pytest.approx(2 / 501)
 
 
-def test_bootstrap_interval_is_scipys() -> None:
-    rng = np.random.default_rng(6)
-    a, b = rng.random(50), rng.random(50)
-    r = bootstrap_test(a, b, resamples=999, seed=2)
-    ref = stats.bootstrap((a - b,), np.mean, n_resamples=999, method="percentile", rng=np.random.default_rng(2))
-    assert r.ci_low == pytest.approx(ref.confidence_interval.low)
-    assert r.ci_high == pytest.approx(ref.confidence_interval.high)
-    shifted = np.abs(ref.bootstrap_distribution - (a - b).mean()) >= abs((a - b).mean())
-    assert r.p_value == pytest.approx((shifted.sum() + 1) / 1000)
+def test_bootstrap_interval_and_p_value_worked_by_hand() -> None:
+    # d = a - b = [1, 1, 1, 0]: a resample's mean is k/4, k ~ Binomial(4, 3/4), P(k) = 1, 12, 54,
+    # 108, 81 (/256). Percentile interval: the 2.5 % point is k = 1 (CDF 13/256 = 0.051 > 0.025 >
+    # 1/256), the 97.5 % point k = 4 (CDF at 3: 175/256 = 0.684) -> (0.25, 1.0).
+    r = bootstrap_test([1, 1, 1, 0], [0, 0, 0, 0], resamples=9999, seed=2)
+    assert (r.ci_low, r.ci_high) == (0.25, 1.0) and r.diff == 0.75
+    # p: resampled means at least |0.75| from the observed 0.75 are those at 0 only (k = 0, 1/256),
+    # so the exact p is 1/256 = 0.0039; the estimate is (hits + 1) / 10,000 with hits ~ Bin(9999, 1/256)
+    # (sd 6.2): within 4 sd of the exact value.
+    assert abs(r.p_value - (9999 / 256 + 1) / 10000) < 4 * 6.2 / 10000
+    # d = [1, -1]: means -1, 0, 1 with P 1/4, 1/2, 1/4 -> interval (-1, 1); observed 0, every
+    # resample is at least 0 away -> p = 1
+    r = bootstrap_test([1, 0], [0, 1], resamples=999, seed=2)
+    assert (r.ci_low, r.ci_high, r.p_value) == (-1.0, 1.0, 1.0)
 
 
 def test_holm_and_bh_on_a_known_vector() -> None:

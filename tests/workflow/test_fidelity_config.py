@@ -279,7 +279,13 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
 
 
 def test_every_published_dexter_cell_is_planned() -> None:
-    for row in table_coverage("dexter.yaml", ["config/expected/dexter.yaml", "config/expected/strategyqa.yaml"]):
+    rows = table_coverage("dexter.yaml", ["config/expected/dexter.yaml", "config/expected/strategyqa.yaml"])
+    # the loop below must run over every paper table, each with cells to produce (an empty
+    # coverage would pass it)
+    assert [r["id"] for r in rows] == ["dexter_table2_ndcg10", "dexter_table7_recall100", "dexter_table3_answers",
+                                       "dexter_table8_open_models", "strategyqa_recall10"]
+    assert all(r["to_produce"] > 0 for r in rows)
+    for row in rows:
         assert row["not_planned"] == [] and row["planned"] == row["to_produce"], row["id"]
 
 
