@@ -81,14 +81,17 @@ def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
     preds = _jsonl(tmp_path / "p.jsonl", [
         # the prompt's format after the marker: both readings read the gold table exactly -> 1
         {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\nentity | a | b\nx | 1 | foo\ny | 2 | bar"},
-        {"qid": "t2", "prediction": "entity|a\nz|100"},  # no marker under a CoT prompt -> wrong (0) in both
+        # no marker under a CoT prompt: no final answer; F1 0 in both readings, and the official one
+        # hands TANQ's script "" for it, which scores (P 1, R 0, F1 0) (test_tanq_non_tables.py)
+        {"qid": "t2", "prediction": "entity|a\nz|100"},
     ])
     out = tmp_path / "metrics.json"
     assert main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
                  "--data-dir", str(tanq_split), "--prompt", "few-shot-cot", "--out", str(out)]) == 0
     m = {(r["metric"], r["variant"]): r["value"] for r in json.loads(out.read_text())["metrics"]}
     assert m[("rms_f1", "official")] == m[("rms_f1", "cqabench_parse")] == pytest.approx(0.5)
-    assert m[("rms_precision", "official")] == pytest.approx(0.5)  # t2 has no final answer: 0, not 1
+    assert m[("rms_precision", "official")] == pytest.approx(1.0)  # (1 + 1) / 2: TANQ's convention for ""
+    assert m[("rms_precision", "cqabench_parse")] == pytest.approx(0.5)  # (1 + 0) / 2
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
 Every question of the split (every row of answers.parquet) is scored; a question without a
 prediction, or whose prediction failed extraction (`parse_ok` False), scores 0 on every
-metric and stays in the mean, so systems that answer fewer questions are not flattered.
+metric and stays in the mean, so systems that answer fewer questions are not flattered (TANQ's
+official RMS reading excepted: it gives a reply without a table what TANQ's script gives it,
+precision 1, recall 0, F1 0; see `_tanq_scores`).
 Per-question values and summary values are both fractions in 0..1 (`UNIT`): a summary value is
 the mean of the per-question values, for every metric alike, and every summary row says so in
 its `unit` key. A summary row with no question to average (e.g. `f1_ans_multi` on a split
@@ -72,6 +74,7 @@ NO_QUESTIONS = "no question was scored (the cell asked none)"
 GENERATION_FAILED = "generation failed"  # predictions.parquet: finish_reason "failed", parse_reason "generation failed: ..."
 ALL_FAILED = "generation failed for every question of the cell (n_failed): nothing to score"
 NO_MULTI = "no multi-answer question (every question has a singleAnswer annotation)"
+NO_PREDICTION = "no prediction"  # the question has no row in the predictions: nothing was generated
 
 
 def not_evaluable_reason(metric: str) -> str:
@@ -162,11 +165,19 @@ def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
     parsed = ext.ok and isinstance(ext.value, ParsedTable)
     table = ext.value if parsed else EMPTY_TABLE
     gold_header, gold_rows = answer.get("table_header") or [], answer.get("table_rows") or []
-    zero = RmsScore(0.0, 0.0, 0.0)  # no answer at all scores 0 on every metric, as for every dataset
-    # official: the final-answer text read as TANQ's script reads it, table or not (text without
-    # datapoints gets its precision 1); cqabench_parse: the table extraction found, else 0 (RMS's
-    # precision 1 for an empty table is kept for a table the model really left empty).
-    official = rms_official(gold_header, gold_rows, ext.answer) if has_final_answer(ext) else zero
+    zero = RmsScore(0.0, 0.0, 0.0)
+    # official: what TANQ's script gives the text a pipeline hands it, table or not. That text is
+    # the final answer, or "" where the reply gave none (an empty output, a reasoning prompt's
+    # missing marker, a cut-off open-book dialogue). The script reads no datapoints in prose or in
+    # "" and scores them (1, 0, 0) (tanq_utils.py:246-247), so precision counts them as 1, as it did
+    # for the paper. Only a question with no prediction row at all scores 0: there is no text to
+    # hand the script (it would stop at the missing key), and a missing answer must not raise a mean.
+    # cqabench_parse: the table the extraction found, else 0 (RMS's precision 1 for an empty table
+    # is kept for a table the model really left empty).
+    if ext.reason == NO_PREDICTION:
+        official = zero
+    else:
+        official = rms_official(gold_header, gold_rows, ext.answer if has_final_answer(ext) else "")
     ours = rms(gold_header, gold_rows, table.header, table.rows) if parsed else zero
     # failure types read the parsed table, as the paper's annotators read an output (a separator
     # row or a fence is not data to them): metrics.tanq_failures
@@ -225,7 +236,7 @@ def _prediction_map(predictions: pd.DataFrame | pa.Table | Iterable[dict[str, An
 
 def _extracted(dataset: str, row: dict[str, Any] | None, prompt: str | None) -> Extracted:
     if row is None:
-        return Extracted("", False, "no prediction", EMPTY_TABLE if dataset == "tanq" else None)
+        return Extracted("", False, NO_PREDICTION, EMPTY_TABLE if dataset == "tanq" else None)
     text = row.get("prediction")
     text = "" if text is None else str(text)
     if row.get("parse_ok") is False:
