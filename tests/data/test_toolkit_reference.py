@@ -175,9 +175,22 @@ def _known() -> dict[tuple[str, str], dict]:
     return out
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """dataset -> (differences, samples compared, the folder), each built once per module."""
+    cache: dict[str, tuple[list[Difference], int, Path]] = {}
+
+    def get(dataset: str) -> tuple[list[Difference], int, Path]:
+        if dataset not in cache:
+            tmp = tmp_path_factory.mktemp(dataset)
+            cache[dataset] = (*BUILDERS[dataset](tmp), tmp)
+        return cache[dataset]
+    return get
+
+
 @pytest.mark.parametrize("dataset", sorted(BUILDERS))
-def test_prepare_paper_matches_the_toolkit_but_for_known_differences(dataset: str, tmp_path: Path) -> None:
-    found, compared = BUILDERS[dataset](tmp_path)
+def test_prepare_paper_matches_the_toolkit_but_for_known_differences(dataset: str, built) -> None:
+    found, compared, _ = built(dataset)
     assert compared > 0  # the toolkit built gold evidence, so the comparison is not vacuous
     counts = Counter((d.dataset, d.kind) for d in found)
     known = {key: e for key, e in _known().items() if key[0] == dataset}
@@ -186,11 +199,11 @@ def test_prepare_paper_matches_the_toolkit_but_for_known_differences(dataset: st
     assert {k: counts.get(k, 0) for k in known} == {k: e["count"] for k, e in known.items()}
 
 
-def test_musique_differences_are_the_first_title_lookup(tmp_path: Path) -> None:
+def test_musique_differences_are_the_first_title_lookup(built) -> None:
     """Every MuSiQue qrel the toolkit moves points at a paragraph with the same title key (the
     title up to ' - ') as one of the question's own paragraphs that the toolkit dropped."""
-    found, _ = _musique(tmp_path)
-    docs = {d["docid"]: d for d in pq.read_table(tmp_path / "ours" / "corpus.parquet").to_pylist()}
+    found, _, tmp = built("musique")
+    docs = {d["docid"]: d for d in pq.read_table(tmp / "ours" / "corpus.parquet").to_pylist()}
     key = lambda docid: docs[docid]["title"].split(" - ")[0]  # noqa: E731
     dropped: dict[str, set[str]] = {}
     for d in found:
