@@ -162,7 +162,19 @@ def _musique(tmp: Path) -> tuple[list[Difference], int]:
     return _compare("musique", ours, qrels, samples, docid_of=lambda i: order[int(i)])
 
 
-BUILDERS = {"finqa": _finqa, "tatqa": _tatqa, "ottqa": _ottqa, "musique": _musique}
+def _twowiki(tmp: Path) -> tuple[list[Difference], int]:
+    """2WikiMultihopQA: the same first-title lookup as MuSiQue (WikiMultihopQADataLoader.py), over
+    the 38 bundled dev records with the fixture's 641 distractor passages."""
+    d = FIXTURES / "data" / "2wikimultihopqa"
+    files = {"questions": d / "dev_38.json", "passages": d / "distractor_corpus_641.json"}
+    ours = _ours("2wikimultihopqa", files, tmp / "ours")
+    corpus, order = _toolkit_corpus(ours, positional=True)
+    qrels, samples = _toolkit("wikimultihopqa", json.loads(files["questions"].read_text(encoding="utf-8")),
+                              corpus, tmp / "tk")
+    return _compare("2wikimultihopqa", ours, qrels, samples, docid_of=lambda i: order[int(i)])
+
+
+BUILDERS = {"finqa": _finqa, "tatqa": _tatqa, "ottqa": _ottqa, "musique": _musique, "2wikimultihopqa": _twowiki}
 
 
 def _known() -> dict[tuple[str, str], dict]:
