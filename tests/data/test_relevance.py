@@ -43,7 +43,7 @@ def test_every_loader_names_its_modes_paper_first() -> None:
     expected = {
         "musique": ["paper", "supporting"], "2wikimultihopqa": ["paper", "supporting"],
         "ambigqa": ["paper", "viewed"], "finqa": ["paper", "gold_inds"], "strategyqa": ["paper", "paragraphs"],
-        "tatqa": ["paper", "order"], "ottqa": ["paper"], "tanq": ["paper"],
+        "tatqa": ["paper", "order", "rows"], "ottqa": ["paper", "section_titles"], "tanq": ["paper"],
     }
     assert {ds: list(relevance_modes(ds)) for ds in DATASETS} == expected
     assert all(isinstance(v, str) and v for ds in DATASETS for v in relevance_modes(ds).values())

@@ -1,7 +1,8 @@
 """The three table serializations on real tables, as the corpus documents carry them.
 
 Expected strings were written by reading the raw tables (not by running the serializers):
-(a) the first TAT-QA dev table, (b) the FinQA dev table (tokenized `table` field),
+(a) the first TAT-QA dev table (relevance mode `rows`: its raw orientation; mode `paper`'s
+transposed table in `TAT_PIPE_PAPER`), (b) the FinQA dev table (tokenized `table` field),
 (c) the OTT-QA dev table 1953–54_Scottish_Cup_5 (8 rows x 3 columns).
 """
 
@@ -20,6 +21,13 @@ RAW = Path(__file__).resolve().parents[2] / "resources" / "raw"  # the bundled s
 
 @pytest.fixture(scope="module")
 def tat_doc() -> dict:
+    data = tatqa.load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev", limit=1,
+                      relevance="rows")
+    return asdict(data.corpus[0])
+
+
+@pytest.fixture(scope="module")
+def tat_paper_doc() -> dict:
     data = tatqa.load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev", limit=1)
     return asdict(data.corpus[0])
 
@@ -39,13 +47,22 @@ def ott_doc() -> dict:
 
 
 # (a) TAT-QA: a two-row header ("Years Ended September 30," above the years) of which the
-# loader keeps the first row as header; "$  1,452.4" has its double space collapsed.
+# loader keeps the first row as header; "$  1,452.4" keeps its double space in pipe (the toolkit's
+# verbatim cells) and has it collapsed in markdown and linear.
 TAT_PIPE = (
     "||Years Ended September 30,|\n"
     "|2019|2018|2017\n"
-    "Fixed Price|$ 1,452.4|$ 1,146.2|$ 1,036.9\n"
+    "Fixed Price|$  1,452.4|$  1,146.2|$  1,036.9\n"
     "Other|44.1|56.7|70.8\n"
     "Total sales|$1,496.5|$1,202.9|$1,107.7"
+)
+# Mode paper: the toolkit's zip(*table), its first column the header, one line per raw column:
+# the text of the toolkit's TableEvidence for this table (TATQADataLoader.py:39, evidence.py:44).
+TAT_PIPE_PAPER = (
+    "||Fixed Price|Other|Total sales\n"
+    "|2019|$  1,452.4|44.1|$1,496.5\n"
+    "Years Ended September 30,|2018|$  1,146.2|56.7|$1,202.9\n"
+    "|2017|$  1,036.9|70.8|$1,107.7"
 )
 TAT_MARKDOWN = (
     "|  |  | Years Ended September 30, |  |\n"
@@ -115,8 +132,8 @@ OTT_MARKDOWN = (
     "| Home team | Score | Away team |\n| --- | --- | --- |\n"
     + "\n".join(f"| {h} | {s} | {a} |" for h, s, a in OTT_ROWS)
 )
-# The title sentence comes first: page title " - " section title, then a full stop.
-OTT_LINEAR = "1953–54 Scottish Cup - Third round. " + " ".join(
+# The title sentence comes first: the page title (mode paper: the toolkit's table['title']), a full stop.
+OTT_LINEAR = "1953–54 Scottish Cup. " + " ".join(
     f"Home team is {h}, Score is {s}, Away team is {a}." for h, s, a in OTT_ROWS
 )
 
@@ -125,12 +142,13 @@ OTT_LINEAR = "1953–54 Scottish Cup - Third round. " + " ".join(
     "which, serialization, expected",
     [
         ("tat", "pipe", TAT_PIPE), ("tat", "markdown", TAT_MARKDOWN), ("tat", "linear", TAT_LINEAR),
+        ("tat_paper", "pipe", TAT_PIPE_PAPER),
         ("fin", "pipe", FIN_PIPE), ("fin", "markdown", FIN_MARKDOWN), ("fin", "linear", FIN_LINEAR),
         ("ott", "pipe", OTT_PIPE), ("ott", "markdown", OTT_MARKDOWN), ("ott", "linear", OTT_LINEAR),
     ],
 )
-def test_document_text_real_tables(which, serialization, expected, tat_doc, fin_doc, ott_doc):
-    doc = {"tat": tat_doc, "fin": fin_doc, "ott": ott_doc}[which]
+def test_document_text_real_tables(which, serialization, expected, tat_doc, tat_paper_doc, fin_doc, ott_doc):
+    doc = {"tat": tat_doc, "tat_paper": tat_paper_doc, "fin": fin_doc, "ott": ott_doc}[which]
     assert document_text(doc, serialization) == expected
 
 

@@ -15,17 +15,31 @@ def _clean(cell: object) -> str:
     return " ".join(str(cell).split())
 
 
-def _square(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
-    """Pad ragged rows (and the header) to one width so every serialization sees a grid."""
+def _verbatim(cell: object) -> str:
+    return str(cell)
+
+
+def _square(header: Sequence[str], rows: Sequence[Sequence[str]],
+            cell: Callable[[object], str] = _clean) -> tuple[list[str], list[list[str]]]:
+    """Pad ragged rows (and the header) to one width so every serialization sees a grid.
+
+    `cell` maps each cell to its text: whitespace collapsed (`_clean`, the default: markdown and
+    linear put a cell on one line) or kept as it is (`_verbatim`, the toolkit's pipe form)."""
     width = max([len(header)] + [len(r) for r in rows]) if (header or rows) else 0
-    head = [_clean(c) for c in header] + [""] * (width - len(header))
-    body = [[_clean(c) for c in r] + [""] * (width - len(r)) for r in rows]
+    head = [cell(c) for c in header] + [""] * (width - len(header))
+    body = [[cell(c) for c in r] + [""] * (width - len(r)) for r in rows]
     return head, body
 
 
 def to_pipe(header: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> str:
-    """The original toolkit's form: header row first, rows by newline, cells by '|'."""
-    head, body = _square(header, rows)
+    """The original toolkit's form: header row first, rows by newline, cells by '|'.
+
+    Cells are kept verbatim, as the toolkit's `TableEvidence.convert_to_text` joins them
+    (`"% (  % ) change"` keeps its two spaces): retrieval does not see the difference (BM25's
+    analyzer and word-piece tokenizers split on any whitespace; docs/fidelity.md gives the
+    measurement) but a prompt's text does. Ragged rows are still padded to the widest row
+    (the toolkit would not pad; no FinQA or TAT-QA table is ragged)."""
+    head, body = _square(header, rows, _verbatim)
     return "\n".join("|".join(r) for r in [head, *body])
 
 

@@ -2,10 +2,13 @@
 
 Corpus = every table of the tables file plus every passage of the passages file, whatever
 the question limit: they are the retrieval pool, not per-question contexts.
-- table: docid = table_id, title = page title + " - " + section title (the section title,
-  e.g. "Players -- Bracelets", says which of a page's tables this is), header and rows = the
-  cell texts (the hyperlinks are dropped), text = "" — the page intro is not attached, so a
-  table document is the table alone, as in DEXTER.
+- table: docid = table_id, title = the table's `title` (the page title), as the toolkit's
+  OTTQADataLoader titles it (`table['title']`), header and rows = the cell texts (the hyperlinks
+  are dropped), text = "" — the page intro is not attached, so a table document is the table
+  alone, as in DEXTER. Mode `section_titles` titles it page title + " - " + section title
+  instead (the section title, e.g. "Players -- Bracelets", says which of a page's tables this
+  is; cqabench's title before issue 34). Titles are indexed and prepended, so the mode moves
+  retrieval (docs/fidelity.md gives the measured effect).
 - passage: docid = the "/wiki/Title" key, title = that key without "/wiki/", URL-unquoted,
   underscores as spaces.
 
@@ -36,7 +39,9 @@ from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "tables": True, "passages": True}
 RELEVANCE: dict[str, str] = {
-    "paper": "the question's table plus the passages its traced answer nodes name",
+    "paper": "the question's table plus the passages its traced answer nodes name; a table titled by its "
+             "page title, as the toolkit's loader",
+    "section_titles": "the same qrels; a table titled '<page title> - <section title>'",
 }
 
 
@@ -56,7 +61,8 @@ def _cell_text(cell: Any, path: Path, rec: str, name: str) -> str:
     return cell[0]
 
 
-def _table_doc(table_id: str, table: Any, path: Path) -> Document:
+def _table_doc(table_id: str, table: Any, path: Path, with_section: bool = False) -> Document:
+    """One table document; `with_section`: its title names the section too (mode `section_titles`)."""
     title = field(table, "title", str, path, table_id)
     section = table.get("section_title", "") or ""
     if not isinstance(section, str):
@@ -73,7 +79,7 @@ def _table_doc(table_id: str, table: Any, path: Path) -> Document:
         raise DataError(path, table_id, "header", "empty table: no header")
     if not rows:
         raise DataError(path, table_id, "data", "empty table: no rows")
-    full_title = f"{title} - {section}" if section.strip() else title
+    full_title = f"{title} - {section}" if with_section and section.strip() else title
     return Document(docid=table_id, title=full_title, text="", kind="table", table_header=header, table_rows=rows)
 
 
@@ -83,7 +89,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
     open-domain release has 400k tables and 6M passages), then each question's qrels, answer and
     query. The questions are read and checked first, so only the ids they name are remembered;
     a named table or passage the files lack is reported after they were read."""
-    check_relevance("ottqa", RELEVANCE, relevance)  # one mode only
+    with_section = check_relevance("ottqa", RELEVANCE, relevance) == "section_titles"
     qpath, tpath, ppath = (Path(files[r]) for r in ("questions", "tables", "passages"))
     questions = read_json_list(qpath, "questions")
     parsed: list[tuple[str, str, list[tuple[int, str]], Answer, Query]] = []  # qid, table id, passage nodes, ...
@@ -118,7 +124,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
     for _line, tid, table in iter_json_object(tpath, "tables {table_id: table}"):
         if tid in wanted_tables:
             found_tables.add(tid)
-        yield _table_doc(tid, table, tpath)
+        yield _table_doc(tid, table, tpath, with_section)
     for _line, key, text in iter_json_object(ppath, "passages {'/wiki/Title': text}"):
         if not isinstance(text, str):
             raise DataError(ppath, key, "-", f"passage text: expected str, got {type(text).__name__}")

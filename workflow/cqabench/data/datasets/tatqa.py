@@ -8,13 +8,20 @@ also list paragraphs; those are not gold, as the annotation says the answer came
 table, and as the toolkit's `'text' in answer_from` test has it). How a `rel_paragraphs` entry
 names a paragraph is `relevance` (config `datasets.tatqa.relevance`):
 - `paper` (default): as the toolkit's TATQADataLoader, by list position, `paragraphs[int(p)-1]`;
-- `order`: the paragraph whose `order` field is int(p).
-The two agree on every question of the official dev file (278 contexts, 926 entries; each
-context's paragraphs are listed in order 1..n) and of the bundled sample.
+- `order`: the paragraph whose `order` field is int(p);
+- `rows`: as `paper`, but the table keeps its raw orientation (below).
+The two paragraph rules agree on every question of the official dev file (278 contexts, 926
+entries; each context's paragraphs are listed in order 1..n) and of the bundled sample.
 
-Table header = the first raw row, the rest are rows. TAT-QA tables often have two or three
-header rows (a period banner above the years); those extra rows stay as ordinary rows, so
-nothing is guessed. (DEXTER transposed the table and took its first *column* as the header.)
+Table orientation. `paper` and `order`: the table transposed, as the toolkit's TATQADataLoader
+builds its table evidence (`zip(*table)`, TATQADataLoader.py:39): the header is the raw table's
+first *column* (the row labels), each further column a row. That is the only table text of
+TAT-QA the toolkit's code shows (its oracle context); its corpus file `tatqa_corpus.json` was
+never released, so the retrieval corpus takes the same orientation (the one the code shows,
+and one text per document for retrieval and oracle alike). `rows`: header = the first raw row,
+the rest are rows; TAT-QA tables often have two or three header rows (a period banner above
+the years), which then stay as ordinary rows. The table is a grid in every TAT-QA file (no
+ragged rows), so transposing loses no cell. docs/fidelity.md gives the measured effect.
 
 Answers: span / multi-span -> answer_type "aliases" with the spans; for multi-span every span
 must be produced, which `numeric_type == "multi-span"` tells the metrics (a single span is
@@ -37,7 +44,8 @@ from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 RAW_FILES: dict[str, bool] = {"questions": True}
 RELEVANCE: dict[str, str] = {
     "paper": "rel_paragraphs by list position, paragraphs[int(p)-1], as the toolkit's loader",
-    "order": "rel_paragraphs by the paragraphs' order field",
+    "order": "rel_paragraphs by the paragraphs' order field; the table transposed as in paper",
+    "rows": "rel_paragraphs as paper; the table in its raw orientation (header = first raw row)",
 }
 
 SPAN_TYPES = ("span", "multi-span")
@@ -103,6 +111,26 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
     raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {valid}")
 
 
+def transposed(grid: list[list[str]]) -> list[list[str]]:
+    """The table's columns as rows: the toolkit's `zip(*table)`. TAT-QA tables are grids (every
+    row as wide as the first; checked by the caller), so nothing is cut."""
+    return [list(column) for column in zip(*grid)]
+
+
+def _table_grid(table: dict[str, Any], path: Path, uid: str, raw_rows: bool) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a context's table in the mode's orientation (module docstring)."""
+    grid = field(table, "table", list, path, uid)
+    header, rows = header_and_rows(grid, path, uid, "table.table")
+    if raw_rows:
+        return header, rows
+    for i, row in enumerate(rows, start=1):
+        if len(row) != len(header):
+            raise DataError(path, uid, f"table.table[{i}]",
+                            f"{len(row)} cells where the first row has {len(header)}: a ragged table cannot be "
+                            "transposed (relevance mode rows keeps the raw orientation)")
+    return header_and_rows(transposed(grid), path, uid, "table.table (transposed)")
+
+
 def _paragraph(r: Any, by_order: Mapping[int, str], listed: list[str], positional: bool,
                path: Path, qid: str, context: str) -> str:
     """The uid a `rel_paragraphs` entry names: by list position (mode `paper`) or by `order`."""
@@ -124,7 +152,8 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
             relevance: str = "paper") -> Iterator[Record]:
     """Per context: its questions' qrels, answers and queries, then (if it kept a question) its
     documents. Uids are checked unique over the file. `relevance`: RELEVANCE."""
-    positional = check_relevance("tatqa", RELEVANCE, relevance) == "paper"
+    mode = check_relevance("tatqa", RELEVANCE, relevance)
+    positional = mode != "order"
     path = Path(files["questions"])
     contexts = read_json_list(path, "contexts")
     n_queries = 0
@@ -135,7 +164,7 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
             break
         table = field(ctx, "table", dict, path, f"index {c}")
         table_uid = field(table, "uid", str, path, f"index {c}")
-        header, rows = header_and_rows(field(table, "table", list, path, table_uid), path, table_uid, "table.table")
+        header, rows = _table_grid(table, path, table_uid, raw_rows=mode == "rows")
         docs = [Document(docid=table_uid, title="", text="", kind="table", table_header=header, table_rows=rows)]
         by_order: dict[int, str] = {}
         for j, par in enumerate(field(ctx, "paragraphs", list, path, table_uid)):
