@@ -165,7 +165,7 @@ class RetrievalPlan(DataPlan):
     def pipeline_settings(self, name: str) -> dict[str, Any]:
         """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
         spec = self.pipelines[name]
-        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        held = pipelines.held_by_inputs(spec, self.run_depth)
         return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
 
     def pipeline_inputs(self, w: Any) -> dict[str, Any]:
