@@ -352,7 +352,7 @@ def test_makespan_bounds_and_list_schedule_by_hand() -> None:
     two = makespan(jobs, costs, gpus=2, cores=2)
     # a1 and a2 side by side 0-10, b 10-13, c 13-17: the critical path
     assert (two.lower_bound_s, two.list_schedule_s) == (17, 17)
-    with pytest.raises(ValueError, match="--gpus"):
+    with pytest.raises(ConfigError, match="2 GPU job\\(s\\): give --gpus"):
         makespan(jobs, costs, gpus=0, cores=2)
 
 

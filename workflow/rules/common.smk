@@ -120,7 +120,12 @@ if (
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
 
-_COSTS = JobCosts(PLAN, strict=False)
+try:
+    _COSTS = JobCosts(PLAN, strict=False)
+except ConfigError as exc:
+    # A broken benchmarks/rates.yaml (every rule's resources read it): one line naming the file
+    # and key, as for a broken config, not a traceback.
+    sys.exit(f"cqabench: {exc}")
 
 
 def _request(rule, w):

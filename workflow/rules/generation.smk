@@ -140,8 +140,18 @@ rule generate:
         "--out {output.predictions:q} --summary {output.summary:q} > {log:q} 2>&1"
 
 
+# Two configs with one `name` share a results tree: the plan names both files (a warning, see
+# cqabench.planner.tree_source for why not a refusal); a real run records its config file.
+from cqabench.planner import tree_source
+
+_SOURCE_WARNING = tree_source.source_warning(RESULTS, workflow.configfiles)
+if _SOURCE_WARNING and workflow.is_main_process:
+    print(f"cqabench: {_SOURCE_WARNING}", file=sys.stderr)
+
+
 onstart:
     check_api_keys()
     check_models()
     check_cluster_profile()
     check_vllm_environments()
+    tree_source.record_source(RESULTS, workflow.configfiles)

@@ -8,8 +8,9 @@ its metrics record), so no job's command line carries JSON and both always agree
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,23 @@ from cqabench.common.errors import ConfigError
 
 if TYPE_CHECKING:
     from cqabench.planner import Plan
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """argparse type of a count that must be >= `minimum` (`--limit`, `--cores`, `--gpus`): a
+    smaller value is a usage error naming the flag, not a slice, a "-1 s" bill or a traceback."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {minimum}"  # what argparse names in its error
+    return parse
 
 
 def json_object(text: str, flag: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from cqabench.commands import whole_number
 from cqabench.common.errors import ConfigError
 
 
@@ -17,17 +18,6 @@ def _files(pairs: list[str]) -> dict[str, Path]:
             raise ConfigError(f"--file expects ROLE=PATH, got {pair!r}")
         files[role] = Path(path)
     return files
-
-
-def positive_int(text: str) -> int:
-    """argparse type of a count that must be >= 1 (`--limit`): -1 or 0 is refused, not sliced."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
 
 
 def _spec(text: str) -> dict:
@@ -97,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True)
     p.add_argument("--split", required=True)
     p.add_argument("--file", action="append", default=[], metavar="ROLE=PATH")
-    p.add_argument("--limit", type=positive_int, default=None, help="explicit cap on the number of questions (>= 1)")
+    p.add_argument("--limit", type=whole_number(1), default=None, help="explicit cap on the number of questions (>= 1)")
     p.add_argument("--hops", type=int, nargs="+", default=None, help="MuSiQue: keep questions with these hop counts")
     p.add_argument("--answerable-only", action="store_true", help="MuSiQue: drop unanswerable questions")
     p.add_argument("--relevance", default="paper",

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cqabench.commands import whole_number
 from cqabench.common.errors import ConfigError
 
 
@@ -36,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--configfile", type=Path, help="a config file, as given to snakemake --configfile")
     p.add_argument("--config", help="the workflow's resolved configuration, results/<name>/config.json (what its "
                                     "estimate rule passes; validated already), or the same as JSON text")
-    p.add_argument("--gpus", type=int, default=8, help="GPUs for the makespan bound (default 8: the reference node)")
-    p.add_argument("--cores", type=int, default=64, help="CPU cores for the makespan bound (default 64)")
+    p.add_argument("--gpus", type=whole_number(0), default=8, help="GPUs for the makespan bound (default 8: the reference node)")
+    p.add_argument("--cores", type=whole_number(1), default=64, help="CPU cores for the makespan bound (default 64)")
     p.add_argument("--gpu-class", default="rtx3090", help="device class of the GPU jobs' rates (default rtx3090)")
     p.add_argument("--rates", type=Path, default=None, help="the rates file (default benchmarks/rates.yaml under --root)")
     p.add_argument("--root", type=Path, default=Path("."), help="the working directory the workflow runs in")

@@ -372,11 +372,12 @@ def run_cache_drop(args: argparse.Namespace) -> int:
 
 
 def run_cache_import(args: argparse.Namespace) -> int:
-    from cqabench.generation.llm.cache import CacheError, ItemCache, import_sqlite
+    from cqabench.generation.llm.cache import CacheError, ItemCache, import_rows, read_sqlite
 
     if not args.source.is_file():
         raise CacheError(f"{args.source}: no such SQLite cache file")
+    rows = read_sqlite(args.source)  # every row checked before the cache folder is opened or written
     with ItemCache(args.cache) as cache:
-        imported, skipped = import_sqlite(args.source, cache)
+        imported, skipped = import_rows(rows, cache)
     print(f"{args.cache}: imported {imported} item(s) from {args.source}, skipped {skipped} empty or unreadable")
     return 0

@@ -18,12 +18,19 @@ DEFAULT_NAME = "sample"  # config/config.yaml's name: the defaults of the standa
 LLM_CACHE_DIR = "cache/llm"  # generation.cache_dir's default (one folder per LLM below it)
 ONNX_CACHE_DIR = "cache/onnx"  # CQABENCH_EXPORT_CACHE's default
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # one path component: no "/", "..", or hidden folder
+# A folder name may be 255 bytes (`getconf NAME_MAX` on ext4, xfs, tmpfs); a 300-character name
+# failed at the first mkdir with "File name too long". 64 is far inside that and any name a user
+# reads in a path.
+NAME_MAX = 64
 
 
 def name_problem(name: object) -> str:
     """Why `name` cannot name a results tree ("" if it can)."""
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         return f"name: {name!r} must be one folder name (letters, digits, '_' and '-'): it is the results tree results/<name>/"
+    if len(name) > NAME_MAX:
+        return (f"name: {len(name)} characters ({name[:20]}...), at most {NAME_MAX}: it is the results tree "
+                "results/<name>/, one folder name")
     return ""
 
 

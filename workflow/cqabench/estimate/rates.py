@@ -18,6 +18,7 @@ naming the file and key.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import platform
 import shlex
@@ -30,6 +31,7 @@ from typing import Any
 import yaml
 
 from cqabench.common.errors import ConfigError
+from cqabench.planner.config_files import load_file
 
 # The checkout this package belongs to (resolved: tests and runs link workflow/ into other folders).
 REPO = Path(__file__).resolve().parents[3]
@@ -82,7 +84,8 @@ class Rates:
 
     @property
     def device_classes(self) -> Mapping[str, str]:
-        return self.data.get("device_classes") or {}
+        classes = self.data.get("device_classes")
+        return classes if isinstance(classes, Mapping) else {}
 
     def find(self, family: str, device: str, model: str, name: str) -> Rate | None:
         """The rate, or None: model first, then `any`."""
@@ -113,25 +116,41 @@ class Rates:
             raise ConfigError(f"{self.path}: rates.{key} needs exactly one of measured / assumed, has {kinds or 'none'}")
         kind = kinds[0]
         prov = entry[kind] or {}
+        if not isinstance(prov, Mapping):
+            raise ConfigError(f"{self.path}: rates.{key}.{kind} must be a mapping, got {type(prov).__name__}")
         required = ("machine", "date", "command") if kind == "measured" else ("source",)
         missing = [k for k in required if not prov.get(k)]
         if missing:
             raise ConfigError(f"{self.path}: rates.{key}.{kind} lacks {missing}")
+        raw = entry["value"]
         try:
-            value = float(entry["value"])
+            value = float(raw)
         except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: rates.{key}.value is not a number: {entry['value']!r}") from None
+            raise ConfigError(f"{self.path}: rates.{key}.value is not a number: {raw!r}") from None
+        if isinstance(raw, bool) or not math.isfinite(value) or value < 0:
+            # A cost is a finite amount >= 0: a negative one gave "-1 s" jobs and a makespan that
+            # looked believable, nan or inf a bill of nan or inf hours.
+            raise ConfigError(f"{self.path}: rates.{key}.value must be a finite number >= 0, got {raw!r}")
         return Rate(key, value, str(entry.get("unit", "")), kind, prov)
 
     def check(self) -> list[str]:
         """Every entry parsed once: the problems, each naming its key (empty when all are well formed)."""
-        problems = []
-        for family, devices in (self.data.get("rates") or {}).items():
-            for device, models in (devices or {}).items():
+        problems: list[str] = []
+
+        def mapping(value: Any, key: str) -> Mapping[str, Any]:
+            """`value` when it is a mapping (or empty); else a problem naming `key`, and {}."""
+            if value is None or isinstance(value, Mapping):
+                return value or {}
+            problems.append(f"{self.path}: {key} must be a mapping, got {type(value).__name__}")
+            return {}
+
+        mapping(self.data.get("device_classes"), "device_classes")
+        for family, devices in mapping(self.data.get("rates"), "rates").items():
+            for device, models in mapping(devices, f"rates.{family}").items():
                 if device not in self.device_classes:
-                    problems.append(f"rates.{family}.{device}: device class not under device_classes")
-                for model, names in (models or {}).items():
-                    for name, entry in (names or {}).items():
+                    problems.append(f"{self.path}: rates.{family}.{device}: device class not under device_classes")
+                for model, names in mapping(models, f"rates.{family}.{device}").items():
+                    for name, entry in mapping(names, f"rates.{family}.{device}.{model}").items():
                         try:
                             self._rate(f"{family}.{device}.{model}.{name}", entry)
                         except ConfigError as exc:
@@ -143,12 +162,16 @@ def load_rates(path: str | Path = RATES_FILE) -> Rates:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: the rates file is missing (benchmarks/rates.yaml in the repository)")
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    data = load_file(path) or {}  # strict YAML: a syntax error or a duplicated key named by line
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the rates file holds a mapping (version, device_classes, rates), "
+                          f"got {type(data).__name__}")
     rates = Rates(data, path)
     problems = rates.check()
     if problems:
-        raise ConfigError("the rates file is malformed:\n  " + "\n  ".join(problems))
+        # One line (every rule's resources read this file, so `snakemake -n` shows it too).
+        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        raise ConfigError(f"the rates file is malformed: {problems[0]}{more}")
     return rates
 
 

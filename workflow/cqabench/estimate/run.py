@@ -20,9 +20,10 @@ SCHEMA = Path(__file__).resolve().parents[2] / "schemas/config.schema.yaml"  # t
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    from cqabench.planner.config_files import check_files, load_file
+    from cqabench.planner.config_files import load_file
 
-    check_files([str(path)])
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: config file not found (or not a file)")
     config = load_file(path)
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: a config file holds a mapping, got {type(config).__name__}")

@@ -16,6 +16,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cqabench.common.errors import ConfigError
 from cqabench.estimate.jobs import Job
 from cqabench.estimate.model import Cost
 
@@ -33,7 +34,7 @@ class Makespan:
 
 def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) -> Makespan:
     if gpus < 0 or cores < 1:
-        raise ValueError(f"need gpus >= 0 and cores >= 1, got {gpus} and {cores}")
+        raise ConfigError(f"need --gpus >= 0 and --cores >= 1, got {gpus} and {cores}")
     by_id = {j.id: j for j in jobs}
     cost = {c.id: c for c in costs}
     order = [j.id for j in jobs]  # stage order: every dependency comes first (jobs.plan_jobs)
@@ -48,7 +49,7 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
     gpu_s = sum(c.gpu_s for c in costs)
     core_s = sum(c.wall_s * min(c.threads, cores) for c in costs)
     if gpu_s and not gpus:
-        raise ValueError("the plan has GPU jobs: give --gpus N with N >= 1")
+        raise ConfigError(f"the plan has {sum(1 for c in costs if c.gpus)} GPU job(s): give --gpus N with N >= 1")
     gpu_bound = gpu_s / gpus if gpus else 0.0
     cpu_bound = core_s / cores
     lower = max(gpu_bound, cpu_bound, critical)

@@ -59,13 +59,35 @@ def model_folder(repo_id: str, directory: str | Path | None = None) -> Path:
 
 
 def fetched_revision(folder: str | Path) -> str | None:
-    """The commit in a fetched folder's REVISION file; None when the fetch has not completed."""
+    """The commit in a fetched folder's REVISION file; None when the fetch has not completed or a
+    file it fetched is gone or changed since (`damage`)."""
     path = Path(folder) / REVISION_FILE
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return None
-    return text if COMMIT.match(text) else None
+    return text if COMMIT.match(text) and damage(folder) is None else None
+
+
+def damage(folder: str | Path) -> str | None:
+    """Why a fetched folder no longer holds what its fetch wrote, or None: the first file its
+    MANIFEST lists that is missing or has another size.
+
+    Why: REVISION marks a fetch complete, but a weights file deleted (or cut short) afterwards
+    left a folder that `models fetch` kept and `models list --check` passed, and a job then
+    failed inside transformers. A size check costs one stat per file, no read.
+    """
+    files = read_manifest(folder).get("files")
+    if not isinstance(files, dict):
+        return None  # no manifest: nothing to compare with
+    for name, size in sorted(files.items()):
+        try:
+            got = (Path(folder) / name).stat().st_size
+        except OSError:
+            return f"{name} is missing from {folder} (its {MANIFEST_FILE} lists it)"
+        if isinstance(size, int) and got != size:
+            return f"{name} in {folder} has {got} bytes, its {MANIFEST_FILE} lists {size}"
+    return None
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
@@ -94,8 +116,9 @@ def locate(spec: str, what: str = "model", revision: str | None = None, director
     folder = model_folder(spec, directory)
     commit = fetched_revision(folder)
     if commit is None:
+        why = damage(folder) if (folder / REVISION_FILE).is_file() else None
         raise ConfigError(f"{what}: model {spec!r} is not in {models_dir(directory)}/ "
-                          f"({folder / REVISION_FILE} is missing); {fetch_hint()}")
+                          f"({why or f'{folder / REVISION_FILE} is missing'}); {fetch_hint()}")
     if revision and COMMIT.match(revision) and commit != revision:
         raise ConfigError(f"{what}: model {spec!r} in {folder} is commit {commit}, the config pins {revision}; "
                           f"{fetch_hint()}")
@@ -132,5 +155,12 @@ def revision_settings(settings: Mapping[str, Any], model_keys: tuple[str, ...], 
         pinned = model_keys if key == "revision" else (model_key,)
         if not any(settings.get(k) for k in pinned):
             raise ConfigError(f"{family} retriever: {key} is set but {' / '.join(pinned)} is not (it pins {model_key})")
+        if not any(is_hub_id(settings.get(k)) for k in pinned):
+            # A revision picks a hub commit; a package: model is pinned by its package's version, a
+            # folder by its fingerprint. Kept, it would replace that pin as every row's
+            # model_revision while the weights stayed what they were.
+            models = ", ".join(f"{k} {settings[k]!r}" for k in pinned if settings.get(k))
+            raise ConfigError(f"{family} retriever: {key} {value!r} pins a hub model, but {models} is none (a package: "
+                              "model is pinned by its package's version, a folder by its files); drop it")
         out[key] = value
     return out

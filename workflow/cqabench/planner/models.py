@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cqabench.models.store import COMMIT, DEFAULT_MODELS_DIR, REVISION_KEYS, fetched_revision, is_hub_id, revision_of
+from cqabench.models.store import COMMIT, DEFAULT_MODELS_DIR, REVISION_KEYS, damage, fetched_revision, is_hub_id, revision_of
 from cqabench.models.fetch import ModelRequest
 
 # Rules whose jobs load a model, and the wildcard that names whose model (workflow/rules/).
@@ -134,7 +134,8 @@ def status(plan: Any, directory: str | None = None) -> dict[str, str | None]:
     for req in requests(plan):
         commit = fetched_revision(folder_root / req.repo_id)
         if commit is None:
-            out[req.repo_id] = "not fetched"
+            why = damage(folder_root / req.repo_id)
+            out[req.repo_id] = f"not whole: {why}; fetch it again" if why else "not fetched"
         elif COMMIT.match(req.revision) and commit != req.revision:
             out[req.repo_id] = f"fetched at {commit}, the config pins {req.revision}"
         else:

@@ -19,13 +19,13 @@ CrossEncoder).
 The checks here are the ones the JSON schema cannot make, each naming its key: settings per
 type (`resolve`), a name taken by another run, an input that names no run, a cycle of
 pipelines, a fusion of runs that share no dataset split (runs of different datasets), and a
-rerank deeper than its input holds. A RAG k deeper than a pipeline's `depth` is refused with
+rerank deeper than its input holds or a fusion deeper than its inputs together. A RAG k deeper than a pipeline's `depth` is refused with
 the other depth checks (`GenerationPlan._rag_depth_problems`, through `RetrievalPlan.run_depth`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cqabench.common.errors import ConfigError
@@ -53,14 +53,18 @@ def input_key(spec: Mapping[str, Any]) -> str:
 def resolve(spec: Mapping[str, Any], default_depth: int, input_depth: int | None = None) -> dict[str, Any]:
     """A pipeline's settings, defaults filled in and checked by its type's module.
 
-    A fusion's `depth` defaults to `default_depth` (retrieval.k); a rerank's to 100, or to what its
-    input holds where that is less (a rerank of a depth-10 IR-Q run reranks its 10), so the
-    default is never refused by the depth check below.
+    `input_depth`: the most its inputs hold per question (`held_by_inputs`), None when unknown.
+    A fusion's `depth` defaults to `default_depth` (retrieval.k); a rerank's to 100; either to what
+    its inputs hold where that is less (a rerank of a depth-10 IR-Q run reranks its 10, a fusion of
+    two of them holds at most 20), so the default is never refused by the depth check below and
+    every row records a depth the run can hold.
     """
     kind = spec.get("type")
     if kind == "fusion":
         from cqabench.retrieval import fusion
 
+        if spec.get("depth") is None and input_depth is not None:
+            default_depth = min(default_depth, input_depth)
         return fusion.resolve(spec, default_depth)
     if kind == "rerank":
         from cqabench.retrieval import rerank
@@ -200,18 +204,39 @@ def problems(plan: Any) -> list[str]:
     return out
 
 
+def held_by_inputs(spec: Mapping[str, Any], run_depth: Callable[[str], tuple[str, int] | None]) -> tuple[str, int] | None:
+    """(where it comes from, depth): the most a pipeline's inputs hold per question; None when an
+    input's depth is unknown at planning (an external run's is its file's).
+
+    A rerank reorders its input's ranking, so it holds what that input holds; a fusion holds the
+    union of its inputs' rankings, at most the sum of their depths.
+    """
+    held = [run_depth(dep) for dep in inputs_of(spec)]
+    if not held or any(h is None for h in held):
+        return None
+    known = [h for h in held if h is not None]
+    if spec.get("type") == "rerank":
+        return known[0]
+    where = " + ".join(f"{dep} {key}: {depth}" for dep, (key, depth) in zip(inputs_of(spec), known))
+    return where, sum(depth for _, depth in known)
+
+
 def _depth_problems(plan: Any) -> list[str]:
-    """A rerank deeper than its input run holds would record a depth it never had."""
+    """A pipeline deeper than its inputs hold would record a depth it never had: a rerank deeper
+    than its input, a fusion deeper than its inputs together."""
     out = []
     for name, spec in plan.pipelines.items():
-        if spec.get("type") != "rerank":
-            continue
         try:
-            held = plan.run_depth(spec["of"])
+            held = held_by_inputs(spec, plan.run_depth)
             depth = plan.pipeline_settings(name)["depth"]
         except ConfigError:
             continue  # its settings, or its input's, are reported by `problems`
-        if held is not None and depth > held[1]:
+        if held is None or depth <= held[1]:
+            continue
+        if spec.get("type") == "rerank":
             out.append(f"{KEY}.{name}.depth: {depth} exceeds what run {spec['of']!r} holds per question "
                        f"({held[0]}: {held[1]}); rerank at most {held[1]}")  # fmt: skip
+        else:
+            out.append(f"{KEY}.{name}.depth: {depth} exceeds what its runs hold together per question "
+                       f"({held[0]}; at most {held[1]}); fuse at most {held[1]}")  # fmt: skip
     return out

@@ -19,6 +19,9 @@ from cqabench.retrieval.decomposition import RUN_SUFFIX
 
 # IR-Q / IR-D run names are "{retriever}-{suffix}"
 SUFFIX_KIND = {v: k for k, v in RUN_SUFFIX.items()}
+# The retriever wildcard of a cell without retrieval (GenerationPlan: closed book, oracle, open
+# book): no run may take it, or its RAG rows would be read as such cells and lose their settings.
+NO_RETRIEVER = "none"
 
 
 class RetrievalPlan(DataPlan):
@@ -81,6 +84,12 @@ class RetrievalPlan(DataPlan):
         for kind in self.decomposition.get("queries", []):
             if kind not in RUN_SUFFIX:
                 out.append(f"retrieval.decomposition.queries: {kind!r} is not one of {list(RUN_SUFFIX)}")
+        for key, names in (("retrievers", self.retriever_configs), ("external_runs", self.external_runs),
+                           ("retrieval.pipelines", self.pipelines)):  # fmt: skip
+            if NO_RETRIEVER in names:
+                out.append(f"{key}.{NO_RETRIEVER}: the name {NO_RETRIEVER!r} is reserved: it is the retriever of every cell "
+                           "without retrieval (closed book, oracle, open book), whose rows carry no retriever "
+                           "settings; pick another name")  # fmt: skip
         clash = sorted(set(self.external_runs) & set(self.retriever_configs))
         if clash:
             out.append(f"external_runs: names {clash} are also retriever names; rename them")
@@ -165,7 +174,7 @@ class RetrievalPlan(DataPlan):
     def pipeline_settings(self, name: str) -> dict[str, Any]:
         """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
         spec = self.pipelines[name]
-        held = self.run_depth(spec["of"]) if spec.get("type") == "rerank" and isinstance(spec.get("of"), str) else None
+        held = pipelines.held_by_inputs(spec, self.run_depth)
         return pipelines.resolve(spec, self.retrieval_k, held[1] if held else None)
 
     def pipeline_inputs(self, w: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from cqabench.common.errors import DataError
 from cqabench.common.io import atomic_path, write_parquet
+from cqabench.data.datasets.common import read_json, text_lines
 from cqabench.retrieval.base import Results, rank
 
 Run = dict[str, dict[str, float]]
@@ -96,21 +97,20 @@ def _add(run: Run, path: Path, where: object, qid: str, docid: str, score: float
 
 def _read_trec(path: Path) -> Run:
     run: Run = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            where = f"line {lineno}"
-            if len(parts) != 6:
-                raise DataError(path, where, "-", f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}")
-            qid, _, docid, rank_text, score_text, _ = parts
-            try:
-                int(rank_text)
-                score = float(score_text)
-            except ValueError:
-                raise DataError(path, where, "rank/score", f"rank {rank_text!r} or score {score_text!r} is not a number") from None
-            _add(run, path, where, qid, docid, score)
+    for lineno, line in text_lines(path):  # bad bytes: a DataError naming the line
+        parts = line.split()
+        if not parts:
+            continue
+        where = f"line {lineno}"
+        if len(parts) != 6:
+            raise DataError(path, where, "-", f"expected 6 columns (qid Q0 docid rank score tag), got {len(parts)}")
+        qid, _, docid, rank_text, score_text, _ = parts
+        try:
+            int(rank_text)
+            score = float(score_text)
+        except ValueError:
+            raise DataError(path, where, "rank/score", f"rank {rank_text!r} or score {score_text!r} is not a number") from None
+        _add(run, path, where, qid, docid, score)
     return run
 
 
@@ -132,10 +132,7 @@ def _read_parquet(path: Path) -> Run:
 
 
 def _read_json(path: Path) -> Run:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(path, f"line {exc.lineno}", "-", f"not valid JSON ({exc.msg})") from None
+    raw = read_json(path)  # bad UTF-8, invalid JSON and lone surrogates named by line or record
     if not isinstance(raw, dict):
         raise DataError(path, None, "-", "expected an object {qid: {docid: score}}")
     run: Run = {}
@@ -167,4 +164,11 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
         raise DataError(path, None, "format", f"unknown run format {fmt!r}; valid: {', '.join(FORMATS)}")
     if not path.is_file():
         raise DataError(path, None, "-", "run file not found")
-    return {"trec": _read_trec, "parquet": _read_parquet, "json": _read_json}[fmt](path)
+    run = {"trec": _read_trec, "parquet": _read_parquet, "json": _read_json}[fmt](path)
+    if not any(run.values()):
+        # An empty run would score 0.0 on every measure and give a RAG cell no context while its
+        # rows said k documents: refused here, where import, evaluation, fusion, rerank and the
+        # cell inputs all read a run (as `prepare` refuses a raw file without questions).
+        raise DataError(path, None, "-", f"the run ranks no document (an empty {fmt} file, blank lines or "
+                        "empty rankings only): nothing to score or fuse; is it the right file?")
+    return run

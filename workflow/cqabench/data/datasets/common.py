@@ -6,6 +6,7 @@ import codecs
 import hashlib
 import json
 import math
+import re
 import shutil
 import stat
 import tempfile
@@ -32,6 +33,39 @@ def os_error(path: Path, exc: OSError) -> DataError:
     else:
         problem = f"cannot be read ({exc.strerror or exc})"
     return DataError(path, None, "-", problem)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def refuse_lone_surrogates(text: str, value: Any, path: Path, where: tuple = (), span: tuple[int, int] | None = None) -> None:
+    """A DataError naming the first string of `value` holding a lone UTF-16 surrogate.
+
+    Why: JSON may spell one half of a surrogate pair alone (`"\\ud800"`); json.loads accepts it,
+    and the string then cannot be written as UTF-8 (Parquet, TREC, JSON out), a traceback far from
+    the record. Only text with a surrogate escape in `span` is walked (a paired escape, an emoji, is
+    valid), so clean files cost one regex scan. The error's record is the first step of the path
+    (`where` + the path inside `value`), its field the rest.
+    """
+    start, end = span if span is not None else (0, len(text))
+    if not _SURROGATE_ESCAPE.search(text, start, end):
+        return
+    stack: list[tuple[tuple, Any]] = [(where, value)]
+    while stack:
+        at, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                record = at[0] if at else None
+                field = ".".join(str(step) for step in at[1:]).encode("utf-8", "backslashreplace").decode() or "-"
+                raise DataError(path, record, field, f"holds a lone UTF-16 surrogate (\\u{ord(item[exc.start]):04x}), "
+                                "which is no character and cannot be written as UTF-8; fix the escape") from None
+        elif isinstance(item, dict):
+            for key, member in reversed(item.items()):
+                stack.extend([((*at, key), member), ((*at, key), key)])
+        elif isinstance(item, list):
+            stack.extend(((*at, i), member) for i, member in reversed(list(enumerate(item))))
 
 
 def check_raw_file(path: Path, role: str) -> None:
@@ -74,9 +108,11 @@ def read_json(path: Path) -> Any:
     if not text.strip():
         raise DataError(path, None, "-", "empty file: no JSON in it")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(path, f"line {exc.lineno}", "-", f"not valid JSON ({exc.msg}, char {exc.pos})") from None
+    refuse_lone_surrogates(text, data, path)
+    return data
 
 
 def read_json_list(path: Path, what: str = "questions") -> list[Any]:
@@ -113,6 +149,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise DataError(path, f"line {lineno}", "-", f"not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise DataError(path, f"line {lineno}", "-", f"expected a JSON object, got {type(obj).__name__}")
+        refuse_lone_surrogates(line, obj, path, (f"line {lineno}",))
         yield lineno, obj
 
 
@@ -318,6 +355,7 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                 raise DataError(path, f"line {line_at(min(exc.pos, len(buf)))}", "-",
                                 f"not valid JSON ({exc.msg}){where}") from None
             last = key
+            refuse_lone_surrogates(buf, {key: value}, path, span=(start, pos))
             yield line_at(start + key_off), key, value
         while True:
             while pos < len(buf) and buf[pos] in _WS:

@@ -566,12 +566,8 @@ class ItemCache:
         self.close()
 
 
-def import_sqlite(source: Path, cache: ItemCache) -> tuple[int, int]:
-    """Copy the completions of an SQLite cache of an earlier version; returns (imported, skipped).
-
-    Empty completions (issue 11, cause 4: stored for good by the old code) are skipped, so they
-    are asked again.
-    """
+def read_sqlite(source: Path) -> list[tuple[Any, Any, Any]]:
+    """An old SQLite cache's (key, completion, label) rows, every key checked before one is written."""
     import sqlite3
 
     try:
@@ -580,6 +576,15 @@ def import_sqlite(source: Path, cache: ItemCache) -> tuple[int, int]:
         db.close()
     except sqlite3.Error as exc:
         raise CacheError(f"{source}: not a readable SQLite item cache ({exc}); nothing was imported") from None
+    for number, (key, _, _) in enumerate(rows, start=1):
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise CacheError(f"{source}: row {number}, field 'key': {key!r} is not an item cache key "
+                             "([A-Za-z0-9_-], 1 to 128 characters); nothing was imported")
+    return rows
+
+
+def import_rows(rows: Iterable[tuple[Any, Any, Any]], cache: ItemCache) -> tuple[int, int]:
+    """(imported, skipped) of `read_sqlite`'s rows; empty completions (issue 11, cause 4) are asked again."""
     imported = skipped = 0
     for key, blob, label in rows:
         try:
