@@ -7,7 +7,9 @@ example), and one command asks for both cells' metrics. When the resolved config
 output, that command ran the rule alone ("1 of 1 steps", rc 0) and left neither file: Snakemake
 skipped every job it reached only through the config's `ancient()` edge. Now Snakemake's main
 process rewrites the file before planning (cqabench.planner.resolved_config), and the same
-command builds both cells, recording the settings the second config gave them.
+command builds both cells, recording the settings the second config gave them. The README's
+off-grid cell, asked for with the default config once the other one rewrote the file, plans its
+generation and evaluation (a dry run).
 
 TAT-QA's sample is the smallest searched corpus; the whole test runs 8 jobs (about a minute on
 2 cores).
@@ -20,6 +22,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from test_rebuild import job_table
 
 CELLS = "results/sample/retrieval/tatqa/dev/pipe"
 EXTRA = """\
@@ -64,3 +68,12 @@ def test_target_after_config_change_is_built_by_the_first_command(workdir: Path)
     # and the same command again has nothing left to do
     again = _snakemake(workdir, "-n", "--configfile", "config/config.yaml", "extra.yaml", "--", *targets)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+    # The README's off-grid cell, once another config has rewritten results/sample/config.json:
+    # its generation and evaluation are planned (the rule-made config planned itself alone).
+    cell = "results/sample/metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot-cot/rag-k5"
+    off_grid = _snakemake(workdir, "-n", "--configfile", "config/config.yaml", "--", f"{cell}/metrics.json")
+    assert off_grid.returncode == 0, off_grid.stderr[-3000:]
+    planned = job_table(off_grid.stdout + off_grid.stderr)
+    assert planned["generate"] == 1 and planned["evaluate_generation"] == 1, planned
+    assert "resolved_config" not in planned
