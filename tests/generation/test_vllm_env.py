@@ -116,10 +116,12 @@ def test_planning_needs_no_vllm_environment_nor_conda(tmp_path: Path, workdir: P
              "--configfile", "config/dexter.yaml"]
     done = subprocess.run(SNAKEMAKE + slurm, cwd=workdir, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    # mistral-7b (no device: vLLM's default, the GPU) runs in make setup-gpu's CUDA build
-    gpu_python = REPO / ".venv-vllm-gpu" / "bin" / "python"
-    assert f"--python {gpu_python} --backend vllm --gpu --log " in done.stdout
-    assert f"CQABENCH_PYTHON={gpu_python} cqabench generate --dataset strategyqa" in done.stdout
+    # mistral-7b (no device: vLLM's default, the GPU) runs in make setup-gpu's CUDA build, named by
+    # its role's variable (the shell prefix exports its path): no checkout path in the job's params
+    role = '"$CQABENCH_VLLM_GPU_PYTHON_PATH"'
+    assert f"--python {role} --backend vllm --gpu --log " in done.stdout
+    assert f"CQABENCH_PYTHON={role} cqabench generate --dataset strategyqa" in done.stdout
+    assert str(REPO) not in done.stdout.split("rule generate:")[1].split("\n\n")[0]
 
 
 def _cell_workdir(workdir: Path, device: str) -> Path:

@@ -26,6 +26,7 @@ from cqabench.planner import (
 )
 from cqabench.planner import names_pattern as _names, one_of as _one_of
 from cqabench.common.provenance import config_hash
+from cqabench.planner import resolved_config
 
 # Snakemake's YAML loader keeps the last of two equal keys silently: re-read every config file
 # strictly first (cqabench.planner.config_files), so a duplicated key stops here with its file and line.
@@ -50,25 +51,6 @@ _PACKAGE_DIR = shlex.quote(str(Path(workflow.basedir) / "workflow"))
 # `python -m cqabench` runs the CLI (cqabench.common.job_memory.run_job) so that Snakemake's retries redo only out-of-memory failures:
 # a job that failed otherwise stops at once on its retry (CQABENCH_RUN_ID names this run).
 start_run(workflow.is_main_process)
-# (The prefix is formatted like a shell command, hence the doubled braces.)
-# CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
-# vLLM needs transformers 5 and lives in its own environment, see `python_for`).
-# CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus and config.
-shell.prefix(
-    'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench "$@"; }}; '
-    'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
-    # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
-    'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
-    # fetched hub checkpoints (config key models_dir; cqabench.models.store): jobs load them from here
-    "export CQABENCH_MODELS_DIR=%s; "
-    % (
-        _PACKAGE_DIR,
-        _PYTHON,
-        shlex.quote(ONNX_CACHE_DIR),
-        _PYTHON,
-        shlex.quote(models_stage.models_dir_of(config)),
-    )
-)
 
 # The vLLM environments: the CPU build (`make setup`: .venv-vllm) for LLMs with device: cpu, the
 # CUDA build (`make setup-gpu`: .venv-vllm-gpu) for LLMs on a GPU; CQABENCH_VLLM_PYTHON replaces
@@ -96,6 +78,75 @@ except ConfigError as exc:
 # An item cache at the old default (results/cache/llm): its answers would be asked again.
 if PLAN.legacy_cache_problem():
     sys.exit(f"cqabench: {PLAN.legacy_cache_problem()}")
+
+# The resolved config the jobs read (--config), written here, before the DAG, by the main
+# process only, and only when its text differs: no rule makes it, so a target asked for after a
+# config change is built by the first command, and a stale or hand-edited file is never used
+# (cqabench.planner.resolved_config; every job also checks the sha256 exported below).
+CONFIG_FILE = PLAN.config_file
+CONFIG_TEXT = resolved_config.text_of(config)
+if workflow.is_main_process:
+    try:
+        _had_config_file = Path(CONFIG_FILE).exists()
+        if resolved_config.refresh(CONFIG_FILE, config) and _had_config_file:
+            print(
+                f"cqabench: {CONFIG_FILE} rewritten from this run's config (it held another one)",
+                file=sys.stderr,
+            )
+    except ConfigError as exc:
+        sys.exit(f"cqabench: {exc}")
+
+# The interpreters by role (Plan.python_role): a job's shell names the role's variable, set by
+# the prefix below, so a moved checkout or another venv path reruns nothing.
+PYTHON_OF_ROLE = {
+    "project": _PYTHON,
+    "vllm": shlex.quote(VLLM_PYTHON),
+    "vllm_gpu": shlex.quote(VLLM_GPU_PYTHON),
+}
+PYTHON_VARS = {role: f"CQABENCH_{role.upper()}_PYTHON_PATH" for role in PYTHON_OF_ROLE}
+
+
+def python_word(llm):
+    """The shell word of the interpreter of an LLM's generation jobs: its role's variable
+    (`python` itself under conda, where each job's env provides it)."""
+    role = PLAN.python_role(llm)
+    return "python" if role == "conda" else f'"${PYTHON_VARS[role]}"'
+
+
+# (The prefix is formatted like a shell command, hence the doubled braces.) It is no rerun
+# trigger (Snakemake compares a rule's shell text and params): what differs between checkouts
+# and runs, the interpreters' paths and the config's sha256, is exported here, never in params.
+# CQABENCH_PYTHON, when a job sets it, runs the package with another interpreter (vLLM jobs do,
+# vLLM needs transformers 5 and lives in its own environment: `python_word`).
+# CQABENCH_EXPORT_CACHE: one ONNX export of an encoder serves the indexes of every corpus and config.
+shell.prefix(
+    (
+        'set -euo pipefail; cqabench() {{ PYTHONPATH=%s "${{CQABENCH_PYTHON:-%s}}" -m cqabench "$@"; }}; '
+        # the vLLM interpreter check that starts every generation job (`vllm_check`)
+        'cqabench_vllm_check() {{ PYTHONPATH=%s %s -m cqabench.generation.vllm_env "$@"; }}; '
+        'export CQABENCH_EXPORT_CACHE="${{CQABENCH_EXPORT_CACHE:-%s}}"; '
+        # open-book jobs in vLLM's environment search the tool corpus through this one (Java BM25)
+        'export CQABENCH_SEARCH_PYTHON="${{CQABENCH_SEARCH_PYTHON:-%s}}"; '
+        # fetched hub checkpoints (config key models_dir; cqabench.models.store): jobs load them from here
+        "export CQABENCH_MODELS_DIR=%s; "
+        # the interpreter of each role (`python_word`): generation jobs name the role, not the path
+        + "".join(f"export {var}=%s; " for var in PYTHON_VARS.values())
+        # the resolved config this run planned: a job refuses another (resolved_config.verify)
+        + f"export {resolved_config.ENV_FILE}=%s {resolved_config.ENV_SHA256}=%s; "
+    )
+    % (
+        _PACKAGE_DIR,
+        _PYTHON,
+        _PACKAGE_DIR,
+        _PYTHON,
+        shlex.quote(ONNX_CACHE_DIR),
+        _PYTHON,
+        shlex.quote(models_stage.models_dir_of(config)),
+        *(PYTHON_OF_ROLE[role] for role in PYTHON_VARS),
+        shlex.quote(CONFIG_FILE),
+        resolved_config.sha256_of(CONFIG_TEXT),
+    )
+)
 
 # Hub checkpoints: jobs run offline and load them only from models_dir/<org>/<name>, filled by
 # `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.planner.models).
@@ -135,8 +186,6 @@ def _request(rule, w):
 
 # ---- names the rules use (all from the plan) ----
 RESULTS = PLAN.results  # this config's results tree: every rule output lies under it
-# the resolved config the jobs read (rule resolved_config)
-CONFIG_FILE = PLAN.config_file
 RAW_DIR = PLAN.raw_dir
 DATASETS = PLAN.datasets
 SERIALIZATIONS = PLAN.serializations
@@ -312,13 +361,13 @@ def vllm_check(wildcards):
     the job's own Python where the job runs (a cluster node, a conda env); the rule adds --log.
     """
     llm = wildcards.llm
-    args = ["--llm", llm, "--python", python_for(llm)]
-    args += ["--backend", LLMS[llm]["backend"]]
+    args = ["--backend", LLMS[llm]["backend"]]
     args += ["--device", str(LLMS[llm]["device"])] if "device" in LLMS[llm] else []
     args += ["--gpu"] if _uses_gpu(llm) else []
-    return "PYTHONPATH=%s %s -m cqabench.generation.vllm_env %s" % (
-        _PACKAGE_DIR,
-        _PYTHON,
+    # the interpreter as its role's variable (`python_word`): no checkout path in the job's params
+    return "cqabench_vllm_check --llm %s --python %s %s" % (
+        shlex.quote(llm),
+        python_word(llm),
         " ".join(map(shlex.quote, args)),
     )
 

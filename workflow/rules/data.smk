@@ -2,30 +2,8 @@
 # prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"):
 # their estimate (_request, cqabench.estimate) is flat in the corpus size, their time linear in it;
 # an out-of-memory kill still retries with twice the memory.
-from cqabench.common.io import write_json, write_text
+from cqabench.common.io import write_text
 from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
-
-
-# The run's configuration as Snakemake resolved it (config files, --config, the schema's
-# defaults), rewritten when it changes. A job that needs more than its files and wildcards (a
-# cell's settings, its metrics record, the report's setup) reads it (`--config`) and asks the
-# planner, instead of carrying JSON on its command line (cqabench.commands.plan_of). Inputs marked
-# ancient() rerun on their own params, not on every config change.
-rule resolved_config:
-    output:
-        CONFIG_FILE,
-    log:
-        f"{RESULTS}/logs/resolved_config.log",
-    localrule: True
-    resources:
-        mem_mb=lambda w: _request("resolved_config", w)["mem_mb"],
-        runtime=lambda w: _request("resolved_config", w)["runtime"],
-    params:
-        config_hash=CONFIG_HASH,  # a changed config rewrites it
-    run:
-        # unsorted: the datasets' order is the order of every table
-        write_json(config, output[0], sort_keys=False)
-        Path(log[0]).write_text(f"{output[0]}: config {params.config_hash}\n")
 
 
 rule download:

@@ -6,8 +6,10 @@
 # rule's measured benchmark: files. Seconds, reads no result.
 rule estimate:
     input:
-        rates=str(RATES_FILE),  # a rate written by a benchmark (--write-rates) re-estimates
-        config=CONFIG_FILE,
+        # a rate written by a benchmark (--write-rates) re-estimates; relative, as every input, so a
+        # moved checkout plans nothing
+        rates=os.path.relpath(RATES_FILE),
+        config=ancient(CONFIG_FILE),
     output:
         csv=f"{REPORT_DIR}/estimate/estimate.csv",
         parquet=f"{REPORT_DIR}/estimate/estimate.parquet",
@@ -26,6 +28,7 @@ rule estimate:
         out_dir=lambda w, output: Path(output.json).parent,
         gpus=REFERENCE_NODE["gpus"],
         cores=REFERENCE_NODE["cores"],
+        config_hash=CONFIG_HASH,  # it reads the whole config: a changed config re-estimates
     shell:
         "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
         "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"

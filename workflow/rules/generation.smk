@@ -90,10 +90,10 @@ rule generate_batch:
         cells=batch_members,
         settings=batch_settings,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
-        python=lambda w: python_for(w.llm),
+        python=lambda w: python_word(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:
-        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate-batch --llm {wildcards.llm:q} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python} cqabench generate-batch --llm {wildcards.llm:q} "
         "--config {input.config:q} --threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -129,10 +129,10 @@ rule generate:
         settings=lambda w: as_arg(_generation_settings(w)),
         files=_generation_args,
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
-        python=lambda w: python_for(w.llm),
+        python=lambda w: python_word(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:
-        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python:q} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
+        "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python} cqabench generate --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
         "--serialization {wildcards.serialization:q} --retriever {wildcards.retriever:q} "
         "--llm {wildcards.llm:q} --prompt {wildcards.prompt:q} --setting {wildcards.setting:q} --k {wildcards.k} "
         "--queries {input.queries:q} --template {input.template:q} {params.files} "

@@ -1,9 +1,11 @@
 """Subcommands of `cqabench`, one module per workflow stage; each exposes `register(subparsers)`.
 
 A workflow job gets what it needs beyond its files and wildcards from the run's resolved
-configuration (`--config results/<name>/config.json`, rule `resolved_config`): it rebuilds the
-plan from it (`plan_of`) and asks the planner what it decided for this job (a cell's settings,
-its metrics record), so no job's command line carries JSON and both always agree.
+configuration (`--config results/<name>/config.json`, written by Snakemake's main process before
+it plans: `cqabench.planner.resolved_config`): it rebuilds the plan from it (`plan_of`) and asks
+the planner what it decided for this job (a cell's settings, its metrics record), so no job's
+command line carries JSON and both always agree; a file that is not the config the run planned
+(edited, or rewritten by another config of the same name) is refused by name.
 """
 
 from __future__ import annotations
@@ -62,7 +64,14 @@ def config_arg(text: str, flag: str = "--config") -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{flag}: {text!r} is not a file (the workflow writes results/<name>/config.json) "
                           "nor a JSON object")
-    return json_object(path.read_text(encoding="utf-8"), f"{flag} {path}")
+    from cqabench.planner.resolved_config import verify
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte {exc.start})") from None
+    verify(path, text)  # in a workflow job: the config this run planned, or a clear refusal
+    return json_object(text, f"{flag} {path}")
 
 
 def plan_of(config: Mapping[str, Any]) -> Plan:

@@ -20,7 +20,7 @@ from cqabench.planner import CELL_FIELDS
 from cqabench.retrieval.decomposition import RUN_SUFFIX
 
 # The rules in the order of the workflow's stages (tables list them in this order).
-RULES = ("resolved_config", "download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
+RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
          "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "eval_retrieval",
          "convert_model",
          "generate_batch", "cell_spec", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
@@ -61,9 +61,8 @@ def plan_jobs(plan: Any) -> list[Job]:
 def _jobs(plan: Any) -> Iterator[Job]:
     root = plan.env.root
     # ---- data ----
-    # the resolved config the cell, evaluation and report jobs read (`--config`): written in
-    # Snakemake's process in a moment, so on no job's critical path
-    yield Job("resolved_config", {}, [])
+    # (the resolved config the jobs read, results/<name>/config.json, is no job: Snakemake's
+    # process writes it before planning, cqabench.planner.resolved_config)
     downloads: dict[str, Job] = {}
     prepares: dict[tuple[str, str], Job] = {}
     for ds in plan.datasets:

@@ -3,7 +3,7 @@
 Each function takes the config pieces it reads and returns problem lines, each starting with the
 config key it concerns, for `cqabench.planner.Plan.problems` to list with the others: an empty
 open-book dataset list, a dataset pooled twice, a question selection a dataset does not have,
-and an LLM device name the backends refuse. Kept apart from the planner so that each check is
+an LLM device name the backends refuse, and a credential inside an LLM's `base_url`. Kept apart from the planner so that each check is
 small and tested on its own (tests/planner/test_plan_checks.py).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 # The device values cqabench.generation.llm.hf / cqabench.generation.llm.vllm_backend accept (the schema's description).
 DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
@@ -73,4 +74,33 @@ def device_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if not DEVICE_RE.match(str(device)):
             out.append(f"llms.{name}.device: {device!r} is not a device name; use cpu, cuda or cuda:N "
                        "(torch's names; `gpu` is cuda)")
+    return out
+
+
+# A query parameter of an endpoint that carries a credential (`?api_key=`, `?key=`, `?token=`,
+# `?access_token=`, `?sig=`, ...); Azure's `api-version` and the like are left alone.
+SECRET_PARAM = re.compile(r"(?i)(key|token|secret|passw|pwd|auth|credential|signature|^sig$)")
+
+
+def base_url_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """An endpoint with a credential in it (`https://user:pass@host`, `...?api_key=sk-...`): the
+    config is written to results/<name>/config.json and the endpoint into job params and records,
+    so the secret would land on disk. Keys belong in the environment (`api_key_env`), which the
+    jobs read and never write; the problem line names the parameter, never its value."""
+    out = []
+    for name, llm in llms.items():
+        url = llm.get("base_url")
+        if not isinstance(url, str) or not url:
+            continue
+        try:
+            parts = urlsplit(url)
+            userinfo = parts.username is not None or parts.password is not None
+        except ValueError:  # a malformed netloc (an unclosed IPv6 bracket): the client reports it
+            continue
+        secret = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if SECRET_PARAM.search(k)})
+        where = (["a user name or password before '@'"] if userinfo else []) + [f"query parameter {k!r}" for k in secret]
+        if where:
+            out.append(f"llms.{name}.base_url: holds a credential ({', '.join(where)}), which would be written to "
+                       f"results/<name>/config.json and the job records; give the endpoint without it and put the "
+                       f"key in an environment variable named by llms.{name}.api_key_env")
     return out

@@ -28,8 +28,9 @@ class DataPlan:
         # Every output of this config lies under results/<name>/ (the rules' RESULTS), so two
         # configs never plan or overwrite each other's files (cqabench.common.layout).
         self.results: str = results_dir(str(c.get("name", "")))
-        # the resolved configuration, written once per change (rule resolved_config): what a job
-        # reads to rebuild this plan (`cqabench ... --config`) instead of JSON on its command line
+        # the resolved configuration, rewritten by Snakemake's main process whenever it differs
+        # (cqabench.planner.resolved_config): what a job reads to rebuild this plan
+        # (`cqabench ... --config`) instead of JSON on its command line
         self.config_file = f"{self.results}/config.json"
         self.raw_dir: str = c["raw_dir"]
         self.datasets: list[str] = list(c["datasets"])

@@ -197,14 +197,21 @@ class GenerationPlan(RetrievalPlan):
     def is_gguf(self, llm: str) -> bool:
         return str(self.llms[llm]["source"]).startswith(GGUF_PREFIXES)
 
-    def python_for(self, llm: str) -> str:
-        """The interpreter of an LLM's generation jobs: vLLM's own environment (the CUDA build's
-        for a model on a GPU, the CPU build's otherwise; under conda envs/vllm.yaml's), else this one."""
+    def python_role(self, llm: str) -> str:
+        """Which interpreter runs an LLM's generation jobs, by a name that is the same in every
+        checkout (the rules' params carry it, never the path): `vllm_gpu` (vLLM's CUDA build, a
+        model on a GPU), `vllm` (its CPU build), `conda` (envs/vllm.yaml's under conda), else
+        `project` (the one running Snakemake)."""
         if self.llms[llm]["backend"] == "vllm":
             if self.env.conda:
-                return "python"
-            return self.env.vllm_gpu_python if self.uses_gpu(llm) else self.env.vllm_python
-        return self.env.python
+                return "conda"
+            return "vllm_gpu" if self.uses_gpu(llm) else "vllm"
+        return "project"
+
+    def python_for(self, llm: str) -> str:
+        """The interpreter of an LLM's generation jobs (`python_role`), as a shell word."""
+        return {"conda": "python", "vllm_gpu": self.env.vllm_gpu_python, "vllm": self.env.vllm_python,
+                "project": self.env.python}[self.python_role(llm)]
 
     def uses_gpu(self, llm: str) -> bool:
         backend, device = self.llms[llm]["backend"], str(self.llms[llm].get("device", ""))
