@@ -24,6 +24,7 @@ import pytest
 from cqabench.cli import main
 from cqabench.report import environments, fact_views, page, plots
 from cqabench.common import provenance
+from cqabench.report.expected import load_expected
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = sorted(str(p) for p in (REPO / "config" / "expected").glob("*.yaml"))
@@ -328,11 +329,18 @@ def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     assert "tanq test n=3" in tanq
 
 
-def test_heatmap_numbers_show_n_and_delta(rendered: _Dom) -> None:
+def test_heatmap_numbers_show_n_and_delta(built: dict, rendered: _Dom) -> None:
+    """The run is not on the paper's data (no report.paper_data), so DEXTER Table 2 marks every
+    cell not comparable, and so does the heatmap's text: no Δ (issue 36 item 10). Unjudged (no
+    run given), the same cells show Δ to the paper's number."""
     text = rendered.text("heatmap")
-    assert "bm25 finqa 1.000 1 0.155 +0.845" in text  # n=1 beside FinQA's 1.000, Δ to the paper's 0.155
-    assert "bm25 musique 0.250 30 0.191 +0.059" in text
+    assert "bm25 finqa 1.000 1 0.155 not comparable [1]" in text  # n=1 beside FinQA's 1.000
+    assert "bm25 musique 0.250 30 0.191 not comparable [1]" in text and "+0.059" not in text
+    assert "[1] not comparable with DEXTER Table 2: bundled sample, not the paper's data" in text
     assert "tanq" in text and "not searched" in text  # no retrieval cell: a dash with its reason
+    specs = [spec for path in EXPECTED for spec in load_expected(path)]
+    unjudged = html.unescape(re.sub(r"<[^>]+>", " ", page.heatmap_table(built["metrics"], specs)))
+    assert re.search(r"bm25\s+finqa\s+1.000\s+1\s+0.155\s+\+0.845", unjudged)  # Δ to the paper's 0.155
 
 
 def test_parse_rates_and_resources(rendered: _Dom) -> None:
