@@ -143,3 +143,36 @@ def test_no_doc_quotes_a_score_of_the_default_run() -> None:
     every = "\n".join(doc.read_text(encoding="utf-8") for doc in DOCS)
     for stale in ("0.590474", "1,151", "531 s", "~35 min", "cqabench/planner.py", "55 engine starts"):
         assert stale not in every, stale
+
+
+def _ancestors(config: str, rule: str) -> set[str]:
+    jobs = _jobs(config)
+    [start] = [i for i, j in jobs.items() if j.rule == rule]
+    seen, stack = {start}, [start]
+    while stack:
+        for dep in jobs[stack.pop()].deps:
+            if dep not in seen:
+                seen.add(dep)
+                stack.append(dep)
+    return seen
+
+
+def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> None:
+    """Issue 36 item 9: step 3 fetched every model of config/dexter.yaml (the gated Llama-2 too)
+    for Table 2; its `--only` list is now exactly the retrievers' checkpoints. Table 3's plan holds
+    504 answer cells, 168 per LLM (Llama-2's included), as the page and README say."""
+    from cqabench.planner import Environment, Plan, models
+
+    text = (REPO / "docs" / "slurm_quickstart.md").read_text(encoding="utf-8")
+    command = _one(r"cqabench models fetch --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
+    listed = command.group(1).replace("\\\n", " ").split()
+    wanted = [r.repo_id for r in models.requests(Plan(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
+                                                         Environment(root=REPO, python="python",
+                                                                     vllm_python=sys.executable))) if all(k.startswith("retrievers.") for k in r.keys)]
+    assert listed == wanted
+    cells = [i for i in _ancestors("dexter.yaml", "table_dexter_table3_answers")
+             if _jobs("dexter.yaml")[i].rule == "evaluate_generation"]
+    per_llm = {llm: sum(f"llm={llm}" in i for i in cells) for llm in ("gpt-3.5-turbo", "mistral-7b", "llama2-7b")}
+    assert _int(_one(r"its plan holds ([\d,]+) answer cells, (\d+) per LLM", text, "quickstart").group(1)) == len(cells)
+    assert set(per_llm.values()) == {_int(_one(r"(\d+) per LLM of `generation.llms`", text, "quickstart").group(1))}
+    assert _int(_one(r"its ([\d,]+) answer cells \(every LLM", README, "README").group(1)) == len(cells)
