@@ -8,30 +8,15 @@ subcommand, so that reading it tells what the command can do (`--help` has the d
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
-from cqabench.cli import build_parser
+from test_docs import _subcommands  # 'name' / 'name action' -> parser
 
 REPO = Path(__file__).resolve().parents[2]
 USER_FILES = [REPO / "README.md", REPO / "config" / "README.md", REPO / "resources" / "README.md",
               *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "config").glob("*.yaml")),
               *sorted((REPO / "config" / "expected").glob("*.yaml"))]
-
-
-def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-
-    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    found[f"{prefix}{name}"] = sub
-                    walk(sub, f"{prefix}{name} ")
-
-    walk(build_parser(), "")
-    return found
 
 
 def _plain_blocks(text: str) -> list[list[str]]:

@@ -43,19 +43,23 @@ def _jobs(config: str) -> dict:
     return {j.id: j for j in plan_jobs(run.plan_costs(run.load_config(REPO / "config" / config), root=REPO).plan)}
 
 
-def _target_jobs(config: str, rule: str) -> int:
-    """What `snakemake -n <rule>` plans: the rule's job, its ancestors and resolved_config (every
-    table job reads the config, an input the estimate's dependencies leave out)."""
+def _ancestors(config: str, rule: str) -> set[str]:
+    """The job of `rule` in config/<config>'s plan and every job it depends on."""
     jobs = _jobs(config)
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     [start] = [i for i, j in jobs.items() if j.rule == rule]
-    seen, stack = {start, "resolved_config()"}, [start]
+    seen, stack = {start}, [start]
     while stack:
         for dep in jobs[stack.pop()].deps:
             if dep not in seen:
                 seen.add(dep)
                 stack.append(dep)
-    return len(seen)
+    return seen
+
+
+def _target_jobs(config: str, rule: str) -> int:
+    """What `snakemake -n <rule>` plans: the rule's job, its ancestors and resolved_config (every
+    table job reads the config, an input the estimate's dependencies leave out)."""
+    return len(_ancestors(config, rule) | {"resolved_config()"})
 
 
 def test_job_and_cell_counts_quoted_are_the_plans() -> None:
@@ -144,17 +148,6 @@ def test_no_doc_quotes_a_score_of_the_default_run() -> None:
     for stale in ("0.590474", "1,151", "531 s", "~35 min", "cqabench/planner.py", "55 engine starts"):
         assert stale not in every, stale
 
-
-def _ancestors(config: str, rule: str) -> set[str]:
-    jobs = _jobs(config)
-    [start] = [i for i, j in jobs.items() if j.rule == rule]
-    seen, stack = {start}, [start]
-    while stack:
-        for dep in jobs[stack.pop()].deps:
-            if dep not in seen:
-                seen.add(dep)
-                stack.append(dep)
-    return seen
 
 
 def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> None:
