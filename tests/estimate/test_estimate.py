@@ -577,7 +577,8 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     core_h = float((jobs["wall_s"] * jobs["threads"].clip(upper=2)).sum()) / 3600
     bound = max(core_h / 2, est.span.critical_path_s / 3600)
     assert "This run: Snakemake with 2 cores (its log: Provided cores) on Test CPU 9000, 2 CPUs, no GPU." in body
-    assert f"On it the estimated jobs take at least {bound:.2f} h (CPU work {core_h:.2f} core-hours over 2 cores" in body
+    assert (f"On it the estimated jobs take at least {bound:.2f} h (they hold cores for {core_h:.2f} core-hours, "
+            "wall time × threads, shared by 2 cores; critical path") in body
     assert body.index("This run:") < body.index("reference node") < body.index("8 GPU(s) rtx3090 and 64 cores")
     assert "not this run's machine" in body
     cluster = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0, None, 100))

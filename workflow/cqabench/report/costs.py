@@ -108,8 +108,9 @@ def _on_machine(machine: Machine, jobs: pd.DataFrame, critical_path_h: float) ->
     if gpu_s and not machine.gpus:
         return text + (f"Its plan has {gpu_s / 3600:.2f} GPU-hours of jobs, which this machine has no GPU for. ")
     bound = max(core_s / cores, gpu_s / machine.gpus if machine.gpus else 0.0, critical_path_h * 3600)
-    return text + (f"On it the estimated jobs take at least {bound / 3600:.2f} h (CPU work {core_s / 3600:.2f} "
-                   f"core-hours over {cores} core{'s' if cores != 1 else ''}, critical path {critical_path_h:.2f} h). ")
+    return text + (f"On it the estimated jobs take at least {bound / 3600:.2f} h (they hold cores for "
+                   f"{core_s / 3600:.2f} core-hours, wall time × threads, shared by {cores} core{'s' if cores != 1 else ''}; "
+                   f"critical path {critical_path_h:.2f} h). ")
 
 
 def section_body(estimate_dir: str | Path, frame: pd.DataFrame | None, machine: Machine | None = None) -> str:
