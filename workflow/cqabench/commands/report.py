@@ -193,10 +193,15 @@ def _plots(args: argparse.Namespace) -> int:
     if args.heatmap:
         from cqabench.report.expected import load_expected
 
+        from cqabench.report.comparability import RunContext
+
         specs = [spec for path in args.expected or [] for spec in load_expected(path)]
         paper, name = plots.heatmap_paper(specs, args.heatmap_metric)
+        config = _config_arg(args.config)
+        run = None if config is None else RunContext.of(config)
+        apart = plots.heatmap_not_comparable(metrics, specs, args.heatmap_metric, run)
         statuses["retriever_heatmap"] = plots.plot_heatmap(metrics, args.heatmap, metric=args.heatmap_metric,
-                                                           paper=paper, paper_name=name)
+                                                           paper=paper, paper_name=name, not_comparable=apart)
     if args.skills:
         statuses["tanq_skills"] = plots.plot_skills(per_question, args.skills, metric=args.skills_metric)
     for name, status in statuses.items():
@@ -212,12 +217,14 @@ def _page(args: argparse.Namespace) -> int:
 
     from cqabench.estimate.measured import compare_dir
     from cqabench.report.expected import load_expected
+    from cqabench.report.fact_views import read_for_views
     from cqabench.report.page import write_fact_table_views, write_page
     from cqabench.report.tables import read_fact_table
 
     config = config_arg(args.config)
     metrics = read_fact_table(args.metrics)
-    write_fact_table_views(metrics, args.fact_csv, args.fact_html, args.fact_report_html)
+    views = read_for_views(args.metrics) if Path(args.metrics).exists() else metrics  # integers stay integers
+    write_fact_table_views(views, args.fact_csv, args.fact_html, args.fact_report_html)
     page_dir = Path(args.out).parent
     specs = [spec for path in args.expected for spec in load_expected(path)]
     written = dt.datetime.fromtimestamp(Path(args.metrics).stat().st_mtime, dt.UTC) if Path(args.metrics).exists() else None
@@ -344,6 +351,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heatmap-metric", default="ndcg_cut_10")
     p.add_argument("--expected", nargs="*", default=None,
                    help="config/expected/*.yaml: the heatmap shows Δ to the paper table of its metric")
+    p.add_argument("--config", default=None,
+                   help="the run's resolved configuration (results/<name>/config.json, or its JSON): a heatmap cell "
+                        "that paper table marks not comparable shows no Δ; without it none is judged")
     p.add_argument("--skills")
     p.add_argument("--skills-metric", default="rms_f1")
     p.add_argument("--k-values", type=int, nargs="*", default=None,

@@ -81,3 +81,31 @@ def check_files(paths: Iterable[str | Path]) -> None:
     for path in paths:
         if Path(path).is_file():  # a missing one is Snakemake's own error, reported before this
             load_file(path)
+
+
+# What a user who tried `--config key=value` needs instead (config/README.md, "Changing one setting").
+ONE_SETTING = ("to change one setting, put it in a second config file after the first, and the target "
+               "after `--`: snakemake --configfile config/config.yaml extra.yaml -- TARGET "
+               "(config/README.md, \"Changing one setting\")")
+
+
+def check_schema(config: dict, schema_path: str | Path, overrides: dict | None = None) -> None:
+    """Validate `config` against the JSON schema; raise ConfigError with one line naming the key
+    and the problem (Snakemake's own `validate` prints the whole schema, over a thousand lines).
+
+    `overrides` are Snakemake's `--config` pairs: they *replace* the embedded default (the
+    Snakefile loads config/config.yaml only when no config is given) and cannot set a nested key
+    (`generation.max_questions=2` is refused by Snakemake itself, `max_questions=2` becomes a new
+    top-level key), so the message then says how to change one setting instead.
+    """
+    import jsonschema
+
+    schema = load_file(schema_path)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is None:
+        return
+    where = ".".join(str(p) for p in error.absolute_path) or "the top level"
+    advice = (f"`--config {' '.join(sorted(overrides))}` sets top-level keys only, and without --configfile "
+              "replaces the embedded default; " + ONE_SETTING if overrides else "every key is explained in config/README.md")
+    raise ConfigError(f"config: {where}: {error.message} ({advice})")

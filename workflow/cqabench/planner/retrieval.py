@@ -230,5 +230,25 @@ class RetrievalPlan(DataPlan):
         """A retrieval cell's metrics.json, or its per_query.parquet beside it."""
         return f"{self.results}/retrieval/{ds}/{sp}/{ser}/{run}/{name}"
 
+    def unplanned_run(self, dataset: str, split: str, run: str) -> str | None:
+        """Why `run` is no run of (dataset, split), or None when it is one (`run_names`)."""
+        names = self.run_names(dataset, split)
+        if run in names:
+            return None
+        if run in self.retriever_configs and run not in self.retrieval_retrievers:
+            return (f"retriever {run!r} is defined under retrievers: but not listed in retrieval.retrievers, so the "
+                    "config plans no run of it: add it to retrieval.retrievers (config/README.md)")
+        return f"{run!r} is no run of {dataset}/{split}; its runs: {', '.join(names) or 'none'}"
+
+    def retrieval_inputs(self, w: Any) -> dict[str, str]:
+        """The eval_retrieval rule's inputs; a run the config does not plan for the split is refused
+        with the file asked for and the reason (not Snakemake's bare MissingRuleException)."""
+        why = self.unplanned_run(w.dataset, w.split, w.run)
+        if why is not None:
+            raise ConfigError(f"{self.retrieval_metrics_file(w.dataset, w.split, w.serialization, w.run)}: {why}")
+        return {"run": self.run_file(w.dataset, w.split, w.serialization, w.run),
+                "qrels": self.data_path(w.dataset, w.split, "qrels"),
+                "queries": self.data_path(w.dataset, w.split, "queries")}  # fmt: skip
+
     def retrieval_targets(self) -> list[str]:
         return [self.retrieval_metrics_file(*c) for c in self.retrieval_cells()]

@@ -10,6 +10,10 @@ written beside it and linked from the report page; Parquet stays the source.
 
 Every view leads with the columns a reader looks for (dataset, setting, metric, value), then
 the rest of the cell's switches; path columns (cell_id, source) come last.
+
+Integer columns stay integers in every view (`read_for_views`): pandas reads an int64 Parquet
+column that holds a null (`k` of a retrieval row) as float64, and a CSV of it says "1.0", which
+DuckDB and polars then type as DOUBLE.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from cqabench.common.io import write_text
 
@@ -39,6 +45,13 @@ COMPACT_COLUMNS = ("dataset", "setting", "metric", "value", "variant", "primary"
 _STYLE = ("body{font-family:system-ui,sans-serif;margin:1rem}table{border-collapse:collapse;font-size:.8rem}"
           "th,td{border:1px solid #bbb;padding:2px 5px}th{background:#f3f3f3;position:sticky;top:0}"
           "td.n{text-align:right;font-variant-numeric:tabular-nums}p{font-size:.9rem}")
+
+
+def read_for_views(path: str | Path) -> pd.DataFrame:
+    """The fact table with its integer columns as pandas' nullable Int64, so a null does not turn
+    them into floats (what `pd.read_parquet` does) and every view writes them as integers."""
+    return pq.read_table(path).to_pandas(
+        types_mapper=lambda dtype: pd.Int64Dtype() if pa.types.is_integer(dtype) else None)
 
 
 def ordered(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -67,7 +80,7 @@ def _cell(value: Any) -> str:
         return f"<td>{'yes' if value else ''}</td>"
     if isinstance(value, float):
         return f'<td class="n">{value:.4f}</td>'
-    if isinstance(value, int):
+    if isinstance(value, int):  # Int64 columns (read_for_views) give Python ints
         return f'<td class="n">{value}</td>'
     return f"<td>{esc(str(value))}</td>"
 

@@ -40,7 +40,8 @@ from cqabench.report.comparability import RunContext, describe
 from cqabench.report.environments import environments
 from cqabench.report.fact_views import write_fact_table_views  # noqa: F401  (the CLI's import)
 from cqabench.report.model_limits import limits_html
-from cqabench.report.plots import heatmap_cells, heatmap_paper, metric_name, read_manifest
+from cqabench.report.plots import (heatmap_cells, heatmap_not_comparable, heatmap_paper, metric_name,
+                                   read_manifest)
 
 esc = html.escape
 
@@ -342,23 +343,32 @@ def parse_rates(answers: dict[str, Any]) -> pd.DataFrame:
 # ---- the page ----
 
 
-def heatmap_table(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10") -> str:
-    """The heatmap's numbers as text: ours, n, the paper's and Δ per (retriever, dataset)."""
+def heatmap_table(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10",
+                  run: RunContext | None = None) -> str:
+    """The heatmap's numbers as text: ours, n, the paper's and Δ per (retriever, dataset); a cell
+    the paper table marks not comparable (judged with `run`, as the table does) reads "not
+    comparable [i]" instead of a Δ, its reason numbered under the table."""
     paper, name = heatmap_paper(specs, metric)
-    cells = heatmap_cells(metrics, metric, paper)
+    cells = heatmap_cells(metrics, metric, paper, heatmap_not_comparable(metrics, specs, metric, run))
     if cells.empty:
         return "<p>No retrieval cells.</p>"
+    apart = list(dict.fromkeys(r for r, p in zip(cells["not_comparable"], cells["paper"])
+                               if isinstance(r, str) and not pd.isna(p)))
     shown = cells.assign(
         ours=[("–" if isinstance(r, str) else "") if math.isnan(v) else f"{v:.3f}"
               for v, r in zip(cells["value"], cells["reason"])],
         n=[_fmt(int(n)) if not pd.isna(n) else "" for n in cells["n"]],
         paper=[_fmt(p) for p in cells["paper"]],
-        delta=[f"{d:+.3f}" if not pd.isna(d) else "" for d in cells["delta"]],
+        delta=[f"{d:+.3f}" if not pd.isna(d) else
+               f"not comparable [{apart.index(why) + 1}]" if isinstance(why, str) and why in apart else ""
+               for d, why in zip(cells["delta"], cells["not_comparable"])],
     )
     shown = shown[(shown["ours"] != "") | (shown["paper"] != "")]
     shown = shown.rename(columns={"ours": metric_name(metric), "paper": f"paper ({name})", "delta": "Δ"})
+    notes = "".join(f'<p class="caption">[{i}] not comparable with {esc(name)}: {esc(why)}</p>'
+                    for i, why in enumerate(apart, 1))
     return _table(shown[["retriever", "dataset", metric_name(metric), "n", f"paper ({name})", "Δ", "reason"]],
-                  numeric={metric_name(metric), "n", f"paper ({name})", "Δ"}, table_id="heatmap-numbers")
+                  numeric={metric_name(metric), "n", f"paper ({name})", "Δ"}, table_id="heatmap-numbers") + notes
 
 
 def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir: str | Path,
@@ -418,9 +428,10 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
     sections.append(Section("heatmap", "Retriever × dataset", _figure(
         plots_dir / "retriever_heatmap.png", "nDCG@10 of each retriever on each dataset",
         "nDCG@10 (fraction 0–1) of each retriever on each dataset; each cell gives n (queries) and Δ to "
-        "DEXTER Table 2; a dash is a dataset without qrels or corpus. The same numbers as text:",
+        "DEXTER Table 2, or \"n.c.\" where Table 2 marks the cell not comparable (the reason under the figure); "
+        "a dash is a dataset without qrels or corpus. The same numbers as text:",
         figures.get("retriever_heatmap"))
-        + heatmap_table(metrics, specs)))
+        + heatmap_table(metrics, specs, run=RunContext.of(config))))
     fragment = html_fragment(tables_dir / "retrieval_vs_baseline.html")
     if fragment:  # its own <h2> repeats the section heading
         fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
@@ -469,10 +480,10 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                             + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
                                                        "peak RSS MB (largest job)"}, table_id="benchmark-table")))
     if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.costs)
-        from cqabench.report.costs import section_body
+        from cqabench.report.costs import section_body, this_machine
 
         sections.append(Section("estimate", "Estimated cost beside the measured",
-                                section_body(estimate_dir, estimate_comparison)))
+                                section_body(estimate_dir, estimate_comparison, this_machine(snakemake_logs))))
     sections.append(Section("fact-table", "Fact table",
                             f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
                             "row per (cell, metric), every value a fraction 0–1 with its reason when null. "

@@ -13,8 +13,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -290,16 +292,20 @@ def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10", reasons: bo
 
 
 def heatmap_cells(metrics: pd.DataFrame, metric: str = "ndcg_cut_10",
-                  paper: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
-    """The heatmap as one row per (retriever, dataset): value, n, reason, paper, delta.
+                  paper: dict[tuple[str, str], float] | None = None,
+                  not_comparable: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+    """The heatmap as one row per (retriever, dataset): value, n, reason, paper, delta,
+    not_comparable.
 
     Columns are every dataset of the fact table, not only those searched: a dataset without a
     retrieval cell (TANQ in the sample: no corpus, no qrels) is a row with value NaN and the
     reason NOT_SEARCHED, so the figure shows it as a dash instead of dropping it. `n` is the
     number of queries behind the value (FinQA's 1.000 from one query reads n=1); `paper` maps
-    (retriever, dataset) to the published number (a fraction), `delta` is ours − paper.
+    (retriever, dataset) to the published number (a fraction), `delta` is ours − paper, except
+    where `not_comparable` (`heatmap_not_comparable`) gives a reason: there `delta` is empty, as
+    in the paper table, and `not_comparable` holds the reason.
     """
-    columns = ["retriever", "dataset", "value", "n", "reason", "paper", "delta"]
+    columns = ["retriever", "dataset", "value", "n", "reason", "paper", "delta", "not_comparable"]
     grid, why = heatmap_data(metrics, metric, reasons=True)
     if grid.empty:
         return pd.DataFrame(columns=columns)
@@ -320,12 +326,14 @@ def heatmap_cells(metrics: pd.DataFrame, metric: str = "ndcg_cut_10",
             value = float(grid.loc[retriever, dataset]) if searched else math.nan
             reason = why.loc[retriever, dataset] if searched else NOT_SEARCHED
             published = paper.get((str(retriever), str(dataset)))
-            delta = value - published if published is not None and not math.isnan(value) else None
+            apart = (not_comparable or {}).get((str(retriever), str(dataset)))
+            delta = value - published if published is not None and not math.isnan(value) and not apart else None
             rows.append({"retriever": retriever, "dataset": dataset, "value": value,
                          "n": counts.get((str(retriever), str(dataset))),
                          "reason": reason if isinstance(reason, str) else None,
-                         "paper": published, "delta": delta})
-    return pd.DataFrame(rows, columns=columns).astype({"reason": object, "paper": float, "delta": float})
+                         "paper": published, "delta": delta, "not_comparable": apart})
+    return pd.DataFrame(rows, columns=columns).astype({"reason": object, "paper": float, "delta": float,
+                                                      "not_comparable": object})
 
 
 def _linear(channel: float) -> float:
@@ -351,27 +359,52 @@ def text_colour(rgba) -> str:
     return "black" if contrast(lum, 0.0) >= contrast(lum, 1.0) else "white"
 
 
-def heatmap_paper(specs: list, metric: str = "ndcg_cut_10") -> tuple[dict[tuple[str, str], float], str]:
-    """The published (retriever, dataset) -> value of the first paper table laid out like the
-    heatmap (rows retriever, columns dataset, this one metric), and that table's short name."""
+def heatmap_spec(specs: list, metric: str = "ndcg_cut_10") -> Any:
+    """The first paper table laid out like the heatmap (rows retriever, columns dataset, this one
+    metric, with published cells), or None."""
     for spec in specs:
         if spec.metric == [metric] and spec.rows == ["retriever"] and spec.columns == ["dataset"] and spec.cells:
-            cells = {(r[0], c[0]): v for (r, c), v in spec.published().items()}
-            return cells, spec.title.split(":")[0].strip() or spec.id
-    return {}, "paper"
+            return spec
+    return None
+
+
+def heatmap_paper(specs: list, metric: str = "ndcg_cut_10") -> tuple[dict[tuple[str, str], float], str]:
+    """The published (retriever, dataset) -> value of `heatmap_spec`'s table, and its short name."""
+    spec = heatmap_spec(specs, metric)
+    if spec is None:
+        return {}, "paper"
+    cells = {(r[0], c[0]): v for (r, c), v in spec.published().items()}
+    return cells, spec.title.split(":")[0].strip() or spec.id
+
+
+def heatmap_not_comparable(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10",
+                           run: Any = None) -> dict[tuple[str, str], str]:
+    """(retriever, dataset) -> why our cell is not comparable with the paper's, judged exactly as
+    the paper table itself judges it (`tables.build_grid` with the run's `RunContext`), so the
+    heatmap never prints a Δ that the table marks "not comparable". `run` None: nothing judged."""
+    spec = heatmap_spec(specs, metric)
+    if spec is None or run is None or metrics.empty:
+        return {}
+    from cqabench.report.tables import build_grid
+
+    grid = build_grid(metrics, None, spec, run)
+    return {(r[0], c[0]): cell.not_comparable for (r, c), cell in grid.cells.items() if cell.not_comparable}
 
 
 def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10",
-                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper") -> FigureStatus:
+                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper",
+                 not_comparable: dict[tuple[str, str], str] | None = None) -> FigureStatus:
     """Retriever × dataset heatmap: value, n queries and Δ to the paper in every cell.
 
     Datasets without a retrieval cell and cells with nothing to evaluate are dashes (the reason
-    under the plot), never dropped; a cell not run is blank grey. Text is black or white by the
-    WCAG contrast against its cell, so it stays readable on viridis' yellow and purple.
+    under the plot), never dropped; a cell not run is blank grey. A cell the paper table marks
+    "not comparable" (`not_comparable`, from `heatmap_not_comparable`) shows "not comparable [i]"
+    instead of a Δ, its reason numbered under the plot. Text is black or white by the WCAG
+    contrast against its cell, so it stays readable on viridis' yellow and purple.
     """
     name = metric_name(metric)
     title = f"{name} of each retriever on each dataset ({UNIT_LABEL})"
-    cells = heatmap_cells(metrics, metric, paper)
+    cells = heatmap_cells(metrics, metric, paper, not_comparable)
     if cells.empty:
         return _empty(path, title, "no retrieval cells yet")
     retrievers = list(dict.fromkeys(cells["retriever"]))
@@ -385,6 +418,7 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
     ax.set_xticks(range(len(datasets)), datasets, rotation=30, ha="right")
     ax.set_yticks(range(len(retrievers)), retrievers)
     notes = []
+    apart: list[str] = []  # the distinct not-comparable reasons, footnote i is apart[i - 1]
     for record in cells.to_dict("records"):
         i, j = retrievers.index(record["retriever"]), datasets.index(record["dataset"])
         v = record["value"]
@@ -398,13 +432,21 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
             lines.append(f"n={int(record['n'])}")
         if record["delta"] is not None and not pd.isna(record["delta"]):
             lines.append(f"Δ{record['delta']:+.3f}")
+        elif isinstance(record["not_comparable"], str) and not pd.isna(record["paper"]):
+            if record["not_comparable"] not in apart:
+                apart.append(record["not_comparable"])
+            lines.append(f"n.c. [{apart.index(record['not_comparable']) + 1}]")
         ax.text(j, i, "\n".join(lines), ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=10,
                 linespacing=1.15)
     fig.colorbar(image, ax=ax, label=f"{name} ({UNIT_LABEL})")
-    ax.set_title(title + "\ncell: our value, n = queries evaluated, Δ = ours − " + paper_name, fontsize=10)
+    ax.set_title(title + "\ncell: our value, n = queries evaluated, Δ = ours − " + paper_name
+                 + (", n.c. = not comparable with " + paper_name + " (no Δ; why below)" if apart else ""), fontsize=10)
     legend = "– = nothing to evaluate or not searched (reason below); blank = not run"
     if notes:
         legend += "\n" + "\n".join(f"– {n}" for n in dict.fromkeys(notes))
+    if apart:
+        legend += "\n" + "\n".join(textwrap.fill(f"[{i}] not comparable with {paper_name}: {why}", 150)
+                                     for i, why in enumerate(apart, 1))
     ax.set_xlabel(legend, fontsize=7, loc="left")
     _save(fig, path)
     if cells["value"].isna().all():
