@@ -95,6 +95,8 @@ COVER_CASES = [
     ("-", "B52", 1.0, ["B-52"]), ("-", "1990-1995", 1.0, ["1995"]),
     ("-", "thebeatles", 1.0, ["The Beatles"]),  # longer text golds keep the character substring test
     ("-", "It is the Eiffel-Tower.", 0.0, ["Eiffel Tower"]),  # the hyphen is deleted, as SQuAD does
+    # OTT-QA dev's answer "A" (a grade): only an article, compared with articles kept (SQuAD: "" in anything)
+    ("-", "A", 1.0, ["A"]), ("-", "Grade A.", 1.0, ["A"]), ("-", "Paris", 0.0, ["A"]), ("-", "a cat", 1.0, ["A"]),
 ]
 
 

@@ -29,13 +29,14 @@ Definitions (docs/metrics.md has the worked examples):
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cqabench.data.normalize import normalize_answer
-from cqabench.evaluation.metrics.answer_text import contains, normalize
+from cqabench.evaluation.metrics.answer_text import comparable, contains, normalize
 from cqabench.generation.extraction import ParsedNumber
 
 
@@ -45,8 +46,7 @@ def _aliases(aliases: str | Iterable[str]) -> list[str]:
 
 def cover_em(prediction: str, aliases: str | Iterable[str]) -> float:
     """1 if some alias occurs in the prediction: numbers whole and signed, short aliases as words."""
-    pred = normalize(prediction)
-    return float(any(contains(pred, normalize(a)) for a in _aliases(aliases)))
+    return float(any(contains(*comparable(prediction, a)) for a in _aliases(aliases)))
 
 
 def squad_cover_em(prediction: str, aliases: str | Iterable[str]) -> float:
@@ -58,8 +58,7 @@ def squad_cover_em(prediction: str, aliases: str | Iterable[str]) -> float:
 
 
 def exact_match(prediction: str, aliases: str | Iterable[str]) -> float:
-    pred = normalize(prediction)
-    return float(any(normalize(a) == pred for a in _aliases(aliases)))
+    return float(any(operator.eq(*comparable(prediction, a)) for a in _aliases(aliases)))
 
 
 def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
