@@ -11,6 +11,7 @@ from cqabench.evaluation.metrics.answers import (
     boolean_cover_em,
     cover_em,
     cover_em_all,
+    exe_ans_golds,
     dexter_gold_value,
     em_tol,
     em_tol_dexter,
@@ -22,6 +23,8 @@ from cqabench.evaluation.metrics.answers import (
     multispan_em,
     multispan_f1,
     normalize_answer,
+    number_readings,
+    squad_cover_em,
     token_f1,
 )
 from cqabench.data.schema import Annotation, Answer, CanonicalData, Query
@@ -48,9 +51,10 @@ def test_cover_em_punctuation_and_articles():
     assert cover_em("beatles", ["The Beatles"]) == 1.0
     # any alias suffices
     assert cover_em("JFK", ["John F. Kennedy", "JFK"]) == 1.0
-    # substring on characters, as the original toolkit does: "no" is inside "not" (the reason
-    # StrategyQA does not use this function: boolean_cover_em below)
-    assert cover_em("I do not know", ["no"]) == 1.0
+    # a gold of three or fewer characters matches whole words only: "no" is not inside "not"
+    assert cover_em("I do not know", ["no"]) == 0.0
+    # a longer gold keeps the toolkit's character substring test
+    assert cover_em("thebeatles", ["The Beatles"]) == 1.0
 
 
 # StrategyQA cover-EM: (case name, final answer, gold, expected). Each checked by hand: normalize
@@ -89,9 +93,10 @@ def test_boolean_cover_em_matches_the_gold_as_a_whole_word(case: str, answer: st
 
 
 def test_boolean_cover_em_fixes_the_substring_inflation_of_no():
-    # the old StrategyQA scoring (generic cover_em on the alias "no") counted these as right
+    # the old StrategyQA scoring (SQuAD cover-EM on the alias "no", the toolkit's CoverExactMatch)
+    # counted these as right
     for answer in ("Yes, though he did not", "I do not know", "unknown", "It cannot be said", "nothing"):
-        assert cover_em(answer, ["no"]) == 1.0 and boolean_cover_em(answer, False) == 0.0
+        assert squad_cover_em(answer, ["no"]) == 1.0 and boolean_cover_em(answer, False) == 0.0
 
 
 def test_exact_match_and_token_f1():
@@ -190,21 +195,44 @@ def num(text: str) -> ParsedNumber:
     return parse_answer("finqa", text).value
 
 
+def published(text: str) -> set[float]:
+    """The gold readings of a FinQA published answer string, as scoring.finqa_gold reads it."""
+    return number_readings(num(text))
+
+
 def test_em_tol_percent_gold_on_either_scale():
-    # gold 0.052 with percent scale: readings {0.052, 5.2}
-    assert em_tol(num("5.2%"), 0.052, percent_scale=True) == 1.0  # 5.2 vs 5.2
-    assert em_tol(num("5.2"), 0.052, percent_scale=True) == 1.0  # bare number on the percent scale
-    assert em_tol(num("0.052"), 0.052, percent_scale=True) == 1.0  # fraction
+    # exe_ans gold 0.052 with percent scale: readings {0.052, 5.2}
+    assert em_tol(num("5.2%"), exe_ans_golds(0.052, True)) == 1.0  # 5.2 vs 5.2
+    assert em_tol(num("5.2"), exe_ans_golds(0.052, True)) == 1.0  # bare number on the percent scale
+    assert em_tol(num("0.052"), exe_ans_golds(0.052, True)) == 1.0  # fraction
     # tolerance: |5.3 - 5.2| = 0.1 <= 0.02 * 5.3 = 0.106 -> match; 5.4: 0.2 > 0.108 -> no
-    assert em_tol(num("5.3%"), 0.052, percent_scale=True) == 1.0
-    assert em_tol(num("5.4%"), 0.052, percent_scale=True) == 0.0
+    assert em_tol(num("5.3%"), exe_ans_golds(0.052, True)) == 1.0
+    assert em_tol(num("5.4%"), exe_ans_golds(0.052, True)) == 0.0
     # a non-percent gold still accepts "x%" as x/100: "12.5%" -> {12.5, 0.125}
-    assert em_tol(num("12.5%"), 0.125) == 1.0
+    assert em_tol(num("12.5%"), exe_ans_golds(0.125)) == 1.0
+    # published string "5.2%": readings {5.2, 0.052}, the same three answers match
+    assert published("5.2%") == {5.2, 5.2 / 100}
+    for answer in ("5.2%", "5.2", "0.052"):
+        assert em_tol(num(answer), published("5.2%")) == 1.0
+
+
+def test_em_tol_gold_is_the_published_answer_string():
+    # real FinQA dev records (../shared/data/finqa/dev_200.json) whose exe_ans is not the
+    # published answer: the answer string given back scores 1 against itself, 0 against exe_ans
+    for answer, exe_ans in (("-3.2%", -16.0), ("44%", 1.25), ("73.22", 0.73215), ("$ 193 million", 85.0)):
+        percent = answer.endswith("%")
+        assert em_tol(num(answer), published(answer)) == 1.0, answer
+        assert em_tol(num(answer), exe_ans_golds(exe_ans, percent)) == 0.0, answer
+    # "73.22" (a percentage written without %): 73.22% and 0.7322 also match it, via the prediction's readings
+    assert em_tol(num("73.22%"), published("73.22")) == 1.0
+    assert published("$ 193 million") == {193.0, 193e6}  # the unit word read as for a prediction
+    assert em_tol(num("193000000"), published("$ 193 million")) == 1.0
 
 
 def test_em_tol_sign_matters_but_not_in_dexter_variant():
-    assert em_tol(num("-5.2%"), 0.052, percent_scale=True) == 0.0
-    assert em_tol(num("(127.4)"), -127.4) == 1.0  # accounting negative
+    assert em_tol(num("-5.2%"), exe_ans_golds(0.052, True)) == 0.0
+    assert em_tol(num("3.2%"), published("-3.2%")) == 0.0  # published "-3.2%" answered without its sign
+    assert em_tol(num("(127.4)"), published("-127.4")) == 1.0  # accounting negative
     # dexter: |round(5.2, 3)| vs |round(-5.2, 3)| -> equal -> 1
     assert em_tol_dexter(num("-5.2%"), dexter_gold_value("5.2%")) == 1.0
 
@@ -213,26 +241,27 @@ def test_em_tol_yes_no():
     assert em_tol(True, gold_boolean=True) == 1.0
     assert em_tol(False, gold_boolean=True) == 0.0
     assert em_tol(num("1"), gold_boolean=True) == 0.0  # a number never matches a yes/no gold
-    assert em_tol(True, 1.0) == 0.0  # nor a yes/no a number gold
+    assert em_tol(True, {1.0}) == 0.0  # nor a yes/no a number gold
     assert em_tol_dexter(True, gold_boolean=True) == 1.0
-    assert em_tol(None, 1.0) == 0.0
+    assert em_tol(None, {1.0}) == 0.0
+    assert em_tol(num("1"), set()) == 0.0  # no gold reading at all
 
 
 def test_em_tol_units_and_currency():
     # "$1,500 million": readings {1500, 1.5e9}; gold in the table's unit (millions) 1500 -> match
-    assert em_tol(num("$1,500 million"), 1500.0) == 1.0
-    assert em_tol(num("$127.40"), 127.4) == 1.0
+    assert em_tol(num("$1,500 million"), {1500.0}) == 1.0
+    assert em_tol(num("$127.40"), published("127.40")) == 1.0
 
 
 def test_em_tol_dexter_rounding():
     # gold 0.04, prediction 0.01: isclose fails (0.03 > 0.02*0.04); round to 1 decimal: 0.0 == 0.0 -> 1
-    assert em_tol(num("0.01"), 0.04) == 0.0
+    assert em_tol(num("0.01"), {0.04}) == 0.0
     assert em_tol_dexter(num("0.01"), 0.04) == 1.0
     # dexter compares with the answer string's number: gold "5.2%" -> 5.2; a fraction answer fails
     assert dexter_gold_value("$1,234.5") == 1234.5
     assert dexter_gold_value("5.2%") == 5.2
     assert em_tol_dexter(num("0.052"), 5.2) == 0.0
-    assert em_tol(num("0.052"), 0.052, percent_scale=True) == 1.0
+    assert em_tol(num("0.052"), published("5.2%")) == 1.0
 
 
 # --- scoring a split ---------------------------------------------------------------------------
@@ -266,8 +295,9 @@ def test_score_text_dataset_counts_missing_predictions_as_wrong():
     assert s[("f1", "default")] == (pytest.approx(0.125), 4)
     assert s[("parse_ok", "default")] == (0.5, 4)
     assert set(per_q.columns) == {"qid", "metric", "variant", "value"}
-    assert len(per_q) == 4 * 4  # 4 questions x (cover_em, em, f1, parse_ok)
-    assert per_q.query("qid == 'q4' and metric == 'cover_em'")["value"].item() == 0.0
+    assert len(per_q) == 4 * 5  # 4 questions x (cover_em, em, f1, cover_em dexter, parse_ok)
+    assert per_q.query("qid == 'q4' and metric == 'cover_em' and variant == 'default'")["value"].item() == 0.0
+    assert s[("cover_em", "dexter")] == (0.25, 4)  # the scripts' "paris" in "it is paris." agrees here
 
 
 def test_score_strategyqa_and_tatqa_multispan():
@@ -324,9 +354,19 @@ def test_score_finqa_both_variants():
     )
     preds = pd.DataFrame({"qid": ["p", "y"], "prediction": ["0.052", "yes"]})
     s = _summary(score_predictions("finqa", queries, answers, preds)[0])
-    assert s[("em_tol", "default")] == (1.0, 2)
+    assert s[("em_tol", "default")] == (1.0, 2)  # 0.052 is a reading of "5.2%"
     # dexter: 0.052 vs gold string 5.2 fails; yes matches -> 0.5
     assert s[("em_tol", "dexter")] == (0.5, 2)
+    assert s[("em_tol", "exe_ans")] == (1.0, 2)  # 0.052 is exe_ans itself
+
+
+def test_score_finqa_published_gold_differs_from_exe_ans():
+    # FinQA dev "GIS/2019/page_37.pdf-3": answer "-3.2%", exe_ans -16.0 (the program's result)
+    queries, answers = _tables([Query("g", "?")], [Answer("g", "number", ["-3.2%"], number=-16.0, scale="percent")])
+    s = _summary(score_predictions("finqa", queries, answers, pd.DataFrame({"qid": ["g"], "prediction": ["-3.2%"]}))[0])
+    assert s[("em_tol", "default")] == (1.0, 1)
+    assert s[("em_tol", "dexter")] == (1.0, 1)  # the toolkit also reads the answer string: 3.2 vs 3.2
+    assert s[("em_tol", "exe_ans")] == (0.0, 1)  # -3.2 / -0.032 vs -16 / -1600
 
 
 def test_score_tanq_with_breakdowns():

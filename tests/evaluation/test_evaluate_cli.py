@@ -175,7 +175,7 @@ def test_evaluate_generation(tmp_path: Path):
     assert rc == 0
     entries = json.loads(out_json.read_text())["metrics"]
     assert [(r["metric"], r["variant"]) for r in entries] == [("em_tol", "default"), ("em_tol", "dexter"),
-                                                              ("parse_ok", "default")]
+                                                              ("em_tol", "exe_ans"), ("parse_ok", "default")]
     assert all(r["value"] is None and r["n"] == 0 and r["unit"] == "fraction" and "no question" in r["reason"]
                for r in entries)
     assert pq.read_table(out_pq).num_rows == 0

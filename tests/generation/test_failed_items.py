@@ -72,7 +72,7 @@ def test_a_failed_item_is_left_out_of_every_mean_and_counted_in_n_failed() -> No
     assert s[("em", "default")]["value"] == pytest.approx(2 / 3)
     assert all(r["n_failed"] == 1 and r["n"] == 3 for r in summary)  # n + n_failed = the 4 asked
     assert (s[("parse_ok", "default")]["value"], s[("parse_ok", "default")]["n"]) == (1.0, 3)
-    assert "q3" not in set(per_q["qid"]) and len(per_q) == 3 * 4  # 3 questions x (cover_em, em, f1, parse_ok)
+    assert "q3" not in set(per_q["qid"]) and len(per_q) == 3 * 5  # 3 questions x (cover_em, em, f1, cover_em dexter, parse_ok)
     assert failed_qids(_preds()) == ["q3"]
 
 

@@ -22,20 +22,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from cqabench.common.errors import ConfigError, DataError
-from cqabench.generation.extraction import EMPTY_TABLE, NO_TABLE, Extracted, ParsedTable, extract_answer, parse_answer
+from cqabench.generation.extraction import (
+    EMPTY_TABLE,
+    NO_TABLE,
+    Extracted,
+    ParsedTable,
+    extract_answer,
+    parse_answer,
+    parse_number,
+)
 from cqabench.evaluation.metrics import answers as am
 from cqabench.evaluation.metrics import tanq_breakdowns, tanq_failures
+from cqabench.evaluation.metrics.dexter_scripts import cover_em_script
 from cqabench.evaluation.metrics.tables import RmsScore, rms, rms_official
 
 DEFAULT = "default"
 DEXTER = "dexter"
 OFFICIAL = "official"  # AmbigQA's and TANQ's own evaluation scripts
+EXE_ANS = "exe_ans"  # FinQA EM-tol against the program result instead of the published answer
 CQABENCH_PARSE = "cqabench_parse"  # TANQ RMS on the table extraction.parse_table reads
 TANQ = "tanq"
 RMS_METRICS = ("rms_precision", "rms_recall", "rms_f1")
@@ -47,11 +58,12 @@ TEXT_DATASETS = ("musique", "2wikimultihopqa", "ottqa", "tatqa")
 
 # dataset -> (metric, variant) rows its summary has (TANQ adds breakdown rows, see tanq_groups).
 METRICS: dict[str, tuple[tuple[str, str], ...]] = {
-    **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT))
+    # cover_em dexter: the toolkit's LLM scripts' inline check (metrics.dexter_scripts)
+    **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT), ("cover_em", DEXTER))
        for ds in TEXT_DATASETS},
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
-    "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER)),
+    "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER), ("em_tol", EXE_ANS)),
     # RMS with the official reading of the prediction, RMS with our parser's table, then the
     # share of predictions in each failure category of TANQ's Table 10 (metrics.tanq_failures;
     # the categories that need judgement are n/a with the reason).
@@ -96,17 +108,18 @@ def records(table: pa.Table | pd.DataFrame | Iterable[dict[str, Any]]) -> list[d
 # --- per question -----------------------------------------------------------------------------
 
 
-def _text_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
+def _text_scores(dataset: str, ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     aliases = list(answer.get("aliases") or [])
     if not ext.ok or not aliases:
-        return [("cover_em", DEFAULT, 0.0), ("em", DEFAULT, 0.0), ("f1", DEFAULT, 0.0)]
+        return [("cover_em", DEFAULT, 0.0), ("em", DEFAULT, 0.0), ("f1", DEFAULT, 0.0), ("cover_em", DEXTER, 0.0)]
+    script = ("cover_em", DEXTER, cover_em_script(dataset, ext.answer, aliases))
     if answer.get("numeric_type") == "multi-span":
         return [("cover_em", DEFAULT, am.cover_em_all(ext.answer, aliases)),
                 ("em", DEFAULT, am.multispan_em(ext.answer, aliases)),
-                ("f1", DEFAULT, am.multispan_f1(ext.answer, aliases))]
+                ("f1", DEFAULT, am.multispan_f1(ext.answer, aliases)), script]
     return [("cover_em", DEFAULT, am.cover_em(ext.answer, aliases)),
             ("em", DEFAULT, am.exact_match(ext.answer, aliases)),
-            ("f1", DEFAULT, am.token_f1(ext.answer, aliases))]
+            ("f1", DEFAULT, am.token_f1(ext.answer, aliases)), script]
 
 
 def _strategyqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
@@ -128,8 +141,12 @@ def _ambigqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, s
     return out
 
 
-def finqa_gold(answer: dict[str, Any]) -> tuple[float | None, bool | None, bool, float | None]:
-    """(number, yes/no, percent scale, the toolkit's gold value) of a FinQA answer row."""
+def finqa_gold(answer: dict[str, Any]) -> tuple[set[float], bool | None, set[float], float | None]:
+    """(readings of the published answer string, yes/no, readings of exe_ans, the toolkit's
+    gold value) of a FinQA answer row. The published string is read as a prediction is
+    (`extraction.parse_number`, then `answers.number_readings`: "-3.2%" -> {-3.2, -0.032},
+    "$ 193 million" -> {193, 1.93e8}); one without a number falls back to exe_ans, in our
+    variant and in the toolkit's."""
     aliases = [str(a) for a in answer.get("aliases") or []]
     text = aliases[0].strip() if aliases else ""
     boolean = answer.get("boolean") if answer.get("answer_type") == "boolean" else None
@@ -137,17 +154,21 @@ def finqa_gold(answer: dict[str, Any]) -> tuple[float | None, bool | None, bool,
         boolean = text.lower() == "yes"
     number = answer.get("number")
     percent = answer.get("scale") == "percent" or text.endswith("%")
+    exe_ans = am.exe_ans_golds(number, percent)
+    written = parse_number(text) if text else None
+    published = am.number_readings(written) if written is not None else exe_ans
     dexter = am.dexter_gold_value(text) if text else None
-    if dexter is None and number is not None:
+    if dexter is None and exe_ans:
         dexter = 100.0 * number if percent else float(number)
-    return number, boolean, percent, dexter
+    return published, boolean, exe_ans, dexter
 
 
 def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
-    number, boolean, percent, dexter_gold = finqa_gold(answer)
+    published, boolean, exe_ans, dexter_gold = finqa_gold(answer)
     pred = ext.value if ext.ok else None
-    return [("em_tol", DEFAULT, am.em_tol(pred, number, boolean, percent)),
-            ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean))]
+    return [("em_tol", DEFAULT, am.em_tol(pred, published, boolean)),
+            ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean)),
+            ("em_tol", EXE_ANS, am.em_tol(pred, exe_ans, boolean))]
 
 
 def has_final_answer(ext: Extracted) -> bool:
@@ -186,7 +207,7 @@ def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
 
 
 _SCORERS = {
-    **{ds: _text_scores for ds in TEXT_DATASETS},
+    **{ds: partial(_text_scores, ds) for ds in TEXT_DATASETS},
     "strategyqa": _strategyqa_scores,
     "ambigqa": _ambigqa_scores,
     "finqa": _finqa_scores,

@@ -145,8 +145,8 @@ PRIMARY_RETRIEVAL = ("ndcg_cut_10", "trec_eval")
 def primary_metric(stage: Any, dataset: Any) -> tuple[str, str] | None:
     """(metric, variant) that is a cell's one headline number, or None for a dataset without one.
 
-    AmbigQA and FinQA carry two variants of their main metric (official / DEXTER's), StrategyQA
-    two metrics; a pivot that does not pick one takes whichever comes first. `primary` in the
+    AmbigQA, FinQA and the text datasets carry several variants of their main metric (official or
+    ours / the toolkit's `dexter`; FinQA also `exe_ans`), StrategyQA two metrics; a pivot that does not pick one takes whichever comes first. `primary` in the
     fact table marks the pick, so `WHERE "primary"` gives one value per (cell, dataset).
     """
     if stage == "retrieval":

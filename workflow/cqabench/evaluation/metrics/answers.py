@@ -1,30 +1,42 @@
 """Answer metrics, one small pure function each; every function scores one question in [0, 1].
 
 Definitions (docs/metrics.md has the worked examples):
-- `normalize_answer` (cqabench.data.normalize): SQuAD's: lower-case, delete string.punctuation,
-  drop the words a/an/the, collapse whitespace. Used by every string metric here, for every dataset.
-- `cover_em`: 1 if any normalized gold alias is a substring of the normalized prediction.
+- `answer_text.normalize` / `answer_text.contains` (cqabench.evaluation.metrics.answer_text):
+  SQuAD's normalization (lower-case, delete string.punctuation, drop a/an/the, collapse
+  whitespace) except that a number is one token keeping its sign and decimal point, and a gold
+  that starts or ends with a number, or has three or fewer characters, matches at word
+  boundaries only. Used by cover-EM, EM and F1 for the text datasets (MuSiQue, 2Wiki, OTT-QA,
+  TAT-QA). SQuAD's own `normalize_answer` (cqabench.data.normalize) stays where a reference
+  script uses it: AmbigQA's official F1_ans, the toolkit's CoverExactMatch (`squad_cover_em`,
+  AmbigQA's `dexter` variant), StrategyQA's yes/no words.
+- `cover_em`: 1 if any gold alias is contained in the prediction (`answer_text.contains`).
+- `cover_em_script` (cqabench.evaluation.metrics.dexter_scripts): the toolkit LLM scripts' inline
+  check, variant `dexter`.
 - `boolean_cover_em` (StrategyQA): the gold's yes/no (or true/false) as a whole word of the
   normalized answer, never inside another word ("not", "unknown" do not cover "no").
-- `exact_match` / `token_f1`: SQuAD EM and bag-of-tokens F1, maximum over aliases.
+- `exact_match` / `token_f1`: SQuAD EM and bag-of-tokens F1 on `answer_text.normalize`, maximum over aliases.
 - TAT-QA multi-span: every span must be covered (`cover_em_all`); EM: the prediction is the
   spans in any order joined only by punctuation/"and"; F1: token F1 against all spans pooled.
 - `f1_ans`: AmbigQA's official F1 over interpretations (ambigqa_evaluate_script.py):
   greedy one-to-one matching by normalized exact match, best annotation per question.
   `f1_ans_dexter`: the original toolkit's variant (pooled aliases as separate golds, cover-EM).
-- `em_tol`: FinQA number match within 2% relative tolerance (percent golds on either scale);
+- `em_tol`: FinQA number match within 2% relative tolerance, signs kept, the gold read from the
+  published answer string ("-3.2%", "44%", "73.22"; percent golds on either scale); variant
+  `exe_ans` reads it from FinQA's program result instead;
   `em_tol_dexter`: the toolkit's comparison (absolute values, 3-place rounding, 1-decimal equality).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cqabench.data.normalize import normalize_answer
+from cqabench.evaluation.metrics.answer_text import comparable, contains, normalize
 from cqabench.generation.extraction import ParsedNumber
 
 
@@ -33,13 +45,20 @@ def _aliases(aliases: str | Iterable[str]) -> list[str]:
 
 
 def cover_em(prediction: str, aliases: str | Iterable[str]) -> float:
+    """1 if some alias occurs in the prediction: numbers whole and signed, short aliases as words."""
+    return float(any(contains(*comparable(prediction, a)) for a in _aliases(aliases)))
+
+
+def squad_cover_em(prediction: str, aliases: str | Iterable[str]) -> float:
+    """The toolkit's CoverExactMatch: SQuAD-normalized alias a character substring of the
+    SQuAD-normalized prediction (signs, points and word boundaries ignored); kept for the
+    `dexter` variant of AmbigQA's F1, which the toolkit computes with it."""
     pred = normalize_answer(prediction)
     return float(any(normalize_answer(a) in pred for a in _aliases(aliases)))
 
 
 def exact_match(prediction: str, aliases: str | Iterable[str]) -> float:
-    pred = normalize_answer(prediction)
-    return float(any(normalize_answer(a) == pred for a in _aliases(aliases)))
+    return float(any(operator.eq(*comparable(prediction, a)) for a in _aliases(aliases)))
 
 
 def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -53,8 +72,8 @@ def _f1_tokens(pred_tokens: list[str], gold_tokens: list[str]) -> float:
 
 
 def token_f1(prediction: str, aliases: str | Iterable[str]) -> float:
-    pred = normalize_answer(prediction).split()
-    return max((_f1_tokens(pred, normalize_answer(a).split()) for a in _aliases(aliases)), default=0.0)
+    pred = normalize(prediction).split()
+    return max((_f1_tokens(pred, normalize(a).split()) for a in _aliases(aliases)), default=0.0)
 
 
 # --- TAT-QA multi-span -----------------------------------------------------------------------
@@ -66,14 +85,14 @@ _CONNECTORS = {"and"}
 
 
 def _spans(spans: Sequence[str]) -> list[str]:
-    return [n for n in (normalize_answer(s) for s in spans) if n]
+    return [n for n in (normalize(s) for s in spans) if n]
 
 
 def cover_em_all(prediction: str, spans: Sequence[str]) -> float:
-    """Multi-span cover-EM: every gold span must be a substring of the normalized prediction."""
-    pred = normalize_answer(prediction)
+    """Multi-span cover-EM: every gold span must be contained in the prediction (as `cover_em`)."""
+    pred = normalize(prediction)
     gold = _spans(spans)
-    return float(bool(gold) and all(s in pred for s in gold))
+    return float(bool(gold) and all(contains(pred, s) for s in gold))
 
 
 def multispan_em(prediction: str, spans: Sequence[str]) -> float:
@@ -82,7 +101,7 @@ def multispan_em(prediction: str, spans: Sequence[str]) -> float:
     Each span (longest first) must occur as whole words and is removed once; what remains
     must be connector words only.
     """
-    rest = f" {normalize_answer(prediction)} "
+    rest = f" {normalize(prediction)} "
     gold = _spans(spans)
     if not gold:
         return 0.0
@@ -95,7 +114,7 @@ def multispan_em(prediction: str, spans: Sequence[str]) -> float:
 
 def multispan_f1(prediction: str, spans: Sequence[str]) -> float:
     """Token F1 of the prediction against all spans pooled, connector words left out."""
-    pred = [t for t in normalize_answer(prediction).split() if t not in _CONNECTORS]
+    pred = [t for t in normalize(prediction).split() if t not in _CONNECTORS]
     gold = [t for s in _spans(spans) for t in s.split() if t not in _CONNECTORS]
     return _f1_tokens(pred, gold)
 
@@ -187,7 +206,7 @@ def f1_ans_dexter(pooled_aliases: Sequence[str], predictions: Sequence[str]) -> 
     likewise cleaned, and a gold matches a prediction by cover-EM."""
     golds = sorted({_dexter_clean(a) for a in pooled_aliases})
     preds = [_dexter_clean(p) for p in predictions]
-    return greedy_f1(golds, preds, lambda g, p: bool(cover_em(p, g)))
+    return greedy_f1(golds, preds, lambda g, p: bool(squad_cover_em(p, g)))
 
 
 # --- FinQA ------------------------------------------------------------------------------------
@@ -195,30 +214,42 @@ def f1_ans_dexter(pooled_aliases: Sequence[str], predictions: Sequence[str]) -> 
 REL_TOL = 0.02
 
 
-def em_tol(prediction: ParsedNumber | bool | None, gold_number: float | None = None,
-           gold_boolean: bool | None = None, percent_scale: bool = False) -> float:
+def number_readings(number: ParsedNumber) -> set[float]:
+    """The values a written number may mean: as written p, p/100 when written with %, p·unit
+    when a unit word follows ("1.5 million" -> 1.5 and 1.5e6, because FinQA golds are in the
+    table's unit). Predictions and published gold strings are read alike."""
+    out = {number.value}
+    if number.percent:
+        out.add(number.value / 100.0)
+    if number.multiplier != 1.0:
+        out.add(number.value * number.multiplier)
+    return out
+
+
+def em_tol(prediction: ParsedNumber | bool | None, golds: Iterable[float] = (),
+           gold_boolean: bool | None = None) -> float:
     """FinQA match of one answer.
 
     yes/no golds: the extracted yes/no must equal them. Number golds: some reading of the
-    prediction is within math.isclose(rel_tol=0.02) of some reading of the gold, signs kept.
-    Gold readings: g, and 100·g when the gold's scale is percent (FinQA stores 5.2% as 0.052,
-    so "5.2%", "5.2" and "0.052" all match). Prediction readings: the written value p, p/100
-    when written with %, p·unit when a unit word follows ("1.5 million" -> 1.5 and 1.5e6,
-    because FinQA golds are in the table's unit).
+    prediction (`number_readings`) is within math.isclose(rel_tol=0.02) of some reading of the
+    gold (`golds`: `number_readings` of the published answer string, or `exe_ans_golds`),
+    signs kept.
     """
     if gold_boolean is not None:
         return float(isinstance(prediction, bool) and prediction == gold_boolean)
-    if gold_number is None or not isinstance(prediction, ParsedNumber):
+    golds = [float(g) for g in golds]
+    if not golds or not isinstance(prediction, ParsedNumber):
         return 0.0
-    golds = {float(gold_number)}
-    if percent_scale:
-        golds.add(100.0 * gold_number)
-    preds = {prediction.value}
-    if prediction.percent:
-        preds.add(prediction.value / 100.0)
-    if prediction.multiplier != 1.0:
-        preds.add(prediction.value * prediction.multiplier)
+    preds = number_readings(prediction)
     return float(any(math.isclose(p, g, rel_tol=REL_TOL) for p in preds for g in golds))
+
+
+def exe_ans_golds(number: float | None, percent_scale: bool = False) -> set[float]:
+    """The gold readings of FinQA's program result `exe_ans` (variant `exe_ans`): g, and 100·g
+    when the answer is a percentage (FinQA stores "5.2%" as 0.052; some programs already x100)."""
+    if number is None or math.isnan(number):
+        return set()
+    return {float(number), 100.0 * number} if percent_scale else {float(number)}
 
 
 def dexter_gold_value(answer_text: str) -> float | None:
