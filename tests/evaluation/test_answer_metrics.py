@@ -412,11 +412,12 @@ def test_score_tanq_with_breakdowns():
     assert len(per_q) == 2 * 14
 
 
-def test_tanq_no_answer_scores_zero_but_an_empty_table_keeps_rms_convention():
-    """No final answer (a dialogue cut by its step limit) is 0 on P, R and F1 in both readings, as
-    an unanswered question is for every dataset. A final answer without a table our parser reads
-    (prose) is 0 for cqabench_parse and (1, 0, 0) for official, which reads any text and gives a
-    prediction without datapoints precision 1 (tanq_utils.py:246-247). A table the model really
+def test_tanq_no_answer_scores_what_tanqs_script_gives_and_an_empty_table_keeps_rms_convention():
+    """No final answer (a dialogue cut by its step limit) is 0 for cqabench_parse and, for official,
+    what TANQ's script gives the "" a pipeline hands it: (1, 0, 0), as for prose
+    (test_tanq_non_tables.py). A final answer without a table our parser reads (prose) is 0 for
+    cqabench_parse and (1, 0, 0) for official, which reads any text and gives a prediction
+    without datapoints precision 1 (tanq_utils.py:246-247). A table the model really
     left empty keeps that convention for cqabench_parse; the official reading makes its separator
     line a data row of "---" cells, so it is (0, 0, 0) there."""
     queries, answers = _tables(
@@ -433,8 +434,8 @@ def test_tanq_no_answer_scores_zero_but_an_empty_table_keeps_rms_convention():
         return tuple(got[(qid, m, variant)] for m in ("rms_precision", "rms_recall", "rms_f1"))
 
     # t2's text would be a perfect table: parse_ok False (no final answer) wins, as documented
-    assert prf("t1", "cqabench_parse") == prf("t2", "cqabench_parse") == prf("t2", "official") == (0.0, 0.0, 0.0)
-    assert prf("t1", "official") == (1.0, 0.0, 0.0)
+    assert prf("t1", "cqabench_parse") == prf("t2", "cqabench_parse") == (0.0, 0.0, 0.0)
+    assert prf("t1", "official") == prf("t2", "official") == (1.0, 0.0, 0.0)
     assert prf("t3", "cqabench_parse") == (1.0, 0.0, 0.0)
     # official t3: header ["", entity, a, ""], row ["", ---, ---, ""] -> " a" -> "---" vs gold
     # "z a" -> "100": key ANLS 2/3, value ANLS 0 -> score 0 (transposed: keys "a " etc., ANLS 0)
