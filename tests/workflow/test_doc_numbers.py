@@ -15,7 +15,6 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]

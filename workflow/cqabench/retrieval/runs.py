@@ -9,7 +9,6 @@ rank column of an imported TREC file is ignored, as trec_eval ignores it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
