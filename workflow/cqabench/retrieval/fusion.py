@@ -1,34 +1,33 @@
-"""Fused runs: several runs of one dataset split combined into one ranking with ranx's `fuse`.
+"""Fused runs: several runs of one dataset split combined into one ranking, as ranx's `fuse` does.
 
 A fusion is a run declared under `retrieval.pipelines` (`{type: fusion, fuse: [bm25, minilm],
 method: rrf, rrf_k: 60}`); it has no index, it reads its input runs' Parquet files. ranx (Bassani
-2022) is the IR field's fusion library: 25 methods with their normalisations, the reference
-implementations the fusion literature is compared against. We call `ranx.fuse` and keep two
-things in our hands, so that a fused run is ordered exactly like every other run:
+2022) is the IR field's fusion library and our reference: `tests/retrieval/test_fusion.py` checks
+every method here against `ranx.fuse` on real runs, score for score. We compute the three methods
+we offer ourselves because ranx compiles its numba kernels in every fresh process (8-48 s a
+`fuse_runs` job on a 2-core EPYC, 212 s of the default run, for a sum over a few thousand lines);
+the arithmetic below is ranx's, in the same order, so the floats are the same:
 
-- **Input order.** ranx's RRF reads each input's rank from the order of its documents after ranx
-  sorts them by score, and that sort does not say how it breaks ties. Our runs are ordered by
-  score, ties by docid descending (trec_eval's rule, `base.rank`). For the rank-based method
-  (`rrf`) each input is therefore handed to ranx with the score 1/rank of our order, strictly
-  decreasing, so ranx sees our ranks and RRF(d) = sum over inputs of 1 / (rrf_k + rank_i(d)), a
+- **Input order.** RRF reads each input's ranks in our order: score, ties by docid descending
+  (trec_eval's rule, `base.rank`), so RRF(d) = sum over inputs of 1 / (rrf_k + rank_i(d)), a
   document missing from an input adding nothing (Cormack et al. 2009).
 - **Output order and depth.** The fused scores are ranked with `base.rank` (ties by docid
   descending, so a document at rank 1 of one input and one at rank 1 of the other, with equal
   RRF scores, are ordered by docid) and cut to `depth` (default `retrieval.k`).
 
 Score-based methods (`combsum`, `combmnz`) normalise each input's scores per query first
-(`norm`: `min-max`, (s - min) / (max - min), or `zmuv`, (s - mean) / std; ranx guards a zero
-denominator with 1e-9, so a query with one document, or all scores equal, normalises to 0),
-then CombSUM adds a document's normalised scores over the inputs (0 where absent) and CombMNZ
-multiplies that sum by the number of inputs that retrieved it (Fox & Shaw 1993).
-
-ranx compiles its kernels with numba on first use (about a minute on a small CPU; cached in
-ranx's own `__pycache__` afterwards).
+(`norm`: `min-max`, (s - min) / (max - min), or `zmuv`, (s - mean) / std, population std; ranx
+guards a zero denominator with 1e-9, so a query with one document, or all scores equal,
+normalises to 0), then CombSUM adds a document's normalised scores over the inputs (0 where
+absent) and CombMNZ multiplies that sum by the number of inputs that retrieved it (Fox & Shaw
+1993). Sums run left to right over the inputs (and, for the mean and std, over the documents in
+rank order), as ranx's compiled loops do.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ from cqabench.retrieval.base import Results, rank
 
 log = logging.getLogger(__name__)
 
-# Our method name -> ranx's; each method's own parameters and their defaults.
+# Our method name -> ranx's (the reference in the tests); each method's own parameters and defaults.
 METHODS: dict[str, str] = {"rrf": "rrf", "combsum": "sum", "combmnz": "mnz"}
 RANK_METHODS = ("rrf",)  # read ranks, not scores: no normalisation
 NORMS = ("min-max", "zmuv")
@@ -87,13 +86,44 @@ def _positive(value: Any, key: str) -> int:
     return value
 
 
-def _ranx_input(results: Results, qids: Sequence[str], by_rank: bool) -> dict[str, dict[str, float]]:
-    """One input as ranx's dict, every query present (ranx requires equal query sets): by our
-    ranks (1/rank, strictly decreasing in our order) for a rank method, else the scores."""
-    out: dict[str, dict[str, float]] = {}
-    for qid in qids:
-        ordered = rank(results.get(qid, []), len(results.get(qid, [])))
-        out[qid] = {d: 1.0 / r for r, (d, _) in enumerate(ordered, start=1)} if by_rank else dict(ordered)
+def _ordered(results: Results, qid: str) -> list[tuple[str, float]]:
+    return rank(results.get(qid, []), len(results.get(qid, [])))
+
+
+def _rrf_scores(ordered: Sequence[tuple[str, float]], rrf_k: int) -> dict[str, float]:
+    return {doc: 1 / (rrf_k + r) for r, (doc, _) in enumerate(ordered, start=1)}
+
+
+def _normalised(ordered: Sequence[tuple[str, float]], norm: str) -> dict[str, float]:
+    """One input's scores of one query, normalised as ranx's min_max_norm / zmuv_norm."""
+    if not ordered:
+        return {}
+    scores = [s for _, s in ordered]
+    if norm == "min-max":
+        low = min(scores)
+        denominator = max(max(scores) - low, 1e-9)
+        return {doc: (s - low) / denominator for doc, s in ordered}
+    total = 0.0
+    for s in scores:
+        total += s
+    mean = total / len(scores)
+    squares = 0.0
+    for s in scores:
+        squares += (s - mean) * (s - mean)
+    denominator = max(math.sqrt(squares / len(scores)), 1e-9)
+    return {doc: (s - mean) / denominator for doc, s in ordered}
+
+
+def _combined(per_input: Sequence[Mapping[str, float]], mnz: bool) -> dict[str, float]:
+    """CombSUM (or CombMNZ) of one query over the inputs, documents in order of first appearance."""
+    out: dict[str, float] = {}
+    for scores in per_input:
+        for doc in scores:
+            if doc in out:
+                continue
+            present = [s[doc] for s in per_input if doc in s]
+            total = sum(present) if mnz else sum(s.get(doc, 0.0) for s in per_input)
+            out[doc] = total * len(present) if mnz else total
     return out
 
 
@@ -105,18 +135,13 @@ def fuse(inputs: Sequence[Results], settings: Mapping[str, Any], qids: Sequence[
     queries = list(qids) if qids is not None else sorted({q for run in inputs for q in run})
     depth = int(settings["depth"])
     method = settings["method"]
-    by_rank = method in RANK_METHODS
-    dicts = [_ranx_input(run, queries, by_rank) for run in inputs]
-    out: Results = {qid: [] for qid in queries}
-    if not any(docs for d in dicts for docs in d.values()):
-        return out  # ranx cannot build a run without a single document
-    from ranx import Run
-    from ranx import fuse as ranx_fuse
-
-    runs = [Run.from_dict(d, name=f"input{i}") for i, d in enumerate(dicts)]
-    params = {"k": int(settings["rrf_k"])} if by_rank else {}
-    log.info("fusion: %s of %d runs over %d queries (ranx)", method, len(runs), len(queries))
-    fused = ranx_fuse(runs, norm=None if by_rank else settings["norm"], method=METHODS[method], params=params)
-    for qid, docs in fused.to_dict().items():
-        out[str(qid)] = rank(((str(d), float(s)) for d, s in docs.items()), depth)
+    log.info("fusion: %s of %d runs over %d queries", method, len(inputs), len(queries))
+    out: Results = {}
+    for qid in queries:
+        ordered = [_ordered(run, qid) for run in inputs]
+        if method in RANK_METHODS:
+            per_input = [_rrf_scores(o, int(settings["rrf_k"])) for o in ordered]
+        else:
+            per_input = [_normalised(o, settings["norm"]) for o in ordered]
+        out[qid] = rank(_combined(per_input, mnz=method == "combmnz").items(), depth)
     return out
