@@ -192,7 +192,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _outputs(p, tag_required=True)
     p.set_defaults(func=_import)
 
-    p = sub.add_parser("fuse", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx)")
+    p = sub.add_parser("fuse", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx's arithmetic)")
     p.add_argument("--runs", required=True, nargs="+", help="the input runs, in the order of the fusion's `fuse` list")
     p.add_argument("--queries", required=True, help="the queries table every input belongs to")
     p.add_argument("--settings", required=True, help="JSON {type: fusion, fuse, method, k | norm, depth}")
