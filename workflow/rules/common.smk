@@ -15,7 +15,7 @@ from cqabench.planner.config_files import check_schema as check_config_schema
 from cqabench.common.errors import ConfigError
 from cqabench.common.job_memory import start_run
 from cqabench.common.layout import ONNX_CACHE_DIR
-from cqabench.retrieval.job_threads import job_settings, job_threads
+from cqabench.retrieval.job_resources import job_settings, job_threads
 from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     CELL_FIELDS,
@@ -193,8 +193,8 @@ def _request(rule, w):
 
 
 def retrieval_threads(rule, w):
-    """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU job
-    and 1 on a CPU job (cqabench.retrieval.job_threads); SLURM gives that many CPUs."""
+    """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU
+    job, else 1 (cqabench.retrieval.job_resources); SLURM gives that many CPUs."""
     return job_threads(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
 
 

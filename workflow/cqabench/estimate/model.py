@@ -35,6 +35,7 @@ from cqabench.common.errors import ConfigError
 from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.estimate.sizes import Sizes
+from cqabench.retrieval.job_resources import job_device
 
 MIN_MEM_MB = 1000
 MEM_MARGIN = 1.25
@@ -202,14 +203,7 @@ class JobCosts:
         c.disk_mb = self._r(c, family, "out_mb_per_mdoc") * (docs if out_docs is None else out_docs) / M
 
     def _neural_device(self, retriever: str, rule: str = "") -> tuple[str, int]:
-        on_gpu = self.plan.is_neural(retriever) and str(self.plan.retriever_configs[retriever].get("device", "cpu")) != "cpu"
-        if on_gpu and rule in ("search", "decompose_search"):
-            # where the family's search says it runs (dense: IVF/HNSW searches run on the CPU)
-            from cqabench.retrieval import family
-
-            s = self._settings(retriever)
-            search_device = getattr(family(s), "search_device", None)
-            on_gpu = search_device is None or search_device(s) != "cpu"
+        on_gpu = self.plan.is_neural(retriever) and job_device(self.plan.retriever_configs[retriever], rule) != "cpu"
         return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
 
     def _settings(self, retriever: str) -> dict[str, Any]:

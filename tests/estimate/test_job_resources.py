@@ -1,5 +1,5 @@
 """Each retrieval job asks for a GPU exactly where its code runs on one, and declares the CPU
-threads its code uses (issue 37 items 1 and 4; cqabench.retrieval.job_threads)."""
+threads its code uses (issue 37 items 1 and 4; cqabench.retrieval.job_resources)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.estimate import run  # noqa: E402
 from cqabench.retrieval import dense  # noqa: E402
-from cqabench.retrieval.job_threads import GPU_JOB_THREADS, job_settings, job_threads  # noqa: E402
+from cqabench.retrieval.job_resources import GPU_JOB_THREADS, job_device, job_settings, job_threads  # noqa: E402
 
 
 def _costs(index: str = "flat", strict: bool = True):
@@ -43,6 +43,9 @@ def test_a_dense_search_asks_for_a_gpu_only_where_it_scans_on_one(index: str, se
     assert costs.request("encode_part", {**CORPUS, "retriever": "dpr", "part": "0", "parts": "32"})["gpu"] == 1
     s = dense.resolve(costs.plan.retriever_configs["dpr"])
     assert dense.search_device(s) == ("cuda" if search_gpu else "cpu")
+    dpr = costs.plan.retriever_configs["dpr"]
+    assert job_device(dpr, "search") == job_device(dpr, "decompose_search") == dense.search_device(s)
+    assert job_device(dpr, "encode_part") == job_device(dpr, "index") == "cuda"
 
 
 def test_jobs_that_never_use_a_gpu_ask_for_none_and_gpu_jobs_ask_for_one() -> None:
@@ -53,6 +56,8 @@ def test_jobs_that_never_use_a_gpu_ask_for_none_and_gpu_jobs_ask_for_one() -> No
         assert costs.request("gather_index", {**CORPUS, "retriever": retriever})["gpu"] == 0
         assert costs.request("search", {**SEARCH, "retriever": retriever})["gpu"] == 1
     assert costs.request("colbert_codec", {**CORPUS, "retriever": "colbertv2"})["gpu"] == 1
+    assert job_device(costs.plan.retriever_configs["bm25"], "search") == "cpu"
+    assert job_device(costs.plan.retriever_configs["colbertv2"], "search") == "cuda"
 
 
 def test_threads_declared_are_the_threads_the_code_is_given() -> None:

@@ -1,5 +1,7 @@
-"""The CPU threads a retrieval job declares (`threads:` in workflow/rules/retrieval.smk) and the
-settings its command is given, so that the scheduler's CPUs and the code's threads are one number.
+"""What a retrieval job uses, for the scheduler to give exactly that: the device its code runs on
+(`job_device`, read by the cost function that decides each rule's `gpu`) and the CPU threads it
+declares (`threads:` in workflow/rules/retrieval.smk) with the settings its command is given, so
+that the scheduler's CPUs and the code's threads are one number.
 
 SLURM gives a job `--cpus-per-task=<threads>` (snakemake-executor-plugin-slurm; docs/cluster.md);
 a rule without `threads:` gets one CPU. A GPU job's host side (tokenizing, the codec's sampling,
@@ -21,6 +23,22 @@ from typing import Any
 # The paper's server class: 64 cores for 8 GPUs (cqabench.estimate.model.REFERENCE_NODE), so
 # one GPU job may use its node's share of the cores.
 GPU_JOB_THREADS = 8
+
+
+SEARCH_RULES = ("search", "decompose_search")
+
+
+def job_device(settings: Mapping[str, Any], rule: str) -> str:
+    """The device a retrieval job of `rule` runs its code on: the retriever's `device`, except a
+    search, which runs where its family's `search_device` says (dense: a faiss IVF/HNSW search,
+    queries included, on the CPU). BM25 has no device: the CPU."""
+    from cqabench.retrieval import family, resolve
+
+    s = resolve(settings)
+    search_device = getattr(family(s), "search_device", None)
+    if rule in SEARCH_RULES and search_device is not None:
+        return str(search_device(s))
+    return str(s.get("device", "cpu"))
 
 
 def job_threads(settings: Mapping[str, Any], gpus: int) -> int:
