@@ -103,7 +103,7 @@ def test_dense_search_on_cuda_without_a_gpu_stops_before_scanning(tmp_path: Path
     settings = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "shard_size": 4}
     retrievers.build_index(iter(mf.TOY_DOCS), tmp_path / "idx", settings)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(exact, "flat_search", lambda *a, **k: pytest.fail("scanned on the CPU"))
+    monkeypatch.setattr(dense, "flat_search", lambda *a, **k: pytest.fail("scanned on the CPU"))
     with pytest.raises(ConfigError, match="dense search: device 'cuda' asked, but torch sees no CUDA GPU"):
         retrievers.search(tmp_path / "idx", [("q", "volcano lava")], 3, {**settings, "device": "cuda"})
 

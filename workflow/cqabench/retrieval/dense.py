@@ -4,9 +4,9 @@ The corpus is encoded in shards of `shard_size` documents, each written as a flo
 file; search opens them memory-mapped. With `index: flat` (exact inner product, the default)
 each shard is scanned block by block with torch on the job's device and the top-k merged
 (cqabench.retrieval.exact), so neither building nor searching ever holds more than one shard
-of embeddings in RAM. The
-approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
-and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
+of embeddings in RAM. The approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions,
+are trained on a sample and filled shard by shard; faiss then holds their (compressed, for
+IVF-PQ) codes, and faiss-cpu searches them on the CPU (`search_device`).
 
 With `encode_jobs: N` the shards are written by N part jobs (`encode_part`, each a contiguous run
 of whole shards numbered as here) and `gather` assembles the same index from them
@@ -371,7 +371,7 @@ def search_device(settings: dict[str, Any]) -> str:
     """The device a search with these (resolved) settings runs on: the retriever's device for a
     flat index (query encoder and exact scan, cqabench.retrieval.exact), the CPU for faiss's
     IVF / HNSW indexes (faiss-cpu; their queries are encoded on the CPU too, so the job needs
-    no GPU). The planner asks for a GPU by the same function (cqabench.estimate.model)."""
+    no GPU). The planner asks for a GPU by the same function (retrieval.job_resources.job_device)."""
     return str(settings["device"]) if settings["index"] == "flat" else "cpu"
 
 
