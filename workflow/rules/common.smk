@@ -15,6 +15,7 @@ from cqabench.planner.config_files import check_schema as check_config_schema
 from cqabench.common.errors import ConfigError
 from cqabench.common.job_memory import start_run
 from cqabench.common.layout import ONNX_CACHE_DIR
+from cqabench.retrieval.job_resources import job_settings, job_threads
 from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
     CELL_FIELDS,
@@ -189,6 +190,19 @@ except ConfigError as exc:
 def _request(rule, w):
     """The resources the job of `rule` with wildcards `w` asks for (first attempt)."""
     return _COSTS.request(rule, dict(w.items()))
+
+
+def retrieval_threads(rule, w):
+    """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU
+    job, else 1 (cqabench.retrieval.job_resources); SLURM gives that many CPUs."""
+    return job_threads(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
+
+
+def retrieval_settings(rule, w):
+    """The retriever settings a retrieval job's command gets: with the declared threads."""
+    return as_arg(
+        job_settings(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
+    )
 
 
 # ---- names the rules use (all from the plan) ----

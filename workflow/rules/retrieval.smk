@@ -18,12 +18,13 @@ rule index:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("index", w)
     resources:
         gpu=lambda w: _request("index", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(_request("index", w)["mem_mb"], attempt),
         runtime=lambda w: _request("index", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        settings=lambda w: retrieval_settings("index", w),
     shell:
         "cqabench index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
@@ -50,6 +51,7 @@ rule colbert_codec:
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("colbert_codec", w)
     resources:
         gpu=lambda w: _request("colbert_codec", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
@@ -57,7 +59,7 @@ rule colbert_codec:
         ),
         runtime=lambda w: _request("colbert_codec", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        settings=lambda w: retrieval_settings("colbert_codec", w),
     shell:
         "cqabench train-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
@@ -82,6 +84,7 @@ rule encode_part:
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("encode_part", w)
     resources:
         gpu=lambda w: _request("encode_part", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
@@ -89,7 +92,7 @@ rule encode_part:
         ),
         runtime=lambda w: _request("encode_part", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        settings=lambda w: retrieval_settings("encode_part", w),
         codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
     shell:
         "cqabench encode-part --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
@@ -113,6 +116,7 @@ rule gather_index:
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("gather_index", w)
     resources:
         # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
         # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
@@ -148,12 +152,13 @@ rule search:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("search", w)
     resources:
         gpu=lambda w: _request("search", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(_request("search", w)["mem_mb"], attempt),
         runtime=lambda w: _request("search", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        settings=lambda w: retrieval_settings("search", w),
         k=RETRIEVAL_K,
     shell:
         "cqabench search --index {input.index:q} --queries {input.queries:q} "
@@ -183,6 +188,7 @@ rule decompose_search:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
+    threads: lambda w: retrieval_threads("decompose_search", w)
     resources:
         gpu=lambda w: _request("decompose_search", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
@@ -190,7 +196,7 @@ rule decompose_search:
         ),
         runtime=lambda w: _request("decompose_search", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
+        settings=lambda w: retrieval_settings("decompose_search", w),
         kind=lambda w: _SUFFIX_KIND[w.kind],
         k=int(DECOMPOSITION.get("k", 10)),
     shell:

@@ -35,6 +35,7 @@ from cqabench.common.errors import ConfigError
 from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.estimate.sizes import Sizes
+from cqabench.retrieval.job_resources import job_device
 
 MIN_MEM_MB = 1000
 MEM_MARGIN = 1.25
@@ -160,7 +161,7 @@ class JobCosts:
         gpus = 0
         mem, runtime = 4000, 60
         if rule in FALLBACK and wildcards.get("retriever") in self.plan.retriever_configs:
-            _, gpus = self._neural_device(wildcards["retriever"])
+            _, gpus = self._neural_device(wildcards["retriever"], rule)
             neural, plain = FALLBACK.get(rule, ((16000, 240), (4000, 60)))
             mem, runtime = neural if self.plan.is_neural(wildcards["retriever"]) else plain
         if rule in ("generate", "generate_batch"):
@@ -201,8 +202,8 @@ class JobCosts:
         c.peak_mb = self._r(c, family, "peak_mb")
         c.disk_mb = self._r(c, family, "out_mb_per_mdoc") * (docs if out_docs is None else out_docs) / M
 
-    def _neural_device(self, retriever: str) -> tuple[str, int]:
-        on_gpu = self.plan.is_neural(retriever) and str(self.plan.retriever_configs[retriever].get("device", "cpu")) != "cpu"
+    def _neural_device(self, retriever: str, rule: str = "") -> tuple[str, int]:
+        on_gpu = self.plan.is_neural(retriever) and job_device(self.plan.retriever_configs[retriever], rule) != "cpu"
         return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
 
     def _settings(self, retriever: str) -> dict[str, Any]:
@@ -414,7 +415,7 @@ class JobCosts:
         docs = self.sizes.corpus_documents(corpus)
         q = self._queries(w["dataset"], w["split"]) if queries is None else queries
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        c.device, c.gpus = self._neural_device(r, c.rule)
         c.items.update({"queries": q, "documents searched": docs})
         if kind == "bm25":
             c.device, c.gpus = "cpu", 0

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,8 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
         from cqabench.retrieval.encoders import require_device
 
         require_device(settings["device"], f"colbert {action}")  # before colbert-ai would fall back or hang
+        if action in ("codec", "index"):
+            codec_kmeans(settings["device"])  # the codec's k-means: refused here if it would run on the CPU
     env = worker_env(settings)
     timeout = float(settings["timeout_s"])
     cmd = [sys.executable, "-m", "cqabench.retrieval.colbert", action, str(req)]
@@ -133,6 +135,44 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
             raise
     if returncode != 0:
         raise ColbertError(f"colbert {action} failed (exit {returncode}); log tail:\n{_tail(log_path)}")
+
+
+def codec_kmeans(device: str) -> Callable[..., Any] | None:
+    """The k-means colbert-ai's codec trains with on `device`: None (colbert-ai's own faiss one)
+    on the CPU; on CUDA our torch k-means on that device (cqabench.retrieval.kmeans), or a
+    ConfigError where the k-means would run on the CPU of a GPU job (issue 37: faiss-cpu turns
+    colbert-ai's `gpu=True` into 0 GPUs, silently)."""
+    if device == "cpu":
+        return None
+    import functools
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"colbert codec: device {device!r} asked, but torch sees no CUDA GPU: the codec's k-means "
+                          "would run on the CPU; run the job on a GPU node or set device: cpu")  # fmt: skip
+    from colbert.indexing import collection_indexer
+
+    if not hasattr(collection_indexer, "compute_faiss_kmeans"):
+        import faiss
+
+        if faiss.get_num_gpus() == 0:
+            raise ConfigError("colbert codec: this colbert-ai has no compute_faiss_kmeans for the torch k-means to "
+                              f"replace, and faiss {faiss.__version__} sees no GPU: the codec's k-means would run on "
+                              "the CPU; pin colbert-ai 0.2.22 or install faiss-gpu")  # fmt: skip
+        return None  # colbert-ai's own k-means, on faiss's GPU
+    from cqabench.retrieval.kmeans import colbert_kmeans
+
+    return functools.partial(colbert_kmeans, device=device)
+
+
+def install_codec_kmeans(device: str) -> None:
+    """Hand colbert-ai the codec k-means of `device` (worker side; `codec_kmeans`)."""
+    kmeans = codec_kmeans(device)
+    if kmeans is not None:
+        from colbert.indexing import collection_indexer
+
+        collection_indexer.compute_faiss_kmeans = kmeans  # CollectionIndexer._train_kmeans calls it by this name
 
 
 # colbert-ai's C++ helpers for the CPU, compiled by torch on first use: (module, class) that loads each.
@@ -453,6 +493,7 @@ def _indexing_step(action: str, req: dict[str, Any], checkpoint: str) -> None:
             return
         step = CollectionIndexer(config=config, collection=collection, verbose=3)
         if action == "codec":
+            install_codec_kmeans(req["device"])
             step.setup()
             step.train([])
             return
@@ -481,6 +522,7 @@ def _worker(action: str, req: dict[str, Any]) -> None:
             _indexing_step(action, req, checkpoint)
             return
         if action == "index":
+            install_codec_kmeans(req["device"])
             path = Path(req["index_path"])
             indexer = Indexer(checkpoint=checkpoint, config=_colbert_config(req, index_path=str(path)))
             indexer.index(name=path.name, collection=_collection(req), overwrite=True)

@@ -2,10 +2,11 @@
 
 The corpus is encoded in shards of `shard_size` documents, each written as a float32 `.npy`
 file; search opens them memory-mapped. With `index: flat` (exact inner product, the default)
-each shard is searched by its own `faiss.IndexFlatIP` and the per-shard top-k are merged, so
-neither building nor searching ever holds more than one shard of embeddings in RAM. The
-approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
-and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
+each shard is scanned block by block with torch on the job's device and the top-k merged
+(cqabench.retrieval.exact), so neither building nor searching ever holds more than one shard
+of embeddings in RAM. The approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions,
+are trained on a sample and filled shard by shard; faiss then holds their (compressed, for
+IVF-PQ) codes, and faiss-cpu searches them on the CPU (`search_device`).
 
 With `encode_jobs: N` the shards are written by N part jobs (`encode_part`, each a contiguous run
 of whole shards numbered as here) and `gather` assembles the same index from them
@@ -18,7 +19,6 @@ once by `resolve()` and written to `dense.json` in the index, next to `settings.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import json
 import logging
@@ -31,6 +31,7 @@ import numpy as np
 
 from cqabench.common.errors import ConfigError
 from cqabench.models.store import revision_settings
+from cqabench.retrieval.exact import flat_search
 from cqabench.retrieval.base import (
     DEFAULT_SEARCH_ONLY_KEYS,
     Doc,
@@ -366,6 +367,14 @@ def _load_meta(index_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def search_device(settings: dict[str, Any]) -> str:
+    """The device a search with these (resolved) settings runs on: the retriever's device for a
+    flat index (query encoder and exact scan, cqabench.retrieval.exact), the CPU for faiss's
+    IVF / HNSW indexes (faiss-cpu; their queries are encoded on the CPU too, so the job needs
+    no GPU). The planner asks for a GPU by the same function (retrieval.job_resources.job_device)."""
+    return str(settings["device"]) if settings["index"] == "flat" else "cpu"
+
+
 def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]) -> Results:
     """Top-k by inner product; flat indexes merge exact per-shard results, others ask faiss."""
     import faiss
@@ -377,7 +386,12 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     if not queries:
         return results
     docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    encoders = _Encoders(run, index_dir)
+    device = search_device(run)
+    if device != "cpu":
+        from cqabench.retrieval.encoders import require_device
+
+        require_device(device, "dense search")  # never a silent CPU scan on a GPU job
+    encoders = _Encoders({**run, "device": device}, index_dir)
     if run["threads"]:
         faiss.omp_set_num_threads(int(run["threads"]))
     batch_size = int(run["query_batch_size"] or run["batch_size"])
@@ -385,7 +399,9 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     q = encoders.encode_queries([text for _, text in queries], batch_size)
     depth = min(k, meta["count"])
     if run["index"] == "flat":
-        scores, ids = _flat_search(index_dir, meta["shards"], q, depth)
+        log.info("dense: exact scan of %d shards on %s (threads %s)", len(meta["shards"]), device, run["threads"] or "torch default")
+        shards = [index_dir / "shards" / name for name in meta["shards"]]
+        scores, ids = flat_search(shards, q, depth, device, run["threads"])
     else:
         index = faiss.read_index(str(index_dir / "index.faiss"))
         if run["nprobe"] is not None:
@@ -398,27 +414,3 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
         hits = [(docids[i], float(s)) for i, s in zip(ids[row], scores[row]) if i >= 0]
         results[qid] = rank(hits, k)
     return results
-
-
-def _flat_search(index_dir: Path, shard_files: list[str], q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact search shard by shard: one memory-mapped shard in RAM at a time, top-k merged."""
-    import faiss
-
-    best: list[list[tuple[float, int]]] = [[] for _ in range(len(q))]
-    offset = 0
-    for name in shard_files:
-        shard = np.load(index_dir / "shards" / name, mmap_mode="r")
-        index = faiss.IndexFlatIP(shard.shape[1])
-        index.add(np.ascontiguousarray(shard))
-        scores, ids = index.search(q, min(k, len(shard)))
-        for row in range(len(q)):
-            merged = best[row] + [(float(s), int(i) + offset) for s, i in zip(scores[row], ids[row]) if i >= 0]
-            best[row] = heapq.nlargest(k, merged, key=lambda p: (p[0], -p[1]))
-        offset += len(shard)
-        del index, shard
-    scores = np.full((len(q), k), -np.inf, dtype=np.float32)
-    ids = np.full((len(q), k), -1, dtype=np.int64)
-    for row, hits in enumerate(best):
-        for col, (s, i) in enumerate(hits):
-            scores[row, col], ids[row, col] = s, i
-    return scores, ids
