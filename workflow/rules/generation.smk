@@ -105,22 +105,19 @@ use rule generate_batch as generate_batch_share with:
     output:
         batch_share_file("{llm}", "{share}"),
     log:
-        f"{RESULTS}/logs/generate_batch/{{llm}}/share-{{share}}.log",
+        f"{RESULTS}/logs/generate_batch_share/{{llm}}/{{share}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/generate_batch/{{llm}}/share-{{share}}.tsv"
+        f"{RESULTS}/benchmarks/generate_batch_share/{{llm}}/{{share}}.tsv"
     wildcard_constraints:
         llm=_names(GEN_BATCH_LLMS),
         share=_names(BATCH_SHARES),
     resources:
-        # `with:` replaces all of them: generate_batch's, but a share of the questions takes its
-        # part of the whole batch's time (the estimate's)
-        gpu=lambda w: _request("generate_batch", w)["gpu"],
+        # `with:` replaces all of them: the estimate's for a share (1/N of the questions)
+        gpu=lambda w: _request("generate_batch_share", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
-            _request("generate_batch", w)["mem_mb"], attempt
+            _request("generate_batch_share", w)["mem_mb"], attempt
         ),
-        runtime=lambda w: -(
-            -_request("generate_batch", w)["runtime"] // batch_jobs_of(w.llm)
-        ),
+        runtime=lambda w: _request("generate_batch_share", w)["runtime"],
 
 
 rule generate:
