@@ -45,6 +45,14 @@ def _costs(name: str, rates: Rates | None = None) -> JobCosts:
         run.plan_costs(_config(name), root=REPO).plan, rates)
 
 
+def _per_cell(name: str = "dexter.yaml") -> dict:
+    """A config whose LLMs generate each cell in its own job (no engine batch): the per-cell cost model."""
+    config = _config(name)
+    config["generation"].pop("batch_llms", None)
+    config["generation"].pop("batch_jobs", None)
+    return config
+
+
 def _rates_with(changes: dict[str, float]) -> Rates:
     """The shipped rates with some values replaced by round numbers ("family.device.model.name")."""
     data = copy.deepcopy(load_rates().data)
@@ -218,7 +226,7 @@ def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
                          "llm.rtx3090.vllm.engine_start_s": 100, "llm.rtx3090.vllm.prefill_tok_s": 1000,
                          "llm.rtx3090.vllm.decode_step_s": 0.02, "llm.rtx3090.vllm.concurrency": 10,
                          "llm.rtx3090.vllm.peak_mb": 16000})
-    costs = _costs("dexter.yaml", rates)
+    costs = JobCosts(run.plan_costs(_per_cell(), root=REPO).plan, rates)
     cell = {"dataset": "finqa", "split": "test", "serialization": "pipe", "retriever": "none", "llm": "mistral-7b",
             "prompt": "few-shot", "setting": "closed", "k": "0"}
     template = len((REPO / "resources/prompts/few-shot/numeric.txt").read_text(encoding="utf-8"))
@@ -293,7 +301,7 @@ def test_a_rerank_model_without_a_rate_names_the_missing_key() -> None:
 
 
 def test_an_llms_own_mem_mb_and_runtime_win() -> None:
-    config = _config("dexter.yaml")
+    config = _per_cell()
     config["llms"]["mistral-7b"].update(mem_mb=30000, runtime_min=600)
     costs = run.plan_costs(config, root=REPO)
     cell = {"dataset": "finqa", "split": "test", "serialization": "pipe", "retriever": "none", "llm": "mistral-7b",
@@ -324,11 +332,9 @@ def test_paper_scale_jobs_ask_for_at_least_what_the_docs_measure() -> None:
     assert mem("pool_corpus", corpus="wiki-multihop") >= 515 * 1.048576
     assert mem("export_beir", dataset="ambigqa", serialization="pipe", split="dev") >= 246 * 1.048576
     assert mem("index", corpus="ambigqa", serialization="pipe", retriever="bm25") >= 689 * 1.048576
-    for llm in ("mistral-7b", "llama2-7b"):
-        cell = dict(dataset="ambigqa", split="dev", serialization="pipe", retriever="colbertv2", llm=llm,
-                    prompt="few-shot-cot", setting="rag", k="10")
-        assert mem("generate", **cell) >= 14_000
-        assert costs.request("generate", cell)["gpu"] == 1
+    for llm in ("mistral-7b", "llama2-7b"):  # the engine runs in the batch's share jobs; a cell job only assembles
+        assert mem("generate_batch_share", llm=llm, share="1-of-8") >= 14_000
+        assert costs.request("generate_batch_share", {"llm": llm, "share": "1-of-8"})["gpu"] == 1
     # every job asks for at least its own estimate's peak and wall time
     for job in costs.jobs:
         c, req = costs.cost(job.rule, job.wildcards), costs.request(job.rule, job.wildcards)

@@ -282,3 +282,34 @@ def test_a_batch_rejects_a_malformed_cell_label(tmp_path: Path, monkeypatch, cap
     assert rc == 1
     assert "--cells[0]: 'musique/dev/rag-k1' is not '<dataset>/<split>/" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
+
+
+def test_a_batch_split_in_two_shares_asks_for_every_prompt_once(split, tmp_path: Path, monkeypatch, capsys) -> None:
+    """generate-batch --share 1-of-2 and 2-of-2 over the closed and rag-k1 cells of q1..q3: sorted
+    qids dealt round-robin, q1 and q3 in share 1, q2 in share 2, each with both its prompts; together
+    the 5 unique prompts of the one-job batch, each asked once. A share that is not i-of-n is refused."""
+    monkeypatch.setenv(ENV, KEY)
+    cache = tmp_path / "cache"
+    with OpenAITestDouble() as api:
+        settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
+        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
+                  "qrels": str(split["qrels"]), "run": str(split["run"])}
+        members = [{"cell": "musique/dev/pipe/none/api/few-shot/closed-k0",
+                    "inputs": {k: inputs[k] for k in ("queries", "template")}},
+                   {"cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1", "inputs": inputs}]
+        asked = []
+        for share in ("1-of-2", "2-of-2"):
+            assert main(["generate-batch", "--llm", "api", "--share", share, "--settings", json.dumps(settings),
+                         "--cells", json.dumps(members), "--cache", str(cache),
+                         "--out", str(tmp_path / f"{share}.json")]) == 0
+            asked.append(len(api.bodies) - sum(asked))
+    manifests = [json.loads((tmp_path / f"{s}.json").read_text()) for s in ("1-of-2", "2-of-2")]
+    # share 1: closed q1, q3 and rag q1, q3 (q3's rag prompt is its closed one): 4 items, 3 prompts
+    assert [(m["share"], m["n_items"], m["n_unique_prompts"], m["n_generated"]) for m in manifests] == [
+        ("1-of-2", 4, 3, 3), ("2-of-2", 2, 2, 2)]
+    assert asked == [3, 2]
+    capsys.readouterr()
+    assert main(["generate-batch", "--llm", "api", "--share", "3-of-2", "--settings", json.dumps(settings),
+                 "--cells", json.dumps(members), "--cache", str(cache), "--out", str(tmp_path / "bad.json")]) == 1
+    assert "--share: expected <i>-of-<n> with 1 <= i <= n (e.g. 2-of-8), got '3-of-2'" in capsys.readouterr().err
+    assert not (tmp_path / "bad.json").exists()

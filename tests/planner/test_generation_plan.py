@@ -5,6 +5,7 @@ which optional inputs reach `cqabench generate` as flags."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,3 +64,50 @@ def test_only_the_optional_inputs_a_cell_has_become_flags() -> None:
     index) as flags, quoted; the queries and template are always there and have their own."""
     given = {"queries": "q.parquet", "template": "t.txt", "run": "runs/a b.parquet", "tool_index": "index"}
     assert plan_of(load_config()).generation_args(None, given) == "--run 'runs/a b.parquet' --tool-index index"
+
+
+def test_dexter_splits_each_7b_batch_over_8_gpu_jobs_and_the_default_keeps_one() -> None:
+    """config/dexter.yaml: the two vLLM models' 176 cells each in one batch of 8 share jobs (GPU); every
+    batched cell waits for all 8 manifests (each share holds some of its questions). config.yaml: one
+    job, its manifest where it always was, no --share."""
+    plan = plan_of(load_config("dexter.yaml"))
+    assert plan.gen_batch_llms == ["mistral-7b", "llama2-7b"] and not plan.problems()
+    shares = [f"{i}-of-8" for i in range(1, 9)]
+    assert plan.all_batch_shares() == shares
+    for llm in plan.gen_batch_llms:
+        assert plan.uses_gpu(llm) and plan.batch_jobs_of(llm) == 8 and len(plan.batch_cells(llm)) == 176
+        files = [f"results/dexter/generation/_batches/{llm}/share-{s}.json" for s in shares]
+        assert plan.batch_manifests(llm) == files
+        assert all(plan.cell_inputs(c)["batch"] == files for c in plan.batch_cells(llm))
+    assert plan.batch_shares("gpt-3.5-turbo") == []  # an API model: no batch, each cell its own job
+    assert plan.batch_share_arg(SimpleNamespace(llm="llama2-7b", share="3-of-8")) == "--share 3-of-8"
+    default = plan_of(load_config())
+    assert default.batch_manifests("smollm2-135m") == ["results/sample/generation/_batches/smollm2-135m.json"]
+    assert default.all_batch_shares() == [] and default.batch_share_arg(LLM) == ""
+
+
+def test_batch_jobs_takes_a_positive_count_for_every_batch_llm_or_one_per_llm() -> None:
+    config = load_config()
+    config["generation"]["batch_jobs"] = {"smollm2-135m": 3}
+    plan = plan_of(config)
+    assert plan.batch_shares("smollm2-135m") == ["1-of-3", "2-of-3", "3-of-3"] and not plan.problems()
+    for bad, why in ((0, "generation.batch_jobs: expected a positive integer (jobs per batch LLM), got 0"),
+                     ({"smollm2-135m": "2"}, "generation.batch_jobs.smollm2-135m: expected a positive integer"),
+                     ({"other": 2}, "generation.batch_jobs: ['other'] are not in generation.batch_llms ['smollm2-135m']")):
+        config["generation"]["batch_jobs"] = bad
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            plan_of(config)
+
+
+def test_vllm_engine_bounds_are_recorded_in_every_result_row_where_set() -> None:
+    """dexter's vLLM models record their bounds (columns vllm_<key> of the fact table); an LLM that
+    sets none (config.yaml's) adds no key, so its evaluate jobs' params stay as they were."""
+    plan = plan_of(load_config("dexter.yaml"))
+    cell = plan.batch_cells("llama2-7b")[0]
+    assert {k: v for k, v in plan.generation_cell(cell).items() if k.startswith("vllm_")} == {
+        "vllm_max_num_seqs": 256, "vllm_max_num_batched_tokens": 8192, "vllm_max_model_len": 4096}
+    mistral = plan.batch_cells("mistral-7b")[0]
+    assert {k for k in plan.generation_cell(mistral) if k.startswith("vllm_")} == {"vllm_max_num_seqs",
+                                                                                  "vllm_max_num_batched_tokens"}
+    default = plan_of(load_config())
+    assert not [k for k in default.generation_cell(default.batch_cells("smollm2-135m")[0]) if k.startswith("vllm_")]

@@ -288,6 +288,9 @@ def _cell_inputs(w):
 
 
 batch_manifest = PLAN.batch_manifest
+batch_share_file = PLAN.batch_share_file
+batch_share_arg = PLAN.batch_share_arg
+BATCH_SHARES = PLAN.all_batch_shares()
 batch_inputs = PLAN.batch_inputs
 batch_members = PLAN.batch_members
 batch_settings = PLAN.batch_settings

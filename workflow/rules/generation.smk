@@ -92,9 +92,32 @@ rule generate_batch:
         cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
         python=lambda w: python_word(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
+        share=batch_share_arg,  # "" here; --share <i>-of-<n> in generate_batch_share
     shell:
         "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python} cqabench generate-batch --llm {wildcards.llm:q} "
-        "--config {input.config:q} --threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
+        "{params.share} --config {input.config:q} --threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
+
+
+# A batch split over generation.batch_jobs jobs (GPUs: a 7B model's batch is too long for one
+# job): one engine session per share of the questions, every prompt of a question in one share
+# (cqabench.generation.shares). The same job as generate_batch but for its --share and paths.
+use rule generate_batch as generate_batch_share with:
+    output:
+        batch_share_file("{llm}", "{share}"),
+    log:
+        f"{RESULTS}/logs/generate_batch_share/{{llm}}/{{share}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/generate_batch_share/{{llm}}/{{share}}.tsv"
+    wildcard_constraints:
+        llm=_names(GEN_BATCH_LLMS),
+        share=_names(BATCH_SHARES),
+    resources:
+        # `with:` replaces all of them: the estimate's for a share (1/N of the questions)
+        gpu=lambda w: _request("generate_batch_share", w)["gpu"],
+        mem_mb=lambda w, attempt: memory_mb(
+            _request("generate_batch_share", w)["mem_mb"], attempt
+        ),
+        runtime=lambda w: _request("generate_batch_share", w)["runtime"],
 
 
 rule generate:

@@ -66,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--cells",
                    help='with --settings: JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
                         '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}')
+    b.add_argument("--share", default="1-of-1",
+                   help="<i>-of-<n>: only the questions of share i of n (generation.batch_jobs: one job per share)")
     b.add_argument("--threads", type=int, default=0)
     b.add_argument("--cache", required=True, type=Path)
     b.add_argument("--out", required=True, type=Path, help="manifest.json: what the batch generated, per cell")
@@ -249,7 +251,9 @@ def run_generate_batch(args: argparse.Namespace) -> int:
     from cqabench.generation.batch import BatchCell, run_batch
     from cqabench.generation.cell import Cell, CellInputs
     from cqabench.generation.prompts import load_template
+    from cqabench.generation.shares import parse_share
 
+    share = parse_share(args.share)
     shared, members_raw = _batch_of(args)
     if not isinstance(members_raw, list) or not members_raw:
         raise ConfigError("--cells: expected a non-empty JSON list of {cell, inputs, settings}")
@@ -272,7 +276,7 @@ def run_generate_batch(args: argparse.Namespace) -> int:
                               f"optional); unknown {unknown}")
         inputs = CellInputs(**{k: _path(v) for k, v in files.items()})
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
-    manifest = run_batch(members, spec, sampling, args.cache, args.out)
+    manifest = run_batch(members, spec, sampling, args.cache, args.out, share=share)
     print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
           f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['n_failed']} failed, "
           f"{manifest['wall_time_s']} s")

@@ -23,7 +23,7 @@ from cqabench.retrieval.decomposition import RUN_SUFFIX
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
          "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "eval_retrieval",
          "convert_model",
-         "generate_batch", "cell_spec", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
+         "generate_batch", "generate_batch_share", "cell_spec", "generate", "evaluate_generation", "aggregate", "table", "report_tables",
          "report_plots", "estimate", "report_page")
 # One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".
 TABLE_PREFIX = "table_"
@@ -175,12 +175,15 @@ def _jobs(plan: Any) -> Iterator[Job]:
             deps += [pools[tool].id, index_of[(tool, ser, retriever)]]
         return deps
 
-    batches = {}
+    batches: dict[str, list[Job]] = {}  # a batch LLM's job, or one per share (generation.batch_jobs)
     for llm in plan.gen_batch_llms:
         mine = [c for c in cells if c[4] == llm]
         if mine:
-            batches[llm] = Job("generate_batch", {"llm": llm}, sorted({d for c in mine for d in cell_deps(c)}))
-    yield from batches.values()
+            deps = sorted({d for c in mine for d in cell_deps(c)})
+            shares = plan.batch_shares(llm)
+            batches[llm] = ([Job("generate_batch_share", {"llm": llm, "share": s}, deps) for s in shares]
+                            or [Job("generate_batch", {"llm": llm}, deps)])
+    yield from (j for jobs in batches.values() for j in jobs)
     gens, specs = [], []
     for c in cells:
         w = dict(zip(CELL_FIELDS, (*c[:7], str(c[7]))))
@@ -188,7 +191,7 @@ def _jobs(plan: Any) -> Iterator[Job]:
         if c[4] in batches and plan.in_batch(SimpleNamespace(**w)):
             # a batched cell's own job reads its spec.json (rule cell_spec) and the batch manifest
             specs.append(Job("cell_spec", w, list(deps)))
-            deps = deps + [specs[-1].id, batches[c[4]].id]
+            deps = deps + [specs[-1].id, *(b.id for b in batches[c[4]])]
         gens.append(Job("generate", w, deps))
     yield from specs
     yield from gens

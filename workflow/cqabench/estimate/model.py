@@ -64,6 +64,10 @@ LIGHT_RULES = ("cell_spec", "eval_retrieval", "fuse_runs", "evaluate_generation"
                "report_plots", "report_page", "estimate", "table")
 
 
+# The rules whose job is an engine batch of an LLM (generation.batch_llms; split: batch_jobs).
+BATCH_RULES = ("generate_batch", "generate_batch_share")
+
+
 @dataclass
 class Cost:
     """What one job is estimated to use; `items` are the work it processes (name -> count)."""
@@ -143,7 +147,7 @@ class JobCosts:
             return self._fallback(rule, wildcards, exc)
         mem = max(MIN_MEM_MB, math.ceil((c.peak_mb * MEM_MARGIN + MEM_SLACK_MB) / 100) * 100)
         runtime = max(MIN_RUNTIME_MIN, math.ceil(c.wall_s * TIME_MARGIN / 60))
-        if rule in ("generate", "generate_batch") and not (rule == "generate" and self._in_batch(wildcards)):
+        if rule in ("generate", *BATCH_RULES) and not (rule == "generate" and self._in_batch(wildcards)):
             llm = self.plan.llms[wildcards["llm"]]
             mem = int(llm.get("mem_mb", mem))
             runtime = int(llm.get("runtime_min", runtime))
@@ -164,9 +168,9 @@ class JobCosts:
             _, gpus = self._neural_device(wildcards["retriever"], rule)
             neural, plain = FALLBACK.get(rule, ((16000, 240), (4000, 60)))
             mem, runtime = neural if self.plan.is_neural(wildcards["retriever"]) else plain
-        if rule in ("generate", "generate_batch"):
+        if rule in ("generate", *BATCH_RULES):
             llm = self.plan.llms[wildcards["llm"]]
-            gpus = 1 if self.plan.uses_gpu(wildcards["llm"]) and (rule == "generate_batch" or not self._in_batch(wildcards)) else 0
+            gpus = 1 if self.plan.uses_gpu(wildcards["llm"]) and (rule in BATCH_RULES or not self._in_batch(wildcards)) else 0
             mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
         if rule == "gather_index":
             gpus = 0
@@ -574,15 +578,19 @@ class JobCosts:
         c.threads = int(self.plan.threads)
         self._engine(c, llm, [work])
 
-    def _generate_batch(self, c: Cost, w: dict[str, str]) -> None:
+    def _generate_batch(self, c: Cost, w: dict[str, str], shares: int = 1) -> None:
         llm = w["llm"]
         cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
-        work = [self.cell_work(x) for x in cells]
+        work = [{k: v / shares for k, v in self.cell_work(x).items()} for x in cells]
         c.device, c.gpus = self._llm_device(llm)
         c.threads = int(self.plan.threads)
         self._engine(c, llm, work)
         c.items["cells"] = len(cells)
         c.disk_mb = c.items["prompts"] * 2000 / MB
+
+    def _generate_batch_share(self, c: Cost, w: dict[str, str]) -> None:
+        """One of generation.batch_jobs shares: 1/N of every cell's questions, its own engine start."""
+        self._generate_batch(c, w, self.plan.batch_jobs_of(w["llm"]))
 
 
 class SimpleCell:

@@ -142,7 +142,9 @@ def generate_missing(
         for attempt in range(retry_empty + 1):
             again: list[Item] = []
             again_keys: set[str] = set()
-            for batch in backend.generate([i.chat for i in items], sampling, labels=[i.qid for i in items]):
+            # the backend names an item it refuses by its cell and question (a batch's first cell)
+            names = [((item_labels or {}).get(i.key) or f"{label} {i.qid}").split("\n")[0] for i in items]
+            for batch in backend.generate([i.chat for i in items], sampling, labels=names):
                 rows = []
                 for idx, comp in batch:
                     it = items[idx]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from cqabench.generation.llm.vllm_backend import RECORDED_ENGINE_OPTIONS
 from cqabench.generation.prompts import file_hash
 from cqabench.planner.cells import Cell, existing as existing_cells
 from cqabench.planner.generation import OPEN_BOOK_LIMITS, GenerationPlan
@@ -64,6 +65,9 @@ class EvaluationPlan(GenerationPlan):
             "max_doc_chars": self.generation.get("max_doc_chars"),
             "oracle_distractors": self.distractors_of(w.dataset, w.setting),
             "sampling": {**(self.generation.get("sampling") or {}), **(llm.get("sampling") or {})},
+            # vLLM's batch and context bounds, where the LLM sets them (vllm_<key> columns; none set
+            # adds no key, so the cells of a config without them keep their params)
+            **{f"vllm_{k}": llm[k] for k in RECORDED_ENGINE_OPTIONS if llm["backend"] == "vllm" and k in llm},
         }
         if w.setting == "open-book":  # the tool corpus, and the loop's limits as columns of every result row
             from cqabench.generation.agent.tools import SEARCH_DEPTH

@@ -17,6 +17,7 @@ from typing import Any
 from cqabench.common.errors import ConfigError
 from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT
 from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
+from cqabench.generation.shares import share_name
 from cqabench.planner.cells import CELL_FIELDS, Cell, problems as cell_problems
 from cqabench.planner.retrieval import RetrievalPlan
 from cqabench.planner.rule_text import as_arg
@@ -47,6 +48,7 @@ class GenerationPlan(RetrievalPlan):
         self.llm_cache_dir: str = g.get("cache_dir", LLM_CACHE_DIR)  # shared by every config
         self.models_dir = f"{self.results}/models"
         self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
+        self.gen_batch_jobs: Any = g.get("batch_jobs", 1)  # an int, or {llm: int} (batch_jobs_of)
         self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
         self.oracle_context: dict[str, str] = dict(g.get("oracle_context") or {})
         self.gen_seed = int(g.get("seed", 0))
@@ -63,6 +65,7 @@ class GenerationPlan(RetrievalPlan):
             bad = sorted(set(names) - set(self.llms))
             if bad:
                 out.append(f"{key}: {bad} are not defined under `llms:`; defined: {sorted(self.llms)}")
+        out += self._batch_jobs_problems()
         bad = sorted(set(self.gen_prompts) - set(STRATEGIES))
         if bad:
             out.append(f"generation.prompts: unknown {bad}; valid: {list(STRATEGIES)}")
@@ -89,6 +92,20 @@ class GenerationPlan(RetrievalPlan):
                     f"llms.{name}.source: backend openai sends `source` to an API as the model name; "
                     f"{llm['source']!r} is a local GGUF file (use backend hf or vllm for it)"
                 )
+        return out
+
+    def _batch_jobs_problems(self) -> list[str]:
+        """generation.batch_jobs: a positive integer, or one per LLM of generation.batch_llms."""
+        raw = self.gen_batch_jobs
+        counts = raw if isinstance(raw, dict) else {"": raw}
+        out = []
+        for llm, n in counts.items():
+            key = f"generation.batch_jobs.{llm}" if llm else "generation.batch_jobs"
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                out.append(f"{key}: expected a positive integer (jobs per batch LLM), got {n!r}")
+        bad = sorted(set(counts) - {""} - set(self.gen_batch_llms)) if isinstance(raw, dict) else []
+        if bad:
+            out.append(f"generation.batch_jobs: {bad} are not in generation.batch_llms {self.gen_batch_llms}")
         return out
 
     def _oracle_context_problems(self) -> list[str]:
@@ -365,7 +382,8 @@ class GenerationPlan(RetrievalPlan):
         inputs = self.generation_inputs(w)
         if self.in_batch(w):
             inputs["spec"] = self.cell_spec_file(w)
-            inputs["batch"] = self.batch_manifest(w.llm)
+            manifests = self.batch_manifests(w.llm)  # a split batch: every share holds some of its items
+            inputs["batch"] = manifests[0] if len(manifests) == 1 else manifests  # type: ignore[assignment]
         return inputs
 
     def cell_spec_file(self, w: Any) -> str:
@@ -419,7 +437,38 @@ class GenerationPlan(RetrievalPlan):
         return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
 
     def batch_manifest(self, llm: str) -> str:
+        """The manifest of a batch run as one job (generation.batch_jobs 1, the default)."""
         return f"{self.results}/generation/_batches/{llm}.json"
+
+    def batch_jobs_of(self, llm: str) -> int:
+        """How many jobs (engine sessions) share the LLM's batch: generation.batch_jobs, an integer
+        for every batch LLM or a mapping per LLM (default 1)."""
+        raw = self.gen_batch_jobs
+        return int(raw.get(llm, 1) if isinstance(raw, dict) else raw)
+
+    def batch_share_file(self, llm: str, share: str) -> str:
+        """The manifest of one share (`2-of-8`) of a batch split over several jobs."""
+        return f"{self.results}/generation/_batches/{llm}/share-{share}.json"
+
+    def batch_shares(self, llm: str) -> list[str]:
+        """The share names of the LLM's batch jobs ([] when it runs as one job)."""
+        n = self.batch_jobs_of(llm) if llm in self.gen_batch_llms else 1
+        return [share_name(i, n) for i in range(1, n + 1)] if n > 1 else []
+
+    def batch_manifests(self, llm: str) -> list[str]:
+        """Every manifest of the LLM's batch: one per job."""
+        shares = self.batch_shares(llm)
+        return [self.batch_share_file(llm, s) for s in shares] if shares else [self.batch_manifest(llm)]
+
+    def all_batch_shares(self) -> list[str]:
+        """Every share name of every split batch (the generate_batch_share rule's wildcard values)."""
+        return sorted({s for llm in self.gen_batch_llms for s in self.batch_shares(llm)})
+
+    @staticmethod
+    def batch_share_arg(w: Any) -> str:
+        """`--share <i>-of-<n>` for a share job of a split batch; "" for a batch run as one job."""
+        share = getattr(w, "share", None)
+        return f"--share {shlex.quote(share)}" if share else ""
 
     def batch_cells(self, llm: str) -> list[SimpleNamespace]:
         """The model's cells as the generate rule's wildcards would name them (k as text)."""

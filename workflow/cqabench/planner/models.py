@@ -32,6 +32,7 @@ from cqabench.models.fetch import ModelRequest
 MODEL_RULES = {
     "index": "retriever", "colbert_codec": "retriever", "encode_part": "retriever", "gather_index": "retriever",
     "search": "retriever", "decompose_search": "retriever", "generate": "llm", "generate_batch": "llm",
+    "generate_batch_share": "llm",
     "rerank_run": "name",
 }  # fmt: skip
 FETCH_RULE = "fetch_models"

@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 # llms.<name> keys passed to vllm.LLM(...) as they are.
 ENGINE_OPTIONS = (
     "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "enable_prefix_caching", "block_size",
+    "max_num_seqs", "max_num_batched_tokens",
 )
+# The engine options that bound a batch or a prompt: recorded in every result row where set
+# (cqabench.planner.evaluation.generation_cell), as `vllm_<key>`.
+RECORDED_ENGINE_OPTIONS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 # llms.<name> keys this backend interprets itself.
 BACKEND_OPTIONS = ("chunk_size", "device", "kv_cache_space_gb", "threads")
 # llms.<name> keys that only the workflow or the item cache read; accepted and ignored here.
@@ -78,7 +82,8 @@ def check_options(spec: LlmSpec) -> dict[str, Any]:
     for key in ("enable_prefix_caching", "enforce_eager"):
         if key in opts and not isinstance(opts[key], bool):
             raise ConfigError(f"llms.{spec.name}.{key}: expected true or false, got {opts[key]!r}")
-    for key in ("tensor_parallel_size", "max_model_len", "chunk_size", "threads", "block_size"):
+    for key in ("tensor_parallel_size", "max_model_len", "chunk_size", "threads", "block_size", "max_num_seqs",
+                "max_num_batched_tokens"):
         if key in opts and (isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1):
             raise ConfigError(f"llms.{spec.name}.{key}: expected a positive integer, got {opts[key]!r}")
     if "gpu_memory_utilization" in opts:
@@ -180,10 +185,7 @@ class VllmBackend:
 
     def prompt_ids(self, chat: Chat) -> list[int]:
         """The token ids the hf backend would feed for this chat (same template, no added specials)."""
-        from cqabench.generation.llm.hf import adds_special_tokens, render_chat
-
-        text = render_chat(self.tokenizer, chat)
-        return list(self.tokenizer(text, add_special_tokens=adds_special_tokens(self.tokenizer))["input_ids"])
+        return prompt_token_ids(self.tokenizer, chat)
 
     def generate(
         self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
@@ -198,11 +200,9 @@ class VllmBackend:
             chunk = list(chats[start:start + self.batch_size])
             ids = [self.prompt_ids(c) for c in chunk]
             for row, prompt in enumerate(ids):
-                if len(prompt) >= self.max_model_len:
-                    raise ConfigError(
-                        f"llm {self.spec.name!r}: the prompt of item {labels[start + row]} has {len(prompt)} tokens, "
-                        f"max_model_len is {self.max_model_len}; shorten it (generation.max_doc_chars) or raise max_model_len"
-                    )
+                problem = fit_problem(len(prompt), sampling.max_new_tokens, self.max_model_len)
+                if problem:
+                    raise ConfigError(f"llm {self.spec.name!r}: item {labels[start + row]}: {problem}")
             began = time.perf_counter()
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False)
             elapsed = time.perf_counter() - began
@@ -236,3 +236,29 @@ class VllmBackend:
                 core.shutdown()
             except Exception as exc:  # already gone; nothing to release
                 log.debug("vllm engine shutdown: %s", exc)
+
+
+def prompt_token_ids(tokenizer: Any, chat: Chat) -> list[int]:
+    """The token ids both engines feed for a chat: the model's chat template, no added specials.
+
+    One function for the engine and for the check before it starts (`cqabench.generation.prompt_fit`),
+    so a prompt refused there is exactly the one the engine would have been given.
+    """
+    from cqabench.generation.llm.hf import adds_special_tokens, render_chat
+
+    text = render_chat(tokenizer, chat)
+    return list(tokenizer(text, add_special_tokens=adds_special_tokens(tokenizer))["input_ids"])
+
+
+def fit_problem(prompt_tokens: int, max_new_tokens: int, max_model_len: int) -> str:
+    """Why a prompt cannot be answered in full within the context ("" if it can).
+
+    A prompt whose full answer budget runs past max_model_len would be cut short by the engine
+    (finish reason "length") only where the answer happens to be long: a silent handicap of the
+    cells with the longest prompts (RAG at the largest k), so it is refused instead.
+    """
+    if prompt_tokens + max_new_tokens <= max_model_len:
+        return ""
+    return (f"the prompt has {prompt_tokens} tokens; with max_new_tokens {max_new_tokens} that is "
+            f"{prompt_tokens + max_new_tokens} > max_model_len {max_model_len}; shorten the prompt "
+            "(generation.max_doc_chars, a smaller k) or raise max_model_len where the model allows it")
