@@ -33,7 +33,7 @@ from cqabench.estimate.model import Cost, JobCosts, SimpleCell  # noqa: E402
 from cqabench.planner import CELL_FIELDS  # noqa: E402
 from cqabench.estimate.rates import Rates, load_rates, update_assumed, update_rates  # noqa: E402
 from cqabench.estimate.schedule import makespan  # noqa: E402
-from cqabench.estimate.sizes import load_published  # noqa: E402
+from cqabench.planner.sizes import load_published  # noqa: E402
 
 
 def _config(name: str) -> dict:

@@ -35,11 +35,10 @@ def _one(pattern: str, text: str, where: str) -> re.Match:
 
 @cache
 def _jobs(config: str) -> dict:
-    """config/<config>'s planned jobs by id (the estimate's, which are Snakemake's but `all`)."""
-    from cqabench.estimate import run
-    from cqabench.estimate.jobs import plan_jobs
+    """config/<config>'s planned jobs by id (Snakemake's DAG as the estimate reads it, but `all`)."""
+    from conftest import planned_jobs
 
-    return {j.id: j for j in plan_jobs(run.plan_costs(run.load_config(REPO / "config" / config), root=REPO).plan)}
+    return {j.id: j for j in planned_jobs(config)}
 
 
 def _ancestors(config: str, rule: str) -> set[str]:

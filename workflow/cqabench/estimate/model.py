@@ -32,9 +32,9 @@ from functools import cached_property
 from typing import Any
 
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
+from cqabench.estimate.dag import Job, job_id, rule_family, snakemake_jobs
 from cqabench.estimate.rates import Rates, load_rates
-from cqabench.estimate.sizes import Sizes
+from cqabench.planner.sizes import Sizes
 
 MIN_MEM_MB = 1000
 MEM_MARGIN = 1.25
@@ -98,8 +98,13 @@ class JobCosts:
     """Costs of a plan's jobs, and the resource requests the rules make from them."""
 
     def __init__(self, plan: Any, rates: Rates | None = None, sizes: Sizes | None = None,
-                 gpu_class: str = GPU_CLASS, strict: bool = True) -> None:
+                 gpu_class: str = GPU_CLASS, strict: bool = True, jobs: list[Job] | None = None,
+                 config: Mapping[str, Any] | None = None) -> None:
+        """`jobs`: the plan's jobs when known (Snakemake's DAG, `cqabench.estimate.dag`); else they are
+        asked of Snakemake for `config` (the config as given, default the plan's) on first use."""
         self.plan = plan
+        self._jobs = jobs
+        self._config = config
         self.strict = strict
         self._warned: set[str] = set()
         self.rates = rates or load_rates()
@@ -112,7 +117,11 @@ class JobCosts:
 
     @cached_property
     def jobs(self) -> list[Job]:
-        return plan_jobs(self.plan)
+        """Every job Snakemake plans for the config, dependencies first (`dag.snakemake_jobs`)."""
+        if self._jobs is None:
+            self._jobs = snakemake_jobs(dict(self._config if self._config is not None else self.plan.config),
+                                        self.plan.env.root)
+        return self._jobs
 
     def all(self) -> list[Cost]:
         return [self.cost(j.rule, j.wildcards) for j in self.jobs]
@@ -187,11 +196,11 @@ class JobCosts:
             if rate is not None:
                 self.rates.used[rate.key] = rate
                 c.rates.add(rate.key)
-                return rate.value
+                return rate.at(self.rates.bound)
         first = model if isinstance(model, str) else model[0]
         rate = self.rates.get(family, device, first, name)  # raises, naming the key (the model's and any's)
         c.rates.add(rate.key)
-        return rate.value
+        return rate.at(self.rates.bound)
 
     def _linear(self, c: Cost, family: str, docs: float, out_docs: float | None = None) -> None:
         """fixed + slope x documents (wall and CPU), the family's peak, output per document."""
@@ -348,7 +357,7 @@ class JobCosts:
         c.model = r
         kind = self.plan.retriever_configs[r]["type"]
         c.items["documents"] = docs
-        c.items["parts"] = self.plan.encode_jobs(r)
+        c.items["parts"] = self.plan.encode_parts(w["corpus"], r)
         if kind == "dense":  # flat: the parts' shards hard-linked, docids joined
             c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "gather_index")
             c.peak_mb = self._r(c, "light", "peak_mb", "gather_index")

@@ -2,7 +2,8 @@
 
 The config is read as Snakemake reads it: strict YAML (`cqabench.planner.config_files`, duplicated keys
 and tabs named with their line), then validated against the workflow's schema with its defaults
-filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes.
+filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes; its
+jobs are Snakemake's own DAG of the same config (`cqabench.estimate.dag`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: st
     root = Path(root)
     plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root))
     rates = load_rates(rates_file) if rates_file else load_rates()
-    return JobCosts(plan, rates, gpu_class=gpu_class)
+    # Snakemake plans the jobs from the config as given (its own validation fills the defaults)
+    return JobCosts(plan, rates, gpu_class=gpu_class, config=config)
 
 
 def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path = ".",

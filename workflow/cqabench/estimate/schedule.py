@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.jobs import Job
+from cqabench.estimate.dag import Job
 from cqabench.estimate.model import Cost
 
 
@@ -37,7 +37,7 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
         raise ConfigError(f"need --gpus >= 0 and --cores >= 1, got {gpus} and {cores}")
     by_id = {j.id: j for j in jobs}
     cost = {c.id: c for c in costs}
-    order = [j.id for j in jobs]  # stage order: every dependency comes first (jobs.plan_jobs)
+    order = [j.id for j in jobs]  # stage order: every dependency comes first (dag.ordered)
     tail: dict[str, float] = {}
     children: dict[str, list[str]] = {i: [] for i in order}
     for i in order:

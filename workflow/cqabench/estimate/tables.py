@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.estimate.jobs import RULES, rule_family
+from cqabench.estimate.dag import RULES, rule_family
 from cqabench.estimate.model import Cost, JobCosts
 from cqabench.estimate.rates import Rate
 from cqabench.estimate.schedule import Makespan, makespan
