@@ -33,6 +33,7 @@ from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.estimate.dag import Job, job_id, rule_family, snakemake_jobs
+from cqabench.estimate.generation_costs import SimpleCell, GenerationCosts
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.planner.sizes import Sizes
 
@@ -94,7 +95,7 @@ class Cost:
             self.cpu_s = 0.0
 
 
-class JobCosts:
+class JobCosts(GenerationCosts):
     """Costs of a plan's jobs, and the resource requests the rules make from them."""
 
     def __init__(self, plan: Any, rates: Rates | None = None, sizes: Sizes | None = None,
@@ -477,127 +478,6 @@ class JobCosts:
     def _light(self, c: Cost, w: dict[str, str]) -> None:
         c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", c.rule)
         c.peak_mb = self._r(c, "light", "peak_mb", c.rule)
-
-    # ---- generation ----
-
-    def _template_chars(self, dataset: str, prompt: str, setting: str) -> int:
-        path = self.plan.template_file(dataset, prompt, setting)
-        if path not in self._templates:
-            file = self.plan.env.root / path
-            self._templates[path] = len(file.read_text(encoding="utf-8")) if file.is_file() else 0
-        return self._templates[path]
-
-    def _sampling(self, llm: str) -> dict[str, Any]:
-        return {**(self.plan.generation.get("sampling") or {}), **(self.plan.llms[llm].get("sampling") or {})}
-
-    def cell_work(self, cell: Mapping[str, str]) -> dict[str, float]:
-        """Prompts, prompt tokens (all, and those the prefix cache cannot serve) and output tokens
-        (max_new_tokens: an upper bound) of one generation cell."""
-        ds, sp, llm, setting = cell["dataset"], cell["split"], cell["llm"], cell["setting"]
-        k = int(cell["k"])
-        n = self._queries(ds, sp)
-        cap = self.plan.max_questions_of(ds)
-        if cap is not None:
-            n = min(n, int(cap))
-        cpt = self.rates.value("text", "data", "any", "chars_per_token")
-        cut = self.plan.generation.get("max_doc_chars")
-        doc = lambda chars: min(chars, cut + 40) if cut else chars  # noqa: E731  (title and numbering)
-        template = self._template_chars(ds, cell["prompt"], setting)
-        question = self.sizes.stat(ds, sp, "question_chars")
-        context = 0.0
-        if setting == "rag":
-            context = k * doc(self.sizes.corpus_doc_chars(self.plan.corpus_of(ds)))
-        elif setting == "oracle":
-            gold = self.sizes.stat(ds, sp, "gold_per_question") + self.plan.distractors_of(ds, setting)
-            context = gold * doc(self.sizes.stat(ds, sp, "doc_chars"))
-        max_new = int(self._sampling(llm).get("max_new_tokens", 128))
-        prompt_tokens = (template + question + context) / cpt
-        shared = template / cpt
-        if setting == "open-book":  # a dialogue of max_steps calls, each adding an observation and a turn
-            ob = self.plan.open_book_settings(SimpleCell(cell))
-            steps = int(ob["max_steps"])
-            turn_new = int(ob["max_new_tokens"] or max_new)
-            grow = ob["max_tool_chars"] / cpt + turn_new
-            per_call = [min(prompt_tokens + t * grow, ob["max_total_tokens"]) for t in range(steps)]
-            calls = n * steps
-            total = n * sum(per_call)
-            uncached = n * (prompt_tokens - shared + (steps - 1) * grow) + shared
-            return {"prompts": calls, "questions": n, "prompt tokens": total, "uncached prompt tokens": uncached,
-                    "output tokens": calls * turn_new, "max new tokens": turn_new}
-        return {"prompts": n, "questions": n, "prompt tokens": n * prompt_tokens,
-                "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
-                "output tokens": n * max_new, "max new tokens": max_new}
-
-    def _llm_device(self, llm: str) -> tuple[str, int]:
-        if self.plan.llms[llm]["backend"] == "openai":
-            return "api", 0
-        return (self.gpu_class, 1) if self.plan.uses_gpu(llm) else ("cpu", 0)
-
-    def _engine(self, c: Cost, llm: str, work: list[dict[str, float]]) -> None:
-        """One engine session over the cells' prompts: start, prefill, decode (in rounds of the
-        engine's concurrency, each max_new_tokens steps long)."""
-        spec = self.plan.llms[llm]
-        backend = spec["backend"]
-        c.model = llm
-        keys = (llm, backend)
-        for name in ("prompts", "prompt tokens", "uncached prompt tokens", "output tokens"):
-            c.items[name] = sum(x[name] for x in work)
-        if backend == "openai":
-            concurrency = int(spec.get("max_concurrency") or 1)
-            per_request = (self._r(c, "llm", "request_s", keys)
-                           + sum(x["output tokens"] for x in work) / max(c.items["prompts"], 1) / self._r(c, "llm", "output_tok_s", keys))
-            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / concurrency) * per_request
-            c.cpu_s = c.wall_s * 0.05
-            c.peak_mb = self._r(c, "llm", "peak_mb", keys)
-            return
-        caching = backend == "vllm" and bool(spec.get("enable_prefix_caching", c.device != "cpu"))
-        prefill_tokens = c.items["uncached prompt tokens"] if caching else c.items["prompt tokens"]
-        concurrency = self._r(c, "llm", "concurrency", keys)
-        rounds = sum(math.ceil(x["prompts"] / concurrency) * x["max new tokens"] for x in work)
-        c.wall_s = (self._r(c, "llm", "engine_start_s", keys) + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
-                    + rounds * self._r(c, "llm", "decode_step_s", keys))
-        c.cpu_s = c.wall_s  # a GPU engine: one core feeds the card
-        if c.device == "cpu":  # the engine's CPU seconds, measured as such (a loaded machine changes wall time only)
-            cpu_keys = next((k for k in keys if self.rates.find("llm", "cpu", k, "engine_start_cpu_s")), None)
-            if cpu_keys is None:
-                c.cpu_s = c.wall_s * c.threads
-            else:
-                c.cpu_s = (self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
-                           + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
-                           + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys))
-        c.peak_mb = self._r(c, "llm", "peak_mb", keys)
-
-    def _generate(self, c: Cost, w: dict[str, str]) -> None:
-        llm = w["llm"]
-        work = self.cell_work(w)
-        c.items.update({"questions": work["questions"]})
-        c.disk_mb = work["prompts"] * 2000 / MB  # predictions + the item cache, ~2 kB an item
-        if self._in_batch(w):  # a grid cell of a batch LLM: answers come from the batch's item cache
-            c.model = llm
-            c.items["prompts"] = work["prompts"]
-            c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "generate_cached")
-            c.peak_mb = self._r(c, "light", "peak_mb", "generate_cached")
-            return
-        c.device, c.gpus = self._llm_device(llm)
-        c.threads = int(self.plan.threads)
-        self._engine(c, llm, [work])
-
-    def _generate_batch(self, c: Cost, w: dict[str, str]) -> None:
-        llm = w["llm"]
-        cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
-        work = [self.cell_work(x) for x in cells]
-        c.device, c.gpus = self._llm_device(llm)
-        c.threads = int(self.plan.threads)
-        self._engine(c, llm, work)
-        c.items["cells"] = len(cells)
-        c.disk_mb = c.items["prompts"] * 2000 / MB
-
-
-class SimpleCell:
-    """A cell dict with attribute access, as the planner's methods take Snakemake wildcards."""
-
-    def __init__(self, cell: Mapping[str, str]) -> None:
-        self.__dict__.update(cell)
 
 
 def text_stats(rates: Rates) -> dict[str, dict[str, float]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.common.errors import ConfigError
+from cqabench.estimate.dag import Job
 from cqabench.estimate.model import GPU_CLASS, JobCosts
 from cqabench.estimate.rates import load_rates
 from cqabench.estimate.tables import Estimate, build
@@ -44,7 +45,7 @@ def validated(config: Mapping[str, Any], root: Path) -> dict[str, Any]:
 
 
 def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: str | Path | None = None,
-               gpu_class: str = GPU_CLASS, validate: bool = True) -> JobCosts:
+               gpu_class: str = GPU_CLASS, validate: bool = True, jobs: list[Job] | None = None) -> JobCosts:
     """`validate`: fill the schema's defaults (false for a config the workflow already validated,
     as the estimate rule passes it: its job's environment need not have Snakemake)."""
     from cqabench.planner import Environment, Plan
@@ -53,9 +54,12 @@ def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: st
     plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root))
     rates = load_rates(rates_file) if rates_file else load_rates()
     # Snakemake plans the jobs from the config as given (its own validation fills the defaults)
-    return JobCosts(plan, rates, gpu_class=gpu_class, config=config)
+    return JobCosts(plan, rates, gpu_class=gpu_class, config=config, jobs=jobs)
 
 
 def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path = ".",
-             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True) -> Estimate:
-    return build(plan_costs(config, root, rates_file, gpu_class, validate), gpus, cores)
+             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True,
+             jobs: list[Job] | None = None, prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+    """`jobs`: Snakemake's jobs of this config when already known (else asked of Snakemake);
+    `prices`: API model -> USD per million (input, output) tokens (cqabench.estimate.spread)."""
+    return build(plan_costs(config, root, rates_file, gpu_class, validate, jobs), gpus, cores, prices)

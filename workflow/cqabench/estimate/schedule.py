@@ -57,6 +57,25 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
                     gpu_bound, cpu_bound)
 
 
+def critical_path(jobs: Sequence[Job], costs: Sequence[Cost]) -> list[tuple[str, float]]:
+    """The longest chain of estimated wall times through the dependencies: (job id, wall s), in
+    the order the jobs run (its sum is `Makespan.critical_path_s`)."""
+    by_id = {j.id: j for j in jobs}
+    wall = {c.id: c.wall_s for c in costs}
+    best: dict[str, tuple[float, str | None]] = {}  # id -> (longest chain ending here, its previous job)
+    for j in jobs:  # dependencies first (dag.ordered)
+        prev = max(((best[d][0], d) for d in by_id[j.id].deps if d in best), default=(0.0, None))
+        best[j.id] = (prev[0] + wall[j.id], prev[1])
+    if not best:
+        return []
+    node: str | None = max(best, key=lambda i: best[i][0])
+    path = []
+    while node is not None:
+        path.append((node, wall[node]))
+        node = best[node][1]
+    return path[::-1]
+
+
 def _list_schedule(order: list[str], by_id: dict[str, Job], cost: dict[str, Cost], children: dict[str, list[str]],
                    tail: dict[str, float], gpus: int, cores: int) -> float:
     """Greedy: GPU jobs and CPU jobs each wait in order of their remaining path; the first of a
