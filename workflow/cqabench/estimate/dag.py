@@ -120,11 +120,19 @@ def snakemake_jobs(config: dict[str, Any] | str | Path, root: str | Path = ".", 
         except subprocess.TimeoutExpired:
             raise ConfigError(f"{path}: Snakemake's DAG took over {timeout_s:.0f} s to build") from None
         if proc.returncode != 0 or not out.is_file():
-            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-            reason = next((ln for ln in reversed(lines) if ln.startswith(("cqabench", "ConfigError", "Error"))),
-                          lines[-1] if lines else f"exit status {proc.returncode}")
-            raise ConfigError(f"{path}: Snakemake could not plan the config: {reason.strip()}")
+            where = path if isinstance(config, (str, Path)) else "the config"
+            raise ConfigError(f"{where}: Snakemake could not plan the config: {_reason(proc.stderr + proc.stdout, proc.returncode)}")
         return from_json(json.loads(out.read_text(encoding="utf-8")))
+
+
+def _reason(output: str, status: int) -> str:
+    """The planner's own message (from its `cqabench:` line on, joined into one line), else
+    Snakemake's last error line, else the exit status."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("cqabench")), None)
+    if first is not None:
+        return " ".join(lines[first:first + 8])
+    return next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else f"exit status {status}")
 
 
 def _build(configfile: Path, out: Path) -> None:

@@ -170,7 +170,6 @@ class GenerationCosts:
         llm = w["llm"]
         work = self.cell_work(w)
         c.items.update({"questions": work["questions"]})
-        c.rates |= self.output_rate_keys(w["prompt"])
         c.disk_mb = work["prompts"] * 2000 / MB  # predictions + the item cache, ~2 kB an item
         if self._in_batch(w):  # a grid cell of a batch LLM: answers come from the batch's item cache
             c.model = llm
@@ -180,6 +179,7 @@ class GenerationCosts:
             return
         c.device, c.gpus = self._llm_device(llm)
         c.threads = int(self.plan.threads)
+        c.rates |= self.output_rate_keys(w["prompt"])
         self._engine(c, llm, [work])
 
     def _generate_batch(self, c: Cost, w: dict[str, str]) -> None:
