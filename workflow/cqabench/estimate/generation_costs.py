@@ -37,6 +37,7 @@ class GenerationCosts:
     sizes: Any
     gpu_class: str
     _templates: dict[str, int]
+    _place: Any  # model.JobCosts._place: device class and GPUs from JobCosts.on_gpu
 
     def _template_chars(self, dataset: str, prompt: str, setting: str) -> int:
         path = self.plan.template_file(dataset, prompt, setting)
@@ -107,11 +108,6 @@ class GenerationCosts:
         found = [self.rates.find("output", "data", prompt, n) for n in ("stop_tokens", "length_share")]
         return {r.key for r in found if r is not None}
 
-    def _llm_device(self, llm: str) -> tuple[str, int]:
-        if self.plan.llms[llm]["backend"] == "openai":
-            return "api", 0
-        return (self.gpu_class, 1) if self.plan.uses_gpu(llm) else ("cpu", 0)
-
     def _engine(self, c: Cost, llm: str, work: list[dict[str, float]]) -> None:
         """One engine session over the cells' prompts: start, prefill, decode (in rounds of the
         engine's concurrency, each an answer's tokens long)."""
@@ -177,7 +173,7 @@ class GenerationCosts:
             c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "generate_cached")
             c.peak_mb = self._r(c, "light", "peak_mb", "generate_cached")
             return
-        c.device, c.gpus = self._llm_device(llm)
+        self._place(c, w)
         c.threads = int(self.plan.threads)
         c.rates |= self.output_rate_keys(w["prompt"])
         self._engine(c, llm, [work])
@@ -188,7 +184,7 @@ class GenerationCosts:
         work = [self.cell_work(x) for x in cells]
         for x in cells:
             c.rates |= self.output_rate_keys(x["prompt"])
-        c.device, c.gpus = self._llm_device(llm)
+        self._place(c, w)
         c.threads = int(self.plan.threads)
         self._engine(c, llm, work)
         c.items["cells"] = len(cells)

@@ -167,20 +167,17 @@ class JobCosts(GenerationCosts):
         if message not in self._warned:
             self._warned.add(message)
             print(f"cqabench: no estimate for {rule} jobs ({message}); they ask for the default sizes", file=sys.stderr)
-        gpus = 0
+        try:
+            gpus = int(self.on_gpu(rule, wildcards))
+        except KeyError:  # a wildcard naming no configured retriever or LLM: a CPU job
+            gpus = 0
         mem, runtime = 4000, 60
         if rule in FALLBACK and wildcards.get("retriever") in self.plan.retriever_configs:
-            _, gpus = self._neural_device(wildcards["retriever"])
             neural, plain = FALLBACK.get(rule, ((16000, 240), (4000, 60)))
             mem, runtime = neural if self.plan.is_neural(wildcards["retriever"]) else plain
         if rule in ("generate", "generate_batch"):
             llm = self.plan.llms[wildcards["llm"]]
-            gpus = 1 if self.plan.uses_gpu(wildcards["llm"]) and (rule == "generate_batch" or not self._in_batch(wildcards)) else 0
             mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
-        if rule == "gather_index":
-            gpus = 0
-        if rule == "rerank_run" and wildcards.get("name") in self.plan.pipelines:  # a cross-encoder on cuda
-            gpus = 1 if self.plan.pipeline_uses_gpu(wildcards["name"]) else 0
         return {"mem_mb": mem, "runtime": runtime, "gpu": gpus}
 
     # ---- helpers ----
@@ -211,9 +208,27 @@ class JobCosts(GenerationCosts):
         c.peak_mb = self._r(c, family, "peak_mb")
         c.disk_mb = self._r(c, family, "out_mb_per_mdoc") * (docs if out_docs is None else out_docs) / M
 
-    def _neural_device(self, retriever: str) -> tuple[str, int]:
-        on_gpu = self.plan.is_neural(retriever) and str(self.plan.retriever_configs[retriever].get("device", "cpu")) != "cpu"
-        return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+    def on_gpu(self, rule: str, w: Mapping[str, Any]) -> bool:
+        """Whether a job of `rule` holds a GPU (its `gpu` resource, its rates' device class): the
+        one place that decides it. A neural retriever's encoding and search with a device other
+        than cpu; a cross-encoder rerank likewise (Plan.pipeline_uses_gpu); an LLM the planner puts
+        on a GPU (Plan.uses_gpu), except a batch LLM's grid cell (its answers come from the batch).
+        Everything else (BM25, gathers, data, evaluation, report) runs on CPU cores."""
+        if rule in ("index", "colbert_codec", "encode_part", "search", "decompose_search"):
+            r = w["retriever"]
+            return self.plan.is_neural(r) and str(self.plan.retriever_configs[r].get("device", "cpu")) != "cpu"
+        if rule == "rerank_run":
+            return w.get("name") in self.plan.pipelines and self.plan.pipeline_uses_gpu(w["name"])
+        if rule == "generate_batch" or (rule == "generate" and not self._in_batch(w)):
+            return bool(self.plan.uses_gpu(w["llm"]))
+        return False
+
+    def _place(self, c: Cost, w: Mapping[str, Any]) -> None:
+        """The job's device class and GPUs: `on_gpu`; an OpenAI model's generation is `api`."""
+        if c.rule in ("generate", "generate_batch") and self.plan.llms[w["llm"]]["backend"] == "openai":
+            c.device, c.gpus = "api", 0
+        else:
+            c.device, c.gpus = (self.gpu_class, 1) if self.on_gpu(c.rule, w) else ("cpu", 0)
 
     def _settings(self, retriever: str) -> dict[str, Any]:
         from cqabench.retrieval import resolve
@@ -279,7 +294,7 @@ class JobCosts(GenerationCosts):
         kind = self.plan.retriever_configs[r]["type"]
         docs = self.sizes.corpus_documents(w["corpus"])
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         if kind == "bm25":
             c.device, c.gpus = "cpu", 0
             self._linear(c, "bm25_index", docs)
@@ -343,7 +358,7 @@ class JobCosts(GenerationCosts):
         docs = self.sizes.corpus_documents(w["corpus"])
         n = self._part_docs(r, docs, int(w["part"]), int(w["parts"]))
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         kind = self.plan.retriever_configs[r]["type"]
         if kind == "dense":
             self._dense_encode(c, r, n)
@@ -380,7 +395,7 @@ class JobCosts(GenerationCosts):
         r = w["retriever"]
         docs = self.sizes.corpus_documents(w["corpus"])
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         emb, sample = self._colbert_n(c, docs)
         per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
         centroids = 2 ** math.floor(math.log2(16 * math.sqrt(emb))) if emb > 1 else 1
@@ -424,7 +439,7 @@ class JobCosts(GenerationCosts):
         docs = self.sizes.corpus_documents(corpus)
         q = self._queries(w["dataset"], w["split"]) if queries is None else queries
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         c.items.update({"queries": q, "documents searched": docs})
         if kind == "bm25":
             c.device, c.gpus = "cpu", 0
@@ -465,8 +480,7 @@ class JobCosts(GenerationCosts):
         batches padded to their longest), so no dense_encode rate stands in: a model without a
         rerank rate is a ConfigError naming rates.rerank.<device>.<model>.<name>."""
         s = self.plan.pipeline_settings(w["name"])
-        on_gpu = str(s["device"]) != "cpu"
-        c.device, c.gpus = (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+        self._place(c, w)
         c.model = str(s["model"])
         model = RERANK_SAME_COST.get(c.model, c.model)
         pairs = self._queries(w["dataset"], w["split"]) * float(s["depth"])
