@@ -83,7 +83,8 @@ def _sample_questions() -> dict[str, int]:
     """Questions per dataset of the bundled sample (the default config's splits, counted)."""
     from cqabench.estimate import run
 
-    est = run.estimate(run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO)
+    est = run.estimate(run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO,
+                       jobs=list(_jobs("config.yaml").values()))
     return {s["dataset"]: s["questions"] for s in est.splits}
 
 
