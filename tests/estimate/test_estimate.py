@@ -663,3 +663,59 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     assert "a cluster executor with up to 100 jobs at once" in cluster and "On it the" not in cluster
     unknown = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0))
     assert "This run's cores are not in a Snakemake log" in unknown
+
+
+# ---- the range, the money line (issue 38) ----
+
+
+def test_an_assumed_rate_spreads_to_its_faster_and_slower_bound(tmp_path: Path) -> None:
+    """low / high by hand: a throughput's fast end is its high, a time's its low; a guess without
+    low / high spreads 2x either way; a measured rate and a property of the data do not spread."""
+    data = copy.deepcopy(load_rates().data)
+    enc = data["rates"]["dense_encode"]["rtx3090"]["any"]
+    enc["docs_per_s"].update(value=500, low=400, high=1000)
+    enc["fixed_s"] = {"value": 100, "unit": "s", "assumed": {"source": "a guess"}}
+    rates = Rates(data)
+    assert rates.at("fast").value("dense_encode", "rtx3090", "any", "docs_per_s") == 1000
+    assert rates.at("slow").value("dense_encode", "rtx3090", "any", "docs_per_s") == 400
+    assert rates.at("fast").value("dense_encode", "rtx3090", "any", "fixed_s") == 50
+    assert rates.at("slow").value("dense_encode", "rtx3090", "any", "fixed_s") == 200
+    assert rates.value("dense_encode", "rtx3090", "any", "docs_per_s") == 500
+    measured_rate = rates.at("slow").get("prepare", "cpu", "any", "s_per_mdoc")
+    assert measured_rate.spread == (measured_rate.value, measured_rate.value)
+    assert rates.at("fast").value("llm_arch", "data", "meta-llama/Llama-2-7b-hf", "kv_heads") == 32
+    with pytest.raises(ConfigError, match="rate bound 'no-such': one of value, fast, slow"):
+        rates.at("no-such")
+    bad = tmp_path / "rates.yaml"
+    enc["docs_per_s"].update(low=600)  # low above the value
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"rates.dense_encode.rtx3090.any.docs_per_s: need 0 <= low <= value <= high"):
+        load_rates(bad)
+
+
+def test_the_range_brackets_the_values_and_api_tokens_are_priced_as_given() -> None:
+    """dexter.yaml: every job's wall time at the fast end <= at the values <= at the slow end; the
+    money line prices gpt-3.5-turbo's tokens at the price given, none built in."""
+    est = _estimate("dexter.yaml", prices={"gpt-3.5-turbo": (0.5, 1.5)})
+    fast, slow = est.ends["fast"], est.ends["slow"]
+    for f, v, s in zip(fast.costs, est.costs, slow.costs, strict=True):
+        assert f.id == v.id == s.id and f.wall_s <= v.wall_s * (1 + 1e-9) and v.wall_s <= s.wall_s * (1 + 1e-9), v.id
+    assert fast.gpu_h < est.totals["gpu_h"] < slow.gpu_h
+    assert fast.span.list_schedule_s < est.span.list_schedule_s < slow.span.list_schedule_s
+    [money] = est.money
+    api = [c for c in est.costs if c.device == "api"]
+    tokens_in = sum(c.items["prompt tokens"] for c in api)
+    assert money.llm == "gpt-3.5-turbo" and money.input_tokens == pytest.approx(tokens_in)
+    out_fast = sum(c.items["output tokens"] for c in fast.costs if c.device == "api")
+    assert money.usd("fast") == pytest.approx((tokens_in * 0.5 + out_fast * 1.5) / 1e6)
+    assert "USD per million input / output tokens (--price)" in money.line()
+    # the critical path is a chain of dependencies whose wall times sum to the critical path's length
+    deps = {j.id: set(j.deps) for j in _costs("dexter.yaml").jobs}
+    assert all(a in deps[b] for (a, _), (b, _) in zip(est.path, est.path[1:]))
+    assert sum(w for _, w in est.path) == pytest.approx(est.span.critical_path_s)
+    unpriced = _estimate("dexter.yaml").money[0]
+    assert unpriced.usd("slow") is None and "no price given (set estimate.prices.gpt-3.5-turbo" in unpriced.line()
+    with pytest.raises(ConfigError, match="--price 'gpt-3.5-turbo=cheap'"):
+        from cqabench.estimate.spread import parse_prices
+
+        parse_prices(["gpt-3.5-turbo=cheap"])

@@ -74,18 +74,19 @@ def test_part_counts_follow_the_size_and_stop_at_the_corpus_chunks() -> None:
     assert part_count(fixed, 24_800) == 3 and part_count(fixed, 24_300_000) == 32 and part_count(fixed, None) == 32
 
 
+def _minilm_with(**settings: object) -> dict:
+    config = load_config()
+    config["retrievers"]["minilm"].update(settings)
+    return config
+
+
 def test_passages_per_part_and_encode_jobs_are_one_or_the_other() -> None:
-    config = load_config()
-    config["retrievers"]["minilm"].update({"passages_per_part": 100, "encode_jobs": 3})
-    with pytest.raises(ConfigError, match="retrievers.minilm: set passages_per_part .* or encode_jobs .*, not both"):
-        plan_of(config)
-    config = load_config()
-    config["retrievers"]["minilm"]["passages_per_part"] = 0
-    with pytest.raises(ConfigError, match="retrievers.minilm: passages_per_part must be a positive integer, got 0"):
-        plan_of(config)
-    config = load_config()
-    config["retrievers"]["minilm"].update({"passages_per_part": 100, "shard_size": 100})
-    plan = plan_of(config)  # the sample's TAT-QA corpus: 252 rows counted from its files -> 3 parts of 100
+    for settings, message in (({"passages_per_part": 100, "encode_jobs": 3}, "set passages_per_part .* or encode_jobs .*, not both"),
+                              ({"passages_per_part": 0}, "passages_per_part must be a positive integer, got 0")):
+        with pytest.raises(ConfigError, match=f"retrievers.minilm: {message}"):
+            plan_of(_minilm_with(**settings))
+    # the sample's TAT-QA corpus: 252 rows counted from its files -> 3 parts of 100
+    plan = plan_of(_minilm_with(passages_per_part=100, shard_size=100))
     assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/sample/index_parts/tatqa/pipe/minilm/2-of-3"
 
 
