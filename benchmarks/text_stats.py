@@ -1,7 +1,7 @@
 """Text statistics of the bundled sample's real records, for the estimate's prompt and file sizes.
 
 Per dataset (its first evaluated split in the config), read with the dataset's own loader as
-`cqabench estimate` counts a split (cqabench.estimate.sizes): mean characters of a document as a
+`cqabench estimate` counts a split (cqabench.planner.sizes): mean characters of a document as a
 prompt shows it (title and numbering included), of a question, gold documents per question,
 gold and predicted decomposition steps per question (StrategyQA), and the question file's bytes
 per question. Where the sample split has no gold documents (the light AmbigQA release, the TANQ
@@ -32,7 +32,7 @@ def main() -> int:
 
     from cqabench.data.datasets import loader
     from cqabench.estimate.rates import provenance, update_rates
-    from cqabench.estimate.sizes import _count_files
+    from cqabench.planner.sizes import _count_files
     from cqabench.data.schema import Document, Query
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

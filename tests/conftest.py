@@ -70,6 +70,24 @@ def workflow_workdir(parent: Path) -> Path:
     return work
 
 
+_PLANNED: dict[str, list] = {}
+
+
+def planned_jobs(config: str | dict, name: str | None = None) -> list:
+    """Snakemake's jobs for config/<config> (or a config mapping, cached under `name`), as the
+    estimate reads them (cqabench.estimate.dag), computed once per session in a `workflow_workdir`:
+    config/dexter.yaml's DAG takes 15-26 s here."""
+    import tempfile
+
+    from cqabench.estimate.dag import snakemake_jobs
+
+    key = name or str(config)
+    if key not in _PLANNED:
+        work = workflow_workdir(Path(tempfile.mkdtemp(prefix="cqab-dag-")))
+        _PLANNED[key] = snakemake_jobs(work / "config" / config if isinstance(config, str) else config, work)
+    return _PLANNED[key]
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """`workflow_workdir` for one test: run `snakemake` with cwd=workdir, never cwd=REPO."""

@@ -118,7 +118,10 @@ def test_colbert_footprint_writes_its_rates(rates_copy: Path) -> None:
     assert _entry(rates_copy, "colbert.data.any.embeddings_per_doc")["value"] == 117
     _assert_rest_unchanged(rates_copy, COLBERT_WRITTEN)
     # the estimate costs dexter.yaml's jobs with the written file, and its ColBERT jobs use these rates
-    costs = run.plan_costs(run.load_config(REPO / "config" / "dexter.yaml"), root=REPO, rates_file=rates_copy)
+    from conftest import planned_jobs
+
+    costs = run.plan_costs(run.load_config(REPO / "config" / "dexter.yaml"), root=REPO, rates_file=rates_copy,
+                           jobs=planned_jobs("dexter.yaml"))
     assert costs.rates.value("colbert", "data", "any", "index_bytes_per_embedding") == pytest.approx(36.02)
     used = set().union(*(c.rates for c in costs.all()))
     assert COLBERT_WRITTEN <= used and "dense_search.cpu.any.s_per_qdoc_dim" in used

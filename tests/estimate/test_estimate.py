@@ -28,12 +28,12 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.estimate import measured, run, tables  # noqa: E402
-from cqabench.estimate.jobs import Job, plan_jobs  # noqa: E402
+from cqabench.estimate.dag import Job  # noqa: E402
 from cqabench.estimate.model import Cost, JobCosts, SimpleCell  # noqa: E402
 from cqabench.planner import CELL_FIELDS  # noqa: E402
 from cqabench.estimate.rates import Rates, load_rates, update_assumed, update_rates  # noqa: E402
 from cqabench.estimate.schedule import makespan  # noqa: E402
-from cqabench.estimate.sizes import load_published  # noqa: E402
+from cqabench.planner.sizes import load_published  # noqa: E402
 
 
 def _config(name: str) -> dict:
@@ -41,8 +41,17 @@ def _config(name: str) -> dict:
 
 
 def _costs(name: str, rates: Rates | None = None) -> JobCosts:
-    return run.plan_costs(_config(name), root=REPO, rates_file=None) if rates is None else JobCosts(
-        run.plan_costs(_config(name), root=REPO).plan, rates)
+    """The costs of config/<name>'s jobs (Snakemake's DAG, once per session: conftest.planned_jobs)."""
+    from conftest import planned_jobs
+
+    costs = run.plan_costs(_config(name), root=REPO, rates_file=None, jobs=planned_jobs(name))
+    return costs if rates is None else JobCosts(costs.plan, rates, jobs=costs.jobs)
+
+
+def _estimate(name: str, gpus: int = 8, cores: int = 64, **kw: object) -> tables.Estimate:
+    from conftest import planned_jobs
+
+    return run.estimate(_config(name), gpus, cores, root=REPO, jobs=planned_jobs(name), **kw)
 
 
 def _per_cell(name: str = "dexter.yaml") -> dict:
@@ -76,9 +85,11 @@ def test_published_sizes_are_the_papers_numbers() -> None:
     pub = load_published()["datasets"]
     # DEXTER Table 1 corpus sizes; §3.1's split of the pooled corpus
     assert pub["ambigqa"]["documents"] == 24_300_000
-    assert pub["strategyqa"]["documents"] == 36_600_000 and pub["strategyqa"]["upper_bound"]
-    assert pub["ottqa"]["documents"] == 6_500_000
-    assert pub["tatqa"]["documents"] == 7_000 and pub["finqa"]["documents"] == 24_800
+    assert pub["ottqa"]["documents"] == 6_500_000 and pub["finqa"]["documents"] == 24_800
+    # issue 38: the corpus the config builds, the paper's kept for the report
+    assert pub["strategyqa"]["paper_documents"] == 36_600_000 and pub["tatqa"]["paper_documents"] == 7_000
+    assert pub["strategyqa"]["documents"] == 9_980 and pub["strategyqa"]["upper_bound"]
+    assert pub["tatqa"]["documents"] == 1_634 and "counted" in pub["tatqa"]["source"]
     assert pub["musique"]["documents"] + pub["2wikimultihopqa"]["documents"] == 569_641
     assert load_published()["corpora"]["wiki-multihop"]["documents"] == 569_641
     # questions: MuSiQue 2-hop answerable dev 1,252 (§C.2), the first 1,200 2Wiki dev (§C.2), FinQA test 1,147,
@@ -102,6 +113,12 @@ def test_strategyqa_dev_is_counted_from_the_bundled_release_file() -> None:
     assert len(json.loads(local.read_text())) == 229
     assert load_published()["datasets"]["strategyqa"]["splits"]["dev"]["questions"] == 229
     assert _costs("config.yaml").sizes.split("strategyqa", "dev").questions == 229
+    # config/sizes.yaml's bound on the paragraphs file: 998 distinct cited paragraph ids in dev, x 10
+    def ids(node: object) -> set[str]:  # evidence: annotators > steps > lists of ids, or a marker string
+        return {node} if isinstance(node, str) else set().union(*map(ids, node)) if node else set()
+
+    cited = set().union(*(ids(q["evidence"]) for q in json.loads(local.read_text())))
+    assert len(cited - {"operation", "no_evidence"}) * 10 == 9_980
 
 
 def test_the_sample_is_counted_from_its_files() -> None:
@@ -121,14 +138,17 @@ def test_the_sample_is_counted_from_its_files() -> None:
     # generation.max_questions 30 caps a cell, not the split: 240 TAT-QA questions, 30 prompts
     work = _costs("config.yaml").cell_work({"dataset": "tatqa", "split": "dev", "serialization": "pipe", "retriever": "none",
                                              "llm": "smollm2-135m", "prompt": "few-shot", "setting": "closed", "k": "0"})
-    assert work["prompts"] == 30 and work["output tokens"] == 30 * 24
+    # an answer's tokens: between the few-shot answers that stopped (14.26 tokens) and 56.16 % cut at
+    # max_new_tokens 24 (rates.output.data.few-shot, benchmarks/output_lengths.py): the middle at the values
+    fast, slow = 14.26, 0.5616 * 24 + (1 - 0.5616) * 14.26
+    assert work["prompts"] == 30 and work["output tokens"] == pytest.approx(30 * (fast + slow) / 2)
 
 
 def test_the_full_config_is_sized_from_the_published_tables() -> None:
     costs = _costs("dexter.yaml")
     sizes = costs.sizes
     assert sizes.corpus_documents("ambigqa") == 24_300_000
-    assert sizes.corpus_documents("strategyqa") == 36_600_000
+    assert sizes.corpus_documents("strategyqa") == 9_980  # the paragraphs file it loads, not the 36.6M dump
     assert sizes.corpus_documents("wiki-multihop") == 569_641  # the published pool, not the members' sum
     assert sizes.split("musique", "dev").selected == 1252
     assert sizes.split("2wikimultihopqa", "dev").selected == 1200  # datasets.2wikimultihopqa.limit
@@ -165,14 +185,56 @@ def _page_counts(config: str) -> Counter:
     return counts
 
 
-@pytest.mark.parametrize("name", ["dexter.yaml", "tanq.yaml"])
-def test_jobs_are_the_dry_runs_jobs(name: str) -> None:
-    """The estimate's jobs per rule are `snakemake -n --forceall`'s (docs/full_reproduction.md,
-    which tests/workflow/test_fidelity_config.py keeps equal to Snakemake's plan)."""
-    jobs = plan_jobs(run.plan_costs(_config(name), root=REPO).plan)
-    assert Counter(j.rule for j in jobs) == _page_counts(name)
-    ids = {j.id for j in jobs}
-    assert len(ids) == len(jobs) and all(d in ids for j in jobs for d in j.deps)
+_DRY_RUNS: dict[str, str] = {}
+
+
+def _dry_run_jobs(name: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """(rule, wildcards) of every job in the text of `snakemake -n --forceall --configfile
+    config/<name>` (the dry run's own printout, not the API the estimate reads), `all` left out."""
+    from test_fidelity_config import dry_run
+
+    if name not in _DRY_RUNS:
+        _DRY_RUNS[name] = dry_run(name)
+    jobs = set()
+    for block in re.split(r"\n(?=(?:local)?rule \S+:\n)", _DRY_RUNS[name]):
+        head = re.match(r"(?:local)?rule (\S+):\n", block)
+        if not head or head.group(1) == "all":
+            continue
+        found = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
+        pairs = [w.split("=", 1) for w in found.group(1).split(", ")] if found else []
+        jobs.add((head.group(1), tuple(sorted((k, v) for k, v in pairs))))
+    return jobs
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
+def test_the_estimates_jobs_are_the_dry_runs_jobs(name: str) -> None:
+    """Issue 38 acceptance: for each shipped config the estimate's job set (rule and wildcards)
+    is the one `snakemake -n --forceall` prints, and every dependency is a job of the set."""
+    costs = _costs(name)
+    mine = {(c.rule, tuple(sorted(c.wildcards.items()))) for c in costs.all()}
+    assert mine == _dry_run_jobs(name)
+    ids = {j.id for j in costs.jobs}
+    assert len(ids) == len(costs.jobs) and all(d in ids for j in costs.jobs for d in j.deps)
+    assert Counter(j.rule for j in costs.jobs) == _page_counts(name) if name != "config.yaml" else True
+
+
+def test_the_dag_is_never_asked_for_while_snakemake_builds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule's resources cost one job; a DAG requested inside the DAG's own child is refused."""
+    from cqabench.estimate.dag import IN_DAG_ENV, snakemake_jobs
+
+    monkeypatch.setenv(IN_DAG_ENV, "1")
+    with pytest.raises(ConfigError, match="asked for while Snakemake builds it"):
+        snakemake_jobs(REPO / "config" / "tanq.yaml", REPO)
+
+
+def test_a_config_snakemake_refuses_is_one_line_naming_it(tmp_path: Path) -> None:
+    from conftest import workflow_workdir
+    from cqabench.estimate.dag import snakemake_jobs
+
+    config = yaml.safe_load((REPO / "config/tanq.yaml").read_text())
+    config["generation"]["llms"] = ["no-such-llm"]
+    with pytest.raises(ConfigError, match=r"Snakemake could not plan the config: .*no-such-llm"):
+        snakemake_jobs(config, workflow_workdir(tmp_path))
 
 
 # ---- costs (round rates, arithmetic by hand) ----
@@ -191,7 +253,7 @@ def test_data_and_bm25_costs_are_rate_times_documents() -> None:
     # first attempt: max(1000, ceil((300 x 1.25 + 256) / 100) x 100) = 1000 MB; 3 x 2,440 s = 122 min
     assert costs.request("prepare", {"dataset": "ambigqa", "split": "dev"}) == {"mem_mb": 1000, "runtime": 122, "gpu": 0}
     b = costs.cost("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})
-    assert b.wall_s == pytest.approx(20 + 200 * 36.6) and b.gpus == 0
+    assert b.wall_s == pytest.approx(20 + 200 * 0.00998) and b.gpus == 0  # the 9,980 paragraphs it loads
     # 700 x 1.25 + 256 = 1,131 -> 1,200 MB
     assert costs.request("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})["mem_mb"] == 1200
 
@@ -224,7 +286,7 @@ def test_colbert_costs_follow_colbert_ai_per_embedding() -> None:
 def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
     rates = _rates_with({"text.data.any.chars_per_token": 4, "text.data.finqa.question_chars": 100,
                          "llm.rtx3090.vllm.engine_start_s": 100, "llm.rtx3090.vllm.prefill_tok_s": 1000,
-                         "llm.rtx3090.vllm.decode_step_s": 0.02, "llm.rtx3090.vllm.concurrency": 10,
+                         "llm.rtx3090.vllm.decode_step_s": 0.02, "llm.rtx3090.vllm.reserve_gb": 1.5,
                          "llm.rtx3090.vllm.peak_mb": 16000})
     costs = JobCosts(run.plan_costs(_per_cell(), root=REPO).plan, rates)
     cell = {"dataset": "finqa", "split": "test", "serialization": "pipe", "retriever": "none", "llm": "mistral-7b",
@@ -232,13 +294,21 @@ def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
     template = len((REPO / "resources/prompts/few-shot/numeric.txt").read_text(encoding="utf-8"))
     tokens = (template + 100) / 4
     work = costs.cell_work(cell)
-    assert work["prompts"] == 1147 and work["output tokens"] == 1147 * 512  # every answer max_new_tokens long
+    # an answer: between 14.26 tokens (few-shot answers ended on a stop string) and 56.16 % of them at
+    # max_new_tokens 512 (rates.output.data.few-shot): the middle at the rates' values
+    answer = (14.26 + (0.5616 * 512 + (1 - 0.5616) * 14.26)) / 2
+    assert work["prompts"] == 1147 and work["output tokens"] == pytest.approx(1147 * answer)
     assert work["prompt tokens"] == pytest.approx(1147 * tokens)
     # vLLM's prefix cache serves the template (demonstrations) once computed
     assert work["uncached prompt tokens"] == pytest.approx(1147 * (tokens - template / 4) + template / 4)
     c = costs.cost("generate", cell)
-    # start + uncached tokens / 1,000 tok/s + ceil(1,147 / 10) = 115 rounds x 512 steps x 0.02 s
-    assert c.wall_s == pytest.approx(100 + work["uncached prompt tokens"] / 1000 + 115 * 512 * 0.02)
+    # Mistral-7B's KV cache: 24 GB x 0.92 - 14 GB weights - 1.5 GB reserve = 6.58 GB, a token's K and V
+    # 2 x 32 layers x 8 KV heads x 128 x 2 B = 131,072 B: floor(6.58e9 / (131,072 x (tokens + answer)))
+    concurrency = math.floor(6.58e9 / (131_072 * (tokens + answer)))
+    assert c.items["concurrency"] == concurrency and 1 < concurrency < 128
+    # start + uncached tokens / 1,000 tok/s + ceil(1,147 / concurrency) rounds x answer steps x 0.02 s
+    assert c.wall_s == pytest.approx(100 + work["uncached prompt tokens"] / 1000
+                                     + math.ceil(1147 / concurrency) * answer * 0.02)
     assert c.gpus == 1 and c.device == "rtx3090"
     assert costs.request("generate", cell)["mem_mb"] == 20300  # 16,000 x 1.25 + 256 -> 20,300 MB
 
@@ -314,7 +384,7 @@ def test_an_llms_own_mem_mb_and_runtime_win() -> None:
 
 def test_paper_scale_jobs_ask_for_at_least_what_the_docs_measure() -> None:
     """docs/retrievers_neural.md's ColBERTv2 table (21M: sample 96 GB, IVF build 79 GB, search
-    89 GB; 36.6M: 127 / 137 / 154 GB); docs/data.md's data-stage peaks (prepare 267 MiB, pool 515,
+    89 GB; its 36.6M row is no corpus dexter.yaml loads); docs/data.md's data-stage peaks (prepare 267 MiB, pool 515,
     export 246, BM25 index 689); a 7B model's float16 weights (14 GB) for a vLLM job. AmbigQA's
     corpus is 24.3M passages in dexter.yaml, more than the table's 21M."""
     costs = _costs("dexter.yaml")
@@ -322,8 +392,7 @@ def test_paper_scale_jobs_ask_for_at_least_what_the_docs_measure() -> None:
     def mem(rule: str, **w: str) -> int:
         return costs.request(rule, w)["mem_mb"]
 
-    for corpus, (sample, ivf, search) in {"ambigqa": (96_000, 79_000, 89_000),
-                                          "strategyqa": (127_000, 137_000, 154_000)}.items():
+    for corpus, (sample, ivf, search) in {"ambigqa": (96_000, 79_000, 89_000)}.items():
         w = {"corpus": corpus, "serialization": "pipe", "retriever": "colbertv2"}
         assert mem("colbert_codec", **w) >= sample
         assert mem("gather_index", **w) >= ivf
@@ -433,16 +502,23 @@ def test_a_malformed_rate_is_refused_with_its_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
 def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Path) -> None:
+    """Snakemake's DAG included (its child process counts in RUSAGE_CHILDREN); in a workflow
+    folder of its own, so the checkout's results/ is never written."""
+    from conftest import workflow_workdir
+
+    work = workflow_workdir(tmp_path)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "cqabench.cli", "estimate", "--configfile", str(REPO / "config" / name),
+    done = subprocess.run([sys.executable, "-m", "cqabench.cli", "estimate", "--configfile", f"config/{name}",
                            "--gpus", "8", "--cores", "64", "--out-dir", str(tmp_path / "out")],
-                          cwd=REPO, capture_output=True, text=True, check=False,
-                          env={"PYTHONPATH": str(REPO / "workflow"), "PATH": "/usr/bin:/bin"})
+                          cwd=work, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(REPO / "workflow"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0, done.stderr[-2000:]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert cpu < 20, f"{cpu:.1f} CPU s"  # seconds of CPU (the wall clock depends on the machine's load)
-    assert "makespan on 8 GPU(s) (rtx3090) and 64 cores" in done.stdout
+    assert "machine assumed: 8 x rtx3090" in done.stdout and "critical path: " in done.stdout
+    assert re.search(r"GPU-hours: [\d,]+ to [\d,]+ \(at the rates' values [\d,]+\)", done.stdout)
+    assert re.search(r"makespan: [\d.]+ \S+ to [\d.]+ \S+ \(greedy list schedule", done.stdout)
     assert re.search(r"rates used \(benchmarks/rates.yaml\): \d+ measured, \d+ assumed", done.stdout)
     summary = pd.read_csv(tmp_path / "out/estimate.csv")
     jobs = pd.read_parquet(tmp_path / "out/estimate_jobs.parquet")
@@ -454,9 +530,11 @@ def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Pat
 
 
 def test_costs_page_is_the_generators_output() -> None:
-    from cqabench.estimate.costs_page import page
+    from conftest import planned_jobs
+    from cqabench.estimate.costs_page import CONFIGS, page
 
-    assert (REPO / "docs/costs.md").read_text(encoding="utf-8") == page(), \
+    jobs = {c: planned_jobs(c.removeprefix("config/")) for c in CONFIGS}
+    assert (REPO / "docs/costs.md").read_text(encoding="utf-8") == page(jobs=jobs), \
         "docs/costs.md is stale: python -m cqabench.estimate.costs_page > docs/costs.md"
 
 
@@ -523,7 +601,7 @@ def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -
 def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     from cqabench.report.costs import section_body
 
-    est = run.estimate(_config("config.yaml"), 8, 64, root=REPO)
+    est = _estimate("config.yaml")
     tables.write(est, tmp_path / "estimate")
     bench = tmp_path / "benchmarks"
     (bench / "prepare/tatqa").mkdir(parents=True)
@@ -565,7 +643,7 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     reference node, not this machine."""
     from cqabench.report.costs import Machine, provided, section_body, this_machine
 
-    est = run.estimate(_config("config.yaml"), 8, 64, root=REPO)
+    est = _estimate("config.yaml")
     tables.write(est, tmp_path / "estimate")
     logs = tmp_path / "log"
     logs.mkdir()
@@ -591,3 +669,59 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     assert "a cluster executor with up to 100 jobs at once" in cluster and "On it the" not in cluster
     unknown = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0))
     assert "This run's cores are not in a Snakemake log" in unknown
+
+
+# ---- the range, the money line (issue 38) ----
+
+
+def test_an_assumed_rate_spreads_to_its_faster_and_slower_bound(tmp_path: Path) -> None:
+    """low / high by hand: a throughput's fast end is its high, a time's its low; a guess without
+    low / high spreads 2x either way; a measured rate and a property of the data do not spread."""
+    data = copy.deepcopy(load_rates().data)
+    enc = data["rates"]["dense_encode"]["rtx3090"]["any"]
+    enc["docs_per_s"].update(value=500, low=400, high=1000)
+    enc["fixed_s"] = {"value": 100, "unit": "s", "assumed": {"source": "a guess"}}
+    rates = Rates(data)
+    assert rates.at("fast").value("dense_encode", "rtx3090", "any", "docs_per_s") == 1000
+    assert rates.at("slow").value("dense_encode", "rtx3090", "any", "docs_per_s") == 400
+    assert rates.at("fast").value("dense_encode", "rtx3090", "any", "fixed_s") == 50
+    assert rates.at("slow").value("dense_encode", "rtx3090", "any", "fixed_s") == 200
+    assert rates.value("dense_encode", "rtx3090", "any", "docs_per_s") == 500
+    measured_rate = rates.at("slow").get("prepare", "cpu", "any", "s_per_mdoc")
+    assert measured_rate.spread == (measured_rate.value, measured_rate.value)
+    assert rates.at("fast").value("llm_arch", "data", "meta-llama/Llama-2-7b-hf", "kv_heads") == 32
+    with pytest.raises(ConfigError, match="rate bound 'no-such': one of value, fast, slow"):
+        rates.at("no-such")
+    bad = tmp_path / "rates.yaml"
+    enc["docs_per_s"].update(low=600)  # low above the value
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"rates.dense_encode.rtx3090.any.docs_per_s: need 0 <= low <= value <= high"):
+        load_rates(bad)
+
+
+def test_the_range_brackets_the_values_and_api_tokens_are_priced_as_given() -> None:
+    """dexter.yaml: every job's wall time at the fast end <= at the values <= at the slow end; the
+    money line prices gpt-3.5-turbo's tokens at the price given, none built in."""
+    est = _estimate("dexter.yaml", prices={"gpt-3.5-turbo": (0.5, 1.5)})
+    fast, slow = est.ends["fast"], est.ends["slow"]
+    for f, v, s in zip(fast.costs, est.costs, slow.costs, strict=True):
+        assert f.id == v.id == s.id and f.wall_s <= v.wall_s * (1 + 1e-9) and v.wall_s <= s.wall_s * (1 + 1e-9), v.id
+    assert fast.gpu_h < est.totals["gpu_h"] < slow.gpu_h
+    assert fast.span.list_schedule_s < est.span.list_schedule_s < slow.span.list_schedule_s
+    [money] = est.money
+    api = [c for c in est.costs if c.device == "api"]
+    tokens_in = sum(c.items["prompt tokens"] for c in api)
+    assert money.llm == "gpt-3.5-turbo" and money.input_tokens == pytest.approx(tokens_in)
+    out_fast = sum(c.items["output tokens"] for c in fast.costs if c.device == "api")
+    assert money.usd("fast") == pytest.approx((tokens_in * 0.5 + out_fast * 1.5) / 1e6)
+    assert "USD per million input / output tokens (--price)" in money.line()
+    # the critical path is a chain of dependencies whose wall times sum to the critical path's length
+    deps = {j.id: set(j.deps) for j in _costs("dexter.yaml").jobs}
+    assert all(a in deps[b] for (a, _), (b, _) in zip(est.path, est.path[1:]))
+    assert sum(w for _, w in est.path) == pytest.approx(est.span.critical_path_s)
+    unpriced = _estimate("dexter.yaml").money[0]
+    assert unpriced.usd("slow") is None and "no price given (set estimate.prices.gpt-3.5-turbo" in unpriced.line()
+    with pytest.raises(ConfigError, match="--price 'gpt-3.5-turbo=cheap'"):
+        from cqabench.estimate.spread import parse_prices
+
+        parse_prices(["gpt-3.5-turbo=cheap"])

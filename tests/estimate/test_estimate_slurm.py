@@ -64,7 +64,9 @@ def test_slurm_requests_for_dexter_are_the_estimate_and_cover_the_documented_cos
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "no estimate for" not in done.stdout + done.stderr  # every job was costed
     jobs = _jobs(done.stdout)
-    costs = run.plan_costs(run.load_config(REPO / "config/dexter.yaml"), root=REPO)
+    from conftest import planned_jobs
+
+    costs = run.plan_costs(run.load_config(REPO / "config/dexter.yaml"), root=REPO, jobs=planned_jobs("dexter.yaml"))
     assert len(jobs) == len(costs.jobs)
     low: dict[str, list[int]] = {}
     for rule, wildcards, res in jobs:
@@ -76,8 +78,9 @@ def test_slurm_requests_for_dexter_are_the_estimate_and_cover_the_documented_cos
         w = wildcards
         if w.get("retriever") == "colbertv2" and rule in ("colbert_codec", "gather_index", "search"):
             corpus = w.get("corpus") or w["dataset"]
-            need = {"ambigqa": {"colbert_codec": 96_000, "gather_index": 79_000, "search": 89_000},
-                    "strategyqa": {"colbert_codec": 127_000, "gather_index": 137_000, "search": 154_000}}
+            # docs/retrievers_neural.md's ColBERTv2 table at 21M (AmbigQA's 24.3M is more); its 36.6M row is
+            # no corpus dexter.yaml loads (StrategyQA's is the paragraphs file)
+            need = {"ambigqa": {"colbert_codec": 96_000, "gather_index": 79_000, "search": 89_000}}
             if corpus in need:
                 assert got["mem_mb"] >= need[corpus][rule], (rule, corpus, got)
         if rule == "generate" and w["llm"] in ("mistral-7b", "llama2-7b"):

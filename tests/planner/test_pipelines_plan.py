@@ -15,7 +15,6 @@ import pytest
 import yaml
 from cqabench.planner import models as models_stage
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.jobs import plan_jobs
 from cqabench.planner import Environment, Plan
 
 from test_rerank import cross_encoder  # noqa: F401  (the fixture: MiniLM with a randomly initialised head)
@@ -83,8 +82,9 @@ def test_settings_with_defaults_and_inputs_reach_every_row() -> None:
 
 
 def test_the_estimate_lists_the_pipeline_jobs_after_their_inputs() -> None:
-    plan = Plan(_with(PIPES), ENV)
-    jobs = {j.id: j for j in plan_jobs(plan)}
+    from conftest import planned_jobs
+
+    jobs = {j.id: j for j in planned_jobs(_with(PIPES), name="pipelines")}
     by_rule = [j.rule for j in jobs.values()]
     assert by_rule.count("fuse_runs") == 14 and by_rule.count("rerank_run") == 7
     fuse = jobs["fuse_runs(dataset=tatqa,name=ce-bm25,serialization=pipe,split=dev)"]

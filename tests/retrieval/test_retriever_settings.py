@@ -54,6 +54,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "hnsw_m": "index", "train_size": "index", "nprobe": "ranking", "ef_search": "ranking",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime", "threads": "runtime",
         "encode_jobs": "runtime",  # the same index from N part jobs: tests/retrieval/test_encode_parts.py
+        "passages_per_part": "runtime",  # the number of those parts, by the corpus size: tests/planner/test_retrieval_plan.py
         "revision": "checkpoint", "query_revision": "checkpoint", "doc_revision": "checkpoint",
     },
     "splade": {
@@ -61,6 +62,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "threads": "runtime",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime",
         "encode_jobs": "runtime",  # tests/retrieval/test_encode_parts.py
+        "passages_per_part": "runtime",  # tests/planner/test_retrieval_plan.py
         "revision": "checkpoint", "query_revision": "checkpoint",
     },
     "colbert": {
@@ -69,6 +71,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "ndocs": "ranking", "batch_size": "runtime", "device": "runtime", "threads": "runtime", "timeout_s": "runtime",
         "chunksize": "runtime",  # index chunk files, same ranking: tests/retrieval/test_colbert.py
         "encode_jobs": "runtime",  # codec + N part jobs, the same index: tests/retrieval/test_encode_parts.py
+        "passages_per_part": "runtime",  # tests/planner/test_retrieval_plan.py
         "revision": "checkpoint",
     },
 }

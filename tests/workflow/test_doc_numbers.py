@@ -35,11 +35,10 @@ def _one(pattern: str, text: str, where: str) -> re.Match:
 
 @cache
 def _jobs(config: str) -> dict:
-    """config/<config>'s planned jobs by id (the estimate's, which are Snakemake's but `all`)."""
-    from cqabench.estimate import run
-    from cqabench.estimate.jobs import plan_jobs
+    """config/<config>'s planned jobs by id (Snakemake's DAG as the estimate reads it, but `all`)."""
+    from conftest import planned_jobs
 
-    return {j.id: j for j in plan_jobs(run.plan_costs(run.load_config(REPO / "config" / config), root=REPO).plan)}
+    return {j.id: j for j in planned_jobs(config)}
 
 
 def _ancestors(config: str, rule: str) -> set[str]:
@@ -84,7 +83,8 @@ def _sample_questions() -> dict[str, int]:
     """Questions per dataset of the bundled sample (the default config's splits, counted)."""
     from cqabench.estimate import run
 
-    est = run.estimate(run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO)
+    est = run.estimate(run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO,
+                       jobs=list(_jobs("config.yaml").values()))
     return {s["dataset"]: s["questions"] for s in est.splits}
 
 

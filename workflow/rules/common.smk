@@ -93,7 +93,12 @@ if PLAN.legacy_cache_problem():
 # (cqabench.planner.resolved_config; every job also checks the sha256 exported below).
 CONFIG_FILE = PLAN.config_file
 CONFIG_TEXT = resolved_config.text_of(config)
-if workflow.is_main_process:
+# Snakemake's DAG built for the estimate (cqabench.estimate.dag, a child process, possibly inside
+# a running workflow) only plans: it writes the file when it is missing, never over a run's.
+_PLANNING_ONLY = (
+    bool(os.environ.get("CQABENCH_ESTIMATE_DAG")) and Path(CONFIG_FILE).exists()
+)
+if workflow.is_main_process and not _PLANNING_ONLY:
     try:
         _had_config_file = Path(CONFIG_FILE).exists()
         if resolved_config.refresh(CONFIG_FILE, config) and _had_config_file:
@@ -178,6 +183,7 @@ if (
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
+from cqabench.estimate.run import write_estimate
 
 try:
     _COSTS = JobCosts(PLAN, strict=False)

@@ -3,7 +3,9 @@
 
 # The bill, estimated from the config alone (cqabench.estimate; the
 # makespan on the reference node, 8 GPUs and 64 cores): the report page puts it beside each
-# rule's measured benchmark: files. Seconds, reads no result.
+# rule's measured benchmark: files. Its jobs are Snakemake's own DAG of the config, so it runs
+# where Snakemake runs (a localrule in Snakemake's environment, which has Snakemake); seconds to
+# a minute, reads no result.
 rule estimate:
     input:
         # a rate written by a benchmark (--write-rates) re-estimates; relative, as every input, so a
@@ -19,8 +21,7 @@ rule estimate:
         f"{RESULTS}/logs/report/estimate.log",
     benchmark:
         f"{RESULTS}/benchmarks/estimate.tsv"
-    conda:
-        "../../envs/evaluation.yaml"
+    localrule: True
     resources:
         mem_mb=lambda w: _request("estimate", w)["mem_mb"],
         runtime=lambda w: _request("estimate", w)["runtime"],
@@ -29,6 +30,12 @@ rule estimate:
         gpus=REFERENCE_NODE["gpus"],
         cores=REFERENCE_NODE["cores"],
         config_hash=CONFIG_HASH,  # it reads the whole config: a changed config re-estimates
-    shell:
-        "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} --cores {params.cores} "
-        "--out-dir {params.out_dir:q} --quiet > {log:q} 2>&1"
+    run:
+        write_estimate(
+            input.config,
+            input.rates,
+            params.out_dir,
+            params.gpus,
+            params.cores,
+            log[0],
+        )

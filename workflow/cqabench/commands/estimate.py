@@ -18,8 +18,11 @@ def _estimate(args: argparse.Namespace) -> int:
         raise ConfigError("give the configuration as --configfile FILE (a config to validate) or --config FILE "
                           "(the workflow's resolved results/<name>/config.json, or its JSON) (one of them)")
     config = run.load_config(args.configfile) if args.configfile else config_arg(args.config)
+    from cqabench.estimate.spread import parse_prices
+
     est = run.estimate(config, args.gpus, args.cores, root=args.root, rates_file=args.rates, gpu_class=args.gpu_class,
-                       validate=args.configfile is not None)  # --config: the workflow's, validated already
+                       validate=args.configfile is not None,  # --config: the workflow's, validated already
+                       prices=parse_prices(args.price))
     if args.out_dir:
         tables.write(est, args.out_dir)
     if args.markdown:
@@ -44,5 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", type=Path, default=Path("."), help="the working directory the workflow runs in")
     p.add_argument("--out-dir", type=Path, help="write estimate.csv / .parquet / _jobs.parquet / .json here")
     p.add_argument("--markdown", type=Path, help="write the per-rule table as Markdown here")
+    p.add_argument("--price", action="append", default=[], metavar="NAME=INPUT,OUTPUT",
+                   help="an API model's price in USD per million input and output tokens, for the money line "
+                        "(repeatable; over the config's estimate.prices; no price is built in)")
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=_estimate)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cqabench.estimate.jobs import TABLE_PREFIX, job_id, rule_family
+from cqabench.estimate.dag import TABLE_PREFIX, job_id, rule_family
 from cqabench.common.job_memory import peak_with_log
 from cqabench.planner import CELL_FIELDS
 
@@ -113,7 +113,7 @@ def read(benchmarks_dir: str | Path, logs_dir: str | Path | None = None) -> pd.D
 def compare(estimate_jobs: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     """Per rule: the estimate (a per-job frame with rule, job, wall_s, cpu_s, peak_mb:
     estimate_jobs.parquet) and the measurement, over the jobs that ran (module docstring)."""
-    from cqabench.estimate.jobs import RULES
+    from cqabench.estimate.dag import RULES
 
     est = estimate_jobs.set_index("job") if not estimate_jobs.empty else estimate_jobs
 

@@ -32,9 +32,10 @@ from functools import cached_property
 from typing import Any
 
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.jobs import Job, job_id, plan_jobs, rule_family
+from cqabench.estimate.dag import Job, job_id, rule_family, snakemake_jobs
+from cqabench.estimate.generation_costs import SimpleCell, GenerationCosts
 from cqabench.estimate.rates import Rates, load_rates
-from cqabench.estimate.sizes import Sizes
+from cqabench.planner.sizes import Sizes
 from cqabench.retrieval.job_resources import job_device
 
 MIN_MEM_MB = 1000
@@ -99,12 +100,17 @@ class Cost:
             self.cpu_s = 0.0
 
 
-class JobCosts:
+class JobCosts(GenerationCosts):
     """Costs of a plan's jobs, and the resource requests the rules make from them."""
 
     def __init__(self, plan: Any, rates: Rates | None = None, sizes: Sizes | None = None,
-                 gpu_class: str = GPU_CLASS, strict: bool = True) -> None:
+                 gpu_class: str = GPU_CLASS, strict: bool = True, jobs: list[Job] | None = None,
+                 config: Mapping[str, Any] | None = None) -> None:
+        """`jobs`: the plan's jobs when known (Snakemake's DAG, `cqabench.estimate.dag`); else they are
+        asked of Snakemake for `config` (the config as given, default the plan's) on first use."""
         self.plan = plan
+        self._jobs = jobs
+        self._config = config
         self.strict = strict
         self._warned: set[str] = set()
         self.rates = rates or load_rates()
@@ -117,7 +123,11 @@ class JobCosts:
 
     @cached_property
     def jobs(self) -> list[Job]:
-        return plan_jobs(self.plan)
+        """Every job Snakemake plans for the config, dependencies first (`dag.snakemake_jobs`)."""
+        if self._jobs is None:
+            self._jobs = snakemake_jobs(dict(self._config if self._config is not None else self.plan.config),
+                                        self.plan.env.root)
+        return self._jobs
 
     def all(self) -> list[Cost]:
         return [self.cost(j.rule, j.wildcards) for j in self.jobs]
@@ -162,20 +172,17 @@ class JobCosts:
         if message not in self._warned:
             self._warned.add(message)
             print(f"cqabench: no estimate for {rule} jobs ({message}); they ask for the default sizes", file=sys.stderr)
-        gpus = 0
+        try:
+            gpus = int(self.on_gpu(rule, wildcards))
+        except KeyError:  # a wildcard naming no configured retriever or LLM: a CPU job
+            gpus = 0
         mem, runtime = 4000, 60
         if rule in FALLBACK and wildcards.get("retriever") in self.plan.retriever_configs:
-            _, gpus = self._neural_device(wildcards["retriever"], rule)
             neural, plain = FALLBACK.get(rule, ((16000, 240), (4000, 60)))
             mem, runtime = neural if self.plan.is_neural(wildcards["retriever"]) else plain
         if rule in ("generate", *BATCH_RULES):
             llm = self.plan.llms[wildcards["llm"]]
-            gpus = 1 if self.plan.uses_gpu(wildcards["llm"]) and (rule in BATCH_RULES or not self._in_batch(wildcards)) else 0
             mem, runtime = int(llm.get("mem_mb", 4000)), int(llm.get("runtime_min", 60))
-        if rule == "gather_index":
-            gpus = 0
-        if rule == "rerank_run" and wildcards.get("name") in self.plan.pipelines:  # a cross-encoder on cuda
-            gpus = 1 if self.plan.pipeline_uses_gpu(wildcards["name"]) else 0
         return {"mem_mb": mem, "runtime": runtime, "gpu": gpus}
 
     # ---- helpers ----
@@ -192,11 +199,11 @@ class JobCosts:
             if rate is not None:
                 self.rates.used[rate.key] = rate
                 c.rates.add(rate.key)
-                return rate.value
+                return rate.at(self.rates.bound)
         first = model if isinstance(model, str) else model[0]
         rate = self.rates.get(family, device, first, name)  # raises, naming the key (the model's and any's)
         c.rates.add(rate.key)
-        return rate.value
+        return rate.at(self.rates.bound)
 
     def _linear(self, c: Cost, family: str, docs: float, out_docs: float | None = None) -> None:
         """fixed + slope x documents (wall and CPU), the family's peak, output per document."""
@@ -206,9 +213,27 @@ class JobCosts:
         c.peak_mb = self._r(c, family, "peak_mb")
         c.disk_mb = self._r(c, family, "out_mb_per_mdoc") * (docs if out_docs is None else out_docs) / M
 
-    def _neural_device(self, retriever: str, rule: str = "") -> tuple[str, int]:
-        on_gpu = self.plan.is_neural(retriever) and job_device(self.plan.retriever_configs[retriever], rule) != "cpu"
-        return (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+    def on_gpu(self, rule: str, w: Mapping[str, Any]) -> bool:
+        """Whether a job of `rule` holds a GPU (its `gpu` resource, its rates' device class): the
+        one place that decides it. A neural retriever's encoding and search with a device other
+        than cpu; a cross-encoder rerank likewise (Plan.pipeline_uses_gpu); an LLM the planner puts
+        on a GPU (Plan.uses_gpu), except a batch LLM's grid cell (its answers come from the batch).
+        Everything else (BM25, gathers, data, evaluation, report) runs on CPU cores."""
+        if rule in ("index", "colbert_codec", "encode_part", "search", "decompose_search"):
+            r = w["retriever"]
+            return self.plan.is_neural(r) and job_device(self.plan.retriever_configs[r], rule) != "cpu"
+        if rule == "rerank_run":
+            return w.get("name") in self.plan.pipelines and self.plan.pipeline_uses_gpu(w["name"])
+        if rule in BATCH_RULES or (rule == "generate" and not self._in_batch(w)):
+            return bool(self.plan.uses_gpu(w["llm"]))
+        return False
+
+    def _place(self, c: Cost, w: Mapping[str, Any]) -> None:
+        """The job's device class and GPUs: `on_gpu`; an OpenAI model's generation is `api`."""
+        if c.rule in ("generate", *BATCH_RULES) and self.plan.llms[w["llm"]]["backend"] == "openai":
+            c.device, c.gpus = "api", 0
+        else:
+            c.device, c.gpus = (self.gpu_class, 1) if self.on_gpu(c.rule, w) else ("cpu", 0)
 
     def _settings(self, retriever: str) -> dict[str, Any]:
         from cqabench.retrieval import resolve
@@ -274,7 +299,7 @@ class JobCosts:
         kind = self.plan.retriever_configs[r]["type"]
         docs = self.sizes.corpus_documents(w["corpus"])
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         if kind == "bm25":
             c.device, c.gpus = "cpu", 0
             self._linear(c, "bm25_index", docs)
@@ -338,7 +363,7 @@ class JobCosts:
         docs = self.sizes.corpus_documents(w["corpus"])
         n = self._part_docs(r, docs, int(w["part"]), int(w["parts"]))
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         kind = self.plan.retriever_configs[r]["type"]
         if kind == "dense":
             self._dense_encode(c, r, n)
@@ -353,7 +378,7 @@ class JobCosts:
         c.model = r
         kind = self.plan.retriever_configs[r]["type"]
         c.items["documents"] = docs
-        c.items["parts"] = self.plan.encode_jobs(r)
+        c.items["parts"] = self.plan.encode_parts(w["corpus"], r)
         if kind == "dense":  # flat: the parts' shards hard-linked, docids joined
             c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "gather_index")
             c.peak_mb = self._r(c, "light", "peak_mb", "gather_index")
@@ -375,7 +400,7 @@ class JobCosts:
         r = w["retriever"]
         docs = self.sizes.corpus_documents(w["corpus"])
         c.model = r
-        c.device, c.gpus = self._neural_device(r)
+        self._place(c, w)
         emb, sample = self._colbert_n(c, docs)
         per_doc = self._r(c, "colbert", "embeddings_per_doc", device="data")
         centroids = 2 ** math.floor(math.log2(16 * math.sqrt(emb))) if emb > 1 else 1
@@ -419,7 +444,7 @@ class JobCosts:
         docs = self.sizes.corpus_documents(corpus)
         q = self._queries(w["dataset"], w["split"]) if queries is None else queries
         c.model = r
-        c.device, c.gpus = self._neural_device(r, c.rule)
+        self._place(c, w)
         c.items.update({"queries": q, "documents searched": docs})
         if kind == "bm25":
             c.device, c.gpus = "cpu", 0
@@ -460,8 +485,7 @@ class JobCosts:
         batches padded to their longest), so no dense_encode rate stands in: a model without a
         rerank rate is a ConfigError naming rates.rerank.<device>.<model>.<name>."""
         s = self.plan.pipeline_settings(w["name"])
-        on_gpu = str(s["device"]) != "cpu"
-        c.device, c.gpus = (self.gpu_class, 1) if on_gpu else ("cpu", 0)
+        self._place(c, w)
         c.model = str(s["model"])
         model = RERANK_SAME_COST.get(c.model, c.model)
         pairs = self._queries(w["dataset"], w["split"]) * float(s["depth"])
@@ -473,131 +497,6 @@ class JobCosts:
     def _light(self, c: Cost, w: dict[str, str]) -> None:
         c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", c.rule)
         c.peak_mb = self._r(c, "light", "peak_mb", c.rule)
-
-    # ---- generation ----
-
-    def _template_chars(self, dataset: str, prompt: str, setting: str) -> int:
-        path = self.plan.template_file(dataset, prompt, setting)
-        if path not in self._templates:
-            file = self.plan.env.root / path
-            self._templates[path] = len(file.read_text(encoding="utf-8")) if file.is_file() else 0
-        return self._templates[path]
-
-    def _sampling(self, llm: str) -> dict[str, Any]:
-        return {**(self.plan.generation.get("sampling") or {}), **(self.plan.llms[llm].get("sampling") or {})}
-
-    def cell_work(self, cell: Mapping[str, str]) -> dict[str, float]:
-        """Prompts, prompt tokens (all, and those the prefix cache cannot serve) and output tokens
-        (max_new_tokens: an upper bound) of one generation cell."""
-        ds, sp, llm, setting = cell["dataset"], cell["split"], cell["llm"], cell["setting"]
-        k = int(cell["k"])
-        n = self._queries(ds, sp)
-        cap = self.plan.max_questions_of(ds)
-        if cap is not None:
-            n = min(n, int(cap))
-        cpt = self.rates.value("text", "data", "any", "chars_per_token")
-        cut = self.plan.generation.get("max_doc_chars")
-        doc = lambda chars: min(chars, cut + 40) if cut else chars  # noqa: E731  (title and numbering)
-        template = self._template_chars(ds, cell["prompt"], setting)
-        question = self.sizes.stat(ds, sp, "question_chars")
-        context = 0.0
-        if setting == "rag":
-            context = k * doc(self.sizes.corpus_doc_chars(self.plan.corpus_of(ds)))
-        elif setting == "oracle":
-            gold = self.sizes.stat(ds, sp, "gold_per_question") + self.plan.distractors_of(ds, setting)
-            context = gold * doc(self.sizes.stat(ds, sp, "doc_chars"))
-        max_new = int(self._sampling(llm).get("max_new_tokens", 128))
-        prompt_tokens = (template + question + context) / cpt
-        shared = template / cpt
-        if setting == "open-book":  # a dialogue of max_steps calls, each adding an observation and a turn
-            ob = self.plan.open_book_settings(SimpleCell(cell))
-            steps = int(ob["max_steps"])
-            turn_new = int(ob["max_new_tokens"] or max_new)
-            grow = ob["max_tool_chars"] / cpt + turn_new
-            per_call = [min(prompt_tokens + t * grow, ob["max_total_tokens"]) for t in range(steps)]
-            calls = n * steps
-            total = n * sum(per_call)
-            uncached = n * (prompt_tokens - shared + (steps - 1) * grow) + shared
-            return {"prompts": calls, "questions": n, "prompt tokens": total, "uncached prompt tokens": uncached,
-                    "output tokens": calls * turn_new, "max new tokens": turn_new}
-        return {"prompts": n, "questions": n, "prompt tokens": n * prompt_tokens,
-                "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
-                "output tokens": n * max_new, "max new tokens": max_new}
-
-    def _llm_device(self, llm: str) -> tuple[str, int]:
-        if self.plan.llms[llm]["backend"] == "openai":
-            return "api", 0
-        return (self.gpu_class, 1) if self.plan.uses_gpu(llm) else ("cpu", 0)
-
-    def _engine(self, c: Cost, llm: str, work: list[dict[str, float]]) -> None:
-        """One engine session over the cells' prompts: start, prefill, decode (in rounds of the
-        engine's concurrency, each max_new_tokens steps long)."""
-        spec = self.plan.llms[llm]
-        backend = spec["backend"]
-        c.model = llm
-        keys = (llm, backend)
-        for name in ("prompts", "prompt tokens", "uncached prompt tokens", "output tokens"):
-            c.items[name] = sum(x[name] for x in work)
-        if backend == "openai":
-            concurrency = int(spec.get("max_concurrency") or 1)
-            per_request = (self._r(c, "llm", "request_s", keys)
-                           + sum(x["output tokens"] for x in work) / max(c.items["prompts"], 1) / self._r(c, "llm", "output_tok_s", keys))
-            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / concurrency) * per_request
-            c.cpu_s = c.wall_s * 0.05
-            c.peak_mb = self._r(c, "llm", "peak_mb", keys)
-            return
-        caching = backend == "vllm" and bool(spec.get("enable_prefix_caching", c.device != "cpu"))
-        prefill_tokens = c.items["uncached prompt tokens"] if caching else c.items["prompt tokens"]
-        concurrency = self._r(c, "llm", "concurrency", keys)
-        rounds = sum(math.ceil(x["prompts"] / concurrency) * x["max new tokens"] for x in work)
-        c.wall_s = (self._r(c, "llm", "engine_start_s", keys) + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
-                    + rounds * self._r(c, "llm", "decode_step_s", keys))
-        c.cpu_s = c.wall_s  # a GPU engine: one core feeds the card
-        if c.device == "cpu":  # the engine's CPU seconds, measured as such (a loaded machine changes wall time only)
-            cpu_keys = next((k for k in keys if self.rates.find("llm", "cpu", k, "engine_start_cpu_s")), None)
-            if cpu_keys is None:
-                c.cpu_s = c.wall_s * c.threads
-            else:
-                c.cpu_s = (self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
-                           + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
-                           + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys))
-        c.peak_mb = self._r(c, "llm", "peak_mb", keys)
-
-    def _generate(self, c: Cost, w: dict[str, str]) -> None:
-        llm = w["llm"]
-        work = self.cell_work(w)
-        c.items.update({"questions": work["questions"]})
-        c.disk_mb = work["prompts"] * 2000 / MB  # predictions + the item cache, ~2 kB an item
-        if self._in_batch(w):  # a grid cell of a batch LLM: answers come from the batch's item cache
-            c.model = llm
-            c.items["prompts"] = work["prompts"]
-            c.wall_s = c.cpu_s = self._r(c, "light", "fixed_s", "generate_cached")
-            c.peak_mb = self._r(c, "light", "peak_mb", "generate_cached")
-            return
-        c.device, c.gpus = self._llm_device(llm)
-        c.threads = int(self.plan.threads)
-        self._engine(c, llm, [work])
-
-    def _generate_batch(self, c: Cost, w: dict[str, str], shares: int = 1) -> None:
-        llm = w["llm"]
-        cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
-        work = [{k: v / shares for k, v in self.cell_work(x).items()} for x in cells]
-        c.device, c.gpus = self._llm_device(llm)
-        c.threads = int(self.plan.threads)
-        self._engine(c, llm, work)
-        c.items["cells"] = len(cells)
-        c.disk_mb = c.items["prompts"] * 2000 / MB
-
-    def _generate_batch_share(self, c: Cost, w: dict[str, str]) -> None:
-        """One of generation.batch_jobs shares: 1/N of every cell's questions, its own engine start."""
-        self._generate_batch(c, w, self.plan.batch_jobs_of(w["llm"]))
-
-
-class SimpleCell:
-    """A cell dict with attribute access, as the planner's methods take Snakemake wildcards."""
-
-    def __init__(self, cell: Mapping[str, str]) -> None:
-        self.__dict__.update(cell)
 
 
 def text_stats(rates: Rates) -> dict[str, dict[str, float]]:

@@ -44,8 +44,18 @@ HEADER = """\
 #   --write-rates (each benchmark updates only its own entries).
 # assumed: {source, note}: a cost that could not be measured here (GPU throughput, the network),
 #   with the published source it is taken from; the estimate marks every such rate in its output.
+#   An assumption gives its spread as `low` and `high` (the source or the roofline arithmetic in
+#   its note); one without them is a guess, spread GUESS_SPREAD-fold either way.
 # Edit by rerunning the benchmark; an assumption is edited by hand, with its source.
 """
+# An assumed rate with no stated low / high is a guess: the estimate's range takes it from
+# value / GUESS_SPREAD to value x GUESS_SPREAD (a measured rate has no spread).
+GUESS_SPREAD = 2.0
+# Rates of which more is faster (items per second, concurrency); of every other rate (seconds per
+# item, per job) less is. The fast end of the range takes each rate's faster bound.
+FASTER_WHEN_HIGHER = ("docs_per_s", "pairs_per_s", "prefill_tok_s", "output_tok_s", "gflop_s", "concurrency",
+                      "mb_per_s", "memory_gb", "gpu_memory_utilization")
+BOUNDS = ("value", "fast", "slow")
 
 
 @dataclass(frozen=True)
@@ -57,19 +67,43 @@ class Rate:
     unit: str
     kind: str  # "measured" or "assumed"
     provenance: Mapping[str, Any]
+    low: float | None = None  # the spread of an assumption (None: measured, or GUESS_SPREAD)
+    high: float | None = None
 
     @property
     def assumed(self) -> bool:
         return self.kind == "assumed"
 
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(low, high): stated, else a guess's GUESS_SPREAD-fold, else (value, value) when measured
+        or a property of the data or a model (device class `data`: no cost, no spread)."""
+        if not self.assumed or self.key.split(".")[1] == "data":
+            return self.value, self.value
+        if self.low is None or self.high is None:
+            return self.value / GUESS_SPREAD, self.value * GUESS_SPREAD
+        return self.low, self.high
+
+    def at(self, bound: str) -> float:
+        """The value at one end of the range: `fast` (the faster bound), `slow`, or `value`."""
+        if bound == "value":
+            return self.value
+        low, high = self.spread
+        faster = high if self.key.rsplit(".", 1)[-1].endswith(FASTER_WHEN_HIGHER) else low
+        return faster if bound == "fast" else (low + high - faster)
+
     def describe(self) -> str:
-        """One line: the rate, its unit and where it comes from."""
+        """One line: the rate, its range, its unit and where it comes from."""
         p = self.provenance
         if self.assumed:
             where = f"assumed: {p.get('source', '?')}"
+            if p.get("note"):
+                where += f"; {p['note']}"
         else:
             where = f"measured {p.get('date', '?')} on {p.get('machine', '?')}: {p.get('command', '?')}"
-        return f"{self.key} = {self.value:g} {self.unit} ({where})"
+        low, high = self.spread
+        span = "" if low == high else (f" [{low:g} to {high:g}" + (", a guess" if self.low is None else "") + "]")
+        return f"{self.key} = {self.value:g}{span} {self.unit} ({where})"
 
 
 @dataclass
@@ -78,9 +112,16 @@ class Rates:
 
     data: Mapping[str, Any]
     path: Path = RATES_FILE
+    bound: str = "value"  # which end of each rate's range `value` returns (BOUNDS)
 
     def __post_init__(self) -> None:
         self.used: dict[str, Rate] = {}
+
+    def at(self, bound: str) -> Rates:
+        """The same rates read at one end of their ranges (`fast`, `slow`) or at their values."""
+        if bound not in BOUNDS:
+            raise ConfigError(f"rate bound {bound!r}: one of {', '.join(BOUNDS)}")
+        return Rates(self.data, self.path, bound)
 
     @property
     def device_classes(self) -> Mapping[str, str]:
@@ -106,7 +147,7 @@ class Rates:
         return rate
 
     def value(self, family: str, device: str, model: str, name: str) -> float:
-        return self.get(family, device, model, name).value
+        return self.get(family, device, model, name).at(self.bound)
 
     def _rate(self, key: str, entry: Any) -> Rate:
         if not isinstance(entry, Mapping) or "value" not in entry:
@@ -131,7 +172,15 @@ class Rates:
             # A cost is a finite amount >= 0: a negative one gave "-1 s" jobs and a makespan that
             # looked believable, nan or inf a bill of nan or inf hours.
             raise ConfigError(f"{self.path}: rates.{key}.value must be a finite number >= 0, got {raw!r}")
-        return Rate(key, value, str(entry.get("unit", "")), kind, prov)
+        low, high = entry.get("low"), entry.get("high")
+        if (low is None) != (high is None) or (low is not None and kind != "assumed"):
+            raise ConfigError(f"{self.path}: rates.{key}: low and high go together, on an assumed rate only")
+        if low is not None:
+            if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in (low, high)) \
+                    or not 0 <= low <= value <= high:
+                raise ConfigError(f"{self.path}: rates.{key}: need 0 <= low <= value <= high, got {low!r}, {raw!r}, {high!r}")
+            low, high = float(low), float(high)
+        return Rate(key, value, str(entry.get("unit", "")), kind, prov, low, high)
 
     def check(self) -> list[str]:
         """Every entry parsed once: the problems, each naming its key (empty when all are well formed)."""

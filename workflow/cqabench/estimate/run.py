@@ -2,7 +2,8 @@
 
 The config is read as Snakemake reads it: strict YAML (`cqabench.planner.config_files`, duplicated keys
 and tabs named with their line), then validated against the workflow's schema with its defaults
-filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes.
+filled in, then planned by `cqabench.planner.Plan` with the checks every `snakemake -n` makes; its
+jobs are Snakemake's own DAG of the same config (`cqabench.estimate.dag`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.common.errors import ConfigError
+from cqabench.estimate.dag import Job
 from cqabench.estimate.model import GPU_CLASS, JobCosts
 from cqabench.estimate.rates import load_rates
 from cqabench.estimate.tables import Estimate, build
@@ -43,7 +45,7 @@ def validated(config: Mapping[str, Any], root: Path) -> dict[str, Any]:
 
 
 def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: str | Path | None = None,
-               gpu_class: str = GPU_CLASS, validate: bool = True) -> JobCosts:
+               gpu_class: str = GPU_CLASS, validate: bool = True, jobs: list[Job] | None = None) -> JobCosts:
     """`validate`: fill the schema's defaults (false for a config the workflow already validated,
     as the estimate rule passes it: its job's environment need not have Snakemake)."""
     from cqabench.planner import Environment, Plan
@@ -51,9 +53,29 @@ def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: st
     root = Path(root)
     plan = Plan(validated(config, root) if validate else dict(config), Environment(root=root))
     rates = load_rates(rates_file) if rates_file else load_rates()
-    return JobCosts(plan, rates, gpu_class=gpu_class)
+    # Snakemake plans the jobs from the config as given (its own validation fills the defaults)
+    return JobCosts(plan, rates, gpu_class=gpu_class, config=config, jobs=jobs)
 
 
 def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path = ".",
-             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True) -> Estimate:
-    return build(plan_costs(config, root, rates_file, gpu_class, validate), gpus, cores)
+             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True,
+             jobs: list[Job] | None = None, prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+    """`jobs`: Snakemake's jobs of this config when already known (else asked of Snakemake);
+    `prices`: API model -> USD per million (input, output) tokens (cqabench.estimate.spread)."""
+    return build(plan_costs(config, root, rates_file, gpu_class, validate, jobs), gpus, cores, prices)
+
+
+def write_estimate(config_file: str | Path, rates_file: str | Path, out_dir: str | Path, gpus: int, cores: int,
+                   log: str | Path) -> None:
+    """The `estimate` rule's job: the run's resolved config (results/<name>/config.json, validated
+    already) estimated on `gpus` and `cores`, its tables written to `out_dir`, the printed text to
+    `log`. A localrule: Snakemake's DAG needs Snakemake, which the rules' conda envs lack."""
+    import json
+
+    from cqabench.common.io import write_text
+    from cqabench.estimate.tables import render_text, write
+
+    config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    est = estimate(config, gpus, cores, root=".", rates_file=rates_file, validate=False)
+    write(est, out_dir)
+    write_text(render_text(est), log)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.jobs import Job
+from cqabench.estimate.dag import Job
 from cqabench.estimate.model import Cost
 
 
@@ -37,7 +37,7 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
         raise ConfigError(f"need --gpus >= 0 and --cores >= 1, got {gpus} and {cores}")
     by_id = {j.id: j for j in jobs}
     cost = {c.id: c for c in costs}
-    order = [j.id for j in jobs]  # stage order: every dependency comes first (jobs.plan_jobs)
+    order = [j.id for j in jobs]  # stage order: every dependency comes first (dag.ordered)
     tail: dict[str, float] = {}
     children: dict[str, list[str]] = {i: [] for i in order}
     for i in order:
@@ -55,6 +55,25 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
     lower = max(gpu_bound, cpu_bound, critical)
     return Makespan(gpus, cores, lower, critical, _list_schedule(order, by_id, cost, children, tail, gpus, cores),
                     gpu_bound, cpu_bound)
+
+
+def critical_path(jobs: Sequence[Job], costs: Sequence[Cost]) -> list[tuple[str, float]]:
+    """The longest chain of estimated wall times through the dependencies: (job id, wall s), in
+    the order the jobs run (its sum is `Makespan.critical_path_s`)."""
+    by_id = {j.id: j for j in jobs}
+    wall = {c.id: c.wall_s for c in costs}
+    best: dict[str, tuple[float, str | None]] = {}  # id -> (longest chain ending here, its previous job)
+    for j in jobs:  # dependencies first (dag.ordered)
+        prev = max(((best[d][0], d) for d in by_id[j.id].deps if d in best), default=(0.0, None))
+        best[j.id] = (prev[0] + wall[j.id], prev[1])
+    if not best:
+        return []
+    node: str | None = max(best, key=lambda i: best[i][0])
+    path = []
+    while node is not None:
+        path.append((node, wall[node]))
+        node = best[node][1]
+    return path[::-1]
 
 
 def _list_schedule(order: list[str], by_id: dict[str, Job], cost: dict[str, Cost], children: dict[str, list[str]],

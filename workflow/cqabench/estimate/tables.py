@@ -11,13 +11,14 @@ from typing import Any
 
 import pandas as pd
 
-from cqabench.estimate.jobs import RULES, rule_family
+from cqabench.estimate.dag import RULES, rule_family
 from cqabench.estimate.model import Cost, JobCosts
 from cqabench.estimate.rates import Rate
-from cqabench.estimate.schedule import Makespan, makespan
+from cqabench.estimate.schedule import Makespan, critical_path, makespan
+from cqabench.estimate.spread import End, Money, at_end, money
 
 SUMMARY_COLUMNS = ["rule", "model", "device", "jobs", "work", "wall_s_per_job", "wall_s_max", "cpu_h", "gpu_h",
-                   "peak_mb_max", "disk_gb", "mem_mb_request_max", "runtime_min_request_max", "assumed_rates"]
+                   "gpu_h_fast", "gpu_h_slow", "peak_mb_max", "disk_gb", "mem_mb_request_max", "runtime_min_request_max", "assumed_rates"]
 
 
 @dataclass
@@ -32,6 +33,10 @@ class Estimate:
     corpora: list[dict[str, Any]]
     splits: list[dict[str, Any]]
     gpu_class: str
+    ends: dict[str, End]  # the range: "fast" (every rate at its faster bound) and "slow"
+    path: list[tuple[str, float]]  # the critical path: (job id, estimated wall s), first job first
+    money: list[Money]  # API models: tokens and their price, where one is given
+    machine: str = ""  # the node the makespan assumes, in words
 
     @property
     def totals(self) -> dict[str, float]:
@@ -41,7 +46,10 @@ class Estimate:
                 "peak_mb_max": max((c.peak_mb for c in self.costs), default=0.0)}
 
 
-def build(costs: JobCosts, gpus: int, cores: int) -> Estimate:
+def build(costs: JobCosts, gpus: int, cores: int, prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+    """The estimate at the rates' values, its range (`ends`), critical path and API money;
+    `prices`: model -> (USD per million input tokens, per million output tokens), over the config's
+    llms.<name>.price_per_mtok."""
     all_costs = costs.all()
     requests = [costs.request(c.rule, c.wildcards) for c in all_costs]
     span = makespan(costs.jobs, all_costs, gpus, cores)
@@ -56,9 +64,14 @@ def build(costs: JobCosts, gpus: int, cores: int) -> Estimate:
             split_rows.append({"dataset": ds, "split": sp, "questions": s.questions, "selected": s.selected,
                                "documents": s.documents, "source": s.source, "counted": s.counted,
                                "upper_bound": s.upper_bound})
+    ends = {b: at_end(costs, b, gpus, cores) for b in ("fast", "slow")}
     used = {k: costs.rates.used[k] for k in sorted({k for c in all_costs for k in c.rates})}
+    classes = costs.rates.device_classes
+    machine = (f"{gpus} x {costs.gpu_class} ({classes.get(costs.gpu_class, '?')}) and {cores} CPU cores "
+               f"({classes.get('cpu', '?')})")
     return Estimate(str(plan.config.get("name", "unnamed")), all_costs, requests, span, used, corpus_rows, split_rows,
-                    costs.gpu_class)
+                    costs.gpu_class, ends, critical_path(costs.jobs, all_costs),
+                    money(plan, {"value": all_costs, **{b: e.costs for b, e in ends.items()}}, prices or {}), machine)
 
 
 # ---- frames ----
@@ -79,7 +92,7 @@ def _work(costs: Sequence[Cost]) -> str:
     totals: dict[str, float] = {}
     for c in costs:
         for k, v in c.items.items():
-            if k in ("max new tokens",):
+            if k in ("max new tokens", "concurrency"):
                 continue
             totals[k] = totals.get(k, 0.0) + float(v)
     return "; ".join(f"{k} {human(v)}" for k, v in totals.items())
@@ -96,6 +109,8 @@ def summary_frame(est: Estimate) -> pd.DataFrame:
         rows.append({"rule": rule, "model": model, "device": device, "jobs": len(cs), "work": _work(cs),
                      "wall_s_per_job": sum(c.wall_s for c in cs) / len(cs), "wall_s_max": max(c.wall_s for c in cs),
                      "cpu_h": sum(c.cpu_s for c in cs) / 3600, "gpu_h": sum(c.gpu_s for c in cs) / 3600,
+                     "gpu_h_fast": sum(est.ends["fast"].costs[i].gpu_s for i in idx) / 3600,
+                     "gpu_h_slow": sum(est.ends["slow"].costs[i].gpu_s for i in idx) / 3600,
                      "peak_mb_max": max(c.peak_mb for c in cs), "disk_gb": sum(c.disk_mb for c in cs) / 1000,
                      "mem_mb_request_max": max(r["mem_mb"] for r in rq),
                      "runtime_min_request_max": max(r["runtime"] for r in rq),
@@ -137,6 +152,12 @@ def summary_json(est: Estimate) -> dict[str, Any]:
             "makespan": {"gpus": s.gpus, "cores": s.cores, "lower_bound_h": s.lower_bound_s / 3600,
                          "critical_path_h": s.critical_path_s / 3600, "list_schedule_h": s.list_schedule_s / 3600,
                          "gpu_bound_h": s.gpu_bound_s / 3600, "cpu_bound_h": s.cpu_bound_s / 3600},
+            "range": {b: {"gpu_h": e.gpu_h, "cpu_h": e.cpu_h, "lower_bound_h": e.span.lower_bound_s / 3600,
+                          "list_schedule_h": e.span.list_schedule_s / 3600} for b, e in est.ends.items()},
+            "critical_path": [{"job": j, "wall_s": w} for j, w in est.path],
+            "money": [{"llm": m.llm, "input_tokens": m.input_tokens, "output_tokens": m.output_tokens,
+                       "usd": {b: m.usd(b) for b in m.output_tokens}} for m in est.money],
+            "machine": est.machine,
             "families": family_frame(est).to_dict("records"),
             "corpora": est.corpora, "splits": est.splits,
             "rates": {k: {"value": r.value, "unit": r.unit, "kind": r.kind, **dict(r.provenance)} for k, r in est.rates.items()}}
@@ -165,12 +186,19 @@ def duration(seconds: float) -> str:
 
 def _rows_text(frame: pd.DataFrame) -> list[list[str]]:
     return [[r.rule, r.model or "-", r.device, str(r.jobs), duration(r.wall_s_per_job), duration(r.wall_s_max),
-             f"{r.cpu_h:.2f}", f"{r.gpu_h:.2f}", f"{r.peak_mb_max / 1000:.1f}", f"{r.disk_gb:.1f}",
+             f"{r.cpu_h:.2f}", _gpu_range(r.gpu_h, r.gpu_h_fast, r.gpu_h_slow), f"{r.peak_mb_max / 1000:.1f}", f"{r.disk_gb:.1f}",
              f"{r.mem_mb_request_max / 1000:.1f}", duration(r.runtime_min_request_max * 60), r.work]
             for r in frame.itertuples()]
 
 
-HEAD = ["rule", "model", "device", "jobs", "wall/job", "longest", "CPU-h", "GPU-h", "peak GB/job", "disk GB",
+def _gpu_range(value: float, fast: float, slow: float) -> str:
+    """GPU-hours as value (fast-slow) where the range is wider than the rounding."""
+    if not value and not slow:
+        return "0.00"
+    return f"{value:.2f}" if f"{fast:.1f}" == f"{slow:.1f}" else f"{value:.2f} ({fast:.1f}-{slow:.1f})"
+
+
+HEAD = ["rule", "model", "device", "jobs", "wall/job", "longest", "CPU-h", "GPU-h (range)", "peak GB/job", "disk GB",
         "asks GB", "asks time", "work items"]
 
 
@@ -178,7 +206,8 @@ def render_text(est: Estimate) -> str:
     frame = summary_frame(est)
     rows = [HEAD, *_rows_text(frame)]
     t = est.totals
-    rows.append(["total", "", "", str(t["jobs"]), "", "", f"{t['cpu_h']:.2f}", f"{t['gpu_h']:.2f}",
+    rows.append(["total", "", "", str(t["jobs"]), "", "", f"{t['cpu_h']:.2f}",
+                 _gpu_range(t["gpu_h"], est.ends["fast"].gpu_h, est.ends["slow"].gpu_h),
                  f"{t['peak_mb_max'] / 1000:.1f}", f"{t['disk_gb']:.1f}", "", "", ""])
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD) - 1)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r[:-1])) + "  " + r[-1] for r in rows]
@@ -194,11 +223,7 @@ def _split_counts(est: Estimate) -> list[tuple[str, str]]:
 
 
 def _footer(est: Estimate) -> list[str]:
-    s = est.span
-    out = [f"makespan on {s.gpus} GPU(s) ({est.gpu_class}) and {s.cores} cores: at least {duration(s.lower_bound_s)} "
-           f"(critical path {duration(s.critical_path_s)}, GPU work / {s.gpus}: {duration(s.gpu_bound_s)}, "
-           f"CPU work / {s.cores}: {duration(s.cpu_bound_s)}); greedy list schedule: {duration(s.list_schedule_s)}",
-           "", "item counts:"]
+    out = [*summary_lines(est), "", "item counts:"]
     out += [f"  {label}; {source}" for label, source in _split_counts(est)]
     for row in est.corpora:
         out.append(f"  corpus {row['corpus']}: {row['documents']:,} documents ({row['source']})")
@@ -210,22 +235,36 @@ def _footer(est: Estimate) -> list[str]:
     return out
 
 
+def summary_lines(est: Estimate) -> list[str]:
+    """The range, the machine, the critical path and the money: what the text and the page open with."""
+    s, fast, slow = est.span, est.ends["fast"], est.ends["slow"]
+    out = [f"GPU-hours: {fast.gpu_h:,.0f} to {slow.gpu_h:,.0f} (at the rates' values {est.totals['gpu_h']:,.0f}); "
+           f"CPU-hours: {fast.cpu_h:,.0f} to {slow.cpu_h:,.0f}",
+           f"makespan: {duration(fast.span.list_schedule_s)} to {duration(slow.span.list_schedule_s)} "
+           f"(greedy list schedule; never below {duration(fast.span.lower_bound_s)} to "
+           f"{duration(slow.span.lower_bound_s)}: max of GPU work / GPUs, CPU work / cores, critical path)",
+           f"machine assumed: {est.machine}",
+           f"at the rates' values: at least {duration(s.lower_bound_s)} (critical path {duration(s.critical_path_s)}, "
+           f"GPU work / {s.gpus}: {duration(s.gpu_bound_s)}, CPU work / {s.cores}: {duration(s.cpu_bound_s)}); "
+           f"greedy list schedule: {duration(s.list_schedule_s)}",
+           "critical path: " + " -> ".join(f"{job} {duration(wall)}" for job, wall in est.path)]
+    out += [f"API: {m.line()}" for m in est.money] or ["API: no API model in this config"]
+    return out
+
+
 def render_markdown(est: Estimate) -> str:
     """The per-rule table, totals and makespan as Markdown (docs/costs.md)."""
     frame = summary_frame(est)
-    head = ["rule", "model", "device", "jobs", "wall / job", "longest job", "CPU-h", "GPU-h", "peak GB / job",
+    head = ["rule", "model", "device", "jobs", "wall / job", "longest job", "CPU-h", "GPU-h (range)", "peak GB / job",
             "disk GB", "asks GB", "asks time", "work items"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i in (0, 1, 2, 12) else "---:" for i in range(len(head))) + "|"]
     for r in _rows_text(frame):
         lines.append("| " + " | ".join(cell.replace("|", "/") for cell in r) + " |")
     t = est.totals
-    lines.append(f"| **total** | | | {t['jobs']} | | | **{t['cpu_h']:.1f}** | **{t['gpu_h']:.1f}** | "
+    gpu = _gpu_range(t["gpu_h"], est.ends["fast"].gpu_h, est.ends["slow"].gpu_h)
+    lines.append(f"| **total** | | | {t['jobs']} | | | **{t['cpu_h']:.1f}** | **{gpu}** | "
                  f"{t['peak_mb_max'] / 1000:.1f} | **{t['disk_gb']:.1f}** | | | |")
-    s = est.span
-    lines += ["", f"Makespan on {s.gpus} × {est.gpu_class} and {s.cores} cores: **at least {duration(s.lower_bound_s)}** "
-              f"(critical path {duration(s.critical_path_s)}; GPU work / {s.gpus}: {duration(s.gpu_bound_s)}; "
-              f"CPU work / {s.cores}: {duration(s.cpu_bound_s)}); a greedy list schedule of the estimated jobs takes "
-              f"{duration(s.list_schedule_s)}.", "", "Item counts:", ""]
+    lines += ["", *(f"- {line}" for line in summary_lines(est)), "", "Item counts:", ""]
     lines += [f"- {label} — {source}" for label, source in _split_counts(est)]
     for row in est.corpora:
         lines.append(f"- corpus `{row['corpus']}`: {row['documents']:,} documents ({row['source']})")
@@ -233,13 +272,15 @@ def render_markdown(est: Estimate) -> str:
 
 
 def render_rates_markdown(rates: dict[str, Rate]) -> str:
-    lines = ["| rate | value | unit | kind | source |", "|---|---:|---|---|---|"]
+    lines = ["| rate | value | low – high | unit | kind | source |", "|---|---:|---|---|---|---|"]
     for key in sorted(rates, key=lambda k: (not rates[k].assumed, k)):
         r = rates[key]
         p = r.provenance
         src = p.get("source", "") if r.assumed else f"{p.get('date')} on {p.get('machine')}: `{p.get('command')}`"
         if p.get("note"):
             src += f" ({p['note']})"
-        lines.append(f"| `{key}` | {r.value:g} | {r.unit} | {'**assumed**' if r.assumed else 'measured'} | "
+        low, high = r.spread
+        span = "" if low == high else f"{low:g} – {high:g}" + (" (guess)" if r.low is None else "")
+        lines.append(f"| `{key}` | {r.value:g} | {span} | {r.unit} | {'**assumed**' if r.assumed else 'measured'} | "
                      f"{str(src).replace('|', '/')} |")
     return "\n".join(lines) + "\n"

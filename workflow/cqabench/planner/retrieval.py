@@ -9,6 +9,7 @@ files and pipelines (`cqabench.planner.pipelines`); each retrieval cell is score
 
 from __future__ import annotations
 
+import functools
 import shlex
 from typing import Any
 
@@ -61,6 +62,7 @@ class RetrievalPlan(DataPlan):
 
     def _retrieval_problems(self) -> list[str]:
         from cqabench.retrieval import resolve as resolve_retriever
+        from cqabench.retrieval.parts import is_sharded
 
         out = []
         # Each retriever family validates its own settings (unknown keys, enums, sizes) at
@@ -68,6 +70,7 @@ class RetrievalPlan(DataPlan):
         for name, settings in self.retriever_configs.items():
             try:
                 resolve_retriever(settings)
+                is_sharded(settings)
             except ConfigError as exc:
                 out.append(f"retrievers.{name}: {exc}")
         unknown = sorted(set(self.retrieval_retrievers) - set(self.retriever_configs))
@@ -118,15 +121,38 @@ class RetrievalPlan(DataPlan):
     def index_dir(self, corpus: str, serialization: str, retriever: str) -> str:
         return f"{self.results}/index/{corpus}/{serialization}/{retriever}"
 
-    def encode_jobs(self, retriever: str) -> int:
-        """Part jobs encoding a corpus for this retriever (`encode_jobs`, dense, SPLADE, ColBERT; 1:
-        the single `index` job). cqabench.retrieval.parts: the index is the same for any N."""
-        value = self.retriever_configs[retriever].get("encode_jobs")
-        return 1 if value is None else int(value)
+    @functools.cached_property
+    def corpus_sizes(self) -> Any:
+        """Documents per corpus, as the plan knows them (cqabench.planner.sizes: counted from the
+        raw files on disk, else the sizes of the released files in config/sizes.yaml)."""
+        from cqabench.planner.sizes import Sizes
+
+        return Sizes(self, {})
+
+    def encode_parts(self, corpus: str, retriever: str) -> int:
+        """Part jobs encoding `corpus` for this retriever (dense, SPLADE, ColBERT; 1: the single
+        `index` job): ceil(documents / passages_per_part), or `encode_jobs`, never more than the
+        corpus' chunks, so no part is empty (cqabench.retrieval.parts.part_count)."""
+        from cqabench.retrieval.parts import part_count
+
+        spec = self.retriever_configs[retriever]
+        if retriever not in self.sharded_retrievers():
+            return 1
+        try:
+            docs: int | None = self.corpus_sizes.corpus_documents(corpus)
+        except ConfigError as exc:
+            if spec.get("passages_per_part") is not None:
+                raise ConfigError(f"retrievers.{retriever}.passages_per_part: the size of corpus {corpus} is "
+                                  f"unknown: {exc}") from None
+            docs = None  # encode_jobs: N parts as asked (a part may be empty)
+        return part_count(spec, docs)
 
     def sharded_retrievers(self) -> list[str]:
-        """Retrievers whose index is gathered from encode parts (the `gather_index` rule's)."""
-        return [r for r in self.retriever_configs if self.encode_jobs(r) > 1]
+        """Retrievers whose index is gathered from encode parts (the `gather_index` rule's):
+        those with `passages_per_part`, or `encode_jobs` above 1."""
+        from cqabench.retrieval.parts import is_sharded
+
+        return [r for r in self.retriever_configs if is_sharded(self.retriever_configs[r])]
 
     def part_dir(self, corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
         return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
@@ -149,8 +175,10 @@ class RetrievalPlan(DataPlan):
 
     def index_parts(self, corpus: str, serialization: str, retriever: str) -> list[str]:
         """The part folders the index of (corpus, serialization, retriever) is gathered from, in order."""
-        n = self.encode_jobs(retriever)
-        return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)] if n > 1 else []
+        if retriever not in self.sharded_retrievers():
+            return []
+        n = self.encode_parts(corpus, retriever)
+        return [self.part_dir(corpus, serialization, retriever, i, n) for i in range(n)]
 
     def run_file(self, dataset: str, split: str, serialization: str, run: str, ext: str = "parquet") -> str:
         return f"{self.results}/runs/{dataset}/{split}/{serialization}/{run}.{ext}"

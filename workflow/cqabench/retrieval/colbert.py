@@ -54,7 +54,8 @@ _DEFAULTS: dict[str, Any] = {
     "kmeans_niters": 4,
     "doc_format": "{title} | {text}",
 }
-_KNOWN = {"type", "model", "revision", *_RUNTIME_DEFAULTS, *_DEFAULTS}
+# passages_per_part: read by the planner only (cqabench.retrieval.parts.part_count), never recorded
+_KNOWN = {"type", "model", "revision", "passages_per_part", *_RUNTIME_DEFAULTS, *_DEFAULTS}
 _LOG_TAIL = 25
 
 

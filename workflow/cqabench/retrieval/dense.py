@@ -81,6 +81,7 @@ _KNOWN = {
     "type", "family", "model", "query_model", "doc_model", "revision", "query_revision", "doc_revision",
     "pooling", "similarity", "doc_format",
     "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
+    "passages_per_part",  # read by the planner only (cqabench.retrieval.parts.part_count), never recorded
     *_DEFAULTS,
 }
 

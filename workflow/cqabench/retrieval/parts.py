@@ -1,7 +1,9 @@
 """Encoding a corpus in N part jobs, then building the index from the parts (scatter / gather).
 
-`encode_jobs: N` (dense, SPLADE and ColBERT retrievers) splits the encoding of a corpus into N jobs, each
-schedulable on its own GPU or SLURM allocation. Part i of N encodes one contiguous range of
+`passages_per_part: P` (dense, SPLADE and ColBERT retrievers) splits the encoding of a corpus of
+D passages into N = ceil(D / P) jobs (`encode_jobs: N` asks for N whatever the corpus), each
+schedulable on its own GPU or SLURM allocation; N never exceeds the corpus' chunks (below), so
+no part is empty (`part_count`, from the corpus size the plan knows). Part i of N encodes one contiguous range of
 corpus rows and writes it, atomically, as its own folder; the gather job (the `index` rule's
 output) builds the index from the N folders in order. N changes how the work is scheduled, never
 what the index holds: the index built from N parts is the one a single job builds, byte for byte.
@@ -11,8 +13,8 @@ encoder flush of 1024 documents) rather than of N equal row counts: the encoder 
 longest-first inside a chunk, and int8 dynamic quantization and padding make a vector depend,
 in its last bits, on which texts share its batch. With the chunks cut where the single job cuts
 them, every batch is the one the single job encodes. So with C = ceil(rows / chunk) chunks,
-part i holds chunks [i*C//N, (i+1)*C//N); a part of a corpus with fewer chunks than parts is
-empty (allowed: its folder records zero documents).
+part i holds chunks [i*C//N, (i+1)*C//N); with N <= C every part holds a chunk (a part of a
+corpus smaller than the plan knew is still allowed empty: its folder records zero documents).
 
 The row count comes from the Parquet footer inside the job, so planning (which may run before
 the corpus exists) needs only i and N. Every part records what it covers (`part.json`); the
@@ -62,9 +64,34 @@ def part_rows(num_rows: int, chunk: int, part: int, of: int) -> tuple[int, int]:
 
 
 def encode_jobs(settings: Mapping[str, Any]) -> int:
-    """How many part jobs a retriever's settings ask for (1: the single `index` job)."""
+    """How many part jobs `encode_jobs` asks for (1: the single `index` job)."""
     value = settings.get("encode_jobs", 1)
     return 1 if value is None else int(value)
+
+
+def is_sharded(settings: Mapping[str, Any]) -> bool:
+    """Whether the index is gathered from part jobs: `passages_per_part` set, or `encode_jobs` > 1."""
+    target = settings.get("passages_per_part")
+    if target is not None and settings.get("encode_jobs") is not None:
+        raise ConfigError("set passages_per_part (a size target: the number of parts follows the corpus) "
+                          "or encode_jobs (a fixed number of parts), not both")
+    if target is not None and (not isinstance(target, int) or isinstance(target, bool) or target < 1):
+        raise ConfigError(f"passages_per_part must be a positive integer, got {target!r}")
+    return target is not None or encode_jobs(settings) > 1
+
+
+def part_count(settings: Mapping[str, Any], documents: int | None) -> int:
+    """Part jobs for a corpus of `documents` rows: ceil(documents / passages_per_part), or
+    `encode_jobs`; never more than the corpus' chunks (`part_chunk`), so no part is empty, and at
+    least 1. `documents` None (a corpus of unknown size): `encode_jobs` as given."""
+    fixed = encode_jobs(settings)
+    if documents is None:
+        return fixed
+    chunk = max(1, int(_module(settings).part_chunk(retrievers.resolve(settings), documents)))
+    chunks = -(-documents // chunk)
+    target = settings.get("passages_per_part")
+    wanted = -(-documents // int(target)) if target is not None else fixed
+    return max(1, min(wanted, chunks))
 
 
 def _module(settings: Mapping[str, Any]) -> ModuleType:

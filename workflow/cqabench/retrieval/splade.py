@@ -52,7 +52,9 @@ _DEFAULTS: dict[str, Any] = {
 # documents per encoder batch while indexing, queries per batch while searching, torch device.
 # threads None: torch's own default for encoding, one Anserini thread.
 _RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
-_KNOWN = {"type", "model", "query_model", "revision", "query_revision", *_RUNTIME_DEFAULTS, *_DEFAULTS}
+# passages_per_part: read by the planner only (cqabench.retrieval.parts.part_count), never recorded
+_KNOWN = {"type", "model", "query_model", "revision", "query_revision", "passages_per_part", *_RUNTIME_DEFAULTS,
+          *_DEFAULTS}
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Item counts of a config: questions, documents and text lengths per (dataset, split) and corpus.
+"""Item counts of a config: questions, documents and text lengths per (dataset, split) and corpus
+(the plan sizes its encode parts by them, cqabench.estimate costs its jobs with them).
 
 A split whose raw files are all on disk (the bundled sample, or a full release already placed
 under raw_dir) is counted by reading them with the dataset's own loader (`records`, as `prepare`
