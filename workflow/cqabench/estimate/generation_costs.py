@@ -178,10 +178,11 @@ class GenerationCosts:
         c.rates |= self.output_rate_keys(w["prompt"])
         self._engine(c, llm, [work])
 
-    def _generate_batch(self, c: Cost, w: dict[str, str]) -> None:
+    def _generate_batch(self, c: Cost, w: dict[str, str], shares: int = 1) -> None:
         llm = w["llm"]
         cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
-        work = [self.cell_work(x) for x in cells]
+        # a share (generation.batch_jobs) holds 1/N of every cell's questions; an answer's length stays
+        work = [{k: (v if k == "max new tokens" else v / shares) for k, v in self.cell_work(x).items()} for x in cells]
         for x in cells:
             c.rates |= self.output_rate_keys(x["prompt"])
         self._place(c, w)
@@ -189,3 +190,7 @@ class GenerationCosts:
         self._engine(c, llm, work)
         c.items["cells"] = len(cells)
         c.disk_mb = c.items["prompts"] * 2000 / MB
+
+    def _generate_batch_share(self, c: Cost, w: dict[str, str]) -> None:
+        """One of generation.batch_jobs shares of an LLM's batch: its own engine start."""
+        self._generate_batch(c, w, self.plan.batch_jobs_of(w["llm"]))
