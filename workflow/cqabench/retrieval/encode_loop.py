@@ -175,8 +175,9 @@ class TorchEncoder:
 
         return [tuple(one(p) for p in t) if isinstance(t, tuple) else one(t) for t in texts]
 
-    def run(self, prepared: Prepared) -> np.ndarray:
-        """Float32 [n, dim] in input order; one device-to-host copy for the whole list."""
+    def run(self, prepared: Prepared, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """Float32 [n, dim] in input order; one device-to-host copy for the whole list.
+        `on_batch(rows)` after each batch (progress)."""
         import torch
 
         out = None
@@ -189,6 +190,8 @@ class TorchEncoder:
                 if out is None:
                     out = torch.empty((prepared.count, pooled.shape[1]), dtype=torch.float32, device=pooled.device)
                 out[torch.from_numpy(idx).to(pooled.device)] = pooled
+                if on_batch is not None:
+                    on_batch(len(idx))
         if out is None:
             return np.zeros((0, 0), dtype=np.float32)
         return out.cpu().numpy()

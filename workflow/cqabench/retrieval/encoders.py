@@ -225,10 +225,10 @@ class HFEncoder:
 
     def run(self, prepared: Prepared) -> np.ndarray:
         """Float32 [n, dim] in input order."""
-        if self._torch is not None:
-            return self._torch.run(prepared)
-        out: np.ndarray | None = None
         progress = Progress("encode", prepared.count, unit="texts", logger=log)
+        if self._torch is not None:
+            return self._torch.run(prepared, progress.update)
+        out: np.ndarray | None = None
         for idx, batch in prepared.batches:
             pooled = pool(self._run(batch), batch["attention_mask"], self.pooling)
             if out is None:
@@ -391,7 +391,7 @@ class STEncoder:
 
     def run(self, prepared: Any) -> np.ndarray:
         if self._loop is not None:
-            return self._loop.run(prepared)
+            return self._loop.run(prepared, Progress("encode", prepared.count, unit="texts", logger=log).update)
         texts, max_length, batch_size = prepared
         self.model.max_seq_length = max_length
         # encode() sorts by length itself, so batches are length-bucketed here too.
