@@ -232,3 +232,18 @@ def test_rerank_dtype_refused_and_onnx_float32_allowed() -> None:
         rerank.resolve({"type": "rerank", "of": "bm25", "model": "m", "dtype": "float64"})
     # The ONNX backend computes in float32: asked (or defaulted) float32 is fine.
     assert dense.resolve({"model": "m", "backend": "onnx", "quantize": "int8", "dtype": "float32"})["dtype"] == "float32"
+
+
+def test_rerank_runs_in_its_dtype_and_records_it(tmp_path: Path) -> None:
+    model = mf.minilm_cross_encoder(tmp_path / "ce")
+    pairs = [("what is a cat", "a cat is an animal"), ("what is a cat", "the sun is a star")]
+    scores = {}
+    for dtype in ("float32", "bfloat16"):
+        settings = rerank.resolve({"type": "rerank", "of": "bm25", "model": str(model), "dtype": dtype, "depth": 2})
+        scorer = rerank.CrossEncoderScorer(settings)
+        assert str(scorer.model.model.dtype) == f"torch.{dtype}"
+        scores[dtype] = scorer.score(pairs)
+        _, record = rerank.rerank({"q": [("a", 1.0), ("b", 0.5)]}, {"q": "what is a cat"},
+                                  {"a": ("", "a cat is an animal"), "b": ("", "the sun is a star")}, settings, scorer)  # fmt: skip
+        assert record["dtype"] == dtype
+    assert np.allclose(scores["bfloat16"], scores["float32"], atol=0.01) and scores["bfloat16"] != scores["float32"]

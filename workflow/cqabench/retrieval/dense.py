@@ -2,8 +2,8 @@
 
 The corpus is encoded in shards of `shard_size` documents, each written as a float32 `.npy`
 file (whatever `dtype` the model ran in; the next shard is tokenized while one is encoded,
-`encode_loop.ahead`); search opens them memory-mapped. With `index: flat` (exact inner product, the default)
-each shard is searched by its own `faiss.IndexFlatIP` and the per-shard top-k are merged, so
+`encode_loop.ahead`); search opens them memory-mapped. With `index: flat` (exact inner product,
+the default) each shard is searched by its own `faiss.IndexFlatIP` and the per-shard top-k are merged, so
 neither building nor searching ever holds more than one shard of embeddings in RAM. The
 approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions, are trained on a sample
 and filled shard by shard; faiss then holds their (compressed, for IVF-PQ) codes.
@@ -20,19 +20,16 @@ once by `resolve()` and written to `dense.json` in the index, next to `settings.
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cqabench.common.errors import ConfigError
-from cqabench.retrieval.encode_loop import ahead, chunks
-from cqabench.retrieval.encoders import check_dtype, default_batch_size
 from cqabench.models.store import revision_settings
 from cqabench.retrieval.base import (
     DEFAULT_SEARCH_ONLY_KEYS,
@@ -43,6 +40,8 @@ from cqabench.retrieval.base import (
     check_positive_int,
     rank,
 )
+from cqabench.retrieval.encode_loop import ahead, chunks
+from cqabench.retrieval.encoders import check_dtype, default_batch_size
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import numpy as np
 from cqabench.models import store as model_store
 from cqabench.common.errors import ConfigError
 from cqabench.common.progress import Progress
-from cqabench.retrieval.encode_loop import Prepared, TorchEncoder, length_sorted_batches, tokenize_batches
+from cqabench.retrieval.encode_loop import Prepared, TorchEncoder, tokenize_batches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -73,9 +73,6 @@ def _load_error(spec: str, exc: Exception) -> ConfigError:
         f"cannot load model {spec!r} offline ({type(exc).__name__}: {exc}); "
         "give a local folder, a `package:` model, or a hub name fetched into models/ (`cqabench models fetch`)"
     )
-
-
-__all__ = ["length_sorted_batches"]  # re-exported: SPLADE and callers import it from here
 
 
 def default_dtype(device: str) -> str:
