@@ -76,6 +76,9 @@ def test_settings_with_defaults_and_inputs_reach_every_row() -> None:
         "type": "rerank", "of": "hybrid", "depth": 20, "device": "cpu", "batch_size": 32, "max_length": 512,
         "doc_format": "{title} {text}"}  # fmt: skip
     assert ce["inputs"]["hybrid"]["inputs"]["bm25"]["k1"] == 0.9
+    # The precision each model ran in, down to the dense input of the fusion (issue 37).
+    assert ce["dtype"] == ce["inputs"]["hybrid"]["inputs"]["minilm"]["dtype"] == "float32"
+    assert "dtype" not in ce["inputs"]["hybrid"]["inputs"]["bm25"]
     assert plan.run_settings("ce-bm25")["norm"] == "zmuv"
     assert plan.run_depth("hybrid-ce") == ("retrieval.pipelines.hybrid-ce.depth", 20)
     assert plan.run_depth("hybrid") == ("retrieval.pipelines.hybrid.depth", 100)

@@ -52,6 +52,7 @@ EFFECTS: dict[str, dict[str, str]] = {
         "doc_prefix": "index", "max_length": "index", "query_max_length": "ranking", "shard_size": "index",
         "index": "index", "backend": "index", "quantize": "index", "nlist": "index", "pq_m": "index",
         "hnsw_m": "index", "train_size": "index", "nprobe": "ranking", "ef_search": "ranking",
+        "dtype": "index",  # the precision the model runs in: tests/retrieval/test_encoder_precision.py
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime", "threads": "runtime",
         "encode_jobs": "runtime",  # the same index from N part jobs: tests/retrieval/test_encode_parts.py
         "passages_per_part": "runtime",  # the number of those parts, by the corpus size: tests/planner/test_retrieval_plan.py
@@ -59,7 +60,8 @@ EFFECTS: dict[str, dict[str, str]] = {
     },
     "splade": {
         "type": "family", "model": "index", "query_model": "ranking", "doc_max_length": "index",
-        "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "threads": "runtime",
+        "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "dtype": "index",
+        "threads": "runtime",
         "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime",
         "encode_jobs": "runtime",  # tests/retrieval/test_encode_parts.py
         "passages_per_part": "runtime",  # tests/planner/test_retrieval_plan.py
@@ -230,6 +232,7 @@ DENSE_RANKING_CHANGES: list[tuple[str, Callable[[dict[str, Path]], dict[str, Any
     ("max_length", lambda t: {"max_length": 4}),
     ("query_max_length", lambda t: {"query_max_length": 3}),
     ("quantize", lambda t: {"quantize": "int8"}),
+    ("dtype", lambda t: {"dtype": "bfloat16"}),
 ]
 
 
@@ -372,6 +375,7 @@ SPLADE_CHANGES: list[tuple[str, Callable[[dict[str, Path]], dict[str, Any]]]] = 
     ("query_max_length", lambda m: {"query_max_length": 3}),
     ("quantization", lambda m: {"quantization": 10}),
     ("doc_format", lambda m: {"doc_format": "{text}"}),
+    ("dtype", lambda m: {"dtype": "bfloat16"}),
 ]
 
 

@@ -228,12 +228,18 @@ class RetrievalPlan(DataPlan):
         if run in self.external_runs:
             return {"external": True, **self.external_runs[run]}
         if run in self.retriever_configs:
-            return {**self.retriever_configs[run], "k": self.retrieval_k}
+            return {**self.retriever_configs[run], **self._recorded(run), "k": self.retrieval_k}
         if run in self.pipelines:  # its settings, and those of every run it reads (recursively)
             inputs = pipelines.inputs_of(self.pipelines[run])
             return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
         retriever, kind = self.decomposition_runs[run]
-        return {**self.retriever_configs[retriever], "queries": kind, "k": self.decomposition_k}
+        return {**self.retriever_configs[retriever], **self._recorded(retriever), "queries": kind, "k": self.decomposition_k}
+
+    def _recorded(self, retriever: str) -> dict[str, Any]:
+        """Resolved settings a row records beyond the retriever's config (its model's dtype)."""
+        from cqabench.retrieval import recorded
+
+        return recorded(self.retriever_configs[retriever])
 
     def external_input(self, w: Any) -> str:
         spec = self.external_runs[w.name]

@@ -45,13 +45,31 @@ def _search_only(module: ModuleType) -> frozenset[str]:
     return frozenset(getattr(module, "SEARCH_ONLY_KEYS", ()))
 
 
+# Families whose models run in a chosen precision (`encoders.check_dtype`); the rerank pipeline
+# has its own `dtype` (cqabench.retrieval.rerank).
+DTYPE_FAMILIES = ("dense", "splade")
+
+
 def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
     """Settings with the family's defaults filled in and checked (`type` kept)."""
     module = family(settings)
+    if settings.get("dtype") is not None and settings["type"] not in DTYPE_FAMILIES:
+        raise ConfigError(
+            f"{settings['type']} retriever: setting dtype applies to the {' and '.join(DTYPE_FAMILIES)} retrievers "
+            "(and rerank pipelines) only: this family runs no model in a precision of ours"
+        )
     resolver = getattr(module, "resolve", None)
     resolved = dict(resolver(dict(settings))) if resolver else dict(settings)
     resolved["type"] = settings["type"]
     return resolved
+
+
+def recorded(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result row records beyond a retriever's config: the `dtype` its model ran in, which
+    depends on the device when the config does not say (float16 on a GPU, float32 on the CPU)."""
+    if settings.get("type") not in DTYPE_FAMILIES:
+        return {}
+    return {"dtype": resolve(settings)["dtype"]}
 
 
 def signature(settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,13 @@
 """Dense bi-encoder retrieval: DPR, ANCE, TAS-B, MPNet, Contriever, any sentence-transformers model.
 
 The corpus is encoded in shards of `shard_size` documents, each written as a float32 `.npy`
-file; search opens them memory-mapped. With `index: flat` (exact inner product, the default)
-each shard is scanned block by block with torch on the job's device and the top-k merged
-(cqabench.retrieval.exact), so neither building nor searching ever holds more than one shard
-of embeddings in RAM. The approximate indexes (`ivf`, `hnsw`), for corpora of tens of millions,
-are trained on a sample and filled shard by shard; faiss then holds their (compressed, for
-IVF-PQ) codes, and faiss-cpu searches them on the CPU (`search_device`).
+file (whatever `dtype` the model ran in; the next shard is tokenized while one is encoded,
+`encode_loop.ahead`); search opens them memory-mapped. With `index: flat` (exact inner product,
+the default) each shard is scanned block by block with torch on the job's device and the top-k
+merged (cqabench.retrieval.exact), so neither building nor searching ever holds more than one
+shard of embeddings in RAM. The approximate indexes (`ivf`, `hnsw`), for corpora of tens of
+millions, are trained on a sample and filled shard by shard; faiss then holds their (compressed,
+for IVF-PQ) codes, and faiss-cpu searches them on the CPU (`search_device`).
 
 With `encode_jobs: N` the shards are written by N part jobs (`encode_part`, each a contiguous run
 of whole shards numbered as here) and `gather` assembles the same index from them
@@ -19,11 +20,10 @@ once by `resolve()` and written to `dense.json` in the index, next to `settings.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ from cqabench.retrieval.base import (
     check_positive_int,
     rank,
 )
+from cqabench.retrieval.encode_loop import ahead, chunks
+from cqabench.retrieval.encoders import check_dtype, default_batch_size
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +82,19 @@ _DEFAULTS = {
 _KNOWN = {
     "type", "family", "model", "query_model", "doc_model", "revision", "query_revision", "doc_revision",
     "pooling", "similarity", "doc_format",
-    "query_prefix", "doc_prefix", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
+    "query_prefix", "doc_prefix", "dtype", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
     "passages_per_part",  # read by the planner only (cqabench.retrieval.parts.part_count), never recorded
     *_DEFAULTS,
 }
 
 
 # Search/run-time settings (not part of the recipe in dense.json): what they default to.
+# batch_size None: BATCH_SIZE's value for the device.
 _RUNTIME_DEFAULTS: dict[str, Any] = {
-    "batch_size": 32, "query_batch_size": None, "device": "cpu", "threads": None, "nprobe": None, "ef_search": None,
+    "batch_size": None, "query_batch_size": None, "device": "cpu", "threads": None, "nprobe": None, "ef_search": None,
     "encode_jobs": 1,
 }  # fmt: skip
+BATCH_SIZE = {"cpu": 32, "gpu": 128}  # documents per batch (not measured on a GPU yet: issue 37)
 # A key that only one kind of index (or family) reads: given anywhere else it would be recorded
 # in the results while changing nothing, so it is refused at planning time.
 _APPLIES: dict[str, tuple[str, Callable[[dict[str, Any]], bool]]] = {
@@ -148,8 +152,12 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"dense setting {key} applies to {where} only; this retriever has "
                               f"family {out['family']}, index {out['index']}")  # fmt: skip
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
-    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search", "encode_jobs")
     check_device("dense", runtime["device"])
+    if runtime["batch_size"] is None:
+        runtime["batch_size"] = default_batch_size(runtime["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"])
+    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search", "encode_jobs")
+    # The precision the vectors are computed in: part of the recipe (it changes the vectors).
+    out["dtype"] = check_dtype("dense", settings.get("dtype"), runtime["device"], out["backend"], out["quantize"])
     if runtime["device"] != "cpu" and (out["backend"] != "torch" or out["quantize"] != "none"):
         raise ConfigError(
             f"dense setting device {runtime['device']!r} needs backend torch and quantize none "
@@ -200,11 +208,11 @@ class _Encoders:
 
         if spec in cache:
             return cache[spec]
-        r, threads, device = self.recipe, self.recipe["threads"], self.recipe["device"]
+        r, threads, device, dtype = self.recipe, self.recipe["threads"], self.recipe["device"], self.recipe["dtype"]
         normalize = r["similarity"] == "cosine"
         log.info("dense: loading %s on %s (threads %s)", spec, device, threads or "torch default")
         if r["family"] == "sentence-transformers":
-            st = encoders.STEncoder(spec, device=device, threads=threads)
+            st = encoders.STEncoder(spec, device=device, threads=threads, dtype=dtype)
             if r["backend"] == "torch" and r["quantize"] == "none":
                 cache[spec] = st
                 return st
@@ -212,14 +220,17 @@ class _Encoders:
             enc = encoders.HFEncoder(spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads)
             enc.default_length = st.default_length
         else:
-            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device)
+            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device, dtype)
         cache[spec] = enc
         return enc
 
-    def encode_docs(self, docs: list[Doc], batch_size: int) -> np.ndarray:
+    def prepare_docs(self, docs: list[Doc], batch_size: int) -> Any:
+        """The host side of encoding `docs` (tokenized batches), safe to run in another thread."""
         texts = [doc_input(self.recipe, title, text) for _, title, text in docs]
-        out = self.doc.encode(texts, self.recipe["max_length"] or self.doc.default_length, batch_size)
-        return _finish(out, self.recipe)
+        return self.doc.prepare(texts, self.recipe["max_length"] or self.doc.default_length, batch_size)
+
+    def run_docs(self, prepared: Any) -> np.ndarray:
+        return _finish(self.doc.run(prepared), self.recipe)
 
     def encode_queries(self, texts: list[str], batch_size: int) -> np.ndarray:
         out = self.query.encode([self.recipe["query_prefix"] + t for t in texts], self.recipe["query_max_length"], batch_size)
@@ -231,12 +242,6 @@ def _finish(vectors: np.ndarray, recipe: dict[str, Any]) -> np.ndarray:
 
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     return l2_normalize(vectors) if recipe["similarity"] == "cosine" else vectors
-
-
-def _chunks(docs: Iterable[Doc], size: int) -> Iterator[list[Doc]]:
-    it = iter(docs)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
 
 
 def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None:
@@ -256,18 +261,20 @@ def _encode_shards(docs: Iterable[Doc], out: Path, recipe: dict[str, Any], first
     shards_dir.mkdir(parents=True, exist_ok=True)
     encoders = _Encoders(recipe, out)
     batch_size = int(recipe["batch_size"])
-    log.info("dense: encoding documents in batches of %d", batch_size)
+    log.info("dense: encoding documents in batches of %d, %s", batch_size, recipe["dtype"])
     seen: set[str] = set()
     shard_files: list[str] = []
     dim = 0
+    _ = encoders.doc  # the model is loaded (and torch threads set) here, not in the tokenizing thread
     with open(out / "docids.txt", "w", encoding="utf-8") as ids:
-        for n, chunk in enumerate(_chunks(docs, recipe["shard_size"]), start=first_shard):
+        shards = ahead(chunks(docs, recipe["shard_size"]), lambda c: encoders.prepare_docs(c, batch_size))
+        for n, (chunk, prepared) in enumerate(shards, start=first_shard):
             for docid, _, _ in chunk:
                 if docid in seen or "\n" in docid:
                     raise ConfigError(f"dense index: docid {docid!r} is repeated or holds a newline")
                 seen.add(docid)
                 ids.write(docid + "\n")
-            vectors = encoders.encode_docs(chunk, batch_size)
+            vectors = encoders.run_docs(prepared)
             dim = vectors.shape[1]
             name = f"{n:05d}.npy"
             np.save(shards_dir / name, vectors)

@@ -4,7 +4,12 @@ Offline by construction: `HF_HUB_OFFLINE=1` is set before transformers is import
 name is read only from its fetched folder `models/<org>/<name>` (`cqabench.models.store`): a model
 not fetched there fails at once, naming the command that fetches it, instead of downloading.
 Texts are tokenized once, then encoded in batches of similar length (longest first), which cuts
-padding: on table documents whose lengths vary 20x, that is most of the encoding time.
+padding: on table documents whose lengths vary 20x, that is most of the encoding time. The torch
+loop itself (prefetch, pooling on the device) is `cqabench.retrieval.encode_loop`.
+
+`dtype` (float32, float16, bfloat16) is the precision the torch weights run in: float16 on a GPU
+by default (tensor cores), float32 on the CPU; pooling and normalisation stay float32, and the
+vectors written are float32 whatever the dtype (`check_dtype`, docs/retrievers_neural.md).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 from cqabench.models import store as model_store
 from cqabench.common.errors import ConfigError
 from cqabench.common.progress import Progress
+from cqabench.retrieval.encode_loop import Prepared, TorchEncoder, tokenize_batches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -31,6 +37,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 log = logging.getLogger(__name__)
 
 POOLINGS = ("cls", "mean")
+DTYPES = ("float32", "float16", "bfloat16")
 
 # Set by the workflow (cache/onnx): one export of a model serves every index built with
 # it, instead of one export (and int8 quantization) per corpus, each 10-20 s on 2 CPU cores.
@@ -68,10 +75,37 @@ def _load_error(spec: str, exc: Exception) -> ConfigError:
     )
 
 
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
-    """Index batches over texts sorted longest first, so each batch pads to a similar length."""
-    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+def default_dtype(device: str) -> str:
+    """float16 where a GPU runs the model (tensor cores, half the memory traffic), float32 on the
+    CPU (no float16 kernels worth having; bfloat16 is asked for explicitly where wanted)."""
+    return "float32" if device == "cpu" else "float16"
+
+
+def default_batch_size(device: str, cpu: int, gpu: int) -> int:
+    """A family's batch size for the device: small on the CPU (no gain past cache-sized batches),
+    large on a GPU (keeps it busy; half-precision activations fit)."""
+    return cpu if device == "cpu" else gpu
+
+
+def check_dtype(family: str, dtype: Any, device: str, backend: str = "torch", quantize: str = "none") -> str:
+    """The dtype a family's torch model runs in (None: `default_dtype(device)`), or a ConfigError
+    where the model would not run in it: the ONNX graph and int8 weights are float32 only."""
+    if dtype is None:
+        dtype = default_dtype(device)
+    if dtype not in DTYPES:
+        raise ConfigError(f"{family} setting dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype != "float32" and (backend != "torch" or quantize != "none"):
+        raise ConfigError(
+            f"{family} setting dtype {dtype!r} needs backend torch and quantize none (the ONNX export "
+            f"and int8 weights compute in float32); this retriever has backend {backend}, quantize {quantize}"
+        )
+    return dtype
+
+
+def torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
 
 
 def require_device(device: str, what: str) -> str:
@@ -123,6 +157,7 @@ class HFEncoder:
         onnx_path: Path | None = None,
         threads: int | None = None,
         device: str = "cpu",
+        dtype: str = "float32",
     ) -> None:
         import torch
         from transformers import AutoConfig, AutoTokenizer
@@ -131,7 +166,9 @@ class HFEncoder:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
         if device != "cpu" and (backend != "torch" or quantize != "none"):
             raise ConfigError(f"device {device!r} needs backend torch with quantize none (onnxruntime and int8 run on CPU)")
+        self.dtype = check_dtype(f"model {spec!r}", dtype, device, backend, quantize)
         self.spec, self.pooling, self.normalize = spec, pooling, normalize
+        self._torch: TorchEncoder | None = None
         self.device = require_device(device, f"model {spec!r}")
         path = resolve_model(spec)
         set_threads(threads)
@@ -161,8 +198,8 @@ class HFEncoder:
             if quantize == "int8":
                 qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
                 self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
-            self.model = self.model.to(self.device)
-            self._run = self._run_torch
+            self.model = self.model.to(self.device, dtype=torch_dtype(self.dtype))
+            self._torch = TorchEncoder(self.model, self.tokenizer, pooling, normalize, self.device, self.limit)
         elif backend == "onnx":
             if onnx_path is None:
                 raise ConfigError("backend onnx needs a place to keep the exported model")
@@ -172,53 +209,36 @@ class HFEncoder:
         else:
             raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
 
-    def _run_torch(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            out = self.model(**{k: torch.from_numpy(v).to(self.device) for k, v in batch.items()})
-        return out[0].float().cpu().numpy()
-
     def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         names = {i.name for i in self._session.get_inputs()}
         return self._session.run(None, {k: v for k, v in batch.items() if k in names})[0]
 
-    def encode(
-        self,
-        texts: Sequence[str] | Sequence[tuple[str, str]],
-        max_length: int,
-        batch_size: int,
-    ) -> np.ndarray:
-        """Float32 [n, dim]; a (title, text) pair is encoded as a BERT sentence pair."""
-        max_length = min(int(max_length), self.limit)
-        pairs = bool(texts) and isinstance(texts[0], tuple)
-        if pairs:
-            enc = self.tokenizer([t[0] for t in texts], [t[1] for t in texts], truncation="only_second" if max_length > 8 else True, max_length=max_length)
-        else:
-            enc = self.tokenizer(list(texts), truncation=True, max_length=max_length)
-        keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+    def prepare(self, texts: Sequence[str] | Sequence[tuple[str, str]], max_length: int, batch_size: int) -> Prepared:
+        """Tokenized, padded, length-sorted batches (host side; `encode_loop.ahead` runs it in a
+        background thread); a (title, text) pair is a BERT sentence pair."""
+        if self._torch is not None:
+            return self._torch.prepare(texts, max_length, batch_size)
+        return tokenize_batches(self.tokenizer, texts, min(int(max_length), self.limit), batch_size)
+
+    def run(self, prepared: Prepared) -> np.ndarray:
+        """Float32 [n, dim] in input order."""
+        progress = Progress("encode", prepared.count, unit="texts", logger=log)
+        if self._torch is not None:
+            return self._torch.run(prepared, progress.update)
         out: np.ndarray | None = None
-        progress = Progress("encode", len(texts), unit="texts", logger=log)
-        for idx in length_sorted_batches([len(ids) for ids in enc["input_ids"]], batch_size):
-            width = max(len(enc["input_ids"][i]) for i in idx)
-            batch = {}
-            for key in keys:
-                arr = np.zeros((len(idx), width), dtype=np.int64)
-                if key == "input_ids":
-                    arr.fill(self.tokenizer.pad_token_id or 0)
-                for row, i in enumerate(idx):
-                    seq = enc[key][i]
-                    arr[row, : len(seq)] = seq
-                batch[key] = arr
-            hidden = self._run(batch)
-            pooled = pool(hidden, batch["attention_mask"], self.pooling)
+        for idx, batch in prepared.batches:
+            pooled = pool(self._run(batch), batch["attention_mask"], self.pooling)
             if out is None:
-                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
+                out = np.empty((prepared.count, pooled.shape[1]), dtype=np.float32)
             out[idx] = pooled
             progress.update(len(idx))
         if out is None:
             return np.zeros((0, 0), dtype=np.float32)
         return l2_normalize(out) if self.normalize else out
+
+    def encode(self, texts: Sequence[str] | Sequence[tuple[str, str]], max_length: int, batch_size: int) -> np.ndarray:
+        """Float32 [n, dim]; a (title, text) pair is encoded as a BERT sentence pair."""
+        return self.run(self.prepare(texts, max_length, batch_size))
 
 
 def _model_class(path: str) -> Any:
@@ -327,24 +347,56 @@ def _onnx_session(
 
 
 class STEncoder:
-    """Any sentence-transformers model (its own modules decide pooling and normalization)."""
+    """Any sentence-transformers model (its own modules decide pooling and normalization).
 
-    def __init__(self, spec: str, device: str = "cpu", threads: int | None = None) -> None:
+    A model made of Transformer + Pooling(cls|mean) [+ Normalize] (`hf_parts`), which is most of
+    them, runs through the project's loop (`encode_loop.TorchEncoder`: tokenization ahead, pooling
+    on the device) with the model's own pooling, lower-casing and stripping, so its vectors are
+    those of `SentenceTransformer.encode`; any other stack runs through `encode` itself.
+    """
+
+    def __init__(self, spec: str, device: str = "cpu", threads: int | None = None, dtype: str = "float32") -> None:
         from sentence_transformers import SentenceTransformer
 
         set_threads(threads)
         require_device(device, f"model {spec!r}")
+        self.dtype = check_dtype(f"model {spec!r}", dtype, device)
         try:
-            self.model = SentenceTransformer(resolve_model(spec), device=device)
+            self.model = SentenceTransformer(resolve_model(spec), device=device, model_kwargs={"dtype": torch_dtype(self.dtype)})
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
         self.default_length = int(self.model.max_seq_length or 512)
+        self._loop = self._torch_loop(device)
+
+    def _torch_loop(self, device: str) -> TorchEncoder | None:
+        """The project's loop for a plain Transformer + Pooling [+ Normalize] stack without prompts."""
+        try:
+            pooling, normalize = self.hf_parts()
+        except ConfigError:
+            return None
+        if self.model.default_prompt_name:
+            return None
+        first = list(self.model)[0]
+        limit = int(getattr(first.auto_model.config, "max_position_embeddings", 512))
+        return TorchEncoder(first.auto_model, first.tokenizer, pooling, normalize, device, limit,
+                            strip=True, lower=bool(getattr(first, "do_lower_case", False)))  # fmt: skip
+
+    def prepare(self, texts: Sequence[str], max_length: int, batch_size: int) -> Any:
+        if self._loop is not None:
+            return self._loop.prepare(texts, max_length, batch_size)
+        return list(texts), int(max_length), batch_size
+
+    def run(self, prepared: Any) -> np.ndarray:
+        if self._loop is not None:
+            return self._loop.run(prepared, Progress("encode", prepared.count, unit="texts", logger=log).update)
+        texts, max_length, batch_size = prepared
+        self.model.max_seq_length = max_length
+        # encode() sorts by length itself, so batches are length-bucketed here too.
+        out = self.model.encode(texts, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+        return out.float().cpu().numpy() if len(texts) else np.zeros((0, 0), dtype=np.float32)
 
     def encode(self, texts: Sequence[str], max_length: int, batch_size: int) -> np.ndarray:
-        self.model.max_seq_length = int(max_length)
-        # encode() sorts by length itself, so batches are length-bucketed here too.
-        out = self.model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(out, dtype=np.float32)
+        return self.run(self.prepare(texts, max_length, batch_size))
 
     def hf_parts(self) -> tuple[str, bool]:
         """(pooling, normalize) when the model is Transformer+Pooling[+Normalize].

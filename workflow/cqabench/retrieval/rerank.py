@@ -29,6 +29,9 @@ descending, ties by docid descending), every pair is scored by sentence-transfor
   label (a relevance score): a bare encoder would get a randomly initialised head and rerank at
   random, so it is refused. `device: cuda` without a visible GPU stops with the reason
   (`encoders.require_device`), never falls back to the CPU.
+- **Precision**: `dtype` (float32, float16, bfloat16) is what the model's weights run in, float16
+  on a GPU and float32 on the CPU by default (`encoders.check_dtype`); `batch_size` defaults to
+  32 pairs on the CPU and 128 on a GPU. Both are recorded in every row and in `.rerank.json`.
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ from typing import Any
 from cqabench.common.errors import ConfigError
 from cqabench.models.store import revision_settings
 from cqabench.retrieval.base import Results, check_device, check_positive_int, rank
+from cqabench.retrieval.encoders import check_dtype, default_batch_size
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict[str, Any] = {"depth": 100, "device": "cpu", "batch_size": 32, "max_length": 512, "doc_format": "{title} {text}"}
-KEYS = frozenset({"type", "of", "model", "revision", "threads", *DEFAULTS})
+DEFAULTS: dict[str, Any] = {"depth": 100, "device": "cpu", "max_length": 512, "doc_format": "{title} {text}"}
+BATCH_SIZE = {"cpu": 32, "gpu": 128}  # pairs per batch by device (not measured on a GPU yet: issue 37)
+KEYS = frozenset({"type", "of", "model", "revision", "threads", "batch_size", "dtype", *DEFAULTS})
 # A prefix of this many characters per token of max_length is tokenized first (`bounded`): English
 # runs at about 4-5 characters a token, so one try settles almost every long text.
 CHARS_PER_TOKEN = 16
@@ -65,11 +70,14 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "rerank", "of": of, "model": model, **DEFAULTS}
     out.update({k: settings[k] for k in DEFAULTS if settings.get(k) is not None})
     out.update(revision_settings(settings, ("model",), "rerank"))
+    check_device("rerank", out["device"])
+    batch = settings.get("batch_size")
+    out["batch_size"] = default_batch_size(out["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"]) if batch is None else batch
+    out["dtype"] = check_dtype("rerank", settings.get("dtype"), out["device"])
     check_positive_int("rerank", out, "depth", "batch_size", "max_length")
     if settings.get("threads") is not None:
         check_positive_int("rerank", settings, "threads")
         out["threads"] = settings["threads"]
-    check_device("rerank", out["device"])
     fmt = out["doc_format"]
     if not isinstance(fmt, str) or "{text}" not in fmt or fmt.replace("{text}", "").replace("{title}", "").count("{"):
         raise ConfigError(f"doc_format: {fmt!r} must use {{text}} and optionally {{title}}, nothing else")
@@ -101,7 +109,9 @@ class CrossEncoderScorer:
         limit = int(getattr(config, "max_position_embeddings", 0) or settings["max_length"])
         self.max_length = min(int(settings["max_length"]), limit)
         try:
-            self.model = CrossEncoder(path, max_length=self.max_length, device=device, local_files_only=True)
+            self.dtype = encoders.check_dtype(f"rerank model {spec!r}", settings.get("dtype"), device)
+            self.model = CrossEncoder(path, max_length=self.max_length, device=device, local_files_only=True,
+                                      model_kwargs={"dtype": encoders.torch_dtype(self.dtype)})  # fmt: skip
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot load rerank model {spec!r} offline ({type(exc).__name__}: {exc})") from None
         self.batch_size = int(settings["batch_size"])
@@ -225,6 +235,7 @@ def rerank(
         "depth": depth, "queries": len(tops), **truncation,
         "max_length": int(getattr(scorer, "max_length", settings["max_length"])),
         "device": str(getattr(scorer, "device", settings["device"])),
+        "dtype": str(getattr(scorer, "dtype", settings.get("dtype"))),
         "batch_size": int(settings["batch_size"]), "score": "logit (no activation)",
         "wall_s": round(wall, 3), "pairs_per_s": round(len(pairs) / wall, 1) if wall > 0 else None,
     }  # fmt: skip

@@ -7,6 +7,12 @@ to integers, written as Anserini's JsonVectorCollection and indexed with `-impac
 computed by Lucene over posting lists. Queries are encoded here and given to Anserini's
 SimpleImpactSearcher as {term: weight} maps: no second copy of the model runs in Java.
 
+`dtype` (float32, float16, bfloat16; float16 on a GPU by default) is the precision the model runs
+in; the max over tokens is taken on the raw logits (exact in any dtype) and only the `[B, vocab]`
+maxima are turned into weights, in float32: log(1 + ReLU(x)) is increasing, so the max of the
+weights is the weight of the max, and half-precision rounding never reaches the log. The next
+flush of documents is tokenized while one is encoded (`encode_loop.ahead`).
+
 Lengths: `doc_max_length` / `query_max_length` default to the model's limit (512 for BERT);
 the original DEXTER toolkit cut documents at 64 tokens (set `doc_max_length: 64` to match).
 """
@@ -27,7 +33,8 @@ from cqabench.common.errors import ConfigError
 from cqabench.models.store import revision_settings
 from cqabench.common.progress import Progress
 from cqabench.retrieval.base import Doc, QueryText, Results, check_device, check_positive_int, rank
-from cqabench.retrieval.encoders import length_sorted_batches, require_device, resolve_model, set_threads
+from cqabench.retrieval.encode_loop import Prepared, ahead, chunks, tokenize_batches
+from cqabench.retrieval.encoders import check_dtype, default_batch_size, require_device, resolve_model, set_threads, torch_dtype
 from cqabench.retrieval.java import autoclass, start_jvm
 
 log = logging.getLogger(__name__)
@@ -50,10 +57,11 @@ _DEFAULTS: dict[str, Any] = {
 }
 # Run-time settings (search-only keys; the index is the same): torch and Anserini threads,
 # documents per encoder batch while indexing, queries per batch while searching, torch device.
-# threads None: torch's own default for encoding, one Anserini thread.
-_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": 8, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
+# threads None: torch's own default for encoding, one Anserini thread; batch_size None: BATCH_SIZE's.
+_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": None, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
+BATCH_SIZE = {"cpu": 8, "gpu": 32}  # [B, L, 30522] logits: 1 GB at 32 x 512 in float16 (not measured on a GPU yet)
 # passages_per_part: read by the planner only (cqabench.retrieval.parts.part_count), never recorded
-_KNOWN = {"type", "model", "query_model", "revision", "query_revision", "passages_per_part", *_RUNTIME_DEFAULTS,
+_KNOWN = {"type", "model", "query_model", "revision", "query_revision", "dtype", "passages_per_part", *_RUNTIME_DEFAULTS,
           *_DEFAULTS}
 
 
@@ -73,50 +81,68 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     if "{text}" not in out["doc_format"]:
         raise ConfigError(f"splade doc_format {out['doc_format']!r} must contain {{text}}")
     runtime = {**_RUNTIME_DEFAULTS, **{k: settings[k] for k in _RUNTIME_DEFAULTS if settings.get(k) is not None}}
-    check_positive_int("splade", runtime, "threads", "batch_size", "query_batch_size", "encode_jobs")
     check_device("splade", runtime["device"])
+    if runtime["batch_size"] is None:
+        runtime["batch_size"] = default_batch_size(runtime["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"])
+    check_positive_int("splade", runtime, "threads", "batch_size", "query_batch_size", "encode_jobs")
+    out["dtype"] = check_dtype("splade", settings.get("dtype"), runtime["device"])  # changes the weights: index setting
     return {**out, **runtime}
 
 
 class SpladeEncoder:
     """A masked-LM checkpoint turned into {term: integer weight} maps."""
 
-    def __init__(self, spec: str, threads: int | None = None, device: str = "cpu") -> None:
+    def __init__(self, spec: str, threads: int | None = None, device: str = "cpu", dtype: str = "float32") -> None:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
         set_threads(threads)
         self.device = require_device(device, f"splade model {spec!r}")
+        self.dtype = check_dtype(f"splade model {spec!r}", dtype, device)
         path = resolve_model(spec)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModelForMaskedLM.from_pretrained(path).eval().to(self.device)
+            model = AutoModelForMaskedLM.from_pretrained(path)
+            self.model = model.eval().to(self.device, dtype=torch_dtype(self.dtype))
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot load SPLADE model {spec!r} offline ({type(exc).__name__}: {exc})") from None
-        log.info("splade: %s on %s (threads %s)", spec, self.device, threads)
+        log.info("splade: %s on %s, %s (threads %s)", spec, self.device, self.dtype, threads)
         self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.model.config.vocab_size)))
 
-    def weights(self, texts: list[str], max_length: int | None, batch_size: int) -> np.ndarray:
-        """Float32 [n, vocab]: max over unmasked tokens of log(1 + relu(MLM logits))."""
+    def prepare(self, texts: list[str], max_length: int | None, batch_size: int) -> Prepared:
+        """Tokenized, padded, length-sorted batches (host side; may run in a background thread)."""
         import torch
 
+        pin = self.device != "cpu"
         length = min(max_length or self.limit, self.limit)
-        enc = self.tokenizer(texts, truncation=True, max_length=length)
-        out = np.zeros((len(texts), len(self.vocab)), dtype=np.float32)
-        for idx in length_sorted_batches([len(x) for x in enc["input_ids"]], batch_size):
-            batch = self.tokenizer.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            with torch.inference_mode():
+        return tokenize_batches(self.tokenizer, texts, length, batch_size,
+                                lambda a: torch.from_numpy(a).pin_memory() if pin else torch.from_numpy(a))  # fmt: skip
+
+    def run(self, prepared: Prepared) -> np.ndarray:
+        """Float32 [n, vocab]: max over unmasked tokens of log(1 + relu(MLM logits)), computed as
+        log(1 + relu(max over unmasked tokens of the logits)) (module docstring)."""
+        import torch
+
+        out = torch.zeros((prepared.count, len(self.vocab)), dtype=torch.float32, device=self.device)
+        with torch.inference_mode():
+            for idx, inputs in prepared.batches:
+                batch = {k: v.to(self.device, non_blocking=True) for k, v in inputs.items()}
                 # In place: the [batch, tokens, vocab] logits are the big tensor (8 x 512 x 30522
                 # floats = 500 MB); no second copy of it is made.
-                act = self.model(**batch).logits.relu_().log1p_()
-                act.mul_(batch["attention_mask"].unsqueeze(-1).to(act.dtype))
-                out[idx] = act.max(dim=1).values.float().cpu().numpy()
-        return out
+                logits = self.model(**batch).logits
+                logits.masked_fill_(batch["attention_mask"].unsqueeze(-1) == 0, float("-inf"))
+                out[torch.from_numpy(idx).to(out.device)] = logits.max(dim=1).values.float().relu_().log1p_()
+        return out.cpu().numpy()
+
+    def weights(self, texts: list[str], max_length: int | None, batch_size: int) -> np.ndarray:
+        return self.run(self.prepare(texts, max_length, batch_size))
 
     def term_maps(self, texts: list[str], max_length: int | None, batch_size: int, quantization: int) -> list[dict[str, int]]:
+        return self.maps(self.weights(texts, max_length, batch_size), quantization)
+
+    def maps(self, dense: np.ndarray, quantization: int) -> list[dict[str, int]]:
+        """{term: integer weight} of each row, the weights scaled by `quantization` and rounded."""
         maps = []
-        dense = self.weights(texts, max_length, batch_size)
         for row in dense:
             q = np.rint(row * quantization).astype(np.int64)
             nz = np.nonzero(q > 0)[0]
@@ -136,29 +162,23 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
 def _write_vectors(docs: Iterable[Doc], fh: Any, ids: Any, s: dict[str, Any]) -> int:
     """Encode `docs` in flushes of FLUSH_DOCS as JsonVectorCollection lines (and their ids to
     `ids`, one a line, when given); the one encoding loop of a whole index and of a part."""
-    encoder = SpladeEncoder(s["model"], s["threads"], s["device"])
+    encoder = SpladeEncoder(s["model"], s["threads"], s["device"], s["dtype"])
     batch_size = int(s["batch_size"])
     log.info("splade: encoding documents in batches of %d", batch_size)
     count = 0
     progress = Progress("splade encode", None, unit="docs", logger=log)  # docs stream in: no total
-    chunk: list[Doc] = []
 
-    def flush() -> None:
+    def prepare(chunk: list[Doc]) -> Prepared:
         texts = [s["doc_format"].format(title=t, text=x).strip() if t.strip() else x for _, t, x in chunk]
-        for (docid, _, _), vec in zip(chunk, encoder.term_maps(texts, s["doc_max_length"], batch_size, s["quantization"])):
+        return encoder.prepare(texts, s["doc_max_length"], batch_size)
+
+    for chunk, prepared in ahead(chunks(docs, FLUSH_DOCS), prepare):
+        for (docid, _, _), vec in zip(chunk, encoder.maps(encoder.run(prepared), s["quantization"])):
             fh.write(json.dumps({"id": docid, "contents": "", "vector": vec}, ensure_ascii=False) + "\n")
             if ids is not None:
                 ids.write(docid + "\n")
+        count += len(chunk)
         progress.update(len(chunk))
-        chunk.clear()
-
-    for doc in docs:
-        chunk.append(doc)
-        count += 1
-        if len(chunk) >= FLUSH_DOCS:
-            flush()
-    if chunk:
-        flush()
     return count
 
 
@@ -228,7 +248,7 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     results: Results = {qid: [] for qid, _ in queries}
     if not queries:
         return results
-    encoder = SpladeEncoder(s["query_model"], s["threads"], s["device"])
+    encoder = SpladeEncoder(s["query_model"], s["threads"], s["device"], s["dtype"])
     log.info("splade: encoding %d queries in batches of %d", len(queries), s["query_batch_size"])
     maps = encoder.term_maps([t for _, t in queries], s["query_max_length"], int(s["query_batch_size"]), s["quantization"])
     start_jvm()
