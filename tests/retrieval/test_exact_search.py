@@ -105,7 +105,8 @@ def test_dense_search_on_cuda_without_a_gpu_stops_before_scanning(tmp_path: Path
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(dense, "flat_search", lambda *a, **k: pytest.fail("scanned on the CPU"))
     with pytest.raises(ConfigError, match="dense search: device 'cuda' asked, but torch sees no CUDA GPU"):
-        retrievers.search(tmp_path / "idx", [("q", "volcano lava")], 3, {**settings, "device": "cuda"})
+        # dtype as built (on cuda it would default to float16, an index of other settings)
+        retrievers.search(tmp_path / "idx", [("q", "volcano lava")], 3, {**settings, "device": "cuda", "dtype": "float32"})
 
 
 def test_search_device_is_the_cpu_for_faiss_indexes_only() -> None:
