@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,6 +61,39 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     )
 
 
+# The SLURM_CONF the suite started with (None: the clients' default, /etc/slurm/slurm.conf); the
+# real cluster's tests use it again (tests/workflow/test_slurm.py::slurm_cluster).
+MACHINE_SLURM_CONF = os.environ.get("SLURM_CONF")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every `snakemake` start imports the SLURM executor plugin, whose settings ask `scontrol show
+    config` for MinJobAge. Where slurm-client is configured but no controller answers (this
+    machine once tests/workflow/test_slurm.py has stopped its one-node cluster, whose config stays
+    in /etc/slurm) that waits for the controller, MessageTimeout (10 s by default), on every start:
+    `import snakemake_executor_plugin_slurm` took 9.5 s against 0.5 s, in a suite that starts
+    Snakemake over a hundred times. Tests talk to no SLURM controller but test_slurm's own
+    cluster, whose fixture puts the machine's config back, so from collection on the session's
+    SLURM_CONF is a copy of that config with MessageTimeout=1: the probe fails at once, as it does
+    where no slurm-client is installed."""
+    if shutil.which("scontrol") is None:
+        return
+    source = Path(MACHINE_SLURM_CONF or "/etc/slurm/slurm.conf")
+    text = source.read_text() if source.is_file() else "ClusterName=none\nSlurmctldHost=localhost\n"
+    folder = Path(tempfile.mkdtemp(prefix="cqab-slurm-"))
+    (folder / "slurm.conf").write_text(text.rstrip("\n") + "\nMessageTimeout=1\n")
+    os.environ["SLURM_CONF"] = str(folder / "slurm.conf")
+    config.add_cleanup(lambda: _restore_slurm_conf(folder))
+
+
+def _restore_slurm_conf(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    if MACHINE_SLURM_CONF is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = MACHINE_SLURM_CONF
+
+
 def workflow_workdir(parent: Path) -> Path:
     """A folder under `parent` that runs this repository's workflow with its own results/ and
     .snakemake/ (the workflow's files are symlinks): the checkout's results/, filled by `make run`,
@@ -77,8 +112,6 @@ def planned_jobs(config: str | dict, name: str | None = None) -> list:
     """Snakemake's jobs for config/<config> (or a config mapping, cached under `name`), as the
     estimate reads them (cqabench.estimate.dag), computed once per session in a `workflow_workdir`:
     config/dexter.yaml's DAG takes 15-26 s here."""
-    import tempfile
-
     from cqabench.estimate.dag import snakemake_jobs
 
     key = name or str(config)

@@ -210,9 +210,16 @@ def _stop_daemons_started_since(before: dict[str, set[int]], wait_s: float = 30.
 
 
 @pytest.fixture
-def slurm_cluster() -> Iterator[None]:
+def slurm_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The local cluster for one test; every daemon it started is stopped afterwards, pass or fail
-    (issue 21: munged, slurmctld and slurmd outlived the suite). One that was already up stays."""
+    (issue 21: munged, slurmctld and slurmd outlived the suite). One that was already up stays.
+    Its clients read the machine's SLURM config, not the session's fail-fast copy (conftest.py)."""
+    from conftest import MACHINE_SLURM_CONF
+
+    if MACHINE_SLURM_CONF is None:
+        monkeypatch.delenv("SLURM_CONF", raising=False)
+    else:
+        monkeypatch.setenv("SLURM_CONF", MACHINE_SLURM_CONF)
     before = _daemon_pids()
     try:
         why = _start_slurm()
