@@ -68,8 +68,11 @@ run: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
 
 # pytest exits 5 when it collects no test; make then fails, so an empty run never passes.
+# pytest-xdist: one worker per core (TEST_WORKERS=0: one process), each test file on one worker
+# (--dist loadfile), so a module's shared fixtures and caches are built once.
+TEST_WORKERS ?= auto
 test: $(STAMP) $(VLLM_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Calibrations that measure the machine as much as the code, run by hand (never by `make test`):
 # the estimate against a small real run of the default's dominant rule families (OK/FAIL per

