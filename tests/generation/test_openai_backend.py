@@ -157,9 +157,12 @@ class OpenAITestDouble:
 
 
 def api_llm_config(base_url: str, **extra: object) -> dict:
+    """The client timeout is far above what a loopback answer takes at a load of 10 (at 0.5 s a
+    busy CI timed out ordinary requests, and a 401 or 500 then counted as a timeout); a test of
+    timeouts gives its own, with a "slow" reply far past it."""
     return {"backend": "openai", "source": "test-model", "base_url": base_url, "api_key_env": ENV,
             "max_concurrency": 3, "max_retries": 4, "backoff_s": 0.01, "max_backoff_s": 0.05,
-            "timeout_s": 0.5, **extra}
+            "timeout_s": 10, **extra}
 
 
 @pytest.fixture
