@@ -27,7 +27,7 @@ from cqabench.generation.agent.tools import ArticleStore, Toolbox, ToolCall
 
 REPO = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 512 * 2**20
-SECOND = 1.0  # a bound on a refusal, not a benchmark
+SECOND = 10.0  # a bound on a refusal (milliseconds), loose enough for a machine at load 10: not a benchmark
 
 # (case, model text, what the observation must say)
 HOSTILE: list[tuple[str, str, str]] = [
