@@ -9,13 +9,16 @@ Under CI=true a skipped test fails the run unless its node id is on CI_SKIP_ALLO
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import pickle
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from filelock import FileLock
@@ -28,6 +31,7 @@ sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.is
 RAW = REPO / "resources" / "raw"
 FIXTURES = REPO / "tests" / "fixtures"
 FIXTURE_DATA = FIXTURES / "data"
+T = TypeVar("T")
 
 # The only skips CI tolerates: each is a machine condition CI does not have, stated by the test
 # itself, and each has a twin that runs where that condition holds. Keep this list short.
@@ -106,7 +110,31 @@ def workflow_workdir(parent: Path) -> Path:
     return work
 
 
-_PLANNED: dict[str, list] = {}
+_SESSION: dict[str, object] = {}
+
+
+def once_per_session(key: str, compute: Callable[[], T]) -> T:
+    """`compute()` once per test session, pytest-xdist workers included: the first worker to ask
+    computes it under a FileLock and pickles it to a folder of this run (PYTEST_XDIST_TESTRUNUID),
+    the others read that. For what costs a Snakemake planning of a whole config (dexter.yaml:
+    2,126 jobs) and answers tests in many files, which --dist loadfile spreads over the workers."""
+    if key in _SESSION:
+        return _SESSION[key]  # type: ignore[return-value]
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        _SESSION[key] = compute()
+        return _SESSION[key]  # type: ignore[return-value]
+    folder = Path(tempfile.gettempdir()) / f"cqab-session-{run}"
+    folder.mkdir(exist_ok=True)
+    stored = folder / (hashlib.sha256(key.encode()).hexdigest() + ".pickle")
+    with FileLock(str(stored) + ".lock"):
+        if stored.is_file():
+            value = pickle.loads(stored.read_bytes())
+        else:
+            value = compute()
+            stored.write_bytes(pickle.dumps(value))
+    _SESSION[key] = value
+    return value
 
 
 def planned_jobs(config: str | dict, name: str | None = None) -> list:
@@ -115,11 +143,11 @@ def planned_jobs(config: str | dict, name: str | None = None) -> list:
     config/dexter.yaml's DAG takes 15-26 s here."""
     from cqabench.estimate.dag import snakemake_jobs
 
-    key = name or str(config)
-    if key not in _PLANNED:
+    def plan() -> list:
         work = workflow_workdir(Path(tempfile.mkdtemp(prefix="cqab-dag-")))
-        _PLANNED[key] = snakemake_jobs(work / "config" / config if isinstance(config, str) else config, work)
-    return _PLANNED[key]
+        return snakemake_jobs(work / "config" / config if isinstance(config, str) else config, work)
+
+    return once_per_session(f"planned_jobs:{name or config}", plan)
 
 
 @pytest.fixture
