@@ -64,9 +64,9 @@ PROGRAMS: dict[str, str] = {
 MODULES: dict[str, str] = {"snakemake": "snakemake", "vllm.entrypoints.openai.api_server": "daemon",
                            "cqabench.retrieval.colbert": "colbert"}
 SHELLS = {"sh", "bash", "dash", "zsh"}
-# Words before the program at a command position of a shell line.
-PREFIXES = {"exec", "time", "nohup", "env", "command", "timeout", "nice", "!"}
-SEPARATORS = {";", "|", "||", "&", "&&", "(", ")", "\n", "|&"}
+# Words before the program at a command position of a shell line: wrappers and shell keywords.
+PREFIXES = {"exec", "time", "nohup", "env", "command", "timeout", "nice", "!",
+            "if", "then", "else", "elif", "while", "until", "do", "{"}
 
 Report = Callable[[str, str], None]
 
@@ -112,6 +112,7 @@ def _strip_prefixes(command: list[str]) -> list[str]:
 def shell_line(line: str) -> str | None:
     """The first kind a shell command line starts, reading the program at each command position
     (after `;`, `|`, `&&`, ... and after `VAR=value` assignments and `exec`/`env`/`time`)."""
+    line = line.replace("\\\n", " ").replace("\n", " ; ")  # a new line ends a command, `\` continues it
     lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -121,7 +122,7 @@ def shell_line(line: str) -> str | None:
         words = line.split()
     command: list[str] = []
     for word in [*words, ";"]:
-        if word in SEPARATORS or set(word) <= set(";&|"):
+        if word and set(word) <= set(";&|()"):  # ; | || & && |& ( ) and the like
             command = _strip_prefixes(command)
             kind = _program(command) if command else None
             if kind:

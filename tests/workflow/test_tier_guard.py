@@ -38,6 +38,9 @@ GUARD = REPO / "tests" / "guard"
     (["/bin/sh", "-c", "echo snakemake java && grep chromium notes.txt"], None),
     (["bash", "-o", "pipefail", "-c", "cqabench estimate; timeout 60 java -version"], "jvm"),
     ("python -m snakemake --lint", "snakemake"),  # os.system's one string
+    (["bash", "-c", "cd work\nsnakemake -n"], "snakemake"),
+    (["bash", "-c", "make -n \\\n  setup-gpu\nif true; then java -version; fi"], "jvm"),
+    (["sh", "-c", "echo '' && git status"], None),
 ])
 def test_classify_names_the_kind_a_command_starts(argv: list[str] | str, kind: str | None) -> None:
     assert guard_starts.classify(argv) == kind
