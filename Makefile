@@ -24,7 +24,7 @@ CORES ?= all
 MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q
 
-.PHONY: setup setup-gpu run test benchmarks dry-run-dexter lint clean clean-cache clean-models
+.PHONY: setup setup-gpu run test test-fast benchmarks dry-run-dexter lint clean clean-cache clean-models
 
 setup: $(STAMP) $(VLLM_STAMP)
 
@@ -67,12 +67,23 @@ $(VLLM_GPU_STAMP): envs/vllm-gpu.txt
 run: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores $(CORES)
 
-# pytest exits 5 when it collects no test; make then fails, so an empty run never passes.
+# pytest exits 5 when it collects no test (or deselects them all); make then fails, so an empty
+# run never passes. `make test` runs every test: before a commit, and what CI runs (CI=true).
 # pytest-xdist: one worker per core (TEST_WORKERS=0: one process), each test file on one worker
 # (--dist loadfile), so a module's shared fixtures and caches are built once.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(VLLM_STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The tests that start none of pyproject.toml's six marked kinds (no Snakemake, no LLM engine, no
+# JVM, no browser, no daemon, no colbert-ai): the tier to run while editing, within 5 minutes on 2
+# cores. The start guard (tests/guard/) fails a test that starts one unmarked, so none runs here
+# by mistake; CQABENCH_REFUSE_STARTS=1 makes it refuse such a start at once, not after it ran.
+# Same CI=true rule as `make test`: a skip that tests/conftest.py does not allow-list fails.
+FAST_TIER := "not (snakemake or engine or jvm or browser or daemon or colbert)"
+test-fast: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" CQABENCH_REFUSE_STARTS=1 $(BIN)/python -m pytest -m $(FAST_TIER) \
+		-n $(TEST_WORKERS) --dist loadfile
 
 # Calibrations that measure the machine as much as the code, run by hand (never by `make test`):
 # the estimate against a small real run of the default's dominant rule families (OK/FAIL per

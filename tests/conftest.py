@@ -5,6 +5,10 @@ sources and licenses in tests/fixtures/README.md): none depends on a folder outs
 Snakemake runs plan in a temporary folder (`workdir`), never in the repository's own results/.
 
 Under CI=true a skipped test fails the run unless its node id is on CI_SKIP_ALLOWED below.
+
+Every run also loads tests/guard/tier_guard.py: a test that starts Snakemake, an LLM engine, the
+JVM, a browser or a daemon without the marker of that name fails (pyproject.toml's markers; issue
+35), so `make test-fast`, which deselects them, cannot run one by mistake.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 # another stage's test doubles (the OpenAI loopback server, the scripted agent model), so every
 # folder is importable, as the flat tests/ folder was.
 sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.is_dir() and d.name not in ("fixtures", "__pycache__")]
+import tier_guard  # noqa: E402  (tests/guard, on the path just above)
+
+pytest_plugins = ("pytester",)  # tests/workflow/test_tier_guard.py runs a small suite under the guard
+
 RAW = REPO / "resources" / "raw"
 FIXTURES = REPO / "tests" / "fixtures"
 FIXTURE_DATA = FIXTURES / "data"
@@ -43,6 +51,12 @@ CI_SKIP_ALLOWED: dict[str, str] = {
     # lives in .venv-vllm), so it runs in `make test`.
     "tests/generation/test_generation_cli.py::test_choosing_vllm_where_it_is_not_installed_fails_clearly": "vllm installed",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The start guard watches every run (tests/guard/tier_guard.py)."""
+    if not config.pluginmanager.is_registered(tier_guard):
+        config.pluginmanager.register(tier_guard, "cqabench-tier-guard")
 
 
 def _ci() -> bool:

@@ -26,6 +26,7 @@ def test_memory_doubles_per_attempt() -> None:
         memory_mb(0, 1)
 
 
+@pytest.mark.snakemake
 def test_snakemake_retries_a_failed_job_with_more_memory(tmp_path: Path) -> None:
     # A job that "runs out of memory" (exits 1) unless it was given 4000 MB: it succeeds on its
     # third attempt, and each attempt records the memory Snakemake reserved for it.
@@ -46,6 +47,7 @@ def test_snakemake_retries_a_failed_job_with_more_memory(tmp_path: Path) -> None
     assert MEMORY_RETRIES == 2
 
 
+@pytest.mark.snakemake
 def test_the_memory_hungry_rules_declare_the_retries() -> None:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
@@ -116,6 +118,7 @@ def _run_snakemake(work: Path, *targets: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.snakemake
 def test_snakemake_retries_an_oom_kill_and_runs_a_deterministic_failure_once(tmp_path: Path) -> None:
     """Hand count: the SIGKILLed job really runs 3 times (1000, 2000, 4000 MB) and succeeds; the
     broken one really runs once: Snakemake still starts its two retries (it has no exit-code

@@ -343,6 +343,7 @@ def _snakemake_work(tmp_path: Path, base_url: str) -> Path:
 
 
 @pytest.mark.parametrize("mode", ["html", "401"])
+@pytest.mark.snakemake
 def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: str, tmp_path: Path) -> None:
     """The case as it was found: Snakemake's console (with the failed job's log shown, as the
     default profile asks), its .snakemake/log folder, the job log, results/ and cache/ are grepped."""

@@ -99,6 +99,7 @@ def _indexer_problems(log: str) -> list[str]:
     return [line for line in log.splitlines() if "Exception" in line or "ERROR" in line]
 
 
+@pytest.mark.jvm
 def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     export_dir = musique["export"]
     n_docs = _pyserini_index_and_search(
@@ -113,6 +114,7 @@ def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path], 
     _assert_same_bm25(musique, musique["base"] / "pyserini-json.trec")
 
 
+@pytest.mark.jvm
 def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
     """docs/data.md's second recipe: BEIR's corpus.jsonl, alone in a folder (BeirMultifieldCollection
     reads every file under --input, queries.jsonl and export.json included), indexed with --fields title."""
@@ -133,6 +135,7 @@ def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], ca
     _assert_same_bm25(musique, musique["base"] / "pyserini-beir.trec")
 
 
+@pytest.mark.jvm
 def test_ranx_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str, Path]) -> None:
     import ranx  # requirements.txt: missing fails, not skips
     qrels = ranx.Qrels.from_file(str(musique["export"] / "qrels" / "train.trec"))
@@ -146,6 +149,7 @@ def test_ranx_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str
         assert value == pytest.approx(per_query[qid], abs=1e-12), qid
 
 
+@pytest.mark.jvm
 def test_ir_measures_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str, Path]) -> None:
     import ir_measures  # requirements.txt: missing fails, not skips
     qrels = list(ir_measures.read_trec_qrels(str(musique["export"] / "qrels" / "train.trec")))
@@ -163,6 +167,7 @@ def test_ir_measures_reads_our_qrels_and_run_and_computes_our_metrics(musique: d
     assert seen == len(per_query) == 100
 
 
+@pytest.mark.jvm
 def test_trec_qrels_equal_the_beir_qrels_and_our_merged_judgments(musique: dict[str, Path]) -> None:
     export_dir = musique["export"]
     tsv = (export_dir / "qrels" / "train.tsv").read_text().splitlines()

@@ -121,6 +121,7 @@ def _ndcg10(qrels_path: Path, run: dict[str, list[tuple[str, float]]]) -> float:
     return sum(v["ndcg_cut_10"] for v in scored.values()) / len(qrels)  # a judged question with no hit counts 0
 
 
+@pytest.mark.jvm
 def test_the_recipe_reproduces_our_bm25(musique: dict[str, Path]) -> None:
     _, index_lines = recipe_block("index")
     commands = shell_commands(index_lines)

@@ -392,6 +392,7 @@ def test_schema_refuses_a_mode_no_dataset_has() -> None:
         validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
 
 
+@pytest.mark.snakemake
 def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare(workdir: Path) -> None:
     """`snakemake -n -p --configfile config/dexter.yaml` prints each prepare job's command: every
     one, corpus-only splits included (FinQA's corpus depends on the mode), has --relevance paper."""

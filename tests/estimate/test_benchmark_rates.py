@@ -95,6 +95,7 @@ COLBERT_WRITTEN = {"colbert.data.any.index_bytes_per_embedding", "colbert.data.a
                    "colbert.cpu.any.base_peak_mb"}  # fmt: skip
 
 
+@pytest.mark.snakemake
 def test_colbert_footprint_writes_its_rates(rates_copy: Path) -> None:
     bench = _benchmark("colbert_footprint")
     sources = ["musique", "ambigqa", "ottqa"]

@@ -104,6 +104,7 @@ def test_published_sizes_are_the_papers_numbers() -> None:
             assert counts.get("source"), f"{ds}/{split}"
 
 
+@pytest.mark.snakemake
 def test_strategyqa_dev_is_counted_from_the_bundled_release_file() -> None:
     """sizes.yaml's 229 StrategyQA dev questions: the bundled file is the release's (same sha256 as
     dexter.yaml downloads), and counting it gives 229."""
@@ -121,6 +122,7 @@ def test_strategyqa_dev_is_counted_from_the_bundled_release_file() -> None:
     assert len(cited - {"operation", "no_evidence"}) * 10 == 9_980
 
 
+@pytest.mark.snakemake
 def test_the_sample_is_counted_from_its_files() -> None:
     sizes = _costs("config.yaml").sizes
     # resources/README.md and docs/data.md: 100 MuSiQue train records, 1,890 distinct paragraphs; the
@@ -144,6 +146,7 @@ def test_the_sample_is_counted_from_its_files() -> None:
     assert work["prompts"] == 30 and work["output tokens"] == pytest.approx(30 * (fast + slow) / 2)
 
 
+@pytest.mark.snakemake
 def test_the_full_config_is_sized_from_the_published_tables() -> None:
     costs = _costs("dexter.yaml")
     sizes = costs.sizes
@@ -207,6 +210,7 @@ def _dry_run_jobs(name: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
+@pytest.mark.snakemake
 def test_the_estimates_jobs_are_the_dry_runs_jobs(name: str) -> None:
     """Issue 38 acceptance: for each shipped config the estimate's job set (rule and wildcards)
     is the one `snakemake -n --forceall` prints, and every dependency is a job of the set."""
@@ -227,6 +231,7 @@ def test_the_dag_is_never_asked_for_while_snakemake_builds_it(monkeypatch: pytes
         snakemake_jobs(REPO / "config" / "tanq.yaml", REPO)
 
 
+@pytest.mark.snakemake
 def test_a_config_snakemake_refuses_is_one_line_naming_it(tmp_path: Path) -> None:
     from conftest import workflow_workdir
     from cqabench.estimate.dag import snakemake_jobs
@@ -240,6 +245,7 @@ def test_a_config_snakemake_refuses_is_one_line_naming_it(tmp_path: Path) -> Non
 # ---- costs (round rates, arithmetic by hand) ----
 
 
+@pytest.mark.snakemake
 def test_data_and_bm25_costs_are_rate_times_documents() -> None:
     rates = _rates_with({"prepare.cpu.any.fixed_s": 10, "prepare.cpu.any.s_per_mdoc": 100,
                          "prepare.cpu.any.cpu_s_per_mdoc": 50, "prepare.cpu.any.peak_mb": 300,
@@ -258,6 +264,7 @@ def test_data_and_bm25_costs_are_rate_times_documents() -> None:
     assert costs.request("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})["mem_mb"] == 1200
 
 
+@pytest.mark.snakemake
 def test_colbert_costs_follow_colbert_ai_per_embedding() -> None:
     rates = _rates_with({"colbert.data.any.embeddings_per_doc": 100, "colbert.rtx3090.any.base_peak_mb": 1000,
                          "colbert.rtx3090.any.fixed_s": 100, "colbert.rtx3090.any.docs_per_s": 100,
@@ -382,6 +389,7 @@ def test_an_llms_own_mem_mb_and_runtime_win() -> None:
 # ---- paper-scale requests against the documented measurements (issue 20, point 4) ----
 
 
+@pytest.mark.snakemake
 def test_paper_scale_jobs_ask_for_at_least_what_the_docs_measure() -> None:
     """docs/retrievers_neural.md's ColBERTv2 table (21M: sample 96 GB, IVF build 79 GB, search
     89 GB; its 36.6M row is no corpus dexter.yaml loads); docs/data.md's data-stage peaks (prepare 267 MiB, pool 515,
@@ -501,6 +509,7 @@ def test_a_malformed_rate_is_refused_with_its_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
+@pytest.mark.snakemake
 def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Path) -> None:
     """Snakemake's DAG included (its child process counts in RUSAGE_CHILDREN); in a workflow
     folder of its own, so the checkout's results/ is never written."""
@@ -529,6 +538,7 @@ def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Pat
     assert js["totals"]["jobs"] == len(jobs) and js["makespan"]["gpus"] == 8
 
 
+@pytest.mark.snakemake
 def test_costs_page_is_the_generators_output() -> None:
     from conftest import planned_jobs
     from cqabench.estimate.costs_page import CONFIGS, page
@@ -598,6 +608,7 @@ def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -
     assert read_benchmarks(bench)["max_rss"].tolist() == [1170.5, 900.0, 650.0, 700.0]
 
 
+@pytest.mark.snakemake
 def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     from cqabench.report.costs import section_body
 
@@ -618,6 +629,7 @@ def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     assert cpu_model(tmp_path / "absent").startswith("an unknown processor")
 
 
+@pytest.mark.snakemake
 def test_an_off_grid_cell_of_a_batch_llm_is_costed_as_its_own_engine_run() -> None:
     """The sample's smollm2-135m is a batch LLM: a grid cell's generate job only assembles its
     answers from the batch's cache (the light rate), while a cell asked for off the grid (RAG at
@@ -636,6 +648,7 @@ def test_an_off_grid_cell_of_a_batch_llm_is_costed_as_its_own_engine_run() -> No
     assert costs.request("generate", off)["mem_mb"] > costs.request("generate", grid)["mem_mb"] == 1000
 
 
+@pytest.mark.snakemake
 def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None:
     """Issue 36 item 10: the section said "8 GPUs (rtx3090) and 64 cores … 0.30 h" for a run on 2
     CPU cores. It now leads with the run's machine (cores from Snakemake's own run log, the
@@ -699,6 +712,7 @@ def test_an_assumed_rate_spreads_to_its_faster_and_slower_bound(tmp_path: Path) 
         load_rates(bad)
 
 
+@pytest.mark.snakemake
 def test_the_range_brackets_the_values_and_api_tokens_are_priced_as_given() -> None:
     """dexter.yaml: every job's wall time at the fast end <= at the values <= at the slow end; the
     money line prices gpt-3.5-turbo's tokens at the price given, none built in."""

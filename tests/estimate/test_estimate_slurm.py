@@ -55,7 +55,7 @@ def _jobs(text: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.snakemake
 def test_slurm_requests_for_dexter_are_the_estimate_and_cover_the_documented_costs(tmp_path: Path) -> None:
     work = workflow_workdir(tmp_path)
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--workflow-profile", "none",

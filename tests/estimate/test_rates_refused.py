@@ -104,6 +104,7 @@ def test_gpu_jobs_without_gpus_name_the_flag() -> None:
     assert makespan(jobs[1:], costs[1:], gpus=0, cores=2).list_schedule_s == 4
 
 
+@pytest.mark.snakemake
 def test_a_broken_rates_file_stops_snakemake_n_with_one_line(tmp_path: Path) -> None:
     """Every rule's resources read benchmarks/rates.yaml of the checkout the workflow lies in:
     a copy of the workflow beside a broken one."""

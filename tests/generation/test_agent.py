@@ -144,6 +144,7 @@ def toolbox(tool_corpus: tuple[Path, Path]) -> Iterator[Toolbox]:
     box.searcher.close()
 
 
+@pytest.mark.jvm
 def test_tools_on_the_real_sample_corpus(toolbox: Toolbox) -> None:
     search, intro, evidence, calc, missing, bad = toolbox.run_many([
         ToolCall("WikiSearch", "NHL FaceOff video game first game series"),
@@ -179,6 +180,7 @@ def test_tools_on_the_real_sample_corpus(toolbox: Toolbox) -> None:
     assert empty.error and "WikiSearch needs keywords" in empty.text
 
 
+@pytest.mark.jvm
 def test_search_helper_process_ranks_as_in_process(tool_corpus: tuple[Path, Path]) -> None:
     """vLLM's environment has no Java: the same search through `cqabench tool-search` in this one."""
     queries = ["NHL FaceOff video game", "Belgian Grand Prix 1955 Fangio", "zzzz"]
@@ -287,6 +289,7 @@ def _run(tmp: Path, tool_corpus: tuple[Path, Path], queries: Path, cache: Path, 
     return summary, pq.read_table(out).to_pylist()
 
 
+@pytest.mark.jvm
 def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     model = ScriptedModel(_script)
@@ -329,6 +332,7 @@ def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
     assert "\nObservation:" in json.loads(nhl["sampling"])["stop"]
 
 
+@pytest.mark.jvm
 def test_token_limit_ends_a_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     options = CellOptions(open_book={**OPTIONS.open_book, "max_total_tokens": 1})
     _, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script), options)
@@ -341,6 +345,7 @@ def test_token_limit_ends_a_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Pa
              CellOptions(open_book={"max_step": 3}))
 
 
+@pytest.mark.jvm
 def test_resume_mid_dialogue_makes_only_the_missing_calls(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     """A job killed in its third round (the engine dies) keeps the two rounds it finished; the
@@ -383,6 +388,7 @@ def test_resume_mid_dialogue_makes_only_the_missing_calls(
     assert keep(replay) == keep(rows) and all(r["cached"] for r in replay)
 
 
+@pytest.mark.jvm
 def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     engines: list[ScriptedModel] = []
@@ -485,6 +491,7 @@ def _api_spec(api: ToolApiDouble, **extra: object) -> LlmSpec:
                             "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0, **extra})
 
 
+@pytest.mark.jvm
 def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
@@ -503,6 +510,7 @@ def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Pat
     assert len(api.bodies) == 4  # two questions x two turns
 
 
+@pytest.mark.jvm
 def test_openai_tools_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
                           monkeypatch: pytest.MonkeyPatch) -> None:
     """tools_api: tool definitions go out, tool_calls come back as the text format's action line,
@@ -548,6 +556,7 @@ def test_tool_call_translation_round_trip() -> None:
     assert api[4:] == chat[4:]  # a turn without a valid call stays text
 
 
+@pytest.mark.jvm
 def test_generate_cli_open_book_over_the_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """`cqabench generate --setting open-book` as a job runs it; its tool inputs are required."""
@@ -582,6 +591,7 @@ def test_missing_tool_inputs_name_the_flags(tmp_path: Path, queries: Path) -> No
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+@pytest.mark.snakemake
 def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path, workdir: Path) -> None:
     import subprocess
 
@@ -607,7 +617,7 @@ def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path, w
     assert "generation.open_book.retriever: 'minilm' must name a bm25 retriever" in bad.stdout + bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_corpus: tuple[Path, Path],
                                                          smollm2_dir: Path) -> None:
     """The embedded SmolLM2-135M (hf backend) on a real TANQ question, two turns: the multi-turn
@@ -641,6 +651,7 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
     assert [r["raw_output"] for r in replay] == [r["raw_output"] for r in rows]
 
 
+@pytest.mark.jvm
 def test_a_turn_the_backend_gives_up_on_ends_its_dialogue_uncached(
         tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
     """An empty reply (asked again once, then failed: never cached) ends that dialogue only; a rerun asks it again."""

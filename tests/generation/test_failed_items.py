@@ -324,6 +324,7 @@ generation:
 CELL = "musique/train/pipe/none/api/few-shot/closed-k0"
 
 
+@pytest.mark.snakemake
 def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key: str, tmp_path: Path) -> None:
     records = _musique_train(4)
     answers = {r["question"]: r["answer"] for r in records}
@@ -366,6 +367,7 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
 
 # -- the open-book agent path ------------------------------------------------------------------------------
 
+@pytest.mark.jvm
 def test_an_open_book_dialogue_whose_turn_failed_is_a_failed_item_and_is_asked_again(
     tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path  # noqa: F811 (test_agent's fixtures)
 ) -> None:

@@ -15,8 +15,6 @@ from cqabench.generation.llm.base import Sampling
 from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
 from conftest import smollm2_dir  # noqa: F401  (defined in conftest.py; test_resume imports it from here)
 
-pytestmark = pytest.mark.slow
-
 CHATS = [
     [{"role": "user", "content": "Question: What is the capital of France?\nReply with one line: Final Answer: <answer>."}],
     [{"role": "system", "content": "You answer factual questions with a short answer."},
@@ -58,6 +56,7 @@ def test_conversion_records_the_gguf_hash_and_fixes_special_tokens(smollm2_dir: 
     assert ensure_converted(DEFAULT_SOURCE, smollm2_dir) == smollm2_dir  # already there: not redone
 
 
+@pytest.mark.engine
 def test_batched_left_padded_greedy_equals_unbatched(backend) -> None:
     sampling = Sampling(temperature=0, max_new_tokens=16)
     batched = dict(pair for batch in backend.generate(CHATS, sampling) for pair in batch)
@@ -74,6 +73,7 @@ def test_batched_left_padded_greedy_equals_unbatched(backend) -> None:
     assert "Paris" in batched[0].text
 
 
+@pytest.mark.engine
 def test_stop_strings_cut_the_text_and_end_only_their_row(backend) -> None:
     free = dict(pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20)) for pair in batch)
     word = free[0].text.split()[1]  # a word the model writes early in its first answer

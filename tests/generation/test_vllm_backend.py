@@ -27,7 +27,6 @@ from cqabench.generation.llm.convert import DEFAULT_SOURCE  # noqa: E402
 from cqabench.generation.llm.hf import cut_at_stop  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-slow = pytest.mark.slow
 
 N_CLOSED, N_CONTEXT = 8, 8  # 16 real MuSiQue prompts: closed-book and with their gold paragraphs
 MAX_NEW = 48  # the embedded default's generation.sampling.max_new_tokens
@@ -133,7 +132,6 @@ def test_unknown_vllm_options_are_refused_by_name(tmp_path: Path) -> None:
         make_backend(llm_spec("m", {"backend": "vllm", "source": folder, "enforce_eager": "yes"}))
 
 
-@slow
 def test_the_vllm_environment_is_built() -> None:
     proc = subprocess.run([str(vllm_python()), "-c", "import vllm, transformers; print(vllm.__version__, transformers.__version__)"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -142,7 +140,6 @@ def test_the_vllm_environment_is_built() -> None:
     assert vllm_version == "0.32.0" and transformers_version.startswith("5.")
 
 
-@slow
 def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_dir: Path, prompts, tmp_path: Path) -> None:
     """Same prompt ids, same decoded strings, no BOS added: hf (.venv) and vLLM (.venv-vllm) read one folder alike."""
     from transformers import AutoTokenizer
@@ -175,7 +172,7 @@ def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_
     assert here["decoded"][3] == "Café au lait — 東京 😀 (1984)"
 
 
-@slow
+@pytest.mark.engine
 def test_vllm_generates_real_answers(vllm_out: dict, prompts) -> None:
     labels, _, stop = prompts
     run = vllm_out["runs"]["agree"]["completions"]
@@ -192,7 +189,7 @@ def test_vllm_generates_real_answers(vllm_out: dict, prompts) -> None:
           f"{len(run)} prompts generated in {vllm_out['runs']['agree']['seconds']} s")
 
 
-@slow
+@pytest.mark.engine
 def test_vllm_and_hf_agree_under_greedy_decoding(vllm_out: dict, hf_out: dict, prompts, smollm2_dir: Path,
                                                  report_dir: Path) -> None:
     """Identical inputs always; identical answers but for float32 near-ties, each explained."""
@@ -221,7 +218,7 @@ def test_vllm_and_hf_agree_under_greedy_decoding(vllm_out: dict, hf_out: dict, p
         assert "gap" in row and row["gap"] < NEAR_TIE, row
 
 
-@slow
+@pytest.mark.engine
 def test_stop_strings_and_length_limits_behave_as_in_hf(vllm_out: dict, hf_out: dict) -> None:
     for name in ("stop", "length"):
         ours, theirs = vllm_out["runs"][name]["completions"], hf_out[name]

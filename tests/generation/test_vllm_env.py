@@ -101,6 +101,7 @@ def _without_conda(path: str) -> str:
     return os.pathsep.join(d for d in path.split(os.pathsep) if d and not shutil.which("conda", path=d))
 
 
+@pytest.mark.snakemake
 def test_planning_needs_no_vllm_environment_nor_conda(tmp_path: Path, workdir: Path) -> None:
     """`snakemake -n` and `--lint` with CQABENCH_VLLM_PYTHON naming no file, and the SLURM
     profile's plan of a full-reproduction vLLM cell (a 7B model on a GPU) where no conda is
@@ -148,6 +149,7 @@ def _run_cell(workdir: Path, python: str, *extra: str) -> subprocess.CompletedPr
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.snakemake
 def test_a_vllm_job_with_a_missing_interpreter_stops_when_it_starts(tmp_path: Path, workdir: Path) -> None:
     work = _cell_workdir(workdir, "cpu")
     missing = str(tmp_path / "nowhere" / "bin" / "python")
@@ -161,6 +163,7 @@ def test_a_vllm_job_with_a_missing_interpreter_stops_when_it_starts(tmp_path: Pa
     assert not (work / CELL).exists()
 
 
+@pytest.mark.snakemake
 def test_a_gpu_job_on_the_cpu_build_stops_before_the_run_and_when_it_starts(cpu_build: str, workdir: Path) -> None:
     work = _cell_workdir(workdir, "cuda")
     line = (f"cqabench: llms.smollm2-135m: runs on a GPU (device: cuda), but {cpu_build} (CQABENCH_VLLM_PYTHON) "

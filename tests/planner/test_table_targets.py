@@ -57,6 +57,7 @@ def _inputs_of(text: str, command: str) -> list[str]:
 # ---- 1. one table, one command ----
 
 
+@pytest.mark.snakemake
 def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> None:
     """`snakemake -n table_dexter_table2_ndcg10 --configfile config/dexter.yaml`: was 2,610 jobs,
     528 of them generation (the report needed every cell); now the 59 retrieval cells' ancestors
@@ -227,6 +228,7 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
 # ---- 3. cells named by a path ----
 
 
+@pytest.mark.snakemake
 def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table(workdir: Path) -> None:
     """RAG at k = 2 (the sample plans k 1, 3, 5): asked for by path it plans alone (not waiting for
     the model's engine batch, of which it is no member); once its predictions exist, the fact
@@ -287,6 +289,7 @@ def test_cells_off_the_grid_the_config_can_make_are_not_refused() -> None:
         plan.checked_cell(SimpleNamespace(**parse_cell_dir(cell)), cell)
 
 
+@pytest.mark.snakemake
 def test_snakemake_refuses_an_impossible_cell_naming_the_path(workdir: Path) -> None:
     for target, why in (("results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200/predictions.parquet",
                          "k 200 exceeds retrieval.k: 100"),
@@ -298,6 +301,7 @@ def test_snakemake_refuses_an_impossible_cell_naming_the_path(workdir: Path) -> 
         assert f"ConfigError: {target}: the config cannot make this cell: {why}" in done.stdout + done.stderr
 
 
+@pytest.mark.snakemake
 def test_existing_cells_the_config_cannot_make_are_left_out_and_named(workdir: Path) -> None:
     stale = workdir / "results/sample/metrics/tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0"
     stale.mkdir(parents=True)

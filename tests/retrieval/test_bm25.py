@@ -32,6 +32,7 @@ def toy_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return index
 
 
+@pytest.mark.jvm
 def test_scores_match_lucene_bm25_by_hand(toy_index: Path):
     settings = {"type": "bm25", "fields": {"text": 1.0}}
     hits = dict(retrievers.search(toy_index, [("q", "cat")], 10, settings)["q"])
@@ -49,6 +50,7 @@ def test_scores_match_lucene_bm25_by_hand(toy_index: Path):
     assert hits["d3"] == pytest.approx(bm25(2, 1.2, 0.75), abs=1e-4)
 
 
+@pytest.mark.jvm
 def test_title_field_boost_and_empty_query(toy_index: Path):
     results = retrievers.search(
         toy_index, [("q1", "cat"), ("q2", "the"), ("q3", ""), ("q4", "only")], 10,
@@ -59,6 +61,7 @@ def test_title_field_boost_and_empty_query(toy_index: Path):
     assert [d for d, _ in results["q4"]] == ["d4"]  # a title-only document is findable
 
 
+@pytest.mark.jvm
 def test_settings_mismatch_and_missing_index_refused(toy_index: Path, tmp_path: Path):
     recorded = json.loads((toy_index / "settings.json").read_text())
     assert recorded["type"] == "bm25" and recorded["stemmer"] == "porter"  # defaults recorded
@@ -72,6 +75,7 @@ def test_settings_mismatch_and_missing_index_refused(toy_index: Path, tmp_path: 
         retrievers.search(toy_index, [("q", "cat")], 10, {"type": "tfidf"})
 
 
+@pytest.mark.jvm
 def test_failed_build_leaves_no_index(tmp_path: Path):
     def broken():
         yield ("d1", "t", "text")
@@ -93,6 +97,7 @@ def test_openai_placeholder_never_outlives_the_block(monkeypatch: pytest.MonkeyP
     assert os.environ["OPENAI_API_KEY"] == "sk-real"
 
 
+@pytest.mark.jvm
 def test_musique_paragraphs_cli_end_to_end(tmp_path: Path):
     """Real MuSiQue paragraphs through `cqabench index` / `search`: the gold paragraph ranks first."""
     from cqabench.data.datasets import musique

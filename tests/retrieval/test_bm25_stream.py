@@ -96,6 +96,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
 
 
 @pytest.mark.parametrize("name", sorted(CORPORA))
+@pytest.mark.jvm
 def test_streamed_index_equals_index_collection(name: str, prepared, tmp_path: Path) -> None:
     corpus, queries, serialization = prepared[name]
     reference = tmp_path / "reference"
@@ -125,6 +126,7 @@ def test_streamed_index_equals_index_collection(name: str, prepared, tmp_path: P
     assert ours_run == theirs_run  # docids, order and scores, for every question
 
 
+@pytest.mark.jvm
 def test_index_batches_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Documents reach Java in batches of INDEX_BATCH, read lazily: Python never holds the corpus."""
     sizes: list[int] = []
@@ -151,6 +153,7 @@ def test_index_batches_are_bounded(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert hits[0][0] == "d17"
 
 
+@pytest.mark.jvm
 def test_python_memory_stays_flat_while_indexing(tmp_path: Path) -> None:
     """Peak Python allocation while indexing 20,000 documents is that of a batch, not the corpus."""
     text = "the quick brown fox jumps over the lazy dog near the river bank " * 8  # ~500 bytes
@@ -171,6 +174,7 @@ def test_python_memory_stays_flat_while_indexing(tmp_path: Path) -> None:
     assert peaks[1] < 8 * 2**20
 
 
+@pytest.mark.jvm
 def test_a_document_lucene_refuses_fails_the_build_and_leaves_nothing(tmp_path: Path) -> None:
     """A document SimpleIndexer drops (here: empty contents and title) is an error, not a quiet gap."""
     docs = [("d1", "Cats", "The cat sat"), ("d2", "", " ")]
@@ -179,6 +183,7 @@ def test_a_document_lucene_refuses_fails_the_build_and_leaves_nothing(tmp_path: 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.jvm
 def test_the_indexing_jvm_heap_is_capped_at_the_buffer_plus_headroom(tmp_path: Path) -> None:
     """A fresh process that builds a BM25 index runs its JVM with a fixed heap of memory_buffer_mb +
     256 MB (Java's Runtime.maxMemory / totalMemory read it back, the process's RSS holds it from

@@ -36,7 +36,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return mf.tiny_colbert(tmp_path_factory.mktemp("colbert") / "model")
 
 
-@pytest.mark.slow
+@pytest.mark.colbert
 def test_plaid_index_ranks_the_document_holding_both_query_terms_first(model: Path, tmp_path: Path) -> None:
     """First run on a machine also compiles colbert-ai's C++ helpers (~2 min, then cached)."""
     settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 16, "query_maxlen": 8,
@@ -54,6 +54,7 @@ def test_plaid_index_ranks_the_document_holding_both_query_terms_first(model: Pa
         retrievers.search(tmp_path / "idx", queries, 5, {**settings, "nbits": 4})
 
 
+@pytest.mark.colbert
 def test_worker_failure_becomes_an_error_with_the_log(tmp_path: Path) -> None:
     """A checkpoint that is not one: colbert-ai raises in the child; we get its message, no hang."""
     bad = tmp_path / "not-a-model"
@@ -64,6 +65,7 @@ def test_worker_failure_becomes_an_error_with_the_log(tmp_path: Path) -> None:
     assert "offline mode" in str(err.value)  # the exception colbert-ai raised, in the log tail
 
 
+@pytest.mark.colbert
 def test_worker_timeout_is_reported(model: Path, tmp_path: Path) -> None:
     with pytest.raises(colbert.ColbertError, match="timeout_s=0.5"):
         colbert.build_index(iter(DOCS), tmp_path, {"type": "colbert", "model": str(model), "timeout_s": 0.5})
@@ -97,7 +99,7 @@ def test_a_timeout_kills_the_worker_and_every_process_it_started(tmp_path: Path,
         pytest.fail(f"the worker's child {grandchild} outlived the timeout")
 
 
-@pytest.mark.slow
+@pytest.mark.colbert
 def test_a_lock_file_left_by_a_killed_compile_does_not_hang_the_next_job(tmp_path: Path) -> None:
     """torch waits for as long as a build folder's `lock` file exists; one left by a killed
     compile hung every later ColBERT job of a CI run (each until its 900 s timeout). With the
@@ -135,7 +137,7 @@ def test_bad_settings(tmp_path: Path) -> None:
         colbert.search(tmp_path, [("q", "x")], 3, {"type": "colbert", "model": "x"})
 
 
-@pytest.mark.slow
+@pytest.mark.colbert
 def test_chunked_index_has_the_chunks_asked_and_ranks_as_one_chunk(model: Path, tmp_path: Path) -> None:
     """`chunksize` reaches colbert-ai: 36 passages in chunks of 10 make 4 chunk files, and the
     search finds what the one-chunk index finds (chunking is file layout, not content)."""

@@ -56,6 +56,7 @@ def test_stop_words_and_references_removed():
 
 
 @pytest.mark.parametrize("kind", ["gold", "predicted"])
+@pytest.mark.jvm
 def test_ird_merges_steps_into_ten_unique_paragraphs_by_score(setup: dict, kind: str):
     search = _search(setup["index"])
     results, log = decomposed_search(setup["rows"], kind, search, k=10)
@@ -80,12 +81,14 @@ def test_ird_merges_steps_into_ten_unique_paragraphs_by_score(setup: dict, kind:
     assert sum(1 for e in log if e["step"] >= 0) == steps  # every step logged, sent or not
 
 
+@pytest.mark.jvm
 def test_question_kind_is_one_query_cut_to_ten(setup: dict):
     results, log = decomposed_search(setup["rows"], "question", _search(setup["index"]), k=10)
     assert all(len(v) <= 10 for v in results.values())
     assert [e["step"] for e in log] == [0] * len(setup["rows"])
 
 
+@pytest.mark.jvm
 def test_empty_steps_recorded_never_crash(setup: dict):
     rows = [
         asdict(Query("only-refs", "Is it?", decomposition=["Is it the same as #1?", "Was it #2?"])),
@@ -101,12 +104,14 @@ def test_empty_steps_recorded_never_crash(setup: dict):
     assert statuses[("mixed", 0)] == "empty_after_stop_words" and statuses[("mixed", 1)] == "sent"
 
 
+@pytest.mark.jvm
 def test_predicted_without_meta_is_named(setup: dict):
     row = asdict(Query("q", "Is it?", meta="{}"))
     with pytest.raises(DataError, match="predicted_decomposition"):
         decomposed_search([row], "predicted", _search(setup["index"]))
 
 
+@pytest.mark.jvm
 def test_cli_writes_run_and_step_log(setup: dict):
     tmp = setup["tmp"]
     assert main(["decompose-search", "--index", str(setup["index"]), "--queries", str(tmp / "queries.parquet"),

@@ -160,6 +160,7 @@ def test_the_gather_refuses_parts_that_do_not_tile_the_corpus(dense_pair: dict[s
         parts.encode_corpus_part(corpus, "pipe", {"type": "bm25"}, 0, 2, tmp_path / "bm25")
 
 
+@pytest.mark.jvm
 def test_splade_parts_build_the_single_job_index(tatqa: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SPLADE's parts cut at multiples of its encoder flush (1024 documents; 60 here, so the
     252 documents make 5 flushes, and 3 parts hold 1, 2 and 2 of them)."""
@@ -197,7 +198,7 @@ def _torch_files_equal(a: Path, b: Path) -> bool:
     return torch.equal(x, y)
 
 
-@pytest.mark.slow
+@pytest.mark.colbert
 def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path: Path) -> None:
     """One codec job, 3 part jobs, the gather: the PLAID index colbert-ai's `Indexer.index` builds.
 
@@ -265,6 +266,7 @@ def _snakemake(work: Path, config: Path, *args: str) -> str:
     return done.stdout + done.stderr
 
 
+@pytest.mark.snakemake
 def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     """Parts 0 and 2 finished (Snakemake), part 1's job SIGKILLed while it runs (no cleanup of any
     kind, as a lost node or SLURM's kill would): the next run of the index runs exactly part 1's
@@ -310,7 +312,7 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     assert [parts.read_part(p)["rows"] for p in part_dirs] == [[0, 80], [80, 160], [160, 252]]
 
 
-@pytest.mark.slow
+@pytest.mark.snakemake
 def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Path) -> None:
     """The rules wired as config/dexter.yaml uses them, run for real on the TAT-QA sample: one
     colbert_codec job, then 3 encode_part jobs given its folder, then gather_index."""

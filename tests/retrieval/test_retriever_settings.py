@@ -183,6 +183,7 @@ BM25_DOCS = [("d1", "Cats", "The cat sat on the mat"), ("d2", "Dog", "Dogs are l
     [("k1", 2.0, "cat dog"), ("b", 1.0, "cat dog"), ("fields", {"title": 3.0, "text": 1.0}, "cat dog"),
      ("language", "fr", "the"), ("stemmer", "none", "dogs")],
 )
+@pytest.mark.jvm
 def test_bm25_key_changes_the_ranking(key: str, value: Any, query: str, tmp_path: Path) -> None:
     base = {"type": "bm25"}
     _, a = _build_search(tmp_path, base, BM25_DOCS, [("q", query)])
@@ -190,6 +191,7 @@ def test_bm25_key_changes_the_ranking(key: str, value: Any, query: str, tmp_path
     assert not _same(a, b), (key, a, b)
 
 
+@pytest.mark.jvm
 def test_bm25_threads_reach_anserini_and_do_not_change_the_ranking(tmp_path: Path) -> None:
     assert bm25.index_arguments("in", "out", {"type": "bm25", "threads": 3})[bm25.index_arguments("in", "out", {"type": "bm25"}).index("-threads") + 1] == "3"
     _, a = _build_search(tmp_path, {"type": "bm25", "threads": 1}, BM25_DOCS, [("q", "cat dog")])
@@ -197,6 +199,7 @@ def test_bm25_threads_reach_anserini_and_do_not_change_the_ranking(tmp_path: Pat
     assert _same(a, b)
 
 
+@pytest.mark.jvm
 def test_bm25_memory_buffer_reaches_lucene_and_does_not_change_the_ranking(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="cqabench.retrieval.bm25"):
         _, a = _build_search(tmp_path, {"type": "bm25", "memory_buffer_mb": 16}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")])
@@ -380,6 +383,7 @@ SPLADE_CHANGES: list[tuple[str, Callable[[dict[str, Path]], dict[str, Any]]]] = 
 
 
 @pytest.mark.parametrize(("key", "change"), SPLADE_CHANGES, ids=[k for k, _ in SPLADE_CHANGES])
+@pytest.mark.jvm
 def test_splade_key_changes_the_scores(key: str, change: Callable, mlms: dict[str, Path], tmp_path: Path) -> None:
     base = {"type": "splade", "model": str(mlms["a"])}
     _, a = _build_search(tmp_path, base, k=7)
@@ -387,6 +391,7 @@ def test_splade_key_changes_the_scores(key: str, change: Callable, mlms: dict[st
     assert not _same(a, b, tol=0), key
 
 
+@pytest.mark.jvm
 def test_splade_runtime_keys_reach_the_encoder_and_keep_the_ranking(
     mlms: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture, torch_threads: None
 ) -> None:

@@ -75,6 +75,7 @@ def random_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.jvm
 def test_scores_are_integer_dot_products_of_quantized_max_pooled_weights(random_mlm: Path, tmp_path: Path) -> None:
     """Reference: SPLADE max pooling computed here with plain torch, then the impact dot product."""
     import torch
@@ -107,6 +108,7 @@ def test_padding_is_masked_out_of_the_max(random_mlm: Path) -> None:
     assert np.allclose(together[0], alone[0], atol=1e-5)
 
 
+@pytest.mark.jvm
 def test_lexical_model_ranks_the_document_sharing_rare_terms_first(lexical_mlm: Path, tmp_path: Path) -> None:
     enc = splade.SpladeEncoder(str(lexical_mlm))
     terms = enc.term_maps(["violin bow"], None, 1, 100)[0]

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,6 +61,7 @@ def _target_jobs(config: str, rule: str) -> int:
     return len(_ancestors(config, rule))
 
 
+@pytest.mark.snakemake
 def test_job_and_cell_counts_quoted_are_the_plans() -> None:
     """README: the default's 231 jobs and 43 cells, the full config's 2,634 jobs and each paper
     table target's jobs; docs/generation.md the 43 cells again."""
@@ -88,6 +90,7 @@ def _sample_questions() -> dict[str, int]:
     return {s["dataset"]: s["questions"] for s in est.splits}
 
 
+@pytest.mark.snakemake
 def test_question_counts_quoted_are_the_samples() -> None:
     """README: the first 30 questions of every dataset, all of the smaller FinQA (30) and TANQ
     (10) samples; resources/README.md: 2WikiMultihopQA's 38 dev questions, the first 30 asked."""
@@ -164,6 +167,7 @@ def test_no_doc_quotes_a_score_of_the_default_run() -> None:
 
 
 
+@pytest.mark.snakemake
 def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> None:
     """Issue 36 item 9: step 3 fetched every model of config/dexter.yaml (the gated Llama-2 too)
     for Table 2; its `--only` list is now exactly the retrievers' checkpoints. Table 3's plan holds

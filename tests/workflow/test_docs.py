@@ -150,6 +150,7 @@ def _git_status() -> str:
 
 
 @pytest.mark.parametrize(("where", "command"), runnable(), ids=[w for w, _ in runnable()])
+@pytest.mark.snakemake
 def test_documented_command_runs(where: str, command: str, docs_workdir: Path) -> None:
     before = _git_status()
     if command not in _RESULTS:

@@ -44,6 +44,7 @@ def _edit(path: Path) -> None:
     path.write_text(json.dumps(edited, indent=2))
 
 
+@pytest.mark.snakemake
 def test_edited_resolved_config_is_rewritten_before_planning(workdir: Path) -> None:
     first = _dry_run(workdir)
     assert first.returncode == 0, first.stderr[-3000:]

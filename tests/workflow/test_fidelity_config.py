@@ -244,6 +244,7 @@ def test_dexter_config_follows_the_paper_in_named_values() -> None:
     assert set(c["retrieval"]["datasets"]) == {"musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa"}
 
 
+@pytest.mark.snakemake
 def test_dexter_dry_run_plans_the_papers_setup() -> None:
     plan = dry_run("dexter.yaml")
     assert "cqabench prepare --dataset musique --split dev" in plan
@@ -280,6 +281,7 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert re.search(r"rule generate[^\n]*:\n    input: [^\n]*results/dexter/config\.json", plan)
 
 
+@pytest.mark.snakemake
 def test_every_published_dexter_cell_is_planned() -> None:
     rows = table_coverage("dexter.yaml", ["config/expected/dexter.yaml", "config/expected/strategyqa.yaml"])
     # the loop below must run over every paper table, each with cells to produce (an empty
@@ -298,6 +300,7 @@ def test_full_configs_are_valid(name: str) -> None:
     validate(_config(name), str(REPO / "workflow/schemas/config.schema.yaml"))
 
 
+@pytest.mark.snakemake
 def test_tanq_config_plans_the_papers_settings() -> None:
     c = _config("tanq.yaml")
     assert c["datasets"]["tanq"]["splits"] == ["test"] and set(c["generation"]["settings"]) == {"closed", "oracle"}
@@ -314,6 +317,7 @@ def test_tanq_config_plans_the_papers_settings() -> None:
         assert f"results/tanq/report/tables/{tid}.md" in outputs, tid
 
 
+@pytest.mark.snakemake
 def test_full_reproduction_page_matches_the_planner() -> None:
     text = PAGE.read_text(encoding="utf-8")
     for name in ("dexter.yaml", "tanq.yaml"):
@@ -370,6 +374,7 @@ if __name__ == "__main__":
     print(f"wrote {PAGE}")
 
 
+@pytest.mark.snakemake
 def test_architecture_job_counts_are_the_planners() -> None:
     """docs/architecture.md states each shipped config's job count; they are the dry runs' totals."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")

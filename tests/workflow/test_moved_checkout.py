@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from test_rebuild import REPO, _snakemake, _stand_ins, job_table
 
 # what a clone holds that the workflow reads (the venvs and results/ of the real one aside)
@@ -35,6 +36,7 @@ def _checkout(root: Path) -> Path:
     return root
 
 
+@pytest.mark.snakemake
 def test_moved_checkout_plans_nothing(tmp_path: Path) -> None:
     first = _checkout(tmp_path / "first")
     forced = _snakemake(first, "-n", "--forceall")

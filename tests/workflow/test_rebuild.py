@@ -99,6 +99,7 @@ def _unbatched_config(work: Path) -> str:
     return str(path)
 
 
+@pytest.mark.snakemake
 def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
     target = _answer_cells(forced)[0]
     # With engine batches (the default), a cell built from nothing waits for its model's batch.
@@ -142,6 +143,7 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
                                          "dexter_table8_open_models", "strategyqa_recall10", *TANQ_TABLES)}
 
 
+@pytest.mark.snakemake
 def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
@@ -188,6 +190,7 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 12
 
 
+@pytest.mark.snakemake
 def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
     _stand_ins(work, forced)
 
@@ -238,6 +241,7 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
         template.write_text(text_before[template])
 
 
+@pytest.mark.snakemake
 def test_one_run_file_builds_only_that_run(work: Path) -> None:
     target = "results/sample/runs/musique/train/pipe/bm25.trec"
     text = _snakemake(work, "-n", "--forceall", target)

@@ -146,7 +146,7 @@ def _stand_ins(work: Path, jobs: list[dict]) -> None:
                 path.touch()
 
 
-@pytest.mark.slow
+@pytest.mark.snakemake
 def test_the_three_configs_never_write_or_replan_each_others_files(tmp_path: Path) -> None:
     work = workflow_workdir(tmp_path)
     plans = {file: jobs_of(_snakemake(work, file, "-n", "--forceall")) for file in CONFIGS}
@@ -181,6 +181,7 @@ def test_the_three_configs_never_write_or_replan_each_others_files(tmp_path: Pat
         assert "Nothing to be done" in out and "Params have changed" not in out, (file, out[-3000:])
 
 
+@pytest.mark.snakemake
 def test_an_item_cache_left_at_the_old_default_stops_the_workflow_with_the_move(tmp_path: Path) -> None:
     """Its answers (paid API calls too) would silently be asked again from cache/llm."""
     work = workflow_workdir(tmp_path)

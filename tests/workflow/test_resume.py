@@ -25,7 +25,7 @@ from cqabench.generation.llm.convert import DEFAULT_SOURCE
 from conftest import RAW
 from test_hf_backend import smollm2_dir  # noqa: F401  (session fixture: the converted model)
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.engine
 
 N = 10
 REPO = Path(__file__).resolve().parents[2]

@@ -317,6 +317,7 @@ def _job_fields(job_id: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("named", [(), ("--workflow-profile", "profiles/default"), ("--workflow-profile=default",)],
                          ids=["implicit", "explicit-path", "explicit-name"])
+@pytest.mark.snakemake
 def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path, named: tuple[str, ...]) -> None:
     """Without --workflow-profile none, profiles/default would override profiles/slurm key by key
     (its default-resources drop slurm_account and gpu_model): the run stops before submitting,
@@ -349,7 +350,8 @@ def test_the_guard_finds_the_workflow_profile_snakemake_applies(tmp_path: Path) 
     assert workflow_profile_in_effect(None, tmp_path / "Snakefile", [tmp_path / "elsewhere"]) == default
 
 
-@pytest.mark.slow
+@pytest.mark.snakemake
+@pytest.mark.daemon
 def test_slurm_run_equals_local_run(tmp_path: Path, slurm_cluster: None) -> None:
     assert shutil.which("sbatch"), "the local cluster is up but sbatch is not on PATH"
     local = _workdir(tmp_path, "local")

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_rebuild import job_table
 
 CELLS = "results/sample/retrieval/tatqa/dev/pipe"
@@ -43,6 +44,7 @@ def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+@pytest.mark.snakemake
 def test_target_after_config_change_is_built_by_the_first_command(workdir: Path) -> None:
     first = _snakemake(workdir, "--configfile", "config/config.yaml", "--", f"{CELLS}/bm25/metrics.json")
     assert first.returncode == 0, first.stderr[-3000:]
