@@ -53,12 +53,6 @@ CI_SKIP_ALLOWED: dict[str, str] = {
 }
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """The start guard watches every run (tests/guard/tier_guard.py)."""
-    if not config.pluginmanager.is_registered(tier_guard):
-        config.pluginmanager.register(tier_guard, "cqabench-tier-guard")
-
-
 def _ci() -> bool:
     return os.environ.get("CI") == "true"
 
@@ -86,6 +80,13 @@ MACHINE_SLURM_CONF = os.environ.get("SLURM_CONF")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """The start guard watches every run (tests/guard/tier_guard.py), and Snakemake starts fast."""
+    if not config.pluginmanager.is_registered(tier_guard):
+        config.pluginmanager.register(tier_guard, "cqabench-tier-guard")
+    _slurm_probe_fails_fast(config)
+
+
+def _slurm_probe_fails_fast(config: pytest.Config) -> None:
     """Every `snakemake` start imports the SLURM executor plugin, whose settings ask `scontrol show
     config` for MinJobAge. Where slurm-client is configured but no controller answers (this
     machine once tests/workflow/test_slurm.py has stopped its one-node cluster, whose config stays
