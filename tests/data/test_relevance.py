@@ -393,24 +393,18 @@ def test_schema_refuses_a_mode_no_dataset_has() -> None:
 
 
 @pytest.mark.snakemake
-def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare(workdir: Path) -> None:
-    """`snakemake -n -p --configfile config/dexter.yaml` prints each prepare job's command: every
-    one, corpus-only splits included (FinQA's corpus depends on the mode), has --relevance paper."""
-    import os
-    import subprocess
-    import sys
+def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
+    """`snakemake -n --forceall --configfile config/dexter.yaml` prints each prepare job's command
+    (profiles/default: printshellcmds): the job of every split's qrels, corpus-only splits included
+    (FinQA's corpus depends on the mode), has --relevance paper."""
+    from dry_runs import dry_run
 
     config = _plan_config("dexter.yaml")
     targets = [f"results/dexter/data/{ds}/{sp}/qrels.parquet" for ds, spec in config["datasets"].items()
                for sp in dict.fromkeys(spec["splits"] + (spec.get("corpus_splits") or []))]
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable)}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile",
-                           "config/dexter.yaml", "--", *targets], cwd=workdir, capture_output=True, text=True,
-                          timeout=300, check=False, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    commands = [line for line in done.stdout.splitlines() if "cqabench prepare" in line]
+    commands = [job.shell for job in dry_run("dexter.yaml").of_rule("prepare") if set(targets) & set(job.output)]
     assert len(commands) == len(targets) == 12  # musique, 2wiki: 2 splits; finqa: 3; the other five: 1
-    assert all("--relevance paper " in line for line in commands)
+    assert all(line.startswith("cqabench prepare") and "--relevance paper " in line for line in commands)
 
 
 def test_the_mode_is_a_column_of_metrics_parquet(tmp_path: Path) -> None:

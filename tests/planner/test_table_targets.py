@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import zlib
@@ -27,7 +26,7 @@ import pytest
 import yaml
 from cqabench.common.errors import ConfigError
 from cqabench.planner import CELL_FIELDS, Environment, Plan
-from test_rebuild import job_table
+from dry_runs import dry_run, snakemake_n
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -39,30 +38,15 @@ def _config(name: str = "config.yaml") -> dict[str, Any]:
     return yaml.safe_load((ROOT / "config" / name).read_text())
 
 
-def _dry_run(workdir: Path, *args: str) -> str:
-    done = subprocess.run(SNAKEMAKE + ["-n", *args], cwd=workdir, capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout + done.stderr
-
-
-def _inputs_of(text: str, command: str) -> list[str]:
-    """The input files of the planned job whose shell command starts with `command` (the job reads
-    its cells from the resolved config, as the planner lists them in its inputs)."""
-    block = next(b for b in re.split(r"\n\s*\n", text) if f"Shell command: {command}" in b)
-    line = next(ln.strip() for ln in block.splitlines() if ln.strip().startswith("input:"))
-    return line[len("input:"):].strip().split(", ")
-
-
 # ---- 1. one table, one command ----
 
 
 @pytest.mark.snakemake
-def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> None:
+def test_dexter_table2_target_plans_data_and_retrieval_only() -> None:
     """`snakemake -n table_dexter_table2_ndcg10 --configfile config/dexter.yaml`: was 2,610 jobs,
     528 of them generation (the report needed every cell); now the 59 retrieval cells' ancestors
     (the resolved config they read is written before planning, no job)."""
-    by_rule = job_table(_dry_run(workdir, "table_dexter_table2_ndcg10", "--configfile", "config/dexter.yaml"))
+    by_rule = dry_run("dexter.yaml", "table_dexter_table2_ndcg10", forceall=False).counts
     print("table_dexter_table2_ndcg10:", dict(by_rule), "total", sum(by_rule.values()))
     assert not {"generate", "generate_batch", "evaluate_generation", "convert_model"} & set(by_rule)
     assert not {"aggregate", "report_tables", "report_plots", "report_page"} & set(by_rule)
@@ -75,8 +59,7 @@ def test_dexter_table2_target_plans_data_and_retrieval_only(workdir: Path) -> No
     assert "resolved_config" not in by_rule  # written by Snakemake's process before planning
     assert sum(by_rule.values()) == 675
     # The table file itself plans the same jobs.
-    by_file = job_table(_dry_run(workdir, "--configfile", "config/dexter.yaml", "--",
-                                 "results/dexter/report/tables/dexter_table2_ndcg10.md"))
+    by_file = dry_run("dexter.yaml", "results/dexter/report/tables/dexter_table2_ndcg10.md", forceall=False).counts
     assert by_file == by_rule
 
 
@@ -234,17 +217,19 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     the model's engine batch, of which it is no member); once its predictions exist, the fact
     table and DEXTER Table 3 take its metrics, and evaluate_generation makes them."""
     cell = "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"
-    alone = job_table(_dry_run(workdir, "--forceall", f"results/sample/generation/{cell}/predictions.parquet"))
+    alone = snakemake_n(workdir, "--forceall", f"results/sample/generation/{cell}/predictions.parquet").counts
     assert alone["generate"] == 1 and "generate_batch" not in alone, alone
     folder = workdir / "results/sample/generation" / cell
     folder.mkdir(parents=True)
     (folder / "predictions.parquet").touch()
     (folder / "summary.json").touch()
-    text = _dry_run(workdir, "results/sample/metrics.parquet")
-    assert f"results/sample/metrics/{cell}/metrics.json" in _inputs_of(text, "cqabench aggregate ")
-    assert f"output: results/sample/metrics/{cell}/metrics.json" in text  # its evaluate_generation job
-    table3 = _dry_run(workdir, "table_dexter_table3_answers")
-    assert f"results/sample/metrics/{cell}/metrics.json" in _inputs_of(table3, "cqabench report-table ")
+    # (the aggregate and table jobs read their cells from the resolved config, as the planner lists
+    # them in their inputs)
+    plan = snakemake_n(workdir, "results/sample/metrics.parquet")
+    assert f"results/sample/metrics/{cell}/metrics.json" in plan.shell_of("cqabench aggregate ").input
+    assert f"output: results/sample/metrics/{cell}/metrics.json" in plan.text  # its evaluate_generation job
+    table3 = snakemake_n(workdir, "table_dexter_table3_answers")
+    assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench report-table ").input
 
 
 @pytest.mark.parametrize(("cell", "why"), [
@@ -312,7 +297,7 @@ def test_existing_cells_the_config_cannot_make_are_left_out_and_named(workdir: P
                                        ["llm 'gone-llm' is not in generation.llms ['smollm2-135m'] (the LLMs whose "
                                         "environment, device and API key planning checks)"])]
     assert not [f for f in plan.metric_files() if "gone-llm" in f]
-    text = _dry_run(workdir, "results/sample/metrics.parquet")
+    text = snakemake_n(workdir, "results/sample/metrics.parquet").text
     assert "cqabench: 1 existing cell(s) under results/sample/ are not counted" in text
     assert "tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0: llm 'gone-llm' is not in generation.llms" in text
 

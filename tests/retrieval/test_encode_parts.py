@@ -271,7 +271,7 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     """Parts 0 and 2 finished (Snakemake), part 1's job SIGKILLed while it runs (no cleanup of any
     kind, as a lost node or SLURM's kill would): the next run of the index runs exactly part 1's
     job and the gather, and leaves the finished parts' files as they were."""
-    from test_rebuild import job_table
+    from dry_runs import parse
 
     work = _workdir(tmp_path)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -300,10 +300,10 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     assert list(part_dirs[1].parent.glob(".1-of-3.*.tmp")), "the job never started writing"
     assert not part_dirs[1].exists()  # a killed part leaves nothing that looks complete
 
-    plan = job_table(_snakemake(work, config_file, "-n", index))
+    plan = parse(_snakemake(work, config_file, "-n", index)).counts
     assert plan == {"encode_part": 1, "gather_index": 1}, plan
     out = _snakemake(work, config_file, index)
-    assert job_table(out) == plan  # the real run's job stats: those two jobs ran, nothing else
+    assert parse(out).counts == plan  # the real run's job stats: those two jobs ran, nothing else
     assert "wildcards: corpus=tatqa, serialization=pipe, retriever=minilm, part=1, parts=3" in out
     after = {p.name: (p / parts.PART_FILE).stat().st_mtime_ns for p in (part_dirs[0], part_dirs[2])}
     assert after == before  # the finished parts were not rerun
@@ -316,7 +316,7 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
 def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Path) -> None:
     """The rules wired as config/dexter.yaml uses them, run for real on the TAT-QA sample: one
     colbert_codec job, then 3 encode_part jobs given its folder, then gather_index."""
-    from test_rebuild import job_table
+    from dry_runs import parse
 
     work = _workdir(tmp_path)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -326,7 +326,7 @@ def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Pat
     config_file = work / "colbert.yaml"
     config_file.write_text(yaml.safe_dump(config))
     index = "results/sample/index/tatqa/pipe/colbert"
-    plan = job_table(_snakemake(work, config_file, "-n", index))
+    plan = parse(_snakemake(work, config_file, "-n", index)).counts
     assert {r: plan.get(r) for r in ("colbert_codec", "encode_part", "gather_index", "index")} == {
         "colbert_codec": 1, "encode_part": 3, "gather_index": 1, "index": None}, plan  # fmt: skip
     out = _snakemake(work, config_file, index)

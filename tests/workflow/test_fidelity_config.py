@@ -9,11 +9,8 @@ Run as a script to regenerate docs/full_reproduction.md from the dry runs:
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-import tempfile
 from collections import Counter
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -27,9 +24,8 @@ from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.data.prepare import select_questions  # noqa: E402
 from cqabench.report.expected import load_expected  # noqa: E402
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query  # noqa: E402
-from conftest import workflow_workdir  # noqa: E402
+from dry_runs import DryRun, dry_run  # noqa: E402
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 PAGE = REPO / "docs" / "full_reproduction.md"
 PLAN_CMD = "snakemake -n --forceall --configfile {config}"
 
@@ -38,33 +34,8 @@ def _config(name: str) -> dict:
     return yaml.safe_load((REPO / "config" / name).read_text(encoding="utf-8"))
 
 
-@cache
-def dry_run(name: str) -> str:
-    """stdout of `snakemake -n --forceall` (--forceall: every job, whatever results/ holds)."""
-    work = workflow_workdir(Path(tempfile.mkdtemp(prefix="cqab-plan-")))  # never the checkout's results/
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--forceall", "--configfile", f"config/{name}"], cwd=work,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    return proc.stdout
-
-
-def job_counts(plan: str) -> dict[str, int]:
-    block = plan[plan.index("Job stats:"):].split("\n\n", 1)[0]
-    counts = {}
-    for line in block.splitlines()[3:]:
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            counts[parts[0]] = int(parts[1])
-    return counts
-
-
-def planned_outputs(plan: str) -> set[str]:
-    out = set()
-    for line in plan.splitlines():
-        line = line.strip()
-        if line.startswith("output:"):
-            out.update(p.strip() for p in line[len("output:"):].split(","))
-    return out
+def planned_outputs(plan: DryRun) -> set[str]:
+    return set(plan.outputs())
 
 
 # ---- which planned file a published cell needs ---------------------------------------------------
@@ -125,7 +96,7 @@ def figure2_cells(config_name: str) -> tuple[int, int]:
     return sum(1 for p in wanted if p in outputs), len(wanted)
 
 
-def generation_cells(plan: str) -> list[tuple[str, ...]]:
+def generation_cells(plan: DryRun) -> list[tuple[str, ...]]:
     pattern = re.compile(r"results/[^/]+/metrics/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/([^/]+)/(\w+)-k(\d+)/metrics\.json")
     return sorted({m.groups() for p in planned_outputs(plan) if (m := pattern.fullmatch(p))})
 
@@ -168,11 +139,10 @@ def page() -> str:
         ("tanq.yaml", ["config/expected/tanq.yaml"], "TANQ"),
     ):
         plan = dry_run(name)
-        counts = job_counts(plan)
         lines += [f"## `config/{name}` ({what})", "", "```", PLAN_CMD.format(config=f"config/{name}"), "```", "",
                   "| rule | jobs |", "|---|---:|"]
-        lines += [f"| {rule} | {n} |" for rule, n in counts.items() if rule != "total"]
-        lines += [f"| **total** | **{counts['total']}** |", ""]
+        lines += [f"| {rule} | {n} |" for rule, n in plan.counts.items()]
+        lines += [f"| **total** | **{plan.total}** |", ""]
         cells = generation_cells(plan)
         if cells:
             by = Counter((c[4], c[6]) for c in cells)
@@ -247,19 +217,20 @@ def test_dexter_config_follows_the_paper_in_named_values() -> None:
 @pytest.mark.snakemake
 def test_dexter_dry_run_plans_the_papers_setup() -> None:
     plan = dry_run("dexter.yaml")
-    assert "cqabench prepare --dataset musique --split dev" in plan
-    assert re.search(r"prepare --dataset musique --split dev .*--hops 2 --answerable-only", plan)
-    assert re.search(r"prepare --dataset 2wikimultihopqa --split dev .*--limit 1200", plan)
-    assert not re.search(r"prepare --dataset (musique|2wikimultihopqa) --split train .*--(limit|hops)", plan)  # corpus only
+    text = plan.text  # what a user reads
+    assert "cqabench prepare --dataset musique --split dev" in text
+    assert re.search(r"prepare --dataset musique --split dev .*--hops 2 --answerable-only", text)
+    assert re.search(r"prepare --dataset 2wikimultihopqa --split dev .*--limit 1200", text)
+    assert not re.search(r"prepare --dataset (musique|2wikimultihopqa) --split train .*--(limit|hops)", text)  # corpus only
     outputs = planned_outputs(plan)
     assert "results/dexter/data/finqa/test/queries.parquet" in outputs and "results/dexter/data/finqa/dev/queries.parquet" in outputs
     assert not any(p.startswith("results/dexter/retrieval/finqa/dev/") for p in outputs)  # FinQA is evaluated on test only
     # The pooled corpus reads every corpus split (train paragraphs too).
-    pool = plan[plan.index("rule pool_corpus:\n    input: results/dexter/data/musique"):].split("\n\n", 1)[0]
+    pool = next(j.input for j in plan.of_rule("pool_corpus") if j.input[0].startswith("results/dexter/data/musique"))
     assert "results/dexter/data/musique/train/corpus.parquet" in pool and "results/dexter/data/2wikimultihopqa/train/corpus.parquet" in pool
-    assert '"model": "sentence-transformers/multi-qa-mpnet-base-cos-v1"' in plan
+    assert '"model": "sentence-transformers/multi-qa-mpnet-base-cos-v1"' in text
     for setting in ('"max_length": 512', '"doc_max_length": 512', '"doc_maxlen": 512'):
-        assert setting in plan, setting
+        assert setting in text, setting
     for ds in ("musique", "2wikimultihopqa", "ambigqa", "strategyqa", "tatqa", "ottqa"):
         for k in (1, 3, 5, 10):
             assert f"results/dexter/generation/{ds}/dev/pipe/colbertv2/gpt-3.5-turbo/few-shot-cot/rag-k{k}/predictions.parquet" in outputs
@@ -278,7 +249,7 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert llama and sources == {"meta-llama/Llama-2-7b-hf"}
     # written by the main process at parse time (planner/resolved_config.py), read by the cells' jobs
     assert "results/dexter/config.json" not in planned_outputs(plan)
-    assert re.search(r"rule generate[^\n]*:\n    input: [^\n]*results/dexter/config\.json", plan)
+    assert re.search(r"rule generate[^\n]*:\n    input: [^\n]*results/dexter/config\.json", text)
 
 
 @pytest.mark.snakemake
@@ -323,7 +294,8 @@ def test_full_reproduction_page_matches_the_planner() -> None:
     for name in ("dexter.yaml", "tanq.yaml"):
         assert PLAN_CMD.format(config=f"config/{name}") in text
         section = text[text.index(f"## `config/{name}`"):]
-        for rule, n in job_counts(dry_run(name)).items():
+        plan = dry_run(name)
+        for rule, n in [*plan.counts.items(), ("total", plan.total)]:
             row = f"| **total** | **{n}** |" if rule == "total" else f"| {rule} | {n} |"
             assert row in section, f"{name}: {row!r} not in docs/full_reproduction.md; regenerate: python tests/workflow/test_fidelity_config.py"
         for row in table_target_rows(name):
@@ -379,7 +351,7 @@ def test_architecture_job_counts_are_the_planners() -> None:
     """docs/architecture.md states each shipped config's job count; they are the dry runs' totals."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     for name in ("config.yaml", "dexter.yaml", "tanq.yaml"):
-        total = job_counts(dry_run(name))["total"]
+        total = dry_run(name).total
         row = re.search(rf"^\| `config/{re.escape(name)}`[^|]*\| ([\d,]+) \|$", text, re.MULTILINE)
         assert row, f"docs/architecture.md has no job-count row for config/{name}"
         assert int(row.group(1).replace(",", "")) == total, (

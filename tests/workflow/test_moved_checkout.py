@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_rebuild import REPO, _snakemake, _stand_ins, job_table
+from dry_runs import dry_run
+from test_rebuild import REPO, _n, _stand_ins
 
 # what a clone holds that the workflow reads (the venvs and results/ of the real one aside)
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs", "benchmarks")
@@ -39,14 +40,14 @@ def _checkout(root: Path) -> Path:
 @pytest.mark.snakemake
 def test_moved_checkout_plans_nothing(tmp_path: Path) -> None:
     first = _checkout(tmp_path / "first")
-    forced = _snakemake(first, "-n", "--forceall")
-    assert sum(job_table(forced).values()) > 200  # the whole default plan, generation included
-    assert job_table(forced)["generate"] > 0 and job_table(forced)["estimate"] == 1
+    forced = dry_run("config.yaml")  # `-n --forceall`: the same plan in any copy of the checkout
+    assert sum(forced.counts.values()) > 200  # the whole default plan, generation included
+    assert forced.counts["generate"] > 0 and forced.counts["estimate"] == 1
     _stand_ins(first, forced)  # also asserts that the first checkout itself plans nothing
 
     moved = tmp_path / "elsewhere" / "moved"
     moved.parent.mkdir()
     shutil.copytree(first, moved, symlinks=True)  # `cp -a`: links kept, modification times kept
-    plan = _snakemake(moved, "-n")
-    assert job_table(plan) == {}, plan[-3000:]
-    assert "Nothing to be done" in plan
+    plan = _n(moved)
+    assert plan.counts == {}, plan.text[-3000:]
+    assert "Nothing to be done" in plan.text

@@ -15,7 +15,6 @@ embedded default config. For (2) every output exists as an empty stand-in made u
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from dry_runs import DryRun, dry_run, snakemake_n
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "config" / "config.yaml")
@@ -37,29 +37,9 @@ def _snakemake(work: Path, *args: str) -> str:
     return done.stdout + done.stderr
 
 
-def job_table(text: str) -> Counter:
-    """The 'job  count' table of a dry run as {rule: count} (without 'total')."""
-    counts: Counter = Counter()
-    m = re.search(r"^job\s+count\s*\n-+\s+-+\s*\n(.*?)^total\s+\d+", text, re.MULTILINE | re.DOTALL)
-    if m:
-        for line in m.group(1).strip().splitlines():
-            rule, count = line.split()
-            counts[rule] = int(count)
-    return counts
-
-
-def outputs(text: str) -> list[str]:
-    return [p.strip() for m in re.finditer(r"^\s+output: (.+)$", text, re.MULTILINE) for p in m.group(1).split(", ")]
-
-
-def _jobs(text: str) -> list[tuple[str, list[str]]]:
-    """(rule, outputs) of every job block of a dry run."""
-    jobs = []
-    for block in re.split(r"^\[.*?\]\s*$", text, flags=re.MULTILINE):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.MULTILINE)
-        if rule:
-            jobs.append((rule.group(1), outputs(block)))
-    return jobs
+def _n(work: Path, *args: str) -> DryRun:
+    """`snakemake -n` of the default config in `work` (its own results/ state), parsed."""
+    return snakemake_n(work, "--configfile", CONFIG, "--cores", "1", *args, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +57,17 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def forced(work: Path) -> str:
-    text = _snakemake(work, "-n", "--forceall")
+def forced() -> DryRun:
+    """`snakemake -n --forceall` of the default config: the session's shared run (the copied
+    prompts of `work` are the checkout's until a test edits one, and put back after)."""
+    plan = dry_run("config.yaml")
     # The default plans answer-metric cells; without them every test below would check nothing.
-    assert any("/metrics/" in o and o.endswith("metrics.json") for o in outputs(text)), "no answer-metric cells planned"
-    return text
+    assert any("/metrics/" in o and o.endswith("metrics.json") for o in plan.outputs()), "no answer-metric cells planned"
+    return plan
 
 
-def _answer_cells(forced: str) -> list[str]:
-    return sorted(o for o in outputs(forced) if o.startswith("results/sample/metrics/") and o.endswith("/metrics.json"))
+def _answer_cells(forced: DryRun) -> list[str]:
+    return sorted(o for o in forced.outputs() if o.startswith("results/sample/metrics/") and o.endswith("/metrics.json"))
 
 
 def _unbatched_config(work: Path) -> str:
@@ -100,31 +82,30 @@ def _unbatched_config(work: Path) -> str:
 
 
 @pytest.mark.snakemake
-def test_one_cell_builds_only_its_ancestors(work: Path, forced: str) -> None:
+def test_one_cell_builds_only_its_ancestors(work: Path, forced: DryRun) -> None:
     target = _answer_cells(forced)[0]
     # With engine batches (the default), a cell built from nothing waits for its model's batch.
-    batched = _jobs(_snakemake(work, "-n", "--forceall", target))
-    assert [outs for rule, outs in batched if rule == "generate_batch"] == [["results/sample/generation/_batches/smollm2-135m.json"]]
-    text = _snakemake(work, "-n", "--forceall", target, "--configfile", _unbatched_config(work))
-    jobs = _jobs(text)
-    made = [o for _, outs in jobs for o in outs]
+    batched = _n(work, "--forceall", target)
+    assert [j.output for j in batched.of_rule("generate_batch")] == [["results/sample/generation/_batches/smollm2-135m.json"]]
+    plan = _n(work, "--forceall", target, "--configfile", _unbatched_config(work))
+    made = plan.outputs()
     assert target in made
     # No other cell's metrics, no report, nothing of another dataset beyond what the pooled corpus needs.
     others = [o for o in made if o.endswith("metrics.json") and o != target and o.startswith("results/sample/metrics/")]
     assert others == []
-    assert not {"aggregate", "report_tables", "report_plots", "report_page", "all"} & set(job_table(text))
+    assert not {"aggregate", "report_tables", "report_plots", "report_page", "all"} & set(plan.counts)
     gen_folder = target.replace("results/sample/metrics/", "results/sample/generation/").rsplit("/", 1)[0]
-    generation_jobs = [outs for rule, outs in jobs if any(o.startswith("results/sample/generation/") for o in outs)]
+    generation_jobs = [j.output for j in plan.jobs if any(o.startswith("results/sample/generation/") for o in j.output)]
     assert len(generation_jobs) == 1 and all(o.startswith(gen_folder) for o in generation_jobs[0])
-    assert sum(job_table(text).values()) < sum(job_table(forced).values())
+    assert sum(plan.counts.values()) < sum(forced.counts.values())
 
 
-def _stand_ins(work: Path, forced: str, *config: str) -> None:
+def _stand_ins(work: Path, forced: DryRun, *config: str) -> None:
     """Every output of the forced plan as an empty stand-in, made up to date with `--touch --forceall`
     (every job touched in order, so each also gets Snakemake's metadata: its params, for the
     params rerun trigger; a plain `--touch` skips stand-ins that already look up to date)."""
-    dirs = {o for o in outputs(forced) if not Path(o).suffix}  # directory() outputs: indexes, exports, models
-    for rel in outputs(forced):
+    dirs = {o for o in forced.outputs() if not Path(o).suffix}  # directory() outputs: indexes, exports, models
+    for rel in forced.outputs():
         path = work / rel
         if rel in dirs:
             path.mkdir(parents=True, exist_ok=True)
@@ -132,7 +113,7 @@ def _stand_ins(work: Path, forced: str, *config: str) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch()
     _snakemake(work, "--touch", "--forceall", *config)
-    assert sum(job_table(_snakemake(work, "-n", *config)).values()) == 0, "stand-ins are not up to date"
+    assert sum(_n(work, *config).counts.values()) == 0, "stand-ins are not up to date"
 
 
 REPORT_JOBS = {"aggregate": 1, "report_tables": 1, "report_plots": 1, "report_page": 1, "all": 1}
@@ -144,7 +125,7 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
 
 
 @pytest.mark.snakemake
-def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
+def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: DryRun) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
     dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); the BM25+MiniLM fusion of the
@@ -164,13 +145,13 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     config["retrievers"]["bm25"]["k1"] = 1.2
     changed = work / "bm25_k1.yaml"
     changed.write_text(yaml.safe_dump(config))
-    run = _snakemake(work, "-n", "--configfile", str(changed))
-    assert job_table(run) == Counter({"index": 6, "search": 7, "decompose_search": 3, "fuse_runs": 7,
+    run = _n(work, "--configfile", str(changed))
+    assert run.counts == Counter({"index": 6, "search": 7, "decompose_search": 3, "fuse_runs": 7,
                                       "eval_retrieval": 17, "cell_spec": 29, "generate_batch": 1, "generate": 29,
                                       "evaluate_generation": 29,
                                       "estimate": 1,  # it reads the whole config
-                                      **REPORT_JOBS, **TABLE_JOBS}), job_table(run)
-    cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+                                      **REPORT_JOBS, **TABLE_JOBS}), run.counts
+    cells = [o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
     # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
     assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25-minilm-rrf", "rag"),
                                                             ("bm25", "open-book")}
@@ -180,25 +161,25 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     before, stat = template.read_text(), template.stat()
     template.write_text(before + "\n")
     try:
-        run = _snakemake(work, "-n")
+        run = _n(work)
     finally:
         template.write_text(before)
         os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert job_table(run) == Counter({"cell_spec": 12, "generate_batch": 1, "generate": 12, "evaluate_generation": 12,
-                                      "table_dexter_table3_answers": 1, **REPORT_JOBS}), job_table(run)
-    cells = [o.split("/") for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+    assert run.counts == Counter({"cell_spec": 12, "generate_batch": 1, "generate": 12, "evaluate_generation": 12,
+                                  "table_dexter_table3_answers": 1, **REPORT_JOBS}), run.counts
+    cells = [o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
     assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 12
 
 
 @pytest.mark.snakemake
-def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
+def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: DryRun) -> None:
     _stand_ins(work, forced)
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
     lost = cells[0].replace("results/sample/metrics/", "results/sample/generation/").replace("metrics.json", "predictions.parquet")
     (work / lost).unlink()
-    alone = job_table(_snakemake(work, "-n"))
+    alone = _n(work).counts
     # ... and of the paper tables only the one that shows it (a few-shot RAG cell: DEXTER Table 3;
     # Table 8 is oracle with few-shot-CoT), each table being its own job (table_<id>).
     assert cells[0].split("/")[8:10] == ["few-shot", "rag-k1"], cells[0]
@@ -218,21 +199,21 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
     edited = None
     for template in templates:
         template.write_text(text_before[template] + "\n")
-        run = _snakemake(work, "-n", "--configfile", unbatched)
-        if any(c in outputs(run) for c in using if c.split("/")[3] == dataset):
+        run = _n(work, "--configfile", unbatched)
+        if any(c in run.outputs() for c in using if c.split("/")[3] == dataset):
             edited = (template, run)
             break
         template.write_text(text_before[template])
     assert edited, f"editing no template of {prompt} reran the cells of {dataset}"
     template, run = edited
     try:
-        rerun = [o for o in outputs(run) if o.startswith("results/sample/metrics/") and o.endswith("metrics.json")]
+        rerun = [o for o in run.outputs() if o.startswith("results/sample/metrics/") and o.endswith("metrics.json")]
         assert rerun and all(c.split("/")[8] == prompt for c in rerun), rerun
-        generation = [o for o in outputs(run) if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+        generation = [o for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
         assert len(generation) == len(rerun)
-        counts = job_table(run)
+        counts = run.counts
         stages = tuple(f"results/sample/{stage}/" for stage in ("data", "runs", "index", "retrieval", "corpora"))
-        upstream = {r for r, outs in _jobs(run) if any(o.startswith(stages) for o in outs)}
+        upstream = {j.rule for j in run.jobs if any(o.startswith(stages) for o in j.output)}
         assert upstream == set(), f"an edited template reran upstream rules {upstream}"
         tables = sum(n for rule, n in counts.items() if rule.startswith("table_"))
         assert sum(counts.values()) == 2 * len(rerun) + tables + sum(
@@ -244,9 +225,9 @@ def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) 
 @pytest.mark.snakemake
 def test_one_run_file_builds_only_that_run(work: Path) -> None:
     target = "results/sample/runs/musique/train/pipe/bm25.trec"
-    text = _snakemake(work, "-n", "--forceall", target)
+    plan = _n(work, "--forceall", target)
     # Its ancestors only: the two datasets of the pooled corpus, the corpus, one index, one search.
-    assert job_table(text) == Counter({"prepare": 2, "pool_corpus": 1, "index": 1, "search": 1})
-    made = [o for _, outs in _jobs(text) for o in outs]
+    assert plan.counts == Counter({"prepare": 2, "pool_corpus": 1, "index": 1, "search": 1})
+    made = plan.outputs()
     assert "results/sample/index/wiki-multihop/pipe/bm25" in made
     assert not [o for o in made if o.startswith("results/sample/runs/") and not o.startswith("results/sample/runs/musique/train/pipe/bm25.")]

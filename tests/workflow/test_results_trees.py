@@ -17,7 +17,6 @@ up to date config after config (recording each job's params as a run does), each
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
 
 from conftest import workflow_workdir
+from dry_runs import Job, dry_run
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = Environment(root=REPO, python="python", vllm_python=sys.executable)
@@ -107,24 +107,6 @@ def test_make_clean_keeps_the_item_cache_and_the_models() -> None:
 
 # ---- Snakemake level ----
 
-_BLOCK = re.compile(r"^\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]$", re.MULTILINE)
-_FIELDS = ("output", "log", "benchmark")
-
-
-def jobs_of(text: str) -> list[dict]:
-    """Every job block of a dry run: its rule and the paths it writes (outputs, logs, benchmarks)."""
-    jobs = []
-    for block in _BLOCK.split(text)[1:]:
-        block = block.split("\nJob stats:", 1)[0]
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.MULTILINE)
-        if not rule:
-            continue
-        writes = [p.strip() for f in _FIELDS for m in re.finditer(rf"^\s+{f}: (.+)$", block, re.MULTILINE)
-                  for p in m.group(1).split(", ")]
-        jobs.append({"rule": rule.group(1), "writes": writes})
-    return jobs
-
-
 def _snakemake(work: Path, file: str, *args: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
@@ -134,10 +116,10 @@ def _snakemake(work: Path, file: str, *args: str) -> str:
     return done.stdout + done.stderr
 
 
-def _stand_ins(work: Path, jobs: list[dict]) -> None:
+def _stand_ins(work: Path, jobs: list[Job]) -> None:
     """Every output present (as plan_matrix.py makes them): directory() outputs have no suffix."""
     for job in jobs:
-        for rel in job["writes"]:
+        for rel in job.writes:
             path = work / rel
             if not Path(rel).suffix:
                 path.mkdir(parents=True, exist_ok=True)
@@ -149,15 +131,15 @@ def _stand_ins(work: Path, jobs: list[dict]) -> None:
 @pytest.mark.snakemake
 def test_the_three_configs_never_write_or_replan_each_others_files(tmp_path: Path) -> None:
     work = workflow_workdir(tmp_path)
-    plans = {file: jobs_of(_snakemake(work, file, "-n", "--forceall")) for file in CONFIGS}
+    plans = {file: dry_run(file).jobs for file in CONFIGS}  # `-n --forceall`, as in any fresh checkout
     for file, jobs in plans.items():  # the whole plan: data, retrieval, generation, metrics, report
-        assert {"prepare", "generate", "evaluate_generation", "aggregate", "report_page"} <= {j["rule"] for j in jobs}, file
+        assert {"prepare", "generate", "evaluate_generation", "aggregate", "report_page"} <= {j.rule for j in jobs}, file
     writers: dict[str, set[str]] = {}  # path -> the configs that write it
     for file, jobs in plans.items():
         tree = f"results/{CONFIGS[file]}/"
         for job in jobs:
-            for path in job["writes"]:
-                assert path.startswith((tree, *SHARED)), f"{file}: rule {job['rule']} writes {path}, outside {tree}"
+            for path in job.writes:
+                assert path.startswith((tree, *SHARED)), f"{file}: rule {job.rule} writes {path}, outside {tree}"
                 writers.setdefault(path, set()).add(file)
     for path, by in writers.items():
         if len(by) > 1:  # only in a shared folder (whether it is the same job: the -n runs below)

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_rebuild import job_table
+from dry_runs import parse
 
 CELLS = "results/sample/retrieval/tatqa/dev/pipe"
 EXTRA = """\
@@ -76,6 +76,6 @@ def test_target_after_config_change_is_built_by_the_first_command(workdir: Path)
     cell = "results/sample/metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot-cot/rag-k5"
     off_grid = _snakemake(workdir, "-n", "--configfile", "config/config.yaml", "--", f"{cell}/metrics.json")
     assert off_grid.returncode == 0, off_grid.stderr[-3000:]
-    planned = job_table(off_grid.stdout + off_grid.stderr)
+    planned = parse(off_grid.stdout, off_grid.stderr).counts
     assert planned["generate"] == 1 and planned["evaluate_generation"] == 1, planned
     assert "resolved_config" not in planned
