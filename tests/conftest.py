@@ -105,6 +105,46 @@ def workflow_workdir(parent: Path) -> Path:
     return work
 
 
+# What a clone holds that the workflow reads (its venvs, results/ and resources/ aside).
+CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs", "benchmarks")
+
+
+def copied_checkout(root: Path) -> Path:
+    """A copy of the checkout at `root`, as `cp -a` of a clone makes it (no link back into the
+    repository, so moving it moves the workflow too); in resources/ only the prompts are copied
+    (a test may edit them), the data are links to the repository's (a path outside the checkout)."""
+    root.mkdir(parents=True)
+    for name in CHECKOUT:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, root / name)
+    (root / "resources").mkdir()
+    for entry in (REPO / "resources").iterdir():
+        if entry.name == "prompts":
+            shutil.copytree(entry, root / "resources" / "prompts")
+        else:
+            (root / "resources" / entry.name).symlink_to(entry)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_stand_ins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A `copied_checkout` in which every output of the default config is an empty stand-in made
+    up to date with `snakemake --touch --forceall`, and that config's `snakemake -n --forceall`
+    printout. Made once per session: the forced plan, the touch and the check that nothing is
+    left to do are the slow part of every test that reads it (test_rebuild, test_moved_checkout),
+    and the same for all. Tests never edit it: each edits its own `shutil.copytree(...,
+    symlinks=True)` copy, which keeps the mtimes and Snakemake's metadata, so nothing reruns."""
+    from test_rebuild import _snakemake, _stand_ins
+
+    work = copied_checkout(tmp_path_factory.mktemp("sample_stand_ins") / "checkout")
+    forced = _snakemake(work, "-n", "--forceall")
+    _stand_ins(work, forced)  # also asserts that the checkout then plans nothing
+    return work, forced
+
+
 _PLANNED: dict[str, list] = {}
 
 

@@ -6,10 +6,11 @@ rerun: their params held the absolute path of vLLM's interpreter beside the chec
 path is exported by the rules' shell prefix, which is no rerun trigger) and every input is
 relative, so where the checkout lives changes no job.
 
-A checkout is copied whole into a temporary folder (the data, `resources/`, is linked: a path
+A checkout is copied whole into a temporary folder (the data in `resources/` are linked: a path
 outside the checkout, the same in both copies); every output of the default config is made as an
-empty stand-in, up to date with `snakemake --touch` (test_rebuild's helpers), the folder is
-copied to another path as `cp -a` copies it (times kept), and the copy plans nothing.
+empty stand-in, up to date with `snakemake --touch` (the session fixture `sample_stand_ins`,
+shared with test_rebuild), the folder is copied to another path as `cp -a` copies it (times
+kept), and the copy plans nothing.
 """
 
 from __future__ import annotations
@@ -17,30 +18,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from test_rebuild import REPO, _snakemake, _stand_ins, job_table
-
-# what a clone holds that the workflow reads (the venvs and results/ of the real one aside)
-CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs", "benchmarks")
+from test_rebuild import _snakemake, job_table
 
 
-def _checkout(root: Path) -> Path:
-    root.mkdir()
-    for name in CHECKOUT:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, root / name)
-    (root / "resources").symlink_to(REPO / "resources")
-    return root
-
-
-def test_moved_checkout_plans_nothing(tmp_path: Path) -> None:
-    first = _checkout(tmp_path / "first")
-    forced = _snakemake(first, "-n", "--forceall")
+def test_moved_checkout_plans_nothing(sample_stand_ins: tuple[Path, str], tmp_path: Path) -> None:
+    first, forced = sample_stand_ins  # conftest.copied_checkout, its stand-ins up to date
     assert sum(job_table(forced).values()) > 200  # the whole default plan, generation included
     assert job_table(forced)["generate"] > 0 and job_table(forced)["estimate"] == 1
-    _stand_ins(first, forced)  # also asserts that the first checkout itself plans nothing
 
     moved = tmp_path / "elsewhere" / "moved"
     moved.parent.mkdir()

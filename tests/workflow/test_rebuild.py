@@ -8,8 +8,10 @@
    settings its prompts are made from), the batch manifest only orders it (`ancient`).
 
 Both run in a throw-away copy of the checkout (prompts copied so one can be edited) on the
-embedded default config. For (2) every output exists as an empty stand-in made up to date with
-`snakemake --touch`, so the dry run shows what the edit alone triggers.
+embedded default config. For (2) and (3) every output exists as an empty stand-in made up to date
+with `snakemake --touch`, so the dry run shows what the edit alone triggers; the stand-ins are
+made once per session (tests/conftest.py `sample_stand_ins`, a copied checkout, shared with
+test_moved_checkout) and each test edits its own copy of that folder.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def forced(work: Path) -> str:
-    text = _snakemake(work, "-n", "--forceall")
+def forced(sample_stand_ins: tuple[Path, str]) -> str:
+    text = sample_stand_ins[1]  # the default's `snakemake -n --forceall` (tests/conftest.py)
     # The default plans answer-metric cells; without them every test below would check nothing.
     assert any("/metrics/" in o and o.endswith("metrics.json") for o in outputs(text)), "no answer-metric cells planned"
     return text
@@ -134,6 +136,15 @@ def _stand_ins(work: Path, forced: str, *config: str) -> None:
     assert sum(job_table(_snakemake(work, "-n", *config)).values()) == 0, "stand-ins are not up to date"
 
 
+def _own_copy(sample_stand_ins: tuple[Path, str], tmp_path: Path) -> Path:
+    """The test's own copy of the session's stand-ins (tests/conftest.py), to edit: the stand-ins,
+    their mtimes (copy2) and Snakemake's metadata (.snakemake/) come along, so nothing is out of
+    date in it either."""
+    work = tmp_path / "work"
+    shutil.copytree(sample_stand_ins[0], work, symlinks=True)
+    return work
+
+
 REPORT_JOBS = {"aggregate": 1, "report_tables": 1, "report_plots": 1, "report_page": 1, "all": 1}
 # The default's paper tables, each its own job (table_<id>, cqabench.planner.table_targets).
 TANQ_TABLES = ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills", "tanq_table8_by_n_relations",
@@ -142,7 +153,8 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
                                          "dexter_table8_open_models", "strategyqa_recall10", *TANQ_TABLES)}
 
 
-def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: str) -> None:
+def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sample_stand_ins: tuple[Path, str],
+                                                                            tmp_path: Path) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
     dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); the BM25+MiniLM fusion of the
@@ -156,7 +168,7 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     shows the 12 numeric cells (TAT-QA and FinQA few-shot), reruns."""
     import yaml
 
-    _stand_ins(work, forced)
+    work = _own_copy(sample_stand_ins, tmp_path)  # a stale copy would fail the exact job tables below
     config = yaml.safe_load(Path(CONFIG).read_text())
     assert config["generation"]["batch_llms"], "the default no longer batches: this test checks nothing"
     config["retrievers"]["bm25"]["k1"] = 1.2
@@ -188,8 +200,9 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 12
 
 
-def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: str) -> None:
-    _stand_ins(work, forced)
+def test_editing_one_template_reruns_exactly_its_cells(sample_stand_ins: tuple[Path, str], forced: str,
+                                                       tmp_path: Path) -> None:
+    work = _own_copy(sample_stand_ins, tmp_path)
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
