@@ -105,6 +105,10 @@ def workflow_workdir(parent: Path) -> Path:
     return work
 
 
+# `snakemake --touch` without its 0.1 s wait a job: [sys.executable, TOUCH_CLI, ...] (why it
+# changes nothing a test checks: that file).
+TOUCH_CLI = str(REPO / "tests" / "snakemake_touch.py")
+
 # What a clone holds that the workflow reads (its venvs, results/ and resources/ aside).
 CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs", "benchmarks")
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TOUCH_CLI
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "config" / "config.yaml")
 
@@ -33,7 +35,8 @@ CONFIG = str(REPO / "config" / "config.yaml")
 def _snakemake(work: Path, *args: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", CONFIG, "--cores", "1", *args],
+    cli = [TOUCH_CLI] if "--touch" in args else ["-m", "snakemake"]
+    done = subprocess.run([sys.executable, *cli, "--configfile", CONFIG, "--cores", "1", *args],
                           cwd=work, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
