@@ -7,7 +7,7 @@
    exactly the cells that read it: each cell's job depends on its own spec (the files and
    settings its prompts are made from), the batch manifest only orders it (`ancient`).
 
-Both run in a throw-away copy of the checkout (prompts copied so one can be edited) on the
+All run in a throw-away copy of the checkout (prompts copied where one is edited) on the
 embedded default config. For (2) and (3) every output exists as an empty stand-in made up to date
 with `snakemake --touch`, so the dry run shows what the edit alone triggers; the stand-ins are
 made once per session (tests/conftest.py `sample_stand_ins`, a copied checkout, shared with
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TOUCH_CLI
+from conftest import TOUCH_CLI, workflow_workdir
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = str(REPO / "config" / "config.yaml")
@@ -68,17 +68,9 @@ def _jobs(text: str) -> list[tuple[str, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("rebuild")
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        (work / name).symlink_to(REPO / name)
-    (work / "resources").mkdir()
-    for entry in (REPO / "resources").iterdir():
-        if entry.name == "prompts":
-            shutil.copytree(entry, work / "resources" / "prompts")
-        else:
-            (work / "resources" / entry.name).symlink_to(entry)
-    return work
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """For the plans of one target (no edits: the tests that edit work on `sample_stand_ins`)."""
+    return workflow_workdir(tmp_path_factory.mktemp("rebuild"))
 
 
 @pytest.fixture(scope="module")
