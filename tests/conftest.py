@@ -22,10 +22,13 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from filelock import FileLock
+
+if TYPE_CHECKING:
+    from dry_runs import DryRun
 
 REPO = Path(__file__).resolve().parents[1]
 # Tests sit in one folder per stage (tests/<stage>/, as workflow/cqabench/<stage>/); a few import
@@ -150,6 +153,57 @@ def once_per_session(key: str, compute: Callable[[], T]) -> T:
             stored.write_bytes(pickle.dumps(value))
     _SESSION[key] = value
     return value
+
+
+# `snakemake --touch` without its 0.1 s wait a job: [sys.executable, TOUCH_CLI, ...] (why it
+# changes nothing a test checks: that file).
+TOUCH_CLI = str(REPO / "tests" / "snakemake_touch.py")
+
+# What a clone holds that the workflow reads (its venvs, results/ and resources/ aside).
+CHECKOUT = ("Snakefile", "workflow", "config", "profiles", "envs", "benchmarks")
+
+
+def copied_checkout(root: Path) -> Path:
+    """A copy of the checkout at `root`, as `cp -a` of a clone makes it (no link back into the
+    repository, so moving it moves the workflow too); in resources/ only the prompts are copied
+    (a test may edit them), the data are links to the repository's (a path outside the checkout)."""
+    root.mkdir(parents=True)
+    for name in CHECKOUT:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, root / name)
+    (root / "resources").mkdir()
+    for entry in (REPO / "resources").iterdir():
+        if entry.name == "prompts":
+            shutil.copytree(entry, root / "resources" / "prompts")
+        else:
+            (root / "resources" / entry.name).symlink_to(entry)
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_stand_ins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DryRun]:
+    """A `copied_checkout` in which every output of the default config is an empty stand-in made
+    up to date with `snakemake --touch --forceall`, and that config's `snakemake -n --forceall`
+    printout (tests/dry_runs.py). Made once per session, xdist workers included (in
+    `shared_root`, under a FileLock): the forced plan, the touch and the check that nothing is
+    left to do are the slow part of every test that reads it (test_rebuild, test_moved_checkout),
+    and the same for all. Tests never edit it: each edits its own `shutil.copytree(...,
+    symlinks=True)` copy, which keeps the mtimes and Snakemake's metadata, so nothing reruns."""
+    from dry_runs import dry_run
+    from test_rebuild import _stand_ins
+
+    forced = dry_run("config.yaml")  # `-n --forceall`: the same plan in any copy of the checkout
+    root = shared_root(tmp_path_factory) / "sample_stand_ins"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "made").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a half-made one from a failed build
+            work = copied_checkout(root / "checkout")
+            _stand_ins(work, forced)  # also asserts that the checkout then plans nothing
+            (root / "made").touch()
+    return root / "checkout", forced
 
 
 def planned_jobs(config: str | dict, name: str | None = None) -> list:

@@ -7,9 +7,11 @@
    exactly the cells that read it: each cell's job depends on its own spec (the files and
    settings its prompts are made from), the batch manifest only orders it (`ancient`).
 
-Both run in a throw-away copy of the checkout (prompts copied so one can be edited) on the
-embedded default config. For (2) every output exists as an empty stand-in made up to date with
-`snakemake --touch`, so the dry run shows what the edit alone triggers.
+All run in a throw-away copy of the checkout (prompts copied where one is edited) on the
+embedded default config. For (2) and (3) every output exists as an empty stand-in made up to date
+with `snakemake --touch`, so the dry run shows what the edit alone triggers; the stand-ins are
+made once per session (tests/conftest.py `sample_stand_ins`, a copied checkout, shared with
+test_moved_checkout) and each test edits its own copy of that folder.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import TOUCH_CLI, workflow_workdir
 from dry_runs import DryRun, dry_run, snakemake_n
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +34,8 @@ CONFIG = str(REPO / "config" / "config.yaml")
 def _snakemake(work: Path, *args: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", CONFIG, "--cores", "1", *args],
+    cli = [TOUCH_CLI] if "--touch" in args else ["-m", "snakemake"]
+    done = subprocess.run([sys.executable, *cli, "--configfile", CONFIG, "--cores", "1", *args],
                           cwd=work, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
@@ -43,17 +47,9 @@ def _n(work: Path, *args: str) -> DryRun:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("rebuild")
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        (work / name).symlink_to(REPO / name)
-    (work / "resources").mkdir()
-    for entry in (REPO / "resources").iterdir():
-        if entry.name == "prompts":
-            shutil.copytree(entry, work / "resources" / "prompts")
-        else:
-            (work / "resources" / entry.name).symlink_to(entry)
-    return work
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """For the plans of one target (no edits: the tests that edit work on `sample_stand_ins`)."""
+    return workflow_workdir(tmp_path_factory.mktemp("rebuild"))
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +112,15 @@ def _stand_ins(work: Path, forced: DryRun, *config: str) -> None:
     assert sum(_n(work, *config).counts.values()) == 0, "stand-ins are not up to date"
 
 
+def _own_copy(sample_stand_ins: tuple[Path, DryRun], tmp_path: Path) -> Path:
+    """The test's own copy of the session's stand-ins (tests/conftest.py), to edit: the stand-ins,
+    their mtimes (copy2) and Snakemake's metadata (.snakemake/) come along, so nothing is out of
+    date in it either."""
+    work = tmp_path / "work"
+    shutil.copytree(sample_stand_ins[0], work, symlinks=True)
+    return work
+
+
 REPORT_JOBS = {"aggregate": 1, "report_tables": 1, "report_plots": 1, "report_page": 1, "all": 1}
 # The default's paper tables, each its own job (table_<id>, cqabench.planner.table_targets).
 TANQ_TABLES = ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills", "tanq_table8_by_n_relations",
@@ -125,7 +130,8 @@ TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_r
 
 
 @pytest.mark.snakemake
-def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(work: Path, forced: DryRun) -> None:
+def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sample_stand_ins: tuple[Path, DryRun],
+                                                                            tmp_path: Path) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
     dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); the BM25+MiniLM fusion of the
@@ -139,7 +145,7 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
     shows the 12 numeric cells (TAT-QA and FinQA few-shot), reruns."""
     import yaml
 
-    _stand_ins(work, forced)
+    work = _own_copy(sample_stand_ins, tmp_path)  # a stale copy would fail the exact job tables below
     config = yaml.safe_load(Path(CONFIG).read_text())
     assert config["generation"]["batch_llms"], "the default no longer batches: this test checks nothing"
     config["retrievers"]["bm25"]["k1"] = 1.2
@@ -172,8 +178,9 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(wo
 
 
 @pytest.mark.snakemake
-def test_editing_one_template_reruns_exactly_its_cells(work: Path, forced: DryRun) -> None:
-    _stand_ins(work, forced)
+def test_editing_one_template_reruns_exactly_its_cells(sample_stand_ins: tuple[Path, DryRun], forced: DryRun,
+                                                       tmp_path: Path) -> None:
+    work = _own_copy(sample_stand_ins, tmp_path)
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
