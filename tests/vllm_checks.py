@@ -4,8 +4,10 @@ The test process is `.venv` (transformers 4, no vllm); vLLM lives in `.venv-vllm
 (transformers 5). This file is run there as a script, with PYTHONPATH=workflow, and
 imported in `.venv` for the same computations, so both sides run the same code:
 
-    python tests/vllm_checks.py tokenizer --model DIR --job job.json --out out.json
-    python tests/vllm_checks.py generate  --model DIR --job job.json --out out.json
+    python tests/vllm_checks.py generate --model DIR --job job.json --out out.json
+
+A `generate` job may carry a `tokenizer` job too: `tokenizer_probe` then runs in the same process
+(one start of the vLLM interpreter per test module, issue 35), under the result's "tokenizer" key.
 
 It imports only the standard library at module level (pytest is not in `.venv-vllm`).
 """
@@ -89,6 +91,8 @@ def generate_vllm(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     out["vllm"] = vllm.__version__
+    if "tokenizer" in job:
+        out["tokenizer"] = tokenizer_probe(model_dir, job["tokenizer"])
     for run in job["runs"]:
         sampling = Sampling.from_config(run["sampling"])
         t0 = time.perf_counter()
@@ -119,14 +123,13 @@ def generate_vllm(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["tokenizer", "generate"])
+    ap.add_argument("what", choices=["generate"])
     ap.add_argument("--model", required=True)
     ap.add_argument("--job", required=True, type=Path)
     ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
     job = json.loads(args.job.read_text())
-    result = tokenizer_probe(args.model, job) if args.what == "tokenizer" else generate_vllm(args.model, job)
-    args.out.write_text(json.dumps(result, ensure_ascii=False))
+    args.out.write_text(json.dumps(generate_vllm(args.model, job), ensure_ascii=False))
     return 0
 
 

@@ -2,9 +2,10 @@
 
 The test process is `.venv` (transformers 4, no vllm). vLLM runs in the vLLM interpreter
 ($CQABENCH_VLLM_PYTHON, else .venv-vllm/bin/python, built by `make setup`) through
-tests/vllm_checks.py, once per module: one engine start (~30-60 s on 2 cores) serves every
-check, and the tests read its JSON. A missing vLLM environment fails these tests: it is part
-of the set-up, not an optional extra.
+tests/vllm_checks.py, once per module: one start of that interpreter and one engine start
+(~30-60 s on 2 cores) serve every check (the environment's versions, the tokenizer probe, the
+generations), and the tests read its JSON. A missing vLLM environment fails these tests: it is
+part of the set-up, not an optional extra.
 """
 
 from __future__ import annotations
@@ -95,8 +96,28 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_out(smollm2_dir: Path, prompts, report_dir: Path) -> dict:
-    job = {"runs": _runs(prompts), "options": {"threads": 2}}  # the workflow passes --threads the same way
+def tokenizer_job(smollm2_dir: Path, prompts) -> dict:
+    """What the tokenizer test compares between transformers 4 (here) and 5 (the vLLM interpreter):
+    the prompts plus one with unusual characters, plain texts, and id lists to decode."""
+    from transformers import AutoTokenizer
+
+    _, chats, _ = prompts
+    chats = chats + [[{"role": "user", "content": "Ünïcödé — 東京 😀, tabs\tand  double  spaces; 1984 / 25,000."}]]
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    some_ids = tok("Café au lait — 東京 😀 (1984)", add_special_tokens=False)["input_ids"]
+    return {
+        "chats": chats,
+        "texts": ["Question: Who wrote Hamlet?", " leading space", "plain"],
+        "id_lists": [list(range(17, 400)), list(range(40000, 40300)), [1, 504, 3575, 2, 0], some_ids,
+                     some_ids[:-1], [198, 198, 28, 216]],
+    }
+
+
+@pytest.fixture(scope="module")
+def vllm_out(smollm2_dir: Path, prompts, tokenizer_job: dict, report_dir: Path) -> dict:
+    """The module's one run in the vLLM interpreter: the generations and the tokenizer probe."""
+    job = {"runs": _runs(prompts), "options": {"threads": 2},  # the workflow passes --threads the same way
+           "tokenizer": tokenizer_job}  # fmt: skip
     return run_in_vllm_env("generate", smollm2_dir, job, report_dir)
 
 
@@ -132,30 +153,22 @@ def test_unknown_vllm_options_are_refused_by_name(tmp_path: Path) -> None:
         make_backend(llm_spec("m", {"backend": "vllm", "source": folder, "enforce_eager": "yes"}))
 
 
-def test_the_vllm_environment_is_built() -> None:
-    proc = subprocess.run([str(vllm_python()), "-c", "import vllm, transformers; print(vllm.__version__, transformers.__version__)"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    vllm_version, transformers_version = proc.stdout.split()[-2:]
-    assert vllm_version == "0.32.0" and transformers_version.startswith("5.")
+@pytest.mark.engine
+def test_the_vllm_environment_is_built(vllm_out: dict) -> None:
+    """The versions the module's vLLM run imported (vllm_out: `import vllm, transformers` there)."""
+    assert vllm_out["vllm"] == "0.32.0" and vllm_out["tokenizer"]["transformers"].startswith("5.")
 
 
-def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_dir: Path, prompts, tmp_path: Path) -> None:
+@pytest.mark.engine
+def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_dir: Path, tokenizer_job: dict,
+                                                                       vllm_out: dict) -> None:
     """Same prompt ids, same decoded strings, no BOS added: hf (.venv) and vLLM (.venv-vllm) read one folder alike."""
     from transformers import AutoTokenizer
 
-    _, chats, _ = prompts
-    chats = chats + [[{"role": "user", "content": "Ünïcödé — 東京 😀, tabs\tand  double  spaces; 1984 / 25,000."}]]
     tok = AutoTokenizer.from_pretrained(smollm2_dir)
-    some_ids = tok("Café au lait — 東京 😀 (1984)", add_special_tokens=False)["input_ids"]
-    job = {
-        "chats": chats,
-        "texts": ["Question: Who wrote Hamlet?", " leading space", "plain"],
-        "id_lists": [list(range(17, 400)), list(range(40000, 40300)), [1, 504, 3575, 2, 0], some_ids,
-                     some_ids[:-1], [198, 198, 28, 216]],
-    }
+    job = tokenizer_job
     here = vllm_checks.tokenizer_probe(str(smollm2_dir), job)
-    there = run_in_vllm_env("tokenizer", smollm2_dir, job, tmp_path)
+    there = vllm_out["tokenizer"]  # the same probe, run in the vLLM interpreter
     assert here["transformers"].startswith("4.") and there["transformers"].startswith("5.")
     assert here["rendered"] == there["rendered"]
     assert here["prompt_ids"] == there["prompt_ids"]

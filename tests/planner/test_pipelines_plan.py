@@ -4,6 +4,7 @@ Pure planning except the last tests, which run `snakemake` in a temporary folder
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -259,20 +260,53 @@ def _small_config(tmp_path: Path) -> Path:
     return path
 
 
+PREFIX_RUNS = [f"results/pipes/runs/tatqa/dev/pipe/{name}.parquet" for name in ("bm25", "bm25t")]
+
+
+@pytest.fixture(scope="module")
+def pipes_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The prefix both end-to-end tests below stand on, built once per module: `snakemake` builds
+    the two BM25 runs of `_small_config` from scratch (prepare, index, both searches) in one
+    workflow folder. Each test runs in its own copy (`_prefix_copy`), so neither sees the other's
+    pipelines; built per test it took about half of each test's time (issue 35)."""
+    from conftest import workflow_workdir
+    from dry_runs import parse
+
+    root = tmp_path_factory.mktemp("pipes-prefix")
+    work, config = workflow_workdir(root), _small_config(root)
+    done = _snakemake(work, "--cores", "2", *PREFIX_RUNS, "--configfile", str(config))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    counts = parse(out).counts
+    assert set(counts) >= {"prepare", "index", "search"} and counts["search"] == 2, counts
+    return root
+
+
+def _prefix_copy(prefix: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A private copy of `pipes_prefix` (results/, .snakemake/'s records, modification times
+    kept, the workflow's symlinks as symlinks): its workflow folder and its config file."""
+    root = tmp_path / "prefix"
+    shutil.copytree(prefix, root, symlinks=True)
+    return root / "work", root / "pipes.yaml"
+
+
 @pytest.mark.snakemake
-def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Path) -> None:
-    """`snakemake` in a temporary folder builds the fused run's metrics by path, from scratch:
-    prepare, index, both searches, fuse_runs, eval_retrieval. The metrics row records the fusion's
-    settings and its inputs'; the fused run equals ranx's fusion of the two run files."""
+def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix: Path) -> None:
+    """`snakemake` in a temporary folder builds the fused run's metrics by path over the shared
+    prefix (`pipes_prefix`: prepare, index, both searches, from scratch): exactly fuse_runs and
+    eval_retrieval run. The metrics row records the fusion's settings and its inputs'; the fused
+    run equals ranx's fusion of the two run files."""
     import json
 
     from cqabench.retrieval import fusion
     from cqabench.retrieval.runs import ranked, read_run
+    from dry_runs import parse
 
-    config = _small_config(tmp_path)
+    workdir, config = _prefix_copy(pipes_prefix, tmp_path)
     target = "results/pipes/retrieval/tatqa/dev/pipe/hybrid/metrics.json"
     done = _snakemake(workdir, "--cores", "2", target, "--configfile", str(config))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 1, "eval_retrieval": 1}  # the prefix is reused
     doc = json.loads((workdir / target).read_text())
     settings = doc["cell"]["retriever_settings"]
     assert settings["type"] == "fusion" and settings["method"] == "rrf" and settings["rrf_k"] == 60 and settings["depth"] == 20
@@ -298,8 +332,6 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
     assert "Nothing to be done" in again.stdout + again.stderr
     # a changed fusion setting reruns exactly the fusion and its evaluation, not the runs it reads
     # (the resolved config, which the evaluation reads its record from, is rewritten before planning)
-    from dry_runs import parse
-
     changed = yaml.safe_load(config.read_text())
     changed["retrieval"]["pipelines"]["hybrid"]["rrf_k"] = 10
     config.write_text(yaml.safe_dump(changed))
@@ -308,15 +340,18 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, workdir: Pat
 
 
 @pytest.mark.snakemake
-def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, workdir: Path, cross_encoder: Path) -> None:
+def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, pipes_prefix: Path,
+                                                               cross_encoder: Path) -> None:
     """The rerank_run rule for real (the cross-encoder of tests/retrieval/test_rerank.py: MiniLM with a
     randomly initialised head, on CPU) over the fused run, and a fusion of that rerank with BM25:
-    each scored by eval_retrieval; the rerank keeps its depth and records its pairs."""
+    each scored by eval_retrieval; the rerank keeps its depth and records its pairs. Runs over the
+    shared prefix (`pipes_prefix`): the pipelines' jobs run, none of the prefix's."""
     import json
 
     from cqabench.retrieval.runs import read_run
+    from dry_runs import parse
 
-    config = _small_config(tmp_path)
+    workdir, config = _prefix_copy(pipes_prefix, tmp_path)
     c = yaml.safe_load(config.read_text())
     c["retrieval"]["pipelines"].update({
         "hybrid-ce": {"type": "rerank", "of": "hybrid", "model": str(cross_encoder), "depth": 5, "max_length": 128},
@@ -326,6 +361,7 @@ def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, 
     targets = [f"results/pipes/retrieval/tatqa/dev/pipe/{n}/metrics.json" for n in ("hybrid-ce", "ce-bm25")]
     done = _snakemake(workdir, "--cores", "2", *targets, "--configfile", str(config))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 2, "rerank_run": 1, "eval_retrieval": 2}
     runs = workdir / "results/pipes/runs/tatqa/dev/pipe"
     reranked, fused = read_run(runs / "hybrid-ce.parquet"), read_run(runs / "hybrid.parquet")
     assert reranked and all(len(docs) == min(5, len(fused[q])) for q, docs in reranked.items())

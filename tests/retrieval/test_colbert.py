@@ -10,8 +10,6 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import models_fixtures as mf  # noqa: E402
-
 from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError, DataError  # noqa: E402
 from cqabench.retrieval import colbert  # noqa: E402
@@ -31,9 +29,10 @@ def _need_compiler() -> None:
         pytest.skip(f"no C++ compiler {compiler!r} on PATH: colbert-ai cannot build its C++ helpers")
 
 
-@pytest.fixture(scope="session")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return mf.tiny_colbert(tmp_path_factory.mktemp("colbert") / "model")
+@pytest.fixture
+def model(tiny_colbert_dir: Path) -> Path:
+    """The session's tiny ColBERT checkpoint (tests/conftest.py), shared with test_encode_parts."""
+    return tiny_colbert_dir
 
 
 @pytest.mark.colbert

@@ -57,21 +57,18 @@ def _queries(data: Path) -> list[tuple[str, str]]:
     return [(r["qid"], r["question"]) for r in pq.read_table(data / "queries.parquet").to_pylist()]
 
 
-def _scattered(
-    corpus: Path, settings: dict[str, Any], n: int, root: Path, codec: Path | None = None
-) -> tuple[list[Path], Path]:
-    """N part jobs through the CLI, then the gather, as the rules run them (ColBERT: with --codec)."""
+def _scattered(corpus: Path, settings: dict[str, Any], n: int, root: Path) -> tuple[list[Path], Path]:
+    """N part jobs through the CLI, then the gather, as the rules run them (ColBERT's, with its
+    --codec, run through the rules themselves: `colbert_rules`)."""
     from cqabench.cli import main
 
-    codec_args = ["--codec", str(codec)] if codec else []
     folders = [root / f"{i}-of-{n}" for i in range(n)]
     for i, folder in enumerate(folders):
         assert main(["encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                     json.dumps(settings), "--part", str(i), "--of", str(n), "--out", str(folder),
-                     *codec_args]) == 0  # fmt: skip
+                     json.dumps(settings), "--part", str(i), "--of", str(n), "--out", str(folder)]) == 0  # fmt: skip
     index = root / "gathered"
     assert main(["gather-index", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
-                 json.dumps(settings), "--parts", *map(str, folders), "--out", str(index), *codec_args]) == 0  # fmt: skip
+                 json.dumps(settings), "--parts", *map(str, folders), "--out", str(index)]) == 0  # fmt: skip
     return folders, index
 
 
@@ -97,9 +94,17 @@ def test_a_row_range_reads_exactly_those_rows_across_row_groups(tatqa: Path, tmp
 
 
 @pytest.fixture(scope="module")
-def dense_pair(tatqa: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's CQABENCH_EXPORT_CACHE, as the rules set it (cache/onnx): MiniLM is exported to
+    ONNX int8 once, by the first job that needs it, and every later index job of the module (the
+    dense pair's, the Snakemake run's part jobs) copies that export (issue 35)."""
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def dense_pair(tatqa: Path, onnx_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("dense_parts")
-    os.environ["CQABENCH_EXPORT_CACHE"] = str(root / "onnx-cache")  # as the rules set it: one export
+    os.environ["CQABENCH_EXPORT_CACHE"] = str(onnx_cache)  # as the rules set it: one export
     try:
         single = root / "single"
         jobs.index_corpus(tatqa / "corpus.parquet", "pipe", MINILM, single)
@@ -199,28 +204,29 @@ def _torch_files_equal(a: Path, b: Path) -> bool:
 
 
 @pytest.mark.colbert
-def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path: Path) -> None:
+@pytest.mark.snakemake
+def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path: Path,
+                                                          colbert_rules: dict[str, Any]) -> None:
     """One codec job, 3 part jobs, the gather: the PLAID index colbert-ai's `Indexer.index` builds.
 
+    The scattered index is the one the rules built (`colbert_rules`: train-codec, encode-part and
+    gather-index as Snakemake runs them; once built here through the CLI as well, the same
+    commands, issue 35), compared with colbert-ai's single job on the same corpus.
     252 documents in colbert-ai chunks of 40 make 7 chunks; the parts hold chunks 0-1, 2-3 and
     4-6. Every tensor file (codec, codes, residuals, IVF) is equal, every doclens and chunk
     metadata file is byte-equal, metadata.json equal but for the paths and run name, and the first
     60 questions get the same top-100 docids and scores.
     """
-    from cqabench.cli import main
-
-    model = mf.tiny_colbert(tmp_path / "model")
-    settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16,
-                "kmeans_niters": 2, "chunksize": 40, "timeout_s": 900}  # fmt: skip
+    work, settings = colbert_rules["work"], colbert_rules["settings"]
     corpus = tatqa / "corpus.parquet"
+    # the corpus the rules encoded is this module's prepared TAT-QA sample
+    assert pq.read_table(work / "results/sample/data/tatqa/dev/corpus.parquet").equals(pq.read_table(corpus))
     single = tmp_path / "single"
     jobs.index_corpus(corpus, "pipe", settings, single)
     scattered = {**settings, "encode_jobs": 3}
-    codec = tmp_path / "codec"
-    assert main(["train-codec", "--corpus", str(corpus), "--serialization", "pipe",
-                 "--retriever-settings", json.dumps(scattered), "--out", str(codec)]) == 0  # fmt: skip
+    codec = work / COLBERT_PARTS / "codec"
     assert json.loads((codec / colbert.CODEC_FILE).read_text())["num_chunks"] == 7
-    folders, gathered = _scattered(corpus, scattered, 3, tmp_path, codec)
+    folders, gathered = [work / COLBERT_PARTS / f"{i}-of-3" for i in range(3)], work / COLBERT_INDEX
     assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]
     one, many = single / colbert.PLAID_DIR, gathered / colbert.PLAID_DIR
     names = sorted(p.name for p in one.iterdir())
@@ -257,9 +263,13 @@ def _workdir(tmp_path: Path) -> Path:
     return work
 
 
-def _snakemake(work: Path, config: Path, *args: str) -> str:
+def _snakemake(work: Path, config: Path, *args: str, export_cache: Path | None = None) -> str:
+    """`snakemake --configfile config --cores 1 args` in `work`, asserted to succeed; its output.
+    `export_cache`: the jobs' CQABENCH_EXPORT_CACHE (None: the rules' default, cache/onnx)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}  # fmt: skip
+    if export_cache is not None:
+        env["CQABENCH_EXPORT_CACHE"] = str(export_cache)
     done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", str(config), "--cores", "1", *args],
                           cwd=work, capture_output=True, text=True, env=env, timeout=600, check=False)  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
@@ -267,7 +277,7 @@ def _snakemake(work: Path, config: Path, *args: str) -> str:
 
 
 @pytest.mark.snakemake
-def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
+def test_a_killed_part_job_is_rerun_alone(tmp_path: Path, onnx_cache: Path) -> None:
     """Parts 0 and 2 finished (Snakemake), part 1's job SIGKILLed while it runs (no cleanup of any
     kind, as a lost node or SLURM's kill would): the next run of the index runs exactly part 1's
     job and the gather, and leaves the finished parts' files as they were."""
@@ -281,12 +291,13 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     index = "results/sample/index/tatqa/pipe/minilm"
     part_dirs = [work / f"results/sample/index_parts/tatqa/pipe/minilm/{i}-of-3" for i in range(3)]
 
-    _snakemake(work, config_file, str(part_dirs[0].relative_to(work)), str(part_dirs[2].relative_to(work)))
+    _snakemake(work, config_file, str(part_dirs[0].relative_to(work)), str(part_dirs[2].relative_to(work)),
+               export_cache=onnx_cache)
     assert part_dirs[0].is_dir() and part_dirs[2].is_dir() and not (work / index).exists()
     before = {p.name: (p / parts.PART_FILE).stat().st_mtime_ns for p in (part_dirs[0], part_dirs[2])}
 
     # Part 1's job, as the rule runs it, killed once it has started writing its part.
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "CQABENCH_EXPORT_CACHE": str(work / "cache/onnx")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "CQABENCH_EXPORT_CACHE": str(onnx_cache)}
     job = subprocess.Popen([sys.executable, "-m", "cqabench.cli", "encode-part", "--corpus",
                             str(work / "results/sample/data/tatqa/dev/corpus.parquet"), "--serialization", "pipe",
                             "--retriever-settings", json.dumps(config["retrievers"]["minilm"]), "--part", "1",
@@ -300,9 +311,9 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     assert list(part_dirs[1].parent.glob(".1-of-3.*.tmp")), "the job never started writing"
     assert not part_dirs[1].exists()  # a killed part leaves nothing that looks complete
 
-    plan = parse(_snakemake(work, config_file, "-n", index)).counts
+    plan = parse(_snakemake(work, config_file, "-n", index, export_cache=onnx_cache)).counts
     assert plan == {"encode_part": 1, "gather_index": 1}, plan
-    out = _snakemake(work, config_file, index)
+    out = _snakemake(work, config_file, index, export_cache=onnx_cache)
     assert parse(out).counts == plan  # the real run's job stats: those two jobs ran, nothing else
     assert "wildcards: corpus=tatqa, serialization=pipe, retriever=minilm, part=1, parts=3" in out
     after = {p.name: (p / parts.PART_FILE).stat().st_mtime_ns for p in (part_dirs[0], part_dirs[2])}
@@ -312,26 +323,39 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path) -> None:
     assert [parts.read_part(p)["rows"] for p in part_dirs] == [[0, 80], [80, 160], [160, 252]]
 
 
+COLBERT_INDEX = "results/sample/index/tatqa/pipe/colbert"
+COLBERT_PARTS = "results/sample/index_parts/tatqa/pipe/colbert"
+
+
+@pytest.fixture(scope="module")
+def colbert_rules(tiny_colbert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The rules wired as config/dexter.yaml uses them, planned (`-n`) and run for real once on the
+    TAT-QA sample with the session's tiny ColBERT (colbert-ai chunks of 40, encode_jobs 3): the
+    index both ColBERT tests below read, built once (issue 35)."""
+    work = _workdir(tmp_path_factory.mktemp("colbert_rules"))
+    settings = {"type": "colbert", "model": str(tiny_colbert_dir), "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16,
+                "kmeans_niters": 2, "chunksize": 40, "timeout_s": 900}  # fmt: skip
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["retrievers"]["colbert"] = {**settings, "encode_jobs": 3}
+    config_file = work / "colbert.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    plan = _snakemake(work, config_file, "-n", COLBERT_INDEX)
+    return {"work": work, "settings": settings, "plan": plan, "run": _snakemake(work, config_file, COLBERT_INDEX)}
+
+
 @pytest.mark.snakemake
-def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(tmp_path: Path) -> None:
+def test_snakemake_builds_a_colbert_index_from_its_codec_and_parts(colbert_rules: dict[str, Any]) -> None:
     """The rules wired as config/dexter.yaml uses them, run for real on the TAT-QA sample: one
     colbert_codec job, then 3 encode_part jobs given its folder, then gather_index."""
     from dry_runs import parse
 
-    work = _workdir(tmp_path)
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    config["retrievers"]["colbert"] = {"type": "colbert", "model": str(mf.tiny_colbert(tmp_path / "model")),
-                                       "nbits": 2, "doc_maxlen": 32, "query_maxlen": 16, "kmeans_niters": 2,
-                                       "chunksize": 40, "encode_jobs": 3, "timeout_s": 900}  # fmt: skip
-    config_file = work / "colbert.yaml"
-    config_file.write_text(yaml.safe_dump(config))
-    index = "results/sample/index/tatqa/pipe/colbert"
-    plan = parse(_snakemake(work, config_file, "-n", index)).counts
+    work = colbert_rules["work"]
+    plan = parse(colbert_rules["plan"]).counts
     assert {r: plan.get(r) for r in ("colbert_codec", "encode_part", "gather_index", "index")} == {
         "colbert_codec": 1, "encode_part": 3, "gather_index": 1, "index": None}, plan  # fmt: skip
-    out = _snakemake(work, config_file, index)
+    out = colbert_rules["run"]
     assert "--codec results/sample/index_parts/tatqa/pipe/colbert/codec" in out
-    meta = json.loads((work / index / colbert.PLAID_DIR / "metadata.json").read_text())
-    assert (meta["num_chunks"], len((work / index / "docids.txt").read_text().splitlines())) == (7, 252)
-    folders = [work / f"results/sample/index_parts/tatqa/pipe/colbert/{i}-of-3" for i in range(3)]
+    meta = json.loads((work / COLBERT_INDEX / colbert.PLAID_DIR / "metadata.json").read_text())
+    assert (meta["num_chunks"], len((work / COLBERT_INDEX / "docids.txt").read_text().splitlines())) == (7, 252)
+    folders = [work / COLBERT_PARTS / f"{i}-of-3" for i in range(3)]
     assert [parts.read_part(f)["chunks"] for f in folders] == [[0, 1], [2, 3], [4, 5, 6]]
