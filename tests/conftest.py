@@ -201,13 +201,10 @@ def sample_stand_ins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Dr
     from test_rebuild import _stand_ins
 
     forced = dry_run("config.yaml")  # `-n --forceall`: the same plan in any copy of the checkout
-    root = shared_root(tmp_path_factory) / "sample_stand_ins"
-    with FileLock(str(root) + ".lock"):
-        if not (root / "made").is_file():
-            shutil.rmtree(root, ignore_errors=True)  # a half-made one from a failed build
-            work = copied_checkout(root / "checkout")
-            _stand_ins(work, forced)  # also asserts that the checkout then plans nothing
-            (root / "made").touch()
+    def build(root: Path) -> None:
+        _stand_ins(copied_checkout(root / "checkout"), forced)  # also asserts that it then plans nothing
+
+    root = built_once(tmp_path_factory, "sample_stand_ins", build)
     return root / "checkout", forced
 
 
@@ -237,6 +234,20 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """`shared_root`/name, filled by `build(folder)` once per session, xdist workers included: the
+    first to ask builds it under a FileLock and marks it made; a half-built one (a failed build)
+    is built again."""
+    root = shared_root(tmp_path_factory) / name
+    with FileLock(str(root) + ".lock"):
+        if not (root / ".made").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            build(root)
+            (root / ".made").touch()
+    return root
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded SmolLM2-135M converted once for the whole session, workers included (every module
@@ -261,10 +272,4 @@ def tiny_colbert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     seeded (torch.manual_seed(0)), so one copy is what each test built for itself before."""
     import models_fixtures
 
-    root = shared_root(tmp_path_factory) / "colbert"
-    with FileLock(str(root) + ".lock"):
-        if not (root / "made").is_file():
-            shutil.rmtree(root, ignore_errors=True)  # a half-built one from a failed build
-            models_fixtures.tiny_colbert(root / "model")
-            (root / "made").touch()
-    return root / "model"
+    return built_once(tmp_path_factory, "colbert", lambda root: models_fixtures.tiny_colbert(root / "model")) / "model"
