@@ -183,7 +183,6 @@ if (
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
-from cqabench.estimate.run import write_estimate
 
 try:
     _COSTS = JobCosts(PLAN, strict=False)
