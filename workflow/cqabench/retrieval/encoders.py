@@ -159,7 +159,6 @@ class HFEncoder:
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
-        import torch
         from transformers import AutoConfig, AutoTokenizer
 
         if pooling not in POOLINGS:
@@ -172,6 +171,8 @@ class HFEncoder:
         self.device = require_device(device, f"model {spec!r}")
         path = resolve_model(spec)
         set_threads(threads)
+        if backend == "onnx" and onnx_path is not None and not Path(onnx_path).is_file():
+            _copy_shared_export(path, Path(onnx_path), quantize)
         reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -182,6 +183,8 @@ class HFEncoder:
                 self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads, path)
                 self._run = self._run_onnx
                 return
+            import torch
+
             model = _model_class(path).from_pretrained(path)
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
@@ -278,15 +281,16 @@ def export_cache_entry(model_dir: str, quantize: str) -> Path | None:
     folder = Path(model_dir)
     if not root or not folder.is_dir():
         return None
-    import onnxruntime
-    import torch
+    from importlib.metadata import version
 
     from cqabench.common.io import sha256_file
 
     digest = hashlib.sha256()
     for f in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         digest.update(f"{f.relative_to(folder).as_posix()}\0{sha256_file(f)}\n".encode())
-    digest.update(json.dumps([quantize, ONNX_OPSET, torch.__version__, onnxruntime.__version__, EXPORT_VERSION]).encode())
+    # the distributions' versions are torch.__version__ and onnxruntime.__version__ (2.13.0+cpu,
+    # 1.32.0), read without importing torch (seconds per job)
+    digest.update(json.dumps([quantize, ONNX_OPSET, version("torch"), version("onnxruntime"), EXPORT_VERSION]).encode())
     return Path(root) / f"{digest.hexdigest()[:24]}.onnx"
 
 
@@ -318,6 +322,21 @@ def _export(model: Any, tokenizer: Any, path: Path, quantize: str) -> None:
         fp32.unlink()
 
 
+def _copy_shared_export(model_dir: str, path: Path, quantize: str) -> bool:
+    """Copy the shared export of `model_dir` to `path` when there is one (True): an index job
+    then neither loads the torch weights nor imports torch."""
+    from cqabench.common.io import atomic_path
+
+    entry = export_cache_entry(model_dir, quantize) if model_dir else None
+    if entry is None or not entry.is_file():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        shutil.copyfile(entry, tmp)
+    log.info("onnx: reused the export %s", entry)
+    return True
+
+
 def _onnx_session(
     model: Any, tokenizer: Any, path: Path, quantize: str, threads: int | None, model_dir: str = ""
 ) -> Any:
@@ -327,23 +346,56 @@ def _onnx_session(
     from cqabench.common.io import atomic_path
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file():
+    if not path.is_file() and not _copy_shared_export(model_dir, path, quantize):
+        if model is None:
+            raise ConfigError(f"{path}: the index has no exported model; rebuild the index")
+        _export(model, tokenizer, path, quantize)
         entry = export_cache_entry(model_dir, quantize) if model_dir else None
-        if entry is not None and entry.is_file():
-            with atomic_path(path) as tmp:
-                shutil.copyfile(entry, tmp)
-            log.info("onnx: reused the export %s", entry)
-        else:
-            if model is None:
-                raise ConfigError(f"{path}: the index has no exported model; rebuild the index")
-            _export(model, tokenizer, path, quantize)
-            if entry is not None:
-                with atomic_path(entry) as tmp:
-                    shutil.copyfile(path, tmp)
+        if entry is not None:
+            with atomic_path(entry) as tmp:
+                shutil.copyfile(path, tmp)
     options = ort.SessionOptions()
     if threads:
         options.intra_op_num_threads = int(threads)
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+ST_MODULE = "sentence_transformers.models."
+ST_POOLING_MODES = {  # Pooling config flag -> its name in Pooling.get_pooling_mode_str()
+    "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def st_onnx_parts(spec: str) -> tuple[str, bool, int] | None:
+    """(pooling, normalize, max_seq_length) of a sentence-transformers folder that is a plain
+    Transformer (at the folder's root) + Pooling(cls|mean) [+ Normalize], read from its
+    modules.json, pooling config and sentence_bert_config.json; None for anything else.
+
+    What `STEncoder(spec).hf_parts()` and its `default_length` say, without importing
+    sentence-transformers and torch: 9 s of every ONNX MiniLM index and search job on 2 cores,
+    for three small JSON files. Any other stack (a Dense layer, a prompt, an unset length) goes
+    through `STEncoder` as before."""
+    folder = Path(resolve_model(spec))
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        types = [m["type"] for m in modules]
+        if types[:2] != [ST_MODULE + "Transformer", ST_MODULE + "Pooling"] or modules[0]["path"] != "":
+            return None
+        if types[2:] not in ([], [ST_MODULE + "Normalize"]):
+            return None
+        pooling = json.loads((folder / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
+        length = json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8")).get("max_seq_length")
+        prompts = folder / "config_sentence_transformers.json"
+        if prompts.is_file() and json.loads(prompts.read_text(encoding="utf-8")).get("default_prompt_name"):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    modes = [name for flag, name in ST_POOLING_MODES.items() if pooling.get(flag)]
+    if len(modes) != 1 or modes[0] not in POOLINGS or not isinstance(length, int):
+        return None
+    return modes[0], len(types) == 3, length
 
 
 class STEncoder:
