@@ -183,6 +183,7 @@ if (
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
+from cqabench.estimate.run import write_estimate
 
 try:
     _COSTS = JobCosts(PLAN, strict=False)
@@ -201,6 +202,14 @@ def retrieval_threads(rule, w):
     """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU
     job, else 1 (cqabench.retrieval.job_resources); SLURM gives that many CPUs."""
     return job_threads(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
+
+
+def retrieval_priority(rule, w):
+    """Jobs that declare several threads (BM25's JVM, a GPU job's CPUs) start before one-thread
+    jobs: on a few local cores such a job waits for a moment when all of its cores are free, and
+    the sample's short BM25 jobs then ran one by one at the end of the retrieval stage, with a
+    core idle (about a minute of make run). Scheduling order only; on a cluster, submission order."""
+    return 1 if retrieval_threads(rule, w) > 1 else 0
 
 
 def retrieval_settings(rule, w):

@@ -30,7 +30,12 @@ rule estimate:
         gpus=REFERENCE_NODE["gpus"],
         cores=REFERENCE_NODE["cores"],
         config_hash=CONFIG_HASH,  # it reads the whole config: a changed config re-estimates
-    # a shell job, not `run:`: the local executor starts a `run:` job as a new Snakemake process
-    shell:
-        "cqabench estimate --config {input.config:q} --rates {input.rates:q} --gpus {params.gpus} "
-        "--cores {params.cores} --out-dir {params.out_dir:q} > {log:q}"
+    run:
+        write_estimate(
+            input.config,
+            input.rates,
+            params.out_dir,
+            params.gpus,
+            params.cores,
+            log[0],
+        )

@@ -55,7 +55,10 @@ rule cell_spec:
     params:
         spec=lambda w: as_json(cell_spec(w)),
     # a shell job: Snakemake's local executor starts a `run:` job as a new Snakemake process
-    # (seconds each; 43 of them held a core for 9 of make run's 15 minutes on 2 cores)
+    # (12 s each here; the sample's 43 held a core for 522 s of make run on 2 cores). printf
+    # needs nothing; the environment is the one the cell's own jobs use (every shell rule names one)
+    conda:
+        "../../envs/generation.yaml"
     shell:
         "printf '%s\\n' {params.spec:q} > {output:q} 2> {log:q}"
 

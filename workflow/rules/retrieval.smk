@@ -19,6 +19,7 @@ rule index:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("index", w)
+    priority: lambda w: retrieval_priority("index", w)
     resources:
         gpu=lambda w: _request("index", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(_request("index", w)["mem_mb"], attempt),
@@ -52,6 +53,7 @@ rule colbert_codec:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("colbert_codec", w)
+    priority: lambda w: retrieval_priority("colbert_codec", w)
     resources:
         gpu=lambda w: _request("colbert_codec", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
@@ -85,6 +87,7 @@ rule encode_part:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("encode_part", w)
+    priority: lambda w: retrieval_priority("encode_part", w)
     resources:
         gpu=lambda w: _request("encode_part", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(
@@ -117,6 +120,7 @@ rule gather_index:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("gather_index", w)
+    priority: lambda w: retrieval_priority("gather_index", w)
     resources:
         # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
         # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
@@ -153,6 +157,7 @@ rule search:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("search", w)
+    priority: lambda w: retrieval_priority("search", w)
     resources:
         gpu=lambda w: _request("search", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(_request("search", w)["mem_mb"], attempt),
@@ -189,6 +194,7 @@ rule decompose_search:
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("decompose_search", w)
+    priority: lambda w: retrieval_priority("decompose_search", w)
     resources:
         gpu=lambda w: _request("decompose_search", w)["gpu"],
         mem_mb=lambda w, attempt: memory_mb(

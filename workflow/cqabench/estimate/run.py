@@ -63,3 +63,19 @@ def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path 
     """`jobs`: Snakemake's jobs of this config when already known (else asked of Snakemake);
     `prices`: API model -> USD per million (input, output) tokens (cqabench.estimate.spread)."""
     return build(plan_costs(config, root, rates_file, gpu_class, validate, jobs), gpus, cores, prices)
+
+
+def write_estimate(config_file: str | Path, rates_file: str | Path, out_dir: str | Path, gpus: int, cores: int,
+                   log: str | Path) -> None:
+    """The `estimate` rule's job: the run's resolved config (results/<name>/config.json, validated
+    already) estimated on `gpus` and `cores`, its tables written to `out_dir`, the printed text to
+    `log`. A localrule: Snakemake's DAG needs Snakemake, which the rules' conda envs lack."""
+    import json
+
+    from cqabench.common.io import write_text
+    from cqabench.estimate.tables import render_text, write
+
+    config = json.loads(Path(config_file).read_text(encoding="utf-8"))
+    est = estimate(config, gpus, cores, root=".", rates_file=rates_file, validate=False)
+    write(est, out_dir)
+    write_text(render_text(est), log)
