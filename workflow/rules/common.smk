@@ -183,6 +183,7 @@ if (
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
+from cqabench.estimate.rule_resources import requested, rule_resources
 
 try:
     _COSTS = JobCosts(PLAN, strict=False)
@@ -192,22 +193,24 @@ except ConfigError as exc:
     sys.exit(f"cqabench: {exc}")
 
 
-def _request(rule, w):
-    """The resources the job of `rule` with wildcards `w` asks for (first attempt)."""
-    return _COSTS.request(rule, dict(w.items()))
+def job_resources(rule, gpu=False, retries=False):
+    """What `resources: **job_resources("<rule>", ...)` gives a rule: mem_mb and runtime, and
+    with `gpu` the gpu count, from its job's estimate; with `retries` (the rules that declare
+    MEMORY_RETRIES) mem_mb doubles per attempt (cqabench.estimate.rule_resources)."""
+    return rule_resources(_COSTS, rule, gpu=gpu, retries=retries)
 
 
 def retrieval_threads(rule, w):
     """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU
     job, else 1 (cqabench.retrieval.job_resources); SLURM gives that many CPUs."""
-    return job_threads(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
+    gpu = requested(_COSTS, rule, w)["gpu"]
+    return job_threads(RETRIEVER_CONFIGS[w.retriever], gpu)
 
 
 def retrieval_settings(rule, w):
     """The retriever settings a retrieval job's command gets: with the declared threads."""
-    return as_arg(
-        job_settings(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
-    )
+    gpu = requested(_COSTS, rule, w)["gpu"]
+    return as_arg(job_settings(RETRIEVER_CONFIGS[w.retriever], gpu))
 
 
 # ---- names the rules use (all from the plan) ----

@@ -1,9 +1,9 @@
 # Data stage: download (only what resources/raw lacks) → prepare → pooled corpora → BEIR export.
 # prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"):
-# their estimate (_request, cqabench.estimate) is flat in the corpus size, their time linear in it;
+# their estimate (job_resources, cqabench.estimate) is flat in the corpus size, their time linear in it;
 # an out-of-memory kill still retries with twice the memory.
 from cqabench.common.io import write_text
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 
 rule download:
@@ -16,8 +16,7 @@ rule download:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w: _request("download", w)["mem_mb"],
-        runtime=lambda w: _request("download", w)["runtime"],
+        **job_resources("download"),
     params:
         spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
         raw_dir=RAW_DIR,
@@ -42,8 +41,7 @@ rule prepare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(_request("prepare", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("prepare", w)["runtime"],
+        **job_resources("prepare", retries=True),
     params:
         files=lambda w, input: prepare_file_args(w, input),
         limit=lambda w: question_selection_args(w.dataset, w.split),
@@ -73,10 +71,7 @@ rule pool_corpus:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("pool_corpus", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("pool_corpus", w)["runtime"],
+        **job_resources("pool_corpus", retries=True),
     params:
         corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
     shell:
@@ -102,10 +97,7 @@ rule export_beir:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("export_beir", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("export_beir", w)["runtime"],
+        **job_resources("export_beir", retries=True),
     shell:
         "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "

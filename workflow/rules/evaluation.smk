@@ -22,8 +22,7 @@ rule evaluate_generation:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("evaluate_generation", w)["mem_mb"],
-        runtime=lambda w: _request("evaluate_generation", w)["runtime"],
+        **job_resources("evaluate_generation"),
     params:
         # what the job reads from --config (Plan.generation_cell): a change rescores the cell
         cell=lambda w: as_arg(_generation_cell(w)),

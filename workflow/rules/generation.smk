@@ -1,7 +1,7 @@
 # Generation stage: GGUF -> HF model folder once; one job per (dataset, split, serialization,
 # retriever|none, llm, prompt, setting, k). Items are cached outside the outputs, so a killed job
 # resumes without calling the model again for what it already answered.
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 CELL_PART = "[^/]+"  # a generation cell's folder names, checked by the planner instead
 
@@ -19,10 +19,7 @@ rule convert_model:
     conda:
         "../../envs/generation.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("convert_model", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("convert_model", w)["runtime"],
+        **job_resources("convert_model", retries=True),
     params:
         source=lambda w: LLMS[w.llm]["source"],
         dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
@@ -50,8 +47,7 @@ rule cell_spec:
         k=CELL_PART,
     localrule: True
     resources:
-        mem_mb=lambda w: _request("cell_spec", w)["mem_mb"],
-        runtime=lambda w: _request("cell_spec", w)["runtime"],
+        **job_resources("cell_spec"),
     params:
         spec=lambda w: as_json(cell_spec(w)),
     # a shell job: Snakemake's local executor starts a `run:` job as a new Snakemake process
@@ -81,11 +77,7 @@ rule generate_batch:
     threads: int(GENERATION.get("threads", 2))
     resources:
         # the estimate's; llms.<name>.mem_mb / runtime_min, when set, win (cqabench.estimate.model)
-        gpu=lambda w: _request("generate_batch", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("generate_batch", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("generate_batch", w)["runtime"],
+        **job_resources("generate_batch", gpu=True, retries=True),
     params:
         # what the job reads from --config (Plan.batch_member_docs / batch_shared_settings): a
         # change of a member cell or a shared setting reruns the batch
@@ -115,11 +107,7 @@ use rule generate_batch as generate_batch_share with:
         share=_names(BATCH_SHARES),
     resources:
         # `with:` replaces all of them: the estimate's for a share (1/N of the questions)
-        gpu=lambda w: _request("generate_batch_share", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("generate_batch_share", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("generate_batch_share", w)["runtime"],
+        **job_resources("generate_batch_share", gpu=True, retries=True),
 
 
 rule generate:
@@ -146,9 +134,7 @@ rule generate:
     threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
     resources:
         # a grid cell of a batch LLM only assembles its answers from the cache: no GPU (the estimate's)
-        gpu=lambda w: _request("generate", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("generate", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("generate", w)["runtime"],
+        **job_resources("generate", gpu=True, retries=True),
     params:
         # what the job reads from --config (Plan.generation_settings): a change reruns the cell
         settings=lambda w: as_arg(_generation_settings(w)),

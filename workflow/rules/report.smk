@@ -23,8 +23,7 @@ rule aggregate:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("aggregate", w)["mem_mb"],
-        runtime=lambda w: _request("aggregate", w)["runtime"],
+        **job_resources("aggregate"),
     params:
         results=lambda w, output: Path(output.metrics).parent,
         # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
@@ -67,8 +66,7 @@ for _table in TABLE_IDS:
         conda:
             "../../envs/evaluation.yaml"
         resources:
-            mem_mb=lambda w, t=_table: _request(f"table_{t}", w)["mem_mb"],
-            runtime=lambda w, t=_table: _request(f"table_{t}", w)["runtime"],
+            **job_resources(f"table_{_table}"),
         params:
             table=_table,
             out_dir=lambda w, output: Path(output.md).parent,
@@ -127,8 +125,7 @@ rule report_tables:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_tables", w)["mem_mb"],
-        runtime=lambda w: _request("report_tables", w)["runtime"],
+        **job_resources("report_tables"),
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         # what the job reads from --config (Plan.not_planned_cells): a change rewrites the tables
@@ -173,8 +170,7 @@ rule report_plots:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_plots", w)["mem_mb"],
-        runtime=lambda w: _request("report_plots", w)["runtime"],
+        **job_resources("report_plots"),
     params:
         k_values=" ".join(str(k) for k in GEN_K),
     shell:
@@ -228,8 +224,7 @@ rule report_page:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_page", w)["mem_mb"],
-        runtime=lambda w: _request("report_page", w)["runtime"],
+        **job_resources("report_page"),
     params:
         tables=" ".join(TABLE_IDS),
         rules=lambda w: " ".join(

@@ -1,7 +1,7 @@
 # Retrieval stage: index per (corpus, serialization, retriever) -> search per (dataset, split,
 # serialization, retriever) -> evaluate; StrategyQA IR-Q / IR-D; external runs imported as ours.
 # Every setting a rule uses is in `params:`, so a changed setting reruns the rule.
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 
 rule index:
@@ -20,9 +20,7 @@ rule index:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("index", w)
     resources:
-        gpu=lambda w: _request("index", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("index", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("index", w)["runtime"],
+        **job_resources("index", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("index", w),
     shell:
@@ -53,11 +51,7 @@ rule colbert_codec:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("colbert_codec", w)
     resources:
-        gpu=lambda w: _request("colbert_codec", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("colbert_codec", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("colbert_codec", w)["runtime"],
+        **job_resources("colbert_codec", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("colbert_codec", w),
     shell:
@@ -86,11 +80,7 @@ rule encode_part:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("encode_part", w)
     resources:
-        gpu=lambda w: _request("encode_part", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("encode_part", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("encode_part", w)["runtime"],
+        **job_resources("encode_part", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("encode_part", w),
         codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
@@ -118,13 +108,10 @@ rule gather_index:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("gather_index", w)
     resources:
+        **job_resources("gather_index", retries=True),
         # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
         # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
         gpu=0,
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("gather_index", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("gather_index", w)["runtime"],
     params:
         settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
         codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
@@ -154,9 +141,7 @@ rule search:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("search", w)
     resources:
-        gpu=lambda w: _request("search", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("search", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("search", w)["runtime"],
+        **job_resources("search", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("search", w),
         k=RETRIEVAL_K,
@@ -190,11 +175,7 @@ rule decompose_search:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("decompose_search", w)
     resources:
-        gpu=lambda w: _request("decompose_search", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("decompose_search", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("decompose_search", w)["runtime"],
+        **job_resources("decompose_search", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("decompose_search", w),
         kind=lambda w: _SUFFIX_KIND[w.kind],
@@ -222,8 +203,7 @@ rule import_run:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("import_run", w)["mem_mb"],
-        runtime=lambda w: _request("import_run", w)["runtime"],
+        **job_resources("import_run"),
     params:
         spec=lambda w: as_arg(EXTERNAL_RUNS[w.name]),
         format=lambda w: EXTERNAL_RUNS[w.name].get("format", "trec"),
@@ -249,8 +229,7 @@ rule eval_retrieval:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("eval_retrieval", w)["mem_mb"],
-        runtime=lambda w: _request("eval_retrieval", w)["runtime"],
+        **job_resources("eval_retrieval"),
     params:
         # what the job reads from --config (Plan.retrieval_cell): a change rescores the run
         cell=lambda w: as_arg(
@@ -287,8 +266,7 @@ rule fuse_runs:
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("fuse_runs", w)["mem_mb"],
-        runtime=lambda w: _request("fuse_runs", w)["runtime"],
+        **job_resources("fuse_runs"),
     params:
         settings=lambda w: as_arg(pipeline_settings(w.name)),
     shell:
@@ -314,11 +292,7 @@ rule rerank_run:
         "../../envs/retrieval.yaml"
     resources:
         # device cuda: the job asks the scheduler for a GPU, as the neural index and search jobs do
-        gpu=lambda w: _request("rerank_run", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("rerank_run", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("rerank_run", w)["runtime"],
+        **job_resources("rerank_run", gpu=True, retries=True),
     params:
         settings=lambda w: as_arg(pipeline_settings(w.name)),
     shell:
