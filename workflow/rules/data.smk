@@ -18,8 +18,8 @@ rule download:
     resources:
         **job_resources("download"),
     params:
-        spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
-        raw_dir=RAW_DIR,
+        spec=lambda w: as_arg(PLAN.raw_specs_by_path().get(w.path, {})),
+        raw_dir=PLAN.raw_dir,
     shell:
         "cqabench download --name {wildcards.path:q} --spec {params.spec} "
         "--raw-dir {params.raw_dir:q} --out {output:q} 2> {log:q}"
@@ -27,7 +27,7 @@ rule download:
 
 rule prepare:
     input:
-        unpack(prepare_inputs),
+        unpack(PLAN.prepare_inputs),
     output:
         **{
             t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet"
@@ -43,9 +43,9 @@ rule prepare:
     resources:
         **job_resources("prepare", retries=True),
     params:
-        files=lambda w, input: prepare_file_args(w, input),
-        limit=lambda w: question_selection_args(w.dataset, w.split),
-        relevance=lambda w: relevance_arg(w.dataset),  # datasets.<name>.relevance: a change re-runs prepare
+        files=lambda w, input: PLAN.prepare_file_args(w, input),
+        limit=lambda w: PLAN.question_selection_args(w.dataset, w.split),
+        relevance=lambda w: PLAN.relevance_arg(w.dataset),  # datasets.<name>.relevance: a change re-runs prepare
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
     shell:
         "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
@@ -57,12 +57,12 @@ rule prepare:
 rule pool_corpus:
     input:
         lambda w: [
-            data_path(ds, split, "corpus")
-            for ds in corpus_members(w.corpus)
-            for split in corpus_splits(ds)
+            PLAN.data_path(ds, split, "corpus")
+            for ds in PLAN.corpus_members(w.corpus)
+            for split in PLAN.corpus_splits(ds)
         ],
     output:
-        corpus_path("{corpus}"),
+        PLAN.corpus_path("{corpus}"),
     log:
         f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
     benchmark:
@@ -80,15 +80,15 @@ rule pool_corpus:
 
 rule export_beir:
     input:
-        corpus=lambda w: corpus_path(corpus_of(w.dataset)),
-        queries=data_path("{dataset}", "{split}", "queries"),
-        qrels=data_path("{dataset}", "{split}", "qrels"),
+        corpus=lambda w: PLAN.corpus_path(PLAN.corpus_of(w.dataset)),
+        queries=PLAN.data_path("{dataset}", "{split}", "queries"),
+        qrels=PLAN.data_path("{dataset}", "{split}", "qrels"),
     # One folder: BEIR (corpus.jsonl, queries.jsonl, qrels/{split}.tsv), TREC qrels
     # (qrels/{split}.trec), the Pyserini JsonCollection (pyserini/) and export.json. Which files
     # it holds depends on the data (a split with an empty corpus or no relevant qrel gets only
     # export.json saying why), so the folder is the declared output; see cqabench/data/beir.py.
     output:
-        directory(beir_dir("{dataset}", "{serialization}", "{split}")),
+        directory(PLAN.beir_dir("{dataset}", "{serialization}", "{split}")),
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
     benchmark:
