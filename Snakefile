@@ -30,8 +30,8 @@ include: "workflow/rules/models.smk"
 rule all:
     default_target: True
     input:
-        data_targets(),
-        retrieval_targets(),
-        generation_targets(),
-        evaluation_targets(),
+        PLAN.data_targets(),
+        PLAN.retrieval_targets(),
+        PLAN.generation_targets(),
+        PLAN.evaluation_targets(),
         report_targets(),

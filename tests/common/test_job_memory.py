@@ -3,6 +3,7 @@ the workflow's rules declaring it."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -60,6 +61,13 @@ def test_the_memory_hungry_rules_declare_the_retries() -> None:
     assert {name: rules[name]._restart_times for name in HUNGRY} == {name: MEMORY_RETRIES for name in HUNGRY}
     for name in HUNGRY:
         assert "mem_mb" in rules[name].resources
+    # mem_mb doubles per attempt in exactly the rules that retry (`job_resources(rule, retries=True)`,
+    # cqabench.estimate.rule_resources): Snakemake passes `attempt` only to a function that takes it
+    doubling = {name for name, rule in rules.items()
+                if "mem_mb" in rule.resources and rule.resources["mem_mb"].is_evaluable()
+                and "attempt" in inspect.signature(rule.resources["mem_mb"]._evaluator).parameters}
+    retried = {name for name, rule in rules.items() if rule._restart_times == MEMORY_RETRIES}
+    assert doubling == retried and set(HUNGRY) <= retried
 
 
 # ---- retries for out-of-memory failures only (issue 21): cqabench.common.job_memory.run_job ----

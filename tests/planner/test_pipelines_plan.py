@@ -51,6 +51,9 @@ def test_pipelines_are_runs_of_every_split_their_inputs_exist_for() -> None:
     assert plan.run_names("strategyqa", "dev") == ["bm25", "minilm", "bm25-irq", "bm25-ird-gold", "bm25-ird-pred",
                                                    "hybrid", "hybrid-ce", "ce-bm25"]  # fmt: skip
     assert plan.run_names("tanq", "test") == []
+    # the fuse_runs and rerank_run rules' names, in config order (here reversed)
+    assert plan.pipelines_of_type("fusion") == ["ce-bm25", "hybrid"]
+    assert plan.pipelines_of_type("rerank") == ["hybrid-ce"]
     assert len(plan.retrieval_targets()) == 17 + 3 * 7
     assert "results/sample/retrieval/tatqa/dev/pipe/ce-bm25/metrics.json" in plan.retrieval_targets()
     rag = [c for c in plan.generation_cells() if c[3] == "hybrid"]

@@ -28,6 +28,7 @@ def test_dexter_sizes_its_encode_parts_by_the_corpus_and_never_plans_an_empty_pa
     plan = plan_of(load_config("dexter.yaml"))
     neural = ["ance", "colbertv2", "contriever", "dpr", "mpnet", "splade", "tasb"]
     assert sorted(plan.sharded_retrievers()) == neural
+    assert plan.unsharded_retrievers() == ["bm25"]  # the `index` rule's; the others are gathered from parts
     assert plan.codec_retrievers() == ["colbertv2"]
     searched = sorted({plan.corpus_of(ds) for ds in plan.retrieval_datasets})  # DEXTER's seven; not TANQ's
     assert searched == ["ambigqa", "finqa", "ottqa", "strategyqa", "tatqa", "wiki-multihop"]
@@ -103,6 +104,7 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
     config["retrievers"]["minilm"].update({"encode_jobs": 3, "shard_size": 100})  # 252 rows: 3 shards
     plan = plan_of(config)
     assert plan.sharded_retrievers() == ["minilm"]
+    assert plan.unsharded_retrievers() == ["bm25"]
     assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/sample/index_parts/tatqa/pipe/minilm/2-of-3"
     config["retrievers"]["minilm"]["shard_size"] = 10_000  # one shard: one part, never two empty ones
     assert plan_of(config).index_parts("tatqa", "pipe", "minilm") == ["results/sample/index_parts/tatqa/pipe/minilm/0-of-1"]

@@ -1,5 +1,6 @@
 # Snakemake glue only: validate the config, build the plan (cqabench.planner: matrix expansion,
-# cross-reference checks, every path), and bind its methods to the names the rules use.
+# cross-reference checks, every path) that the rules read as `PLAN`, and add what is Snakemake's:
+# the jobs' shell prefix and interpreters, their resources (`job_resources`), onstart checks.
 import os
 import shlex
 import sys
@@ -183,6 +184,7 @@ if (
 # per-item costs in benchmarks/rates.yaml x the job's items, with margins; docs/cluster.md).
 from cqabench.estimate.model import REFERENCE_NODE, JobCosts
 from cqabench.estimate.rates import RATES_FILE
+from cqabench.estimate.rule_resources import requested, rule_resources
 from cqabench.estimate.run import write_estimate
 
 try:
@@ -193,15 +195,18 @@ except ConfigError as exc:
     sys.exit(f"cqabench: {exc}")
 
 
-def _request(rule, w):
-    """The resources the job of `rule` with wildcards `w` asks for (first attempt)."""
-    return _COSTS.request(rule, dict(w.items()))
+def job_resources(rule, gpu=False, retries=False):
+    """What `resources: **job_resources("<rule>", ...)` gives a rule: mem_mb and runtime, and
+    with `gpu` the gpu count, from its job's estimate; with `retries` (the rules that declare
+    MEMORY_RETRIES) mem_mb doubles per attempt (cqabench.estimate.rule_resources)."""
+    return rule_resources(_COSTS, rule, gpu=gpu, retries=retries)
 
 
 def retrieval_threads(rule, w):
     """The CPU threads a retrieval job declares: its retriever's `threads`, else 8 on a GPU
     job, else 1 (cqabench.retrieval.job_resources); SLURM gives that many CPUs."""
-    return job_threads(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
+    gpu = requested(_COSTS, rule, w)["gpu"]
+    return job_threads(PLAN.retriever_configs[w.retriever], gpu)
 
 
 def retrieval_priority(rule, w):
@@ -214,81 +219,20 @@ def retrieval_priority(rule, w):
 
 def retrieval_settings(rule, w):
     """The retriever settings a retrieval job's command gets: with the declared threads."""
-    return as_arg(
-        job_settings(RETRIEVER_CONFIGS[w.retriever], _request(rule, w)["gpu"])
-    )
+    gpu = requested(_COSTS, rule, w)["gpu"]
+    return as_arg(job_settings(PLAN.retriever_configs[w.retriever], gpu))
 
 
-# ---- names the rules use (all from the plan) ----
-RESULTS = PLAN.results  # this config's results tree: every rule output lies under it
-RAW_DIR = PLAN.raw_dir
-DATASETS = PLAN.datasets
-SERIALIZATIONS = PLAN.serializations
-POOLED = PLAN.pooled
-TOOL_CORPORA = PLAN.tool_corpora
-CORPORA = PLAN.corpora
-RETRIEVER_CONFIGS = PLAN.retriever_configs
-SHARDED_RETRIEVERS = (
-    PLAN.sharded_retrievers()
-)  # encode_jobs > 1: encode_part + gather_index
-UNSHARDED_RETRIEVERS = [r for r in RETRIEVER_CONFIGS if r not in SHARDED_RETRIEVERS]
-CODEC_RETRIEVERS = PLAN.codec_retrievers()  # ColBERT parts: colbert_codec first
-RETRIEVAL = PLAN.retrieval
-RETRIEVAL_K = PLAN.retrieval_k
-DECOMPOSITION = PLAN.decomposition
-EXTERNAL_RUNS = PLAN.external_runs
-# retrieval.pipelines by type: fuse_runs and rerank_run (workflow/rules/retrieval.smk)
-FUSIONS = [n for n, s in PLAN.pipelines.items() if s["type"] == "fusion"]
-RERANKS = [n for n, s in PLAN.pipelines.items() if s["type"] == "rerank"]
-ALL_RUN_NAMES = PLAN.all_run_names
-SIGNIFICANCE = PLAN.significance
+# The two roots every output path starts with (the results tree, its report folder), and the
+# report's plots with their captions (workflow/report/*.rst); everything else the rules read from
+# the plan itself (`PLAN.<name>`, cqabench.planner).
+RESULTS = PLAN.results
 REPORT_DIR = PLAN.report_dir
-PAPER_DATA = PLAN.paper_data
-EXPECTED_FILES = PLAN.expected_files
-TABLE_IDS = PLAN.expected_table_ids()
 PLOTS = {
     "k_effect": "k_effect.rst",
     "retriever_heatmap": "heatmap.rst",
     "tanq_skills": "skills.rst",
 }
-GENERATION = PLAN.generation
-LLMS = PLAN.llms
-GEN_K = PLAN.gen_k
-GEN_BATCH_LLMS = PLAN.gen_batch_llms
-GGUF_LLMS = PLAN.gguf_llms
-MODELS_DIR = PLAN.models_dir
-LLM_CACHE_DIR = PLAN.llm_cache_dir
-
-splits = PLAN.splits
-corpus_of = PLAN.corpus_of
-corpus_members = PLAN.corpus_members
-corpus_splits = PLAN.corpus_splits
-data_path = PLAN.data_path
-corpus_path = PLAN.corpus_path
-beir_dir = PLAN.beir_dir
-raw_specs_by_path = PLAN.raw_specs_by_path
-question_selection_args = PLAN.question_selection_args
-relevance_of = PLAN.relevance_of
-relevance_arg = PLAN.relevance_arg
-prepare_inputs = PLAN.prepare_inputs
-prepare_file_args = PLAN.prepare_file_args
-data_targets = PLAN.data_targets
-index_dir = PLAN.index_dir
-index_parts = PLAN.index_parts
-part_codec = PLAN.part_codec
-codec_arg = PLAN.codec_arg
-run_file = PLAN.run_file
-_run_settings = PLAN.run_settings
-retrieval_cell = PLAN.retrieval_cell
-_external_input = PLAN.external_input
-pipeline_inputs = PLAN.pipeline_inputs
-pipeline_settings = PLAN.pipeline_settings
-retrieval_targets = PLAN.retrieval_targets
-python_for = PLAN.python_for
-not_planned_cells = PLAN.not_planned_cells
-generation_targets = PLAN.generation_targets
-cell_spec = PLAN.cell_spec
-_generation_inputs = PLAN.generation_inputs
 
 
 def _cell_inputs(w):
@@ -301,24 +245,7 @@ def _cell_inputs(w):
     return {**inputs, "config": ancient(CONFIG_FILE)}
 
 
-batch_manifest = PLAN.batch_manifest
-batch_share_file = PLAN.batch_share_file
-batch_share_arg = PLAN.batch_share_arg
-BATCH_SHARES = PLAN.all_batch_shares()
-batch_inputs = PLAN.batch_inputs
-batch_members = PLAN.batch_members
-batch_settings = PLAN.batch_settings
-_generation_args = PLAN.generation_args
-_generation_settings = PLAN.generation_settings
-_uses_gpu = PLAN.uses_gpu
-evaluation_targets = PLAN.evaluation_targets
-_evaluation_inputs = PLAN.evaluation_inputs
 cell_label = lambda w: PLAN.cell_dir(*(w[f] for f in CELL_FIELDS))
-_in_batch = PLAN.in_batch
-_generation_cell = PLAN.generation_cell
-_metric_files = PLAN.metric_files
-table_file = PLAN.table_file
-table_inputs = PLAN.table_inputs
 
 # Cells under results/ that the config can no longer make (an LLM dropped from generation.llms, a
 # k beyond a lowered retrieval.k) are left out of the fact table: say so once, naming each.
@@ -342,7 +269,11 @@ def report_targets():
             f"{RESULTS}/per_question.parquet",
             f"{REPORT_DIR}/tables/summary.json",
         ]
-        + [table_file(t, ext) for t in TABLE_IDS for ext in ("md", "html")]
+        + [
+            PLAN.table_file(t, ext)
+            for t in PLAN.expected_table_ids()
+            for ext in ("md", "html")
+        ]
         + [f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS]
         + [f"{REPORT_DIR}/estimate/estimate.csv", f"{REPORT_DIR}/index.html"]
     )
@@ -399,9 +330,10 @@ def vllm_check(wildcards):
     the job's own Python where the job runs (a cluster node, a conda env); the rule adds --log.
     """
     llm = wildcards.llm
-    args = ["--backend", LLMS[llm]["backend"]]
-    args += ["--device", str(LLMS[llm]["device"])] if "device" in LLMS[llm] else []
-    args += ["--gpu"] if _uses_gpu(llm) else []
+    spec = PLAN.llms[llm]
+    args = ["--backend", spec["backend"]]
+    args += ["--device", str(spec["device"])] if "device" in spec else []
+    args += ["--gpu"] if PLAN.uses_gpu(llm) else []
     # the interpreter as its role's variable (`python_word`): no checkout path in the job's params
     return "cqabench_vllm_check --llm %s --python %s %s" % (
         shlex.quote(llm),
@@ -423,11 +355,11 @@ def check_vllm_environments():
     wanted = {}
     for job in workflow.dag.needrun_jobs():
         llm = job.wildcards_dict.get("llm")
-        if job.rule.name in ("generate", "generate_batch") and llm in LLMS:
-            if LLMS[llm]["backend"] == "vllm":
-                wanted[llm] = (python_for(llm), _uses_gpu(llm))
+        if job.rule.name in ("generate", "generate_batch") and llm in PLAN.llms:
+            if PLAN.llms[llm]["backend"] == "vllm":
+                wanted[llm] = (PLAN.python_for(llm), PLAN.uses_gpu(llm))
     found = [
-        problem(llm, python, gpu, str(LLMS[llm].get("device", "")))
+        problem(llm, python, gpu, str(PLAN.llms[llm].get("device", "")))
         for llm, (python, gpu) in sorted(wanted.items())
     ]
     for line in filter(None, found):
@@ -463,7 +395,7 @@ def check_cluster_profile():
 
 
 wildcard_constraints:
-    dataset=_one_of(DATASETS),
+    dataset=_one_of(PLAN.datasets),
     split="train|dev|test",
     serialization="pipe|markdown|linear",
-    corpus=_one_of(set(CORPORA) | set(POOLED) | set(TOOL_CORPORA)),
+    corpus=_one_of(set(PLAN.corpora) | set(PLAN.pooled) | set(PLAN.tool_corpora)),

@@ -1,9 +1,9 @@
 # Data stage: download (only what resources/raw lacks) → prepare → pooled corpora → BEIR export.
 # prepare, pool_corpus and export_beir stream their data (docs/data.md, "Memory and disk at scale"):
-# their estimate (_request, cqabench.estimate) is flat in the corpus size, their time linear in it;
+# their estimate (job_resources, cqabench.estimate) is flat in the corpus size, their time linear in it;
 # an out-of-memory kill still retries with twice the memory.
 from cqabench.common.io import write_text
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 
 rule download:
@@ -16,11 +16,10 @@ rule download:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w: _request("download", w)["mem_mb"],
-        runtime=lambda w: _request("download", w)["runtime"],
+        **job_resources("download"),
     params:
-        spec=lambda w: as_arg(raw_specs_by_path().get(w.path, {})),
-        raw_dir=RAW_DIR,
+        spec=lambda w: as_arg(PLAN.raw_specs_by_path().get(w.path, {})),
+        raw_dir=PLAN.raw_dir,
     shell:
         "cqabench download --name {wildcards.path:q} --spec {params.spec} "
         "--raw-dir {params.raw_dir:q} --out {output:q} 2> {log:q}"
@@ -28,7 +27,7 @@ rule download:
 
 rule prepare:
     input:
-        unpack(prepare_inputs),
+        unpack(PLAN.prepare_inputs),
     output:
         **{
             t: f"{RESULTS}/data/{{dataset}}/{{split}}/{t}.parquet"
@@ -42,12 +41,11 @@ rule prepare:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(_request("prepare", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("prepare", w)["runtime"],
+        **job_resources("prepare", retries=True),
     params:
-        files=lambda w, input: prepare_file_args(w, input),
-        limit=lambda w: question_selection_args(w.dataset, w.split),
-        relevance=lambda w: relevance_arg(w.dataset),  # datasets.<name>.relevance: a change re-runs prepare
+        files=lambda w, input: PLAN.prepare_file_args(w, input),
+        limit=lambda w: PLAN.question_selection_args(w.dataset, w.split),
+        relevance=lambda w: PLAN.relevance_arg(w.dataset),  # datasets.<name>.relevance: a change re-runs prepare
         out_dir=lambda w: f"{RESULTS}/data/{w.dataset}/{w.split}",
     shell:
         "cqabench prepare --dataset {wildcards.dataset:q} --split {wildcards.split:q} "
@@ -59,12 +57,12 @@ rule prepare:
 rule pool_corpus:
     input:
         lambda w: [
-            data_path(ds, split, "corpus")
-            for ds in corpus_members(w.corpus)
-            for split in corpus_splits(ds)
+            PLAN.data_path(ds, split, "corpus")
+            for ds in PLAN.corpus_members(w.corpus)
+            for split in PLAN.corpus_splits(ds)
         ],
     output:
-        corpus_path("{corpus}"),
+        PLAN.corpus_path("{corpus}"),
     log:
         f"{RESULTS}/logs/pool_corpus/{{corpus}}.log",
     benchmark:
@@ -73,10 +71,7 @@ rule pool_corpus:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("pool_corpus", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("pool_corpus", w)["runtime"],
+        **job_resources("pool_corpus", retries=True),
     params:
         corpora=lambda w, input: " ".join(f"--corpus {shlex.quote(p)}" for p in input),
     shell:
@@ -85,15 +80,15 @@ rule pool_corpus:
 
 rule export_beir:
     input:
-        corpus=lambda w: corpus_path(corpus_of(w.dataset)),
-        queries=data_path("{dataset}", "{split}", "queries"),
-        qrels=data_path("{dataset}", "{split}", "qrels"),
+        corpus=lambda w: PLAN.corpus_path(PLAN.corpus_of(w.dataset)),
+        queries=PLAN.data_path("{dataset}", "{split}", "queries"),
+        qrels=PLAN.data_path("{dataset}", "{split}", "qrels"),
     # One folder: BEIR (corpus.jsonl, queries.jsonl, qrels/{split}.tsv), TREC qrels
     # (qrels/{split}.trec), the Pyserini JsonCollection (pyserini/) and export.json. Which files
     # it holds depends on the data (a split with an empty corpus or no relevant qrel gets only
     # export.json saying why), so the folder is the declared output; see cqabench/data/beir.py.
     output:
-        directory(beir_dir("{dataset}", "{serialization}", "{split}")),
+        directory(PLAN.beir_dir("{dataset}", "{serialization}", "{split}")),
     log:
         f"{RESULTS}/logs/export_beir/{{dataset}}/{{serialization}}/{{split}}.log",
     benchmark:
@@ -102,10 +97,7 @@ rule export_beir:
     conda:
         "../../envs/data.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("export_beir", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("export_beir", w)["runtime"],
+        **job_resources("export_beir", retries=True),
     shell:
         "cqabench export-beir --corpus {input.corpus:q} --queries {input.queries:q} --qrels {input.qrels:q} "
         "--split {wildcards.split:q} --serialization {wildcards.serialization:q} "

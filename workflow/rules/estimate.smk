@@ -23,8 +23,7 @@ rule estimate:
         f"{RESULTS}/benchmarks/estimate.tsv"
     localrule: True
     resources:
-        mem_mb=lambda w: _request("estimate", w)["mem_mb"],
-        runtime=lambda w: _request("estimate", w)["runtime"],
+        **job_resources("estimate"),
     params:
         out_dir=lambda w, output: Path(output.json).parent,
         gpus=REFERENCE_NODE["gpus"],

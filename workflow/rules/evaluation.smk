@@ -4,7 +4,7 @@
 rule evaluate_generation:
     input:
         # predictions, summary, queries, answers; a cell the config cannot make is refused by path
-        unpack(_evaluation_inputs),
+        unpack(PLAN.evaluation_inputs),
         config=ancient(CONFIG_FILE),
     output:
         metrics=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/metrics.json",
@@ -22,11 +22,10 @@ rule evaluate_generation:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("evaluate_generation", w)["mem_mb"],
-        runtime=lambda w: _request("evaluate_generation", w)["runtime"],
+        **job_resources("evaluate_generation"),
     params:
         # what the job reads from --config (Plan.generation_cell): a change rescores the cell
-        cell=lambda w: as_arg(_generation_cell(w)),
+        cell=lambda w: as_arg(PLAN.generation_cell(w)),
         label=cell_label,
     shell:
         "cqabench evaluate-generation --dataset {wildcards.dataset:q} --predictions {input.predictions:q} "

@@ -1,31 +1,28 @@
 # Generation stage: GGUF -> HF model folder once; one job per (dataset, split, serialization,
 # retriever|none, llm, prompt, setting, k). Items are cached outside the outputs, so a killed job
 # resumes without calling the model again for what it already answered.
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 CELL_PART = "[^/]+"  # a generation cell's folder names, checked by the planner instead
 
 
 rule convert_model:
     output:
-        directory(f"{MODELS_DIR}/{{llm}}"),
+        directory(f"{PLAN.models_dir}/{{llm}}"),
     log:
         f"{RESULTS}/logs/convert_model/{{llm}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/convert_model/{{llm}}.tsv"
     wildcard_constraints:
-        llm=_names(GGUF_LLMS),
+        llm=_names(PLAN.gguf_llms),
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/generation.yaml"
     resources:
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("convert_model", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("convert_model", w)["runtime"],
+        **job_resources("convert_model", retries=True),
     params:
-        source=lambda w: LLMS[w.llm]["source"],
-        dtype=lambda w: LLMS[w.llm].get("dtype", "float32"),
+        source=lambda w: PLAN.llms[w.llm]["source"],
+        dtype=lambda w: PLAN.llms[w.llm].get("dtype", "float32"),
         converter=CONVERTER_VERSION,  # a new converter (tokenizer fix) re-converts the folder
     shell:
         "cqabench convert-model --source {params.source:q} --dtype {params.dtype:q} --out {output:q} > {log:q} 2>&1"
@@ -37,23 +34,22 @@ rule convert_model:
 # cell (Plan.cell_spec); here a changed template or setting reruns this file, the batch and the cell.
 rule cell_spec:
     input:
-        unpack(_generation_inputs),
+        unpack(PLAN.generation_inputs),
     output:
         f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/spec.json",
     log:
         f"{RESULTS}/logs/cell_spec/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
     wildcard_constraints:
         retriever=CELL_PART,
-        llm=_names(GEN_BATCH_LLMS),
+        llm=_names(PLAN.gen_batch_llms),
         prompt=CELL_PART,
         setting=CELL_PART,
         k=CELL_PART,
     localrule: True
     resources:
-        mem_mb=lambda w: _request("cell_spec", w)["mem_mb"],
-        runtime=lambda w: _request("cell_spec", w)["runtime"],
+        **job_resources("cell_spec"),
     params:
-        spec=lambda w: as_json(cell_spec(w)),
+        spec=lambda w: as_json(PLAN.cell_spec(w)),
     # a shell job: Snakemake's local executor starts a `run:` job as a new Snakemake process
     # (12 s each here; the sample's 43 held a core for 522 s of make run on 2 cores). printf
     # needs nothing; the environment is the one the cell's own jobs use (every shell rule names one)
@@ -68,36 +64,32 @@ rule cell_spec:
 # predictions from the item cache. docs/generation.md says when to use it.
 rule generate_batch:
     input:
-        batch_inputs,
+        PLAN.batch_inputs,
         config=ancient(CONFIG_FILE),
     output:
-        batch_manifest("{llm}"),
+        PLAN.batch_manifest("{llm}"),
     log:
         f"{RESULTS}/logs/generate_batch/{{llm}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate_batch/{{llm}}.tsv"
     wildcard_constraints:
-        llm=_names(GEN_BATCH_LLMS),
+        llm=_names(PLAN.gen_batch_llms),
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
-        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: int(GENERATION.get("threads", 2))
+        lambda w: GEN_ENVS[PLAN.llms[w.llm]["backend"]]
+    threads: int(PLAN.generation.get("threads", 2))
     resources:
         # the estimate's; llms.<name>.mem_mb / runtime_min, when set, win (cqabench.estimate.model)
-        gpu=lambda w: _request("generate_batch", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("generate_batch", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("generate_batch", w)["runtime"],
+        **job_resources("generate_batch", gpu=True, retries=True),
     params:
         # what the job reads from --config (Plan.batch_member_docs / batch_shared_settings): a
         # change of a member cell or a shared setting reruns the batch
-        cells=batch_members,
-        settings=batch_settings,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
+        cells=PLAN.batch_members,
+        settings=PLAN.batch_settings,
+        cache=lambda w: f"{PLAN.llm_cache_dir}/{w.llm}",
         python=lambda w: python_word(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
-        share=batch_share_arg,  # "" here; --share <i>-of-<n> in generate_batch_share
+        share=PLAN.batch_share_arg,  # "" here; --share <i>-of-<n> in generate_batch_share
     shell:
         "{params.check} --log {log:q} && CQABENCH_PYTHON={params.python} cqabench generate-batch --llm {wildcards.llm:q} "
         "{params.share} --config {input.config:q} --threads {threads} --cache {params.cache:q} --out {output:q} > {log:q} 2>&1"
@@ -108,21 +100,17 @@ rule generate_batch:
 # (cqabench.generation.shares). The same job as generate_batch but for its --share and paths.
 use rule generate_batch as generate_batch_share with:
     output:
-        batch_share_file("{llm}", "{share}"),
+        PLAN.batch_share_file("{llm}", "{share}"),
     log:
         f"{RESULTS}/logs/generate_batch_share/{{llm}}/{{share}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/generate_batch_share/{{llm}}/{{share}}.tsv"
     wildcard_constraints:
-        llm=_names(GEN_BATCH_LLMS),
-        share=_names(BATCH_SHARES),
+        llm=_names(PLAN.gen_batch_llms),
+        share=_names(PLAN.all_batch_shares()),
     resources:
         # `with:` replaces all of them: the estimate's for a share (1/N of the questions)
-        gpu=lambda w: _request("generate_batch_share", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("generate_batch_share", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("generate_batch_share", w)["runtime"],
+        **job_resources("generate_batch_share", gpu=True, retries=True),
 
 
 rule generate:
@@ -145,18 +133,16 @@ rule generate:
         k=CELL_PART,
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
-        lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
+        lambda w: GEN_ENVS[PLAN.llms[w.llm]["backend"]]
+    threads: lambda w: 1 if PLAN.in_batch(w) else int(PLAN.generation.get("threads", 2))
     resources:
         # a grid cell of a batch LLM only assembles its answers from the cache: no GPU (the estimate's)
-        gpu=lambda w: _request("generate", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("generate", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("generate", w)["runtime"],
+        **job_resources("generate", gpu=True, retries=True),
     params:
         # what the job reads from --config (Plan.generation_settings): a change reruns the cell
-        settings=lambda w: as_arg(_generation_settings(w)),
-        files=_generation_args,
-        cache=lambda w: f"{LLM_CACHE_DIR}/{w.llm}",
+        settings=lambda w: as_arg(PLAN.generation_settings(w)),
+        files=PLAN.generation_args,
+        cache=lambda w: f"{PLAN.llm_cache_dir}/{w.llm}",
         python=lambda w: python_word(w.llm),
         check=vllm_check,  # the job's interpreter checked first (cqabench.generation.vllm_env)
     shell:

@@ -6,9 +6,11 @@
 
 rule aggregate:
     input:
-        metrics=lambda w: _metric_files(),
+        metrics=lambda w: PLAN.metric_files(),
         queries=lambda w: [
-            data_path(ds, split, "queries") for ds in DATASETS for split in splits(ds)
+            PLAN.data_path(ds, split, "queries")
+            for ds in PLAN.datasets
+            for split in PLAN.splits(ds)
         ],
         config=ancient(CONFIG_FILE),
     output:
@@ -23,8 +25,7 @@ rule aggregate:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("aggregate", w)["mem_mb"],
-        runtime=lambda w: _request("aggregate", w)["runtime"],
+        **job_resources("aggregate"),
     params:
         results=lambda w, output: Path(output.metrics).parent,
         # the run's config: a changed config re-aggregates (cheap) without rerunning the cells
@@ -39,27 +40,27 @@ rule aggregate:
 # file results/<name>/report/tables/<id>.md): it reads only the metric files of the cells that table
 # needs (Plan.table_inputs, cqabench.planner.table_targets), so DEXTER's Tables 2 and 7 plan data and
 # retrieval alone. Its numbers are the ones the whole fact table gives for that table.
-for _table in TABLE_IDS:
+for _table in PLAN.expected_table_ids():
 
     rule:
         name:
             f"table_{_table}"
         input:
-            unpack(lambda w, t=_table: table_inputs(t)),
+            unpack(lambda w, t=_table: PLAN.table_inputs(t)),
             # the run's setup per dataset (split, relevance, questions, corpus): each cell's comparability
             # (ancient: the config's hash in params reruns the table, not the file's mtime)
             config=ancient(CONFIG_FILE),
         output:
-            md=table_file(_table, "md"),
+            md=PLAN.table_file(_table, "md"),
             # the table's own caption (what it compares, n, split, unit, caveat), written by the job
-            caption=table_file(_table, "caption.rst"),
+            caption=PLAN.table_file(_table, "caption.rst"),
             html=report(
-                table_file(_table, "html"),
-                caption=f"../../{table_file(_table, 'caption.rst')}",
+                PLAN.table_file(_table, "html"),
+                caption=f"../../{PLAN.table_file(_table, 'caption.rst')}",
                 category="Tables",
                 labels={"table": _table},
             ),
-            summary=table_file(_table, "summary.json"),
+            summary=PLAN.table_file(_table, "summary.json"),
         log:
             f"{RESULTS}/logs/report/table_{_table}.log",
         benchmark:
@@ -67,14 +68,13 @@ for _table in TABLE_IDS:
         conda:
             "../../envs/evaluation.yaml"
         resources:
-            mem_mb=lambda w, t=_table: _request(f"table_{t}", w)["mem_mb"],
-            runtime=lambda w, t=_table: _request(f"table_{t}", w)["runtime"],
+            **job_resources(f"table_{_table}"),
         params:
             table=_table,
             out_dir=lambda w, output: Path(output.md).parent,
             results=lambda w, output: Path(output.md).parents[2],  # <results>/report/tables/<id>.md
             run=shlex.quote(str(config.get("name", "unnamed"))),
-            paper_data="--paper-data" if PAPER_DATA else "",
+            paper_data="--paper-data" if PLAN.paper_data else "",
             config_hash=CONFIG_HASH,  # it reads the whole config: a changed config rewrites it
         shell:
             "cqabench report-table --table {params.table} --expected {input.expected:q} "
@@ -92,7 +92,9 @@ rule report_tables:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
-        summaries=[table_file(t, "summary.json") for t in TABLE_IDS],
+        summaries=[
+            PLAN.table_file(t, "summary.json") for t in PLAN.expected_table_ids()
+        ],
         config=ancient(CONFIG_FILE),
     output:
         summary=f"{REPORT_DIR}/tables/summary.json",
@@ -127,15 +129,14 @@ rule report_tables:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_tables", w)["mem_mb"],
-        runtime=lambda w: _request("report_tables", w)["runtime"],
+        **job_resources("report_tables"),
     params:
         out_dir=lambda w, output: Path(output.summary).parent,
         # what the job reads from --config (Plan.not_planned_cells): a change rewrites the tables
-        not_planned=lambda w: as_arg(not_planned_cells()),
-        correction=SIGNIFICANCE["correction"],
-        alpha=SIGNIFICANCE["alpha"],
-        baseline=SIGNIFICANCE["baseline"],
+        not_planned=lambda w: as_arg(PLAN.not_planned_cells()),
+        correction=PLAN.significance["correction"],
+        alpha=PLAN.significance["alpha"],
+        baseline=PLAN.significance["baseline"],
     shell:
         "cqabench report-tables --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--table-summaries {input.summaries:q} --out-dir {params.out_dir:q} --not-planned-from {input.config:q} "
@@ -146,7 +147,7 @@ rule report_plots:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         per_question=f"{RESULTS}/per_question.parquet",
-        expected=EXPECTED_FILES,
+        expected=PLAN.expected_files,
         # the run's setup: a heatmap cell its paper table marks not comparable gets no Δ
         config=CONFIG_FILE,
     output:
@@ -173,10 +174,9 @@ rule report_plots:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_plots", w)["mem_mb"],
-        runtime=lambda w: _request("report_plots", w)["runtime"],
+        **job_resources("report_plots"),
     params:
-        k_values=" ".join(str(k) for k in GEN_K),
+        k_values=" ".join(str(k) for k in PLAN.gen_k),
     shell:
         "cqabench report-plots --metrics {input.metrics:q} --per-question {input.per_question:q} "
         "--k-effect {output.k_effect:q} --k-effect-svg {output.k_effect_svg:q} --heatmap {output.retriever_heatmap:q} "
@@ -192,7 +192,7 @@ rule report_page:
     input:
         metrics=f"{RESULTS}/metrics.parquet",
         summary=f"{REPORT_DIR}/tables/summary.json",
-        tables=[table_file(t, "html") for t in TABLE_IDS],
+        tables=[PLAN.table_file(t, "html") for t in PLAN.expected_table_ids()],
         answers=f"{REPORT_DIR}/tables/answers_by_setting.json",
         answers_html=f"{REPORT_DIR}/tables/answers_by_setting.html",
         retrieval_html=f"{REPORT_DIR}/tables/retrieval_vs_baseline.html",
@@ -200,8 +200,8 @@ rule report_page:
         plots=[f"{REPORT_DIR}/plots/{name}.png" for name in PLOTS],
         k_effect_svg=f"{REPORT_DIR}/plots/k_effect.svg",
         figures=f"{REPORT_DIR}/plots/figures.json",
-        expected=EXPECTED_FILES,
-        exports=lambda w: data_targets(),
+        expected=PLAN.expected_files,
+        exports=lambda w: PLAN.data_targets(),
         estimate=f"{REPORT_DIR}/estimate/estimate.json",
         estimate_jobs=f"{REPORT_DIR}/estimate/estimate_jobs.parquet",
         config=ancient(CONFIG_FILE),
@@ -228,10 +228,9 @@ rule report_page:
     conda:
         "../../envs/evaluation.yaml"
     resources:
-        mem_mb=lambda w: _request("report_page", w)["mem_mb"],
-        runtime=lambda w: _request("report_page", w)["runtime"],
+        **job_resources("report_page"),
     params:
-        tables=" ".join(TABLE_IDS),
+        tables=" ".join(PLAN.expected_table_ids()),
         rules=lambda w: " ".join(
             sorted(r.name for r in workflow.rules if r.name != "all")
         ),

@@ -1,12 +1,12 @@
 # Retrieval stage: index per (corpus, serialization, retriever) -> search per (dataset, split,
 # serialization, retriever) -> evaluate; StrategyQA IR-Q / IR-D; external runs imported as ours.
 # Every setting a rule uses is in `params:`, so a changed setting reruns the rule.
-from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
+from cqabench.common.job_memory import MEMORY_RETRIES
 
 
 rule index:
     input:
-        corpus=lambda w: corpus_path(w.corpus),
+        corpus=lambda w: PLAN.corpus_path(w.corpus),
     output:
         directory(f"{RESULTS}/index/{{corpus}}/{{serialization}}/{{retriever}}"),
     log:
@@ -14,16 +14,14 @@ rule index:
     benchmark:
         f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
-        retriever=_names(UNSHARDED_RETRIEVERS),  # encode_jobs > 1: gather_index below
+        retriever=_names(PLAN.unsharded_retrievers()),  # encode_jobs > 1: gather_index below
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("index", w)
     priority: lambda w: retrieval_priority("index", w)
     resources:
-        gpu=lambda w: _request("index", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("index", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("index", w)["runtime"],
+        **job_resources("index", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("index", w),
     shell:
@@ -38,7 +36,7 @@ rule index:
 # ColBERT's parts share colbert-ai's codec (centroids, residual buckets), trained once first.
 rule colbert_codec:
     input:
-        corpus=lambda w: corpus_path(w.corpus),
+        corpus=lambda w: PLAN.corpus_path(w.corpus),
     output:
         directory(
             f"{RESULTS}/index_parts/{{corpus}}/{{serialization}}/{{retriever}}/codec"
@@ -48,18 +46,14 @@ rule colbert_codec:
     benchmark:
         f"{RESULTS}/benchmarks/colbert_codec/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
-        retriever=_names(CODEC_RETRIEVERS),
+        retriever=_names(PLAN.codec_retrievers()),
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("colbert_codec", w)
     priority: lambda w: retrieval_priority("colbert_codec", w)
     resources:
-        gpu=lambda w: _request("colbert_codec", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("colbert_codec", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("colbert_codec", w)["runtime"],
+        **job_resources("colbert_codec", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("colbert_codec", w),
     shell:
@@ -69,8 +63,8 @@ rule colbert_codec:
 
 rule encode_part:
     input:
-        corpus=lambda w: corpus_path(w.corpus),
-        codec=lambda w: part_codec(w.corpus, w.serialization, w.retriever),
+        corpus=lambda w: PLAN.corpus_path(w.corpus),
+        codec=lambda w: PLAN.part_codec(w.corpus, w.serialization, w.retriever),
     output:
         directory(
             f"{RESULTS}/index_parts/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}"
@@ -80,7 +74,7 @@ rule encode_part:
     benchmark:
         f"{RESULTS}/benchmarks/encode_part/{{corpus}}/{{serialization}}/{{retriever}}/{{part}}-of-{{parts}}.tsv"
     wildcard_constraints:
-        retriever=_names(SHARDED_RETRIEVERS),
+        retriever=_names(PLAN.sharded_retrievers()),
         part=r"\d+",
         parts=r"\d+",
     retries: MEMORY_RETRIES
@@ -89,14 +83,10 @@ rule encode_part:
     threads: lambda w: retrieval_threads("encode_part", w)
     priority: lambda w: retrieval_priority("encode_part", w)
     resources:
-        gpu=lambda w: _request("encode_part", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("encode_part", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("encode_part", w)["runtime"],
+        **job_resources("encode_part", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("encode_part", w),
-        codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
+        codec=lambda w: PLAN.codec_arg(w.corpus, w.serialization, w.retriever),
     shell:
         "cqabench encode-part --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --part {wildcards.part} --of {wildcards.parts} "
@@ -105,9 +95,9 @@ rule encode_part:
 
 rule gather_index:
     input:
-        corpus=lambda w: corpus_path(w.corpus),
-        parts=lambda w: index_parts(w.corpus, w.serialization, w.retriever),
-        codec=lambda w: part_codec(w.corpus, w.serialization, w.retriever),
+        corpus=lambda w: PLAN.corpus_path(w.corpus),
+        parts=lambda w: PLAN.index_parts(w.corpus, w.serialization, w.retriever),
+        codec=lambda w: PLAN.part_codec(w.corpus, w.serialization, w.retriever),
     output:
         directory(f"{RESULTS}/index/{{corpus}}/{{serialization}}/{{retriever}}"),
     log:
@@ -115,23 +105,20 @@ rule gather_index:
     benchmark:
         f"{RESULTS}/benchmarks/gather_index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
-        retriever=_names(SHARDED_RETRIEVERS),
+        retriever=_names(PLAN.sharded_retrievers()),
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("gather_index", w)
     priority: lambda w: retrieval_priority("gather_index", w)
     resources:
+        **job_resources("gather_index", retries=True),
         # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
         # builds ColBERT's IVF from the parts' codes (colbert-ai's finalize).
         gpu=0,
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("gather_index", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("gather_index", w)["runtime"],
     params:
-        settings=lambda w: as_arg(RETRIEVER_CONFIGS[w.retriever]),
-        codec=lambda w: codec_arg(w.corpus, w.serialization, w.retriever),
+        settings=lambda w: as_arg(PLAN.retriever_configs[w.retriever]),
+        codec=lambda w: PLAN.codec_arg(w.corpus, w.serialization, w.retriever),
     shell:
         "cqabench gather-index --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --parts {input.parts:q} --out {output:q} "
@@ -140,11 +127,15 @@ rule gather_index:
 
 rule search:
     input:
-        index=lambda w: index_dir(corpus_of(w.dataset), w.serialization, w.retriever),
-        queries=data_path("{dataset}", "{split}", "queries"),
+        index=lambda w: PLAN.index_dir(
+            PLAN.corpus_of(w.dataset), w.serialization, w.retriever
+        ),
+        queries=PLAN.data_path("{dataset}", "{split}", "queries"),
     output:
-        trec=run_file("{dataset}", "{split}", "{serialization}", "{retriever}", "trec"),
-        parquet=run_file(
+        trec=PLAN.run_file(
+            "{dataset}", "{split}", "{serialization}", "{retriever}", "trec"
+        ),
+        parquet=PLAN.run_file(
             "{dataset}", "{split}", "{serialization}", "{retriever}", "parquet"
         ),
     log:
@@ -152,19 +143,17 @@ rule search:
     benchmark:
         f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
-        retriever=_names(RETRIEVER_CONFIGS),
+        retriever=_names(PLAN.retriever_configs),
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("search", w)
     priority: lambda w: retrieval_priority("search", w)
     resources:
-        gpu=lambda w: _request("search", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(_request("search", w)["mem_mb"], attempt),
-        runtime=lambda w: _request("search", w)["runtime"],
+        **job_resources("search", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("search", w),
-        k=RETRIEVAL_K,
+        k=PLAN.retrieval_k,
     shell:
         "cqabench search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --k {params.k} --tag {wildcards.retriever:q} "
@@ -173,13 +162,15 @@ rule search:
 
 rule decompose_search:
     input:
-        index=lambda w: index_dir(corpus_of(w.dataset), w.serialization, w.retriever),
-        queries=data_path("{dataset}", "{split}", "queries"),
+        index=lambda w: PLAN.index_dir(
+            PLAN.corpus_of(w.dataset), w.serialization, w.retriever
+        ),
+        queries=PLAN.data_path("{dataset}", "{split}", "queries"),
     output:
-        trec=run_file(
+        trec=PLAN.run_file(
             "{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "trec"
         ),
-        parquet=run_file(
+        parquet=PLAN.run_file(
             "{dataset}", "{split}", "{serialization}", "{retriever}-{kind}", "parquet"
         ),
         steps=f"{RESULTS}/runs/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.steps.json",
@@ -188,7 +179,7 @@ rule decompose_search:
     benchmark:
         f"{RESULTS}/benchmarks/decompose_search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}-{{kind}}.tsv"
     wildcard_constraints:
-        retriever=_names(RETRIEVER_CONFIGS),
+        retriever=_names(PLAN.retriever_configs),
         kind="irq|ird-gold|ird-pred",
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
@@ -196,15 +187,11 @@ rule decompose_search:
     threads: lambda w: retrieval_threads("decompose_search", w)
     priority: lambda w: retrieval_priority("decompose_search", w)
     resources:
-        gpu=lambda w: _request("decompose_search", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("decompose_search", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("decompose_search", w)["runtime"],
+        **job_resources("decompose_search", gpu=True, retries=True),
     params:
         settings=lambda w: retrieval_settings("decompose_search", w),
         kind=lambda w: _SUFFIX_KIND[w.kind],
-        k=int(DECOMPOSITION.get("k", 10)),
+        k=int(PLAN.decomposition.get("k", 10)),
     shell:
         "cqabench decompose-search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --kind {params.kind} --k {params.k} "
@@ -214,25 +201,26 @@ rule decompose_search:
 
 rule import_run:
     input:
-        run=lambda w: _external_input(w),
-        queries=data_path("{dataset}", "{split}", "queries"),
+        run=PLAN.external_input,
+        queries=PLAN.data_path("{dataset}", "{split}", "queries"),
     output:
-        trec=run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
-        parquet=run_file("{dataset}", "{split}", "{serialization}", "{name}", "parquet"),
+        trec=PLAN.run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
+        parquet=PLAN.run_file(
+            "{dataset}", "{split}", "{serialization}", "{name}", "parquet"
+        ),
     log:
         f"{RESULTS}/logs/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/import_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     wildcard_constraints:
-        name=_names(EXTERNAL_RUNS),
+        name=_names(PLAN.external_runs),
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("import_run", w)["mem_mb"],
-        runtime=lambda w: _request("import_run", w)["runtime"],
+        **job_resources("import_run"),
     params:
-        spec=lambda w: as_arg(EXTERNAL_RUNS[w.name]),
-        format=lambda w: EXTERNAL_RUNS[w.name].get("format", "trec"),
+        spec=lambda w: as_arg(PLAN.external_runs[w.name]),
+        format=lambda w: PLAN.external_runs[w.name].get("format", "trec"),
     shell:
         "cqabench import-run --run {input.run:q} --format {params.format} --queries {input.queries:q} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
@@ -251,18 +239,17 @@ rule eval_retrieval:
     benchmark:
         f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
     wildcard_constraints:
-        run=_names(sorted(set(ALL_RUN_NAMES) | set(RETRIEVER_CONFIGS))),
+        run=_names(sorted(set(PLAN.all_run_names) | set(PLAN.retriever_configs))),
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("eval_retrieval", w)["mem_mb"],
-        runtime=lambda w: _request("eval_retrieval", w)["runtime"],
+        **job_resources("eval_retrieval"),
     params:
         # what the job reads from --config (Plan.retrieval_cell): a change rescores the run
         cell=lambda w: as_arg(
-            retrieval_cell(w.dataset, w.split, w.serialization, w.run)
+            PLAN.retrieval_cell(w.dataset, w.split, w.serialization, w.run)
         ),
-        drop=str(bool(RETRIEVAL.get("drop_identical_ids", True))).lower(),
+        drop=str(bool(PLAN.retrieval.get("drop_identical_ids", True))).lower(),
         strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
     shell:
         "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
@@ -280,23 +267,24 @@ rule eval_retrieval:
 
 rule fuse_runs:
     input:
-        unpack(lambda w: pipeline_inputs(w)),
+        unpack(PLAN.pipeline_inputs),
     output:
-        trec=run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
-        parquet=run_file("{dataset}", "{split}", "{serialization}", "{name}", "parquet"),
+        trec=PLAN.run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
+        parquet=PLAN.run_file(
+            "{dataset}", "{split}", "{serialization}", "{name}", "parquet"
+        ),
     log:
         f"{RESULTS}/logs/fuse_runs/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/fuse_runs/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     wildcard_constraints:
-        name=_names(FUSIONS),
+        name=_names(PLAN.pipelines_of_type("fusion")),
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        mem_mb=lambda w: _request("fuse_runs", w)["mem_mb"],
-        runtime=lambda w: _request("fuse_runs", w)["runtime"],
+        **job_resources("fuse_runs"),
     params:
-        settings=lambda w: as_arg(pipeline_settings(w.name)),
+        settings=lambda w: as_arg(PLAN.pipeline_settings(w.name)),
     shell:
         "cqabench fuse --runs {input.runs:q} --queries {input.queries:q} --settings {params.settings} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
@@ -304,29 +292,27 @@ rule fuse_runs:
 
 rule rerank_run:
     input:
-        unpack(lambda w: pipeline_inputs(w)),
+        unpack(PLAN.pipeline_inputs),
     output:
-        trec=run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
-        parquet=run_file("{dataset}", "{split}", "{serialization}", "{name}", "parquet"),
+        trec=PLAN.run_file("{dataset}", "{split}", "{serialization}", "{name}", "trec"),
+        parquet=PLAN.run_file(
+            "{dataset}", "{split}", "{serialization}", "{name}", "parquet"
+        ),
         record=f"{RESULTS}/runs/{{dataset}}/{{split}}/{{serialization}}/{{name}}.rerank.json",
     log:
         f"{RESULTS}/logs/rerank_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/rerank_run/{{dataset}}/{{split}}/{{serialization}}/{{name}}.tsv"
     wildcard_constraints:
-        name=_names(RERANKS),
+        name=_names(PLAN.pipelines_of_type("rerank")),
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     resources:
         # device cuda: the job asks the scheduler for a GPU, as the neural index and search jobs do
-        gpu=lambda w: _request("rerank_run", w)["gpu"],
-        mem_mb=lambda w, attempt: memory_mb(
-            _request("rerank_run", w)["mem_mb"], attempt
-        ),
-        runtime=lambda w: _request("rerank_run", w)["runtime"],
+        **job_resources("rerank_run", gpu=True, retries=True),
     params:
-        settings=lambda w: as_arg(pipeline_settings(w.name)),
+        settings=lambda w: as_arg(PLAN.pipeline_settings(w.name)),
     shell:
         "cqabench rerank --run {input.runs:q} --queries {input.queries:q} --corpus {input.corpus:q} "
         "--serialization {wildcards.serialization:q} --settings {params.settings} --tag {wildcards.name:q} "

@@ -3,8 +3,9 @@
 A job killed for exceeding its memory is retried with more, instead of failing the whole run (on
 a cluster, where memory is a hard limit). The rules (prepare, pool_corpus, export_beir, index,
 search, decompose_search, convert_model, generate_batch, generate) declare
-`retries: MEMORY_RETRIES` and `mem_mb=lambda w, attempt: memory_mb(base, attempt)`; Snakemake
-passes `attempt` (1 on the first try). Doubling keeps a badly sized base cheap to recover from: a
+`retries: MEMORY_RETRIES` and `resources: **job_resources(rule, retries=True)`, whose mem_mb is
+`memory_mb(base, attempt)` (cqabench.estimate.rule_resources); Snakemake passes `attempt` (1 on
+the first try). Doubling keeps a badly sized base cheap to recover from: a
 job that needs 3x its base runs on the third attempt, with at most 4x reserved.
 
 Snakemake's `retries` restarts a job whatever made it fail (it has no exit-code filter; Snakemake

@@ -1,7 +1,7 @@
 """The workflow's plan: one object per config, built stage by stage and checked as a whole.
 
-`workflow/rules/common.smk` only builds a `Plan` from Snakemake's `config` and binds its
-methods to the names the rules use; everything that decides *which* jobs exist and *what* they
+`workflow/rules/common.smk` only builds a `Plan` from Snakemake's `config`, which the rules read
+as `PLAN` (`PLAN.corpus_path(...)`, `PLAN.llms`); everything that decides *which* jobs exist and *what* they
 are given lives in the stage modules it is made of (`data`, `retrieval`, `generation`,
 `evaluation`, `report`, each building on the ones before it), where it is unit-tested without
 Snakemake (tests/planner/). This module fixes the order in which they read the config, check it

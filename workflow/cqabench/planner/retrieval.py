@@ -154,6 +154,11 @@ class RetrievalPlan(DataPlan):
 
         return [r for r in self.retriever_configs if is_sharded(self.retriever_configs[r])]
 
+    def unsharded_retrievers(self) -> list[str]:
+        """Retrievers whose index one `index` job builds: all but the `sharded_retrievers`."""
+        sharded = set(self.sharded_retrievers())
+        return [r for r in self.retriever_configs if r not in sharded]
+
     def part_dir(self, corpus: str, serialization: str, retriever: str, part: int, of: int) -> str:
         return f"{self.results}/index_parts/{corpus}/{serialization}/{retriever}/{part}-of-{of}"
 
@@ -198,6 +203,11 @@ class RetrievalPlan(DataPlan):
         """The fused and reranked runs of a (dataset, split): those all of whose inputs exist there,
         each after the pipelines it reads (cqabench.planner.pipelines)."""
         return [n for n in self.pipeline_order if (dataset, split) in self.pipeline_splits[n]]
+
+    def pipelines_of_type(self, kind: str) -> list[str]:
+        """The pipelines of one `type` (`fusion`: the fuse_runs rule's; `rerank`: rerank_run's), in
+        config order."""
+        return [n for n, s in self.pipelines.items() if s["type"] == kind]
 
     def pipeline_settings(self, name: str) -> dict[str, Any]:
         """A pipeline's own settings, defaults filled in (its rule's params: a change reruns it)."""
