@@ -18,7 +18,7 @@ from cqabench.common.layout import ONNX_CACHE_DIR
 from cqabench.retrieval.job_resources import job_settings, job_threads
 from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
-    CELL_FIELDS,
+    Cell,
     GEN_ENVS,
     SUFFIX_KIND as _SUFFIX_KIND,
     Environment,
@@ -304,7 +304,6 @@ _generation_settings = PLAN.generation_settings
 _uses_gpu = PLAN.uses_gpu
 evaluation_targets = PLAN.evaluation_targets
 _evaluation_inputs = PLAN.evaluation_inputs
-cell_label = lambda w: PLAN.cell_dir(*(w[f] for f in CELL_FIELDS))
 _in_batch = PLAN.in_batch
 _generation_cell = PLAN.generation_cell
 _metric_files = PLAN.metric_files

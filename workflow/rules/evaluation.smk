@@ -27,7 +27,7 @@ rule evaluate_generation:
     params:
         # what the job reads from --config (Plan.generation_cell): a change rescores the cell
         cell=lambda w: as_arg(_generation_cell(w)),
-        label=cell_label,
+        label=Cell.label_of,
     shell:
         "cqabench evaluate-generation --dataset {wildcards.dataset:q} --predictions {input.predictions:q} "
         "--queries {input.queries:q} --answers {input.answers:q} --summary {input.summary:q} "
