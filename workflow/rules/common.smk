@@ -304,6 +304,8 @@ _generation_settings = PLAN.generation_settings
 _uses_gpu = PLAN.uses_gpu
 evaluation_targets = PLAN.evaluation_targets
 _evaluation_inputs = PLAN.evaluation_inputs
+# A generation cell's folder, its wildcards in braces: the rules' paths put it in f-strings.
+CELL_DIR = Cell.PATTERN
 _in_batch = PLAN.in_batch
 _generation_cell = PLAN.generation_cell
 _metric_files = PLAN.metric_files
