@@ -18,7 +18,7 @@ def test_the_pattern_is_the_rules_cell_folder() -> None:
     `{{dataset}}/.../{{setting}}-k{{k}}` escaped in an f-string (copied from generation.smk)."""
     assert Cell.PATTERN == "{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
     results = "results/sample"
-    old = f"{results}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet"  # noqa: E501
+    old = f"{results}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet"
     assert f"{results}/generation/{Cell.PATTERN}/predictions.parquet" == old
     assert CELL_FIELDS == ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
 

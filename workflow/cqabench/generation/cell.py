@@ -77,10 +77,11 @@ class Cell:
     def from_texts(cls, texts: Mapping[str, Any], where: str) -> Cell:
         """The cell of fields given as text (`texts_of`, `parse`); a k not written plainly is
         refused, naming `where`."""
-        values = {name: str(texts[name]) for name in CELL_FIELDS}
-        if not PLAIN_K.fullmatch(values["k"]):
-            raise ConfigError(f"{where}: k {values['k']!r} is not a whole number written plainly (k0, k5)")
-        return cls(*(values[name] for name in CELL_FIELDS[:-1]), k=int(values["k"]))  # k is the last field
+        v = {name: str(texts[name]) for name in CELL_FIELDS}
+        if not PLAIN_K.fullmatch(v["k"]):
+            raise ConfigError(f"{where}: k {v['k']!r} is not a whole number written plainly (k0, k5)")
+        return cls(v["dataset"], v["split"], v["serialization"], v["retriever"], v["llm"], v["prompt"], v["setting"],
+                   int(v["k"]))
 
     @classmethod
     def from_wildcards(cls, w: Any, where: str = "cell") -> Cell:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
     """Why the config cannot make the cell these wildcard values name ([] if it can): what no
     config can make (`Cell.problems`), then what this one lacks."""
-    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)
+    ds, sp, ser, _, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)  # the retriever: by setting, below
     if ds not in plan.datasets:
         return [f"dataset {ds!r} is not configured (datasets: {plan.datasets})"]
     out = []

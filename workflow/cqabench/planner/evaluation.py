@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cqabench.generation.cell import Cell
 from cqabench.generation.llm.vllm_backend import RECORDED_ENGINE_OPTIONS
 from cqabench.generation.prompts import file_hash
-from cqabench.generation.cell import Cell
 from cqabench.planner.cells import existing as existing_cells
 from cqabench.planner.generation import OPEN_BOOK_LIMITS, GenerationPlan
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT
+from cqabench.generation.cell import Cell
 from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 from cqabench.generation.shares import share_name
-from cqabench.generation.cell import Cell
 from cqabench.planner.cells import problems as cell_problems
 from cqabench.planner.retrieval import RetrievalPlan
 from cqabench.planner.rule_text import as_arg
