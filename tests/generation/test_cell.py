@@ -21,6 +21,9 @@ def test_the_pattern_is_the_rules_cell_folder() -> None:
     old = f"{results}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet"
     assert f"{results}/generation/{Cell.PATTERN}/predictions.parquet" == old
     assert CELL_FIELDS == ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
+    from cqabench.planner.cells import ANY_CELL
+
+    assert ANY_CELL == "*/*/*/*/*/*/*-k*"  # the glob the planner finds existing cells with
 
 
 def test_a_label_names_the_cell_and_back() -> None:

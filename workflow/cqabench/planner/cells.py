@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from cqabench.planner.evaluation import EvaluationPlan
     from cqabench.planner.generation import GenerationPlan
 
+# Every cell folder, as a glob (`*/*/*/*/*/*/*-k*`): what `existing` looks for under the results tree.
+ANY_CELL = Cell.label_of(dict.fromkeys(CELL_FIELDS, "*"))
+
 
 def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
     """Why the config cannot make the cell these wildcard values name ([] if it can): what no
@@ -91,7 +94,7 @@ def existing(plan: EvaluationPlan) -> tuple[list[Cell], list[tuple[str, list[str
     # a cell exists once its metrics do, or the predictions its metrics are made from
     for tree, name in ((plan.answer_metrics_dir(), "metrics.json"), (plan.generation_dir(), "predictions.parquet")):
         root = plan.env.root / tree
-        for path in sorted(root.glob("/".join(["*"] * 7) + "/" + name)) if root.is_dir() else []:
+        for path in sorted(root.glob(f"{ANY_CELL}/{name}")) if root.is_dir() else []:
             rel = path.parent.relative_to(root).as_posix()
             found.setdefault(rel, Cell.parse(rel))
     counted: list[Cell] = []
