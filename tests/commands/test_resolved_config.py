@@ -13,7 +13,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -24,7 +23,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 from cqabench.commands import config_arg, is_json_text, plan_of  # noqa: E402
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.common.io import write_json  # noqa: E402
-from cqabench.planner import CELL_FIELDS, Environment, Plan  # noqa: E402
+from cqabench.planner import Cell, Environment, Plan  # noqa: E402
 
 
 def _validated(name: str) -> dict:
@@ -33,10 +32,6 @@ def _validated(name: str) -> dict:
     config = yaml.safe_load((REPO / "config" / name).read_text())
     validate(config, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     return config
-
-
-def _cell(c: tuple) -> SimpleNamespace:
-    return SimpleNamespace(**dict(zip(CELL_FIELDS, (*c[:7], str(c[7])))))
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
@@ -51,9 +46,8 @@ def test_a_plan_rebuilt_from_the_written_config_decides_every_job_alike(name: st
     cells = planned.generation_cells()
     assert cells == rebuilt.generation_cells() and cells  # every config plans answer cells
     for c in cells:
-        w = _cell(c)
-        assert rebuilt.generation_settings(w) == planned.generation_settings(w)
-        assert rebuilt.generation_cell(w) == planned.generation_cell(w)
+        assert rebuilt.generation_settings(c) == planned.generation_settings(c)
+        assert rebuilt.generation_cell(c) == planned.generation_cell(c)
     for ds, sp, ser, run in planned.retrieval_cells():
         assert rebuilt.retrieval_cell(ds, sp, ser, run) == planned.retrieval_cell(ds, sp, ser, run)
     for llm in planned.gen_batch_llms:
@@ -107,7 +101,7 @@ def test_generate_takes_its_settings_from_one_source(monkeypatch: pytest.MonkeyP
                 prompt="few-shot", setting="rag", k=3)
     args = argparse.Namespace(**cell, config=json.dumps(config), settings=None)
     plan = Plan(config, Environment(root=Path(".")))
-    assert _cell_settings(args) == plan.generation_settings(SimpleNamespace(**{**cell, "k": "3"}))
+    assert _cell_settings(args) == plan.generation_settings(Cell(**cell))
     assert _cell_settings(argparse.Namespace(**cell, config=None, settings='{"llm": {}}')) == {"llm": {}}
     with pytest.raises(ConfigError, match="one of them"):
         _cell_settings(argparse.Namespace(**cell, config=None, settings=None))

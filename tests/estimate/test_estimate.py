@@ -29,8 +29,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.estimate import measured, run, tables  # noqa: E402
 from cqabench.estimate.dag import Job  # noqa: E402
-from cqabench.estimate.model import Cost, JobCosts, SimpleCell  # noqa: E402
-from cqabench.planner import CELL_FIELDS  # noqa: E402
+from cqabench.estimate.model import Cost, JobCosts  # noqa: E402
 from cqabench.estimate.rates import Rates, load_rates, update_assumed, update_rates  # noqa: E402
 from cqabench.estimate.schedule import makespan  # noqa: E402
 from cqabench.planner.sizes import load_published  # noqa: E402
@@ -616,10 +615,10 @@ def test_an_off_grid_cell_of_a_batch_llm_is_costed_as_its_own_engine_run() -> No
     answers from the batch's cache (the light rate), while a cell asked for off the grid (RAG at
     k = 2, `Plan.in_batch` false) runs its own engine, so it is costed and asks for memory as one."""
     costs = _costs("config.yaml")
-    rag = next(c for c in costs.plan.generation_cells() if c[6] == "rag")
-    grid = dict(zip(CELL_FIELDS, (*rag[:7], str(rag[7]))))
+    rag = next(c for c in costs.plan.generation_cells() if c.setting == "rag")
+    grid = {name: str(value) for name, value in rag.as_dict().items()}  # as Snakemake's wildcards give it
     off = {**grid, "k": "2"}
-    assert costs.plan.in_batch(SimpleCell(grid)) and not costs.plan.in_batch(SimpleCell(off))
+    assert costs.plan.in_batch(grid) and not costs.plan.in_batch(off)
     light = costs.rates.value("light", "cpu", "any", "fixed_s")
     assert costs.cost("generate", grid).wall_s == pytest.approx(light)
     assert costs.cost("generate", grid).rates == {"light.cpu.any.fixed_s", "light.cpu.any.peak_mb"}

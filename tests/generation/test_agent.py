@@ -29,7 +29,7 @@ from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.generation.extraction import extract_answer
 from cqabench.generation.batch import BatchCell, run_batch
-from cqabench.generation.cell import Cell, CellInputs, CellOptions, cell_label
+from cqabench.generation.cell import Cell, CellInputs, CellOptions
 from cqabench.generation.generate import run_cell
 from cqabench.common.io import write_parquet
 from cqabench.generation.llm import llm_spec
@@ -427,7 +427,7 @@ def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
     closed = "tanq/test/pipe/none/scripted/few-shot/closed-k0"
     assert len(labels) == 17 and not [x for x in labels if x.startswith("batch")]
     assert sum(x.startswith(f"{closed} ") for x in labels) == 2
-    assert sum(x.startswith(f"{cell_label(CELL)} open-book round ") for x in labels) == 15
+    assert sum(x.startswith(f"{CELL.label} open-book round ") for x in labels) == 15
     # the cell job then assembles from the cache without an engine
     summary, _ = _run(tmp_path, tool_corpus, queries, cache, ScriptedModel(lambda chat: pytest.fail("no call expected")))
     assert summary["n_generated"] == 0
@@ -584,7 +584,8 @@ def test_missing_tool_inputs_name_the_flags(tmp_path: Path, queries: Path) -> No
     with pytest.raises(ConfigError, match="setting open-book needs --tool-corpus and --tool-index"):
         run_cell(CELL, _spec(), Sampling(), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
                  tmp_path / "c", OPTIONS, backend_factory=lambda: ScriptedModel(_script))
-    with pytest.raises(ConfigError, match="open-book takes the WikiSearch retriever and k 1"):
+    with pytest.raises(ConfigError, match="open-book needs a retriever, not 'none'; open-book's WikiSearch shows one "
+                                          "article: its folder is open-book-k1, not open-book-k0"):
         Cell("tanq", "test", "pipe", "none", "x", "few-shot", "open-book", 0).check()
 
 

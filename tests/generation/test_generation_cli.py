@@ -169,8 +169,12 @@ def test_missing_api_key_fails_first_naming_the_variable(tmp_path: Path, monkeyp
 
 @pytest.mark.parametrize(
     ("setting", "retriever", "k", "message"),
-    [("closed", "bm25", 0, "takes retriever 'none' and k 0"), ("oracle", "none", 5, "takes retriever 'none' and k 0"),
-     ("rag", "none", 5, "needs a retriever and k >= 1"), ("rag", "bm25", 0, "needs a retriever and k >= 1")],
+    [("closed", "bm25", 0, "closed-k0: closed-book shows no documents and retrieves nothing: its retriever is 'none', "
+                           "not 'bm25'"),
+     ("oracle", "none", 5, "oracle-k5: oracle shows every gold document, so it has no k: its folder is oracle-k0, "
+                           "not oracle-k5"),
+     ("rag", "none", 5, "/none/api/few-shot/rag-k5: rag needs a retriever, not 'none'"),
+     ("rag", "bm25", 0, "/bm25/api/few-shot/rag-k0: rag shows the top k documents: k must be at least 1")],
 )
 def test_inconsistent_cells_are_rejected(split, tmp_path: Path, monkeypatch, capsys, setting, retriever, k, message) -> None:
     monkeypatch.setenv(ENV, KEY)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 from cqabench.common.errors import ConfigError
+from cqabench.planner import Cell
 
 from plan_helpers import load_config, plan_of
 
@@ -14,10 +15,8 @@ CELL = "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3"
 
 
 def _wildcards(cell: str) -> SimpleNamespace:
-    *fields, setting_k = cell.split("/")
-    setting, k = setting_k.rsplit("-k", 1)
-    names = ("dataset", "split", "serialization", "retriever", "llm", "prompt")
-    return SimpleNamespace(**dict(zip(names, fields)), setting=setting, k=k)
+    """The wildcards Snakemake gives the rule for this cell's path: text, by attribute."""
+    return SimpleNamespace(**Cell.parse(cell))
 
 
 def test_each_planned_cell_is_scored_into_its_own_metrics_folder() -> None:

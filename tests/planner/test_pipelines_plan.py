@@ -56,7 +56,7 @@ def test_pipelines_are_runs_of_every_split_their_inputs_exist_for() -> None:
     assert plan.pipelines_of_type("rerank") == ["hybrid-ce"]
     assert len(plan.retrieval_targets()) == 17 + 3 * 7
     assert "results/sample/retrieval/tatqa/dev/pipe/ce-bm25/metrics.json" in plan.retrieval_targets()
-    rag = [c for c in plan.generation_cells() if c[3] == "hybrid"]
+    rag = [c for c in plan.generation_cells() if c.retriever == "hybrid"]
     assert len(rag) == 7 * 2  # seven datasets x k in [1, 3]
     w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", name="ce-bm25")
     assert plan.pipeline_inputs(w) == {

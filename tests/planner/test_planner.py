@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from cqabench.common.errors import ConfigError
+from cqabench.planner import Cell
 
 from plan_helpers import load_config, plan_of
 
@@ -41,12 +42,12 @@ def test_default_plan_by_hand() -> None:
     annotators' facts, open-book for TANQ only: 8 + 28 + 6 + 1 = 43."""
     plan = plan_of(load_config())
     cells = plan.generation_cells()
-    by_setting = {s: [c for c in cells if c[6] == s] for s in ("closed", "rag", "oracle", "open-book")}
+    by_setting = {s: [c for c in cells if c.setting == s] for s in ("closed", "rag", "oracle", "open-book")}
     assert [len(by_setting[s]) for s in ("closed", "rag", "oracle", "open-book")] == [8, 28, 6, 1]
-    assert by_setting["open-book"] == [("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)]
-    assert {c[0] for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa",
+    assert by_setting["open-book"] == [Cell("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)]
+    assert {c.dataset for c in by_setting["oracle"]} == {"musique", "2wikimultihopqa", "ottqa", "tatqa", "finqa",
                                                     "strategyqa"}
-    assert {c[0]: plan.context_source(c[0], "oracle") for c in by_setting["oracle"]}["strategyqa"] == "facts"
+    assert {c.dataset: plan.context_source(c.dataset, "oracle") for c in by_setting["oracle"]}["strategyqa"] == "facts"
     assert plan.context_source("musique", "oracle") == "gold" and plan.context_source("tatqa", "rag") == "retrieved"
     # the facts oracle reads the queries (their facts column), no qrels or corpus; it is planned, so not listed
     facts = SimpleNamespace(dataset="strategyqa", split="dev", serialization="pipe", retriever="none",
@@ -198,7 +199,7 @@ def test_rag_k_up_to_the_run_depth_plans_and_every_deeper_pair_is_named() -> Non
     depth at planning (generate refuses a k its file cannot fill)."""
     config = load_config()
     config["generation"].update(rag_retrievers=["bm25", "minilm", "bm25-irq"], k=[10])
-    assert ("strategyqa", "dev", "pipe", "bm25-irq", "smollm2-135m", "few-shot", "rag", 10) in plan_of(config).generation_cells()
+    assert Cell("strategyqa", "dev", "pipe", "bm25-irq", "smollm2-135m", "few-shot", "rag", 10) in plan_of(config).generation_cells()
     config["generation"]["k"] = [11, 101]
     with pytest.raises(ConfigError) as err:
         plan_of(config)

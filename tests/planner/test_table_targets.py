@@ -16,7 +16,6 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -25,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from cqabench.common.errors import ConfigError
-from cqabench.planner import CELL_FIELDS, Environment, Plan
+from cqabench.planner import Cell, Environment, Plan
 from dry_runs import dry_run, snakemake_n
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ENV = Environment(root=ROOT, python="python", vllm_python=sys.executable)
-RAG_K2 = ("tatqa", "dev", "pipe", "bm25", "smollm2-135m", "few-shot", "rag", 2)  # the sample's k: 1, 3, 5
+RAG_K2 = Cell("tatqa", "dev", "pipe", "bm25", "smollm2-135m", "few-shot", "rag", 2)  # the sample's k: 1, 3, 5
 
 
 def _config(name: str = "config.yaml") -> dict[str, Any]:
@@ -80,8 +79,8 @@ def test_each_shipped_table_needs_only_its_cells() -> None:
                                 "tanq_table8_by_n_relations", "tanq_table9_by_table_length", "tanq_table10_failures")},
     }
     table8 = plan.table_cells("dexter_table8_open_models")["generation"]
-    assert {(c[5], c[6], c[7]) for c in table8} == {("few-shot-cot", "oracle", 0)}
-    assert {c[0] for c in table8} == {"musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa"}
+    assert {(c.prompt, c.setting, c.k) for c in table8} == {("few-shot-cot", "oracle", 0)}
+    assert {c.dataset for c in table8} == {"musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa"}
     inputs = plan.table_inputs("dexter_table2_ndcg10")
     assert inputs["expected"] == ["config/expected/dexter.yaml"] and "per_question" not in inputs
     assert "results/dexter/retrieval/strategyqa/dev/pipe/bm25-ird-gold/metrics.json" in inputs["metrics"]
@@ -141,15 +140,14 @@ def _fill(root: Path, plan: Plan, cells: list[tuple]) -> None:
         _write(root, str(Path(rel).parent), {"cell": cell, "metrics": rows, "provenance": {}})
     qids = [f"t{i}" for i in range(4)]
     for c in cells:
-        w = SimpleNamespace(**dict(zip(CELL_FIELDS, (*c[:7], str(c[7])))))
         rel = str(Path(plan.answer_metrics_file(c)).parent)
         rows = [{"metric": m, "variant": v, "value": _value(rel + m + v), "n": 4, "unit": "fraction"}
-                for m, v in sorted(written_metrics("generation", c[0]))]  # fmt: skip
+                for m, v in sorted(written_metrics("generation", c.dataset))]  # fmt: skip
         per_question = None
-        if c[0] == "tanq":
+        if c.dataset == "tanq":
             per_question = [{"qid": q, "metric": m, "variant": "official", "value": _value(rel + q + m)}
                             for q in qids for m in ("rms_precision", "rms_recall", "rms_f1")]  # fmt: skip
-        _write(root, rel, {"cell": plan.generation_cell(w), "metrics": rows, "provenance": {}}, per_question)
+        _write(root, rel, {"cell": plan.generation_cell(c), "metrics": rows, "provenance": {}}, per_question)
     data = root / "results/sample/data/tanq/test"
     data.mkdir(parents=True, exist_ok=True)
     types = ["simple", "wikidata_comp", "intersection", "simple"]
@@ -239,7 +237,8 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
      "k 200 exceeds retrieval.k: 100 (the run bm25 holds at most 100 documents per question)"),
     ("tatqa/dev/pipe/none/smollm2-135m/fewshot/closed-k0",
      "prompt 'fewshot' is unknown; valid: ['few-shot', 'few-shot-cot', 'zero-shot-cot', 'self-ask']"),
-    ("tatqa/dev/pipe/none/smollm2-135m/few-shot/rag-k5", "rag reads a run: 'none' is not a run of tatqa/dev (runs: "
+    ("tatqa/dev/pipe/none/smollm2-135m/few-shot/rag-k5", "rag needs a retriever, not 'none'"),
+    ("tatqa/dev/pipe/bm99/smollm2-135m/few-shot/rag-k5", "rag reads a run: 'bm99' is not a run of tatqa/dev (runs: "
                                                           "['bm25', 'minilm', 'bm25-minilm-rrf'])"),
     ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/oracle-k0",
      "oracle shows every gold document and retrieves nothing: its retriever is 'none', not 'bm25'"),
@@ -253,10 +252,8 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     ("tatqa/dev/pipe/none/smollm2-135m/few-shot/closedbook-k0", "setting 'closedbook' is unknown; valid: "),
 ])
 def test_a_cell_the_config_cannot_make_is_refused_with_its_path_and_why(cell: str, why: str) -> None:
-    from cqabench.planner.cells import parse_cell_dir
-
     plan = Plan(_config(), ENV)
-    w = SimpleNamespace(**parse_cell_dir(cell))
+    w = Cell.parse(cell)
     path = f"results/sample/metrics/{cell}/metrics.json"
     with pytest.raises(ConfigError) as err:
         plan.checked_cell(w, path)
@@ -265,13 +262,11 @@ def test_a_cell_the_config_cannot_make_is_refused_with_its_path_and_why(cell: st
 
 
 def test_cells_off_the_grid_the_config_can_make_are_not_refused() -> None:
-    from cqabench.planner.cells import parse_cell_dir
-
     plan = Plan(_config(), ENV)
     for cell in ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2",  # another k within the run
                  "tatqa/dev/pipe/minilm/smollm2-135m/few-shot/rag-k100",  # the whole run
                  "tatqa/dev/pipe/none/smollm2-135m/few-shot-cot/closed-k0"):  # a prompt with its template
-        plan.checked_cell(SimpleNamespace(**parse_cell_dir(cell)), cell)
+        assert plan.checked_cell(Cell.parse(cell), cell) == Cell.from_label(cell)
 
 
 @pytest.mark.snakemake

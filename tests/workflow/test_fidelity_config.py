@@ -239,13 +239,11 @@ def test_dexter_dry_run_plans_the_papers_setup() -> None:
     assert got == want == 28
     # Table 5's checkpoint, in what every llama2-7b cell's job reads from the resolved config
     # (--config results/dexter/config.json: Plan.generation_settings)
-    from types import SimpleNamespace
-
-    from cqabench.planner import CELL_FIELDS, Environment, Plan
+    from cqabench.planner import Environment, Plan
 
     dexter = Plan(_config("dexter.yaml"), Environment(root=REPO))
-    llama = [c for c in dexter.generation_cells() if c[4] == "llama2-7b"]
-    sources = {dexter.generation_settings(SimpleNamespace(**dict(zip(CELL_FIELDS, c))))["llm"]["source"] for c in llama}
+    llama = [c for c in dexter.generation_cells() if c.llm == "llama2-7b"]
+    sources = {dexter.generation_settings(c)["llm"]["source"] for c in llama}
     assert llama and sources == {"meta-llama/Llama-2-7b-hf"}
     # written by the main process at parse time (planner/resolved_config.py), read by the cells' jobs
     assert "results/dexter/config.json" not in planned_outputs(plan)

@@ -19,7 +19,7 @@ from cqabench.common.layout import ONNX_CACHE_DIR
 from cqabench.retrieval.job_resources import job_settings, job_threads
 from cqabench.generation.llm.convert import CONVERTER_VERSION
 from cqabench.planner import (
-    CELL_FIELDS,
+    Cell,
     GEN_ENVS,
     SUFFIX_KIND as _SUFFIX_KIND,
     Environment,
@@ -245,7 +245,8 @@ def _cell_inputs(w):
     return {**inputs, "config": ancient(CONFIG_FILE)}
 
 
-cell_label = lambda w: PLAN.cell_dir(*(w[f] for f in CELL_FIELDS))
+# A generation cell's folder, its wildcards in braces: the rules' paths put it in f-strings.
+CELL_DIR = Cell.PATTERN
 
 # Cells under results/ that the config can no longer make (an LLM dropped from generation.llms, a
 # k beyond a lowered retrieval.k) are left out of the fact table: say so once, naming each.

@@ -7,12 +7,12 @@ rule evaluate_generation:
         unpack(PLAN.evaluation_inputs),
         config=ancient(CONFIG_FILE),
     output:
-        metrics=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/metrics.json",
-        per_question=f"{RESULTS}/metrics/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/per_question.parquet",
+        metrics=f"{RESULTS}/metrics/{CELL_DIR}/metrics.json",
+        per_question=f"{RESULTS}/metrics/{CELL_DIR}/per_question.parquet",
     log:
-        f"{RESULTS}/logs/evaluate_generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
+        f"{RESULTS}/logs/evaluate_generation/{CELL_DIR}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate_generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
+        f"{RESULTS}/benchmarks/evaluate_generation/{CELL_DIR}.tsv"
     wildcard_constraints:
         retriever=CELL_PART,
         llm=CELL_PART,
@@ -26,7 +26,7 @@ rule evaluate_generation:
     params:
         # what the job reads from --config (Plan.generation_cell): a change rescores the cell
         cell=lambda w: as_arg(PLAN.generation_cell(w)),
-        label=cell_label,
+        label=Cell.label_of,
     shell:
         "cqabench evaluate-generation --dataset {wildcards.dataset:q} --predictions {input.predictions:q} "
         "--queries {input.queries:q} --answers {input.answers:q} --summary {input.summary:q} "

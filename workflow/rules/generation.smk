@@ -36,9 +36,9 @@ rule cell_spec:
     input:
         unpack(PLAN.generation_inputs),
     output:
-        f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/spec.json",
+        f"{RESULTS}/generation/{CELL_DIR}/spec.json",
     log:
-        f"{RESULTS}/logs/cell_spec/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
+        f"{RESULTS}/logs/cell_spec/{CELL_DIR}.log",
     wildcard_constraints:
         retriever=CELL_PART,
         llm=_names(PLAN.gen_batch_llms),
@@ -117,12 +117,12 @@ rule generate:
     input:
         unpack(_cell_inputs),
     output:
-        predictions=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/predictions.parquet",
-        summary=f"{RESULTS}/generation/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}/summary.json",
+        predictions=f"{RESULTS}/generation/{CELL_DIR}/predictions.parquet",
+        summary=f"{RESULTS}/generation/{CELL_DIR}/summary.json",
     log:
-        f"{RESULTS}/logs/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.log",
+        f"{RESULTS}/logs/generate/{CELL_DIR}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/generate/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}/{{llm}}/{{prompt}}/{{setting}}-k{{k}}.tsv"
+        f"{RESULTS}/benchmarks/generate/{CELL_DIR}.tsv"
     # Any cell folder reaches the planner: one the config cannot make (closed-k3, rag-k200, an
     # unknown prompt) is refused by _cell_inputs with its path and why (cqabench.planner.cells).
     wildcard_constraints:

@@ -40,16 +40,11 @@ def _generation_cell(cell: str, config: str | None) -> dict[str, Any]:
     retriever/llm/prompt/setting-kK), whose record the planner makes (Plan.generation_cell)."""
     if is_json_text(cell):
         return json_object(cell, "--cell")
-    from types import SimpleNamespace
-
-    from cqabench.planner.cells import parse_cell_dir
+    from cqabench.generation.cell import Cell
 
     if config is None:
         raise ConfigError(f"--cell {cell!r}: a cell label needs --config (the run's resolved configuration)")
-    fields = parse_cell_dir(cell)
-    if fields is None:
-        raise ConfigError(f"--cell {cell!r}: not <dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>")
-    return plan_of(config_arg(config)).generation_cell(SimpleNamespace(**fields))
+    return plan_of(config_arg(config)).generation_cell(Cell.from_label(cell, "--cell"))
 
 
 def run_tanq_failures(args: argparse.Namespace) -> int:

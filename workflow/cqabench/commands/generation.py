@@ -16,10 +16,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cqabench.commands import json_object
 from cqabench.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cqabench.generation.cell import Cell
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -167,13 +170,16 @@ def _cell_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("give the cell's settings as --config FILE (the workflow's) or --settings JSON (one of them)")
     if args.settings is not None:
         return json_object(args.settings, "--settings")
-    from types import SimpleNamespace
-
     from cqabench.commands import config_arg, plan_of
 
-    cell = SimpleNamespace(dataset=args.dataset, split=args.split, serialization=args.serialization,
-                           retriever=args.retriever, llm=args.llm, prompt=args.prompt, setting=args.setting, k=str(args.k))
-    return plan_of(config_arg(args.config)).generation_settings(cell)
+    return plan_of(config_arg(args.config)).generation_settings(_cell_of(args))
+
+
+def _cell_of(args: argparse.Namespace) -> Cell:
+    """The cell the command line names (--dataset ... --k)."""
+    from cqabench.generation.cell import Cell
+
+    return Cell(args.dataset, args.split, args.serialization, args.retriever, args.llm, args.prompt, args.setting, args.k)
 
 
 def _batch_of(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
@@ -214,22 +220,13 @@ def _path(value: Any) -> Path | None:
 def run_generate(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cqabench.generation.llm.hf: before torch starts OpenMP
-    from cqabench.generation.cell import Cell, CellInputs
+    from cqabench.generation.cell import CellInputs
     from cqabench.generation.generate import run_cell
     from cqabench.generation.prompts import load_template
 
     settings = _cell_settings(args)
     spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--config" if args.config else "--settings")
-    cell = Cell(
-        dataset=args.dataset,
-        split=args.split,
-        serialization=args.serialization,
-        retriever=args.retriever,
-        llm=args.llm,
-        prompt=args.prompt,
-        setting=args.setting,
-        k=args.k,
-    )
+    cell = _cell_of(args)
     inputs = CellInputs(queries=args.queries, template=args.template, corpus=args.corpus, qrels=args.qrels, run=args.run,
                         tool_corpus=args.tool_corpus, tool_index=args.tool_index)
     summary = run_cell(

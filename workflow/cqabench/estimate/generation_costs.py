@@ -12,20 +12,14 @@ the card's memory) at the decode step time; an API model costs requests in fligh
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from cqabench.generation.cell import Cell
 
 if TYPE_CHECKING:
     from cqabench.estimate.model import Cost
 
 MB = 1e6
-
-
-class SimpleCell:
-    """A cell dict with attribute access, as the planner's methods take Snakemake wildcards."""
-
-    def __init__(self, cell: Mapping[str, str]) -> None:
-        self.__dict__.update(cell)
 
 
 class GenerationCosts:
@@ -49,11 +43,12 @@ class GenerationCosts:
     def _sampling(self, llm: str) -> dict[str, Any]:
         return {**(self.plan.generation.get("sampling") or {}), **(self.plan.llms[llm].get("sampling") or {})}
 
-    def cell_work(self, cell: Mapping[str, str]) -> dict[str, float]:
+    def cell_work(self, w: Any) -> dict[str, float]:
         """Prompts, prompt tokens (all, and those the prefix cache cannot serve) and output tokens
-        (`answer_tokens` a prompt: measured on stop strings, or max_new_tokens) of one cell."""
-        ds, sp, llm, setting = cell["dataset"], cell["split"], cell["llm"], cell["setting"]
-        k = int(cell["k"])
+        (`answer_tokens` a prompt: measured on stop strings, or max_new_tokens) of one cell (a Cell,
+        or a job's wildcards)."""
+        cell = Cell.from_wildcards(w)
+        ds, sp, llm, setting, k = cell.dataset, cell.split, cell.llm, cell.setting, cell.k
         n = self._queries(ds, sp)
         cap = self.plan.max_questions_of(ds)
         if cap is not None:
@@ -61,7 +56,7 @@ class GenerationCosts:
         cpt = self.rates.value("text", "data", "any", "chars_per_token")
         cut = self.plan.generation.get("max_doc_chars")
         doc = lambda chars: min(chars, cut + 40) if cut else chars  # noqa: E731  (title and numbering)
-        template = self._template_chars(ds, cell["prompt"], setting)
+        template = self._template_chars(ds, cell.prompt, setting)
         question = self.sizes.stat(ds, sp, "question_chars")
         context = 0.0
         if setting == "rag":
@@ -73,7 +68,7 @@ class GenerationCosts:
         prompt_tokens = (template + question + context) / cpt
         shared = template / cpt
         if setting == "open-book":  # a dialogue of max_steps calls, each adding an observation and a turn
-            ob = self.plan.open_book_settings(SimpleCell(cell))
+            ob = self.plan.open_book_settings(cell)
             steps = int(ob["max_steps"])
             turn_new = int(ob["max_new_tokens"] or max_new)
             grow = ob["max_tool_chars"] / cpt + turn_new
@@ -83,7 +78,7 @@ class GenerationCosts:
             uncached = n * (prompt_tokens - shared + (steps - 1) * grow) + shared
             return {"prompts": calls, "questions": n, "prompt tokens": total, "uncached prompt tokens": uncached,
                     "output tokens": calls * turn_new, "max new tokens": turn_new}
-        answer = self.answer_tokens(cell["prompt"], max_new)
+        answer = self.answer_tokens(cell.prompt, max_new)
         return {"prompts": n, "questions": n, "prompt tokens": n * prompt_tokens,
                 "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
                 "output tokens": n * answer, "max new tokens": answer}
@@ -180,11 +175,11 @@ class GenerationCosts:
 
     def _generate_batch(self, c: Cost, w: dict[str, str], shares: int = 1) -> None:
         llm = w["llm"]
-        cells = [dict(vars(x)) for x in self.plan.batch_cells(llm)]
+        cells = self.plan.batch_cells(llm)
         # a share (generation.batch_jobs) holds 1/N of every cell's questions; an answer's length stays
         work = [{k: (v if k == "max new tokens" else v / shares) for k, v in self.cell_work(x).items()} for x in cells]
         for x in cells:
-            c.rates |= self.output_rate_keys(x["prompt"])
+            c.rates |= self.output_rate_keys(x.prompt)
         self._place(c, w)
         c.threads = int(self.plan.threads)
         self._engine(c, llm, work)

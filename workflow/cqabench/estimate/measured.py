@@ -22,7 +22,7 @@ import pandas as pd
 
 from cqabench.estimate.dag import TABLE_PREFIX, job_id, rule_family
 from cqabench.common.job_memory import peak_with_log
-from cqabench.planner import CELL_FIELDS
+from cqabench.generation.cell import CELL_FIELDS, Cell
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -65,10 +65,7 @@ def job_of(rule: str, rel: Path) -> dict[str, str] | None:
     if rule == "download":
         return {"path": "/".join(parts)}
     if names == CELL_FIELDS:
-        if len(parts) != 7 or "-k" not in parts[6]:
-            return None
-        setting, k = parts[6].rsplit("-k", 1)
-        return dict(zip(CELL_FIELDS, (*parts[:6], setting, k)))
+        return Cell.parse("/".join(parts))
     if len(parts) != len(names):
         return None
     out = dict(zip(names, parts))

@@ -33,7 +33,7 @@ from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.estimate.dag import Job, job_id, rule_family, snakemake_jobs
-from cqabench.estimate.generation_costs import SimpleCell, GenerationCosts
+from cqabench.estimate.generation_costs import GenerationCosts
 from cqabench.estimate.rates import Rates, load_rates
 from cqabench.planner.sizes import Sizes
 from cqabench.retrieval.job_resources import job_device
@@ -190,7 +190,7 @@ class JobCosts(GenerationCosts):
     def _in_batch(self, wildcards: Mapping[str, Any]) -> bool:
         """Whether a generate job only assembles its answers from its LLM's batch (`Plan.in_batch`:
         a grid cell of a batch LLM; an off-grid cell of that LLM runs its own engine)."""
-        return bool(self.plan.in_batch(SimpleCell({k: str(v) for k, v in dict(wildcards).items()})))
+        return bool(self.plan.in_batch(wildcards))
 
     def _r(self, c: Cost, family: str, name: str, model: str | tuple[str, ...] = "any", device: str | None = None) -> float:
         device = device or c.device

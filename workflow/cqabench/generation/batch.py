@@ -24,7 +24,7 @@ from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.common.io import write_json
-from cqabench.generation.cell import Cell, CellInputs, CellOptions, cell_label
+from cqabench.generation.cell import Cell, CellInputs, CellOptions
 from cqabench.generation.cell_output import generation_provenance
 from cqabench.generation.completions import (
     SharedBackend,
@@ -116,7 +116,7 @@ def _complete(prepared: Sequence[PreparedCell], spec: LlmSpec, shared: SharedBac
             labels: dict[str, list[str]] = {}
             for p in prepared:
                 for it in p.items if p.dialogues is None else ():
-                    labels.setdefault(it.key, []).append(f"{cell_label(p.cell)} {it.qid}")
+                    labels.setdefault(it.key, []).append(f"{p.cell.label} {it.qid}")
             cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec),
                                                     claim_chunk=claim_chunk_for(spec), item_labels=item_labels(labels))
             ob_cached, ob_generated, rounds = run_open_book([p for p in prepared if p.dialogues is not None], shared,
@@ -133,7 +133,7 @@ def _complete(prepared: Sequence[PreparedCell], spec: LlmSpec, shared: SharedBac
 def _cell_entry(p: PreparedCell, generated: Mapping[str, Completion]) -> dict[str, Any]:
     """A cell's line of the manifest: its items, and how many of them were generated or failed."""
     keys = _cell_keys(p)
-    return {"cell": cell_label(p.cell), "n_items": len(p.items) + len(p.dialogues or []),
+    return {"cell": p.cell.label, "n_items": len(p.items) + len(p.dialogues or []),
             "n_without_evidence": len(p.without_evidence),
             "n_generated": sum(1 for k in keys if k in generated and not generated[k].error),
             "n_failed": sum(1 for k in keys if k in generated and generated[k].error),

@@ -25,7 +25,7 @@ from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.common.io import write_json
-from cqabench.generation.cell import Cell, CellInputs, CellOptions, cell_label
+from cqabench.generation.cell import Cell, CellInputs, CellOptions
 from cqabench.generation.cell_inputs import read_questions
 from cqabench.generation.cell_output import generation_provenance, write_cell
 from cqabench.generation.completions import SharedBackend, claim_chunk_for, generate_missing, open_cache, order_for
@@ -54,7 +54,7 @@ def run_cell(
     started = time.perf_counter()
     identity = model_identity(spec)
     prepared = prepare_cell(cell, spec, sampling, template, inputs, options, identity)
-    label = cell_label(cell)
+    label = cell.label
     cached, generated, retries = _complete(prepared, spec, SharedBackend.for_spec(spec, backend_factory), cache_path,
                                            label)
     summary = write_cell(

@@ -19,7 +19,7 @@ from cqabench.common.errors import ConfigError
 from cqabench.generation.agent.loop import AgentContext, Dialogue, Limits, run_dialogues
 from cqabench.generation.agent.openai_tools import TOOLS_API
 from cqabench.generation.agent.tools import ArticleStore, Bm25Searcher, Toolbox
-from cqabench.generation.cell import Cell, CellInputs, CellOptions, cell_label
+from cqabench.generation.cell import Cell, CellInputs, CellOptions
 from cqabench.generation.completions import SharedBackend, generate_missing, item_labels
 from cqabench.generation.items import Item, PreparedCell
 from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling
@@ -91,7 +91,7 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: SharedBackend, cache
     Returns (cached, generated, rounds) completions by key, as `generate_missing` does.
     """
     dialogues = [d for p in prepared for d in (p.dialogues or [])]
-    cell_of = {id(d): cell_label(p.cell) for p in prepared for d in (p.dialogues or [])}
+    cell_of = {id(d): p.cell.label for p in prepared for d in (p.dialogues or [])}
     cached_all: dict[str, Completion] = {}
     generated_all: dict[str, Completion] = {}
 

@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cqabench.common.errors import ConfigError
-from cqabench.generation.cell import cell_label
 from cqabench.generation.items import PreparedCell
 from cqabench.generation.llm.base import Chat, LlmSpec
 from cqabench.generation.llm.vllm_backend import fit_problem, prompt_token_ids
@@ -35,7 +34,7 @@ def overlong(prepared: Sequence[PreparedCell], max_model_len: int, count: Callab
             if it.key not in seen:
                 seen[it.key] = fit_problem(count(it.chat), p.sampling.max_new_tokens, max_model_len)
             if seen[it.key]:
-                out.append(f"{cell_label(p.cell)} question {it.qid}: {seen[it.key]}")
+                out.append(f"{p.cell.label} question {it.qid}: {seen[it.key]}")
     return out
 
 

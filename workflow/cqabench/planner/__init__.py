@@ -7,7 +7,7 @@ builds and the rules read as `PLAN`. The names below are re-exported so that `fr
 and the rules' helpers keep one short import.
 """
 
-from cqabench.planner.cells import CELL_FIELDS, Cell
+from cqabench.generation.cell import Cell
 from cqabench.planner.environment import Environment
 from cqabench.planner.generation import GEN_ENVS, GGUF_PREFIXES, OPEN_BOOK_LIMITS, PER_CELL_SETTINGS
 from cqabench.planner.plan import Plan
@@ -15,6 +15,6 @@ from cqabench.planner.retrieval import SUFFIX_KIND
 from cqabench.planner.rule_text import NEVER, as_arg, as_json, names_pattern, one_of
 
 __all__ = [
-    "CELL_FIELDS", "GEN_ENVS", "GGUF_PREFIXES", "NEVER", "OPEN_BOOK_LIMITS", "PER_CELL_SETTINGS", "SUFFIX_KIND",
+    "GEN_ENVS", "GGUF_PREFIXES", "NEVER", "OPEN_BOOK_LIMITS", "PER_CELL_SETTINGS", "SUFFIX_KIND",
     "Cell", "Environment", "Plan", "as_arg", "as_json", "names_pattern", "one_of",
 ]  # fmt: skip

@@ -2,8 +2,8 @@
 
 The grid (`Plan.generation_cells`) is what `snakemake` plans by default, but any cell can be
 asked for by its path (`results/<name>/generation/<cell>/predictions.parquet`, `results/<name>/metrics/<cell>/
-metrics.json`, with `<cell>` = `{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/
-{setting}-k{k}`). A path outside the grid that the config can make (RAG at k = 2 over a
+metrics.json`, with `<cell>` = `Cell.PATTERN`, `{dataset}/{split}/{serialization}/{retriever}/{llm}/
+{prompt}/{setting}-k{k}`). A path outside the grid that the config can make (RAG at k = 2 over a
 configured run, a known prompt whose template exists) is planned and, once it exists, counted
 like a grid cell: its metrics go into the fact table, the report and `cqabench significance`
 (`Plan.all_cells`). A path the config cannot make is refused when Snakemake plans it, with the
@@ -15,32 +15,24 @@ ones the config has.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from cqabench.generation.prompts import SETTINGS, STRATEGIES
+from cqabench.generation.cell import CELL_FIELDS, PLAIN_K, Cell
+from cqabench.generation.prompts import STRATEGIES
 
 if TYPE_CHECKING:
     from cqabench.planner.evaluation import EvaluationPlan
     from cqabench.planner.generation import GenerationPlan
 
-# A generation cell: its wildcards, in the order of its folder (`cell_dir`), and its values.
-CELL_FIELDS = ("dataset", "split", "serialization", "retriever", "llm", "prompt", "setting", "k")
-Cell = tuple[str, str, str, str, str, str, str, int]
-CELL_DIR = re.compile(r"(?P<dataset>[^/]+)/(?P<split>[^/]+)/(?P<serialization>[^/]+)/(?P<retriever>[^/]+)/"
-                      r"(?P<llm>[^/]+)/(?P<prompt>[^/]+)/(?P<setting>[^/]+)-k(?P<k>[^/]+)")
-
-
-def parse_cell_dir(text: str) -> dict[str, str] | None:
-    """The wildcard values of a cell folder (`musique/dev/pipe/bm25/llm/few-shot/rag-k2`), or None."""
-    m = CELL_DIR.fullmatch(text)
-    return m.groupdict() if m else None
+# Every cell folder, as a glob (`*/*/*/*/*/*/*-k*`): what `existing` looks for under the results tree.
+ANY_CELL = Cell.label_of(dict.fromkeys(CELL_FIELDS, "*"))
 
 
 def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
-    """Why the config cannot make the cell these wildcard values name ([] if it can)."""
-    ds, sp, ser, retriever, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)
+    """Why the config cannot make the cell these wildcard values name ([] if it can): what no
+    config can make (`Cell.problems`), then what this one lacks."""
+    ds, sp, ser, _, llm, prompt, setting, k_text = (str(w[f]) for f in CELL_FIELDS)  # the retriever: by setting, below
     if ds not in plan.datasets:
         return [f"dataset {ds!r} is not configured (datasets: {plan.datasets})"]
     out = []
@@ -54,11 +46,10 @@ def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
                    "device and API key planning checks)")
     if prompt not in STRATEGIES:
         out.append(f"prompt {prompt!r} is unknown; valid: {list(STRATEGIES)}")
-    if setting not in SETTINGS:
-        return out + [f"setting {setting!r} is unknown; valid: {list(SETTINGS)}"]
-    if not k_text.isdigit() or str(int(k_text)) != k_text:
+    if not PLAIN_K.fullmatch(k_text):
         return out + [f"k {k_text!r} is not a whole number written plainly (k0, k5)"]
-    out += _setting_problems(plan, ds, sp, retriever, setting, int(k_text))
+    cell = Cell.from_texts(w, "cell")
+    out += cell.problems() + _config_problems(plan, cell)
     if prompt in STRATEGIES and not out:
         template = plan.template_file(ds, prompt, setting)
         if not (plan.env.root / template).is_file():
@@ -66,25 +57,20 @@ def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
     return out
 
 
-def _setting_problems(plan: GenerationPlan, ds: str, sp: str, retriever: str, setting: str, k: int) -> list[str]:
+def _config_problems(plan: GenerationPlan, cell: Cell) -> list[str]:
+    """What the cell needs of this config: gold documents, a run deep enough, the open-book agent
+    (a retriever 'none' where one is needed is `Cell.problems`' to name)."""
+    ds, sp, retriever, setting, k = cell.dataset, cell.split, cell.retriever, cell.setting, cell.k
     out = []
-    if setting in ("closed", "oracle"):
-        what = "closed-book shows no documents" if setting == "closed" else "oracle shows every gold document"
-        if k != 0:
-            out.append(f"{what}, so it has no k: its folder is {setting}-k0, not {setting}-k{k}")
-        if retriever != "none":
-            out.append(f"{what} and retrieves nothing: its retriever is 'none', not {retriever!r}")
-        # a facts oracle (generation.oracle_context) shows the queries' facts: no gold documents needed
-        if setting == "oracle" and sp in plan.splits(ds) and plan.oracle_context_of(ds) == "gold":
-            has, reason = plan.gold_evidence[(ds, sp)]
-            if not has:
-                out.append(f"oracle needs gold documents: {reason}")
+    # a facts oracle (generation.oracle_context) shows the queries' facts: no gold documents needed
+    if setting == "oracle" and sp in plan.splits(ds) and plan.oracle_context_of(ds) == "gold":
+        has, reason = plan.gold_evidence[(ds, sp)]
+        if not has:
+            out.append(f"oracle needs gold documents: {reason}")
     elif setting == "rag":
         runs = plan.run_names(ds, sp) if sp in plan.splits(ds) else []
-        if retriever not in runs:
+        if retriever != "none" and retriever not in runs:
             out.append(f"rag reads a run: {retriever!r} is not a run of {ds}/{sp} (runs: {runs})")
-        if k < 1:
-            out.append("rag shows the top k documents: k must be at least 1")
         depth = plan.run_depth(retriever) if retriever in runs else None
         if depth is not None and k > depth[1]:
             out.append(f"k {k} exceeds {depth[0]}: {depth[1]} (the run {retriever} holds at most {depth[1]} documents "
@@ -95,10 +81,8 @@ def _setting_problems(plan: GenerationPlan, ds: str, sp: str, retriever: str, se
             return ["open-book is the tool agent of generation.open_book, which is not configured"]
         if ds not in (ob.get("datasets") or []):
             out.append(f"{ds} is not in generation.open_book.datasets {ob.get('datasets') or []}")
-        if retriever != ob["retriever"]:
+        if retriever not in ("none", ob["retriever"]):
             out.append(f"open-book searches with generation.open_book.retriever {ob['retriever']!r}, not {retriever!r}")
-        if k != 1:
-            out.append(f"open-book's WikiSearch shows one article: its folder is open-book-k1, not open-book-k{k}")
     return out
 
 
@@ -110,9 +94,9 @@ def existing(plan: EvaluationPlan) -> tuple[list[Cell], list[tuple[str, list[str
     # a cell exists once its metrics do, or the predictions its metrics are made from
     for tree, name in ((plan.answer_metrics_dir(), "metrics.json"), (plan.generation_dir(), "predictions.parquet")):
         root = plan.env.root / tree
-        for path in sorted(root.glob("/".join(["*"] * 7) + "/" + name)) if root.is_dir() else []:
+        for path in sorted(root.glob(f"{ANY_CELL}/{name}")) if root.is_dir() else []:
             rel = path.parent.relative_to(root).as_posix()
-            found.setdefault(rel, parse_cell_dir(rel))
+            found.setdefault(rel, Cell.parse(rel))
     counted: list[Cell] = []
     left_out: list[tuple[str, list[str]]] = []
     for rel, w in sorted(found.items()):
@@ -122,7 +106,7 @@ def existing(plan: EvaluationPlan) -> tuple[list[Cell], list[tuple[str, list[str
         if why:
             left_out.append((rel, why))
             continue
-        cell = (*(w[f] for f in CELL_FIELDS[:7]), int(w["k"]))
+        cell = Cell.from_texts(w, rel)
         if cell not in grid:
-            counted.append(cell)  # type: ignore[arg-type]
+            counted.append(cell)
     return counted, left_out

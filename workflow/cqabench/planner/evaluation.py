@@ -8,12 +8,12 @@ planned here, between generation and the report that counts the cells.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
+from cqabench.generation.cell import Cell
 from cqabench.generation.llm.vllm_backend import RECORDED_ENGINE_OPTIONS
 from cqabench.generation.prompts import file_hash
-from cqabench.planner.cells import Cell, existing as existing_cells
+from cqabench.planner.cells import existing as existing_cells
 from cqabench.planner.generation import OPEN_BOOK_LIMITS, GenerationPlan
 
 
@@ -26,17 +26,17 @@ class EvaluationPlan(GenerationPlan):
         """The folder holding one folder per generation cell: answer metrics, per-question scores."""
         return f"{self.results}/metrics"
 
-    def answer_metrics_file(self, cell: Sequence[Any], name: str = "metrics.json") -> str:
-        """A generation cell's answer metrics.json (or its per_question.parquet, `name`)."""
-        return f"{self.answer_metrics_dir()}/{self.cell_dir(*cell)}/{name}"
+    def answer_metrics_file(self, cell: Any, name: str = "metrics.json") -> str:
+        """A generation cell's answer metrics.json (or its per_question.parquet, `name`); `cell` is a
+        Cell or the wildcards of one (`Cell.label_of`)."""
+        return f"{self.answer_metrics_dir()}/{Cell.label_of(cell)}/{name}"
 
     def evaluation_targets(self) -> list[str]:
         return [self.answer_metrics_file(c) for c in self.generation_cells()]
 
     def evaluation_inputs(self, w: Any) -> dict[str, str]:
         """The evaluate_generation rule's inputs, after the same check as the generate rule's."""
-        cell = self._as_cell(w)
-        self.checked_cell(w, self.answer_metrics_file(cell))
+        cell = self.checked_cell(w, self.answer_metrics_file(w))
         return {"predictions": self.generation_file(cell), "summary": self.generation_file(cell, "summary.json"),
                 "queries": self.data_path(w.dataset, w.split, "queries"),
                 "answers": self.data_path(w.dataset, w.split, "answers")}  # fmt: skip

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT
+from cqabench.generation.cell import Cell
 from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 from cqabench.generation.shares import share_name
-from cqabench.planner.cells import CELL_FIELDS, Cell, problems as cell_problems
+from cqabench.planner.cells import problems as cell_problems
 from cqabench.planner.retrieval import RetrievalPlan
 from cqabench.planner.rule_text import as_arg
 
@@ -261,7 +261,7 @@ class GenerationPlan(RetrievalPlan):
         return [(name, env) for name, env in wanted if not environ.get(env)]
 
     def generation_cells(self) -> list[Cell]:
-        """(dataset, split, serialization, retriever, llm, prompt, setting, k) of every configured cell.
+        """Every configured cell, in the grid's order (dataset, split, serialization, LLM, prompt, setting).
 
         rag takes each configured run that exists for the (dataset, split), with each k; oracle
         is planned only where the split has gold documents; every other setting (closed, and
@@ -278,46 +278,43 @@ class GenerationPlan(RetrievalPlan):
                         for prompt in self.gen_prompts:
                             for setting in self.gen_settings:
                                 if setting == "rag":
-                                    cells += [(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
+                                    cells += [Cell(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
                                 elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
                                     if ds in self.open_book.get("datasets", []):
-                                        cells.append((ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
+                                        cells.append(Cell(ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
                                 elif (setting == "oracle" and not self.gold_evidence[(ds, sp)][0]
                                       and self.oracle_context_of(ds) == "gold"):
                                     continue  # no gold documents: an "oracle" cell would be closed-book
                                 else:
-                                    cells.append((ds, sp, ser, "none", llm, prompt, setting, 0))
+                                    cells.append(Cell(ds, sp, ser, "none", llm, prompt, setting, 0))
         self._cells = cells
         return cells
 
-    @staticmethod
-    def cell_dir(ds: str, sp: str, ser: str, retriever: str, llm: str, prompt: str, setting: str, k: int | str) -> str:
-        return f"{ds}/{sp}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}"
-
     def generation_dir(self) -> str:
-        """The folder holding one folder per generation cell (`cell_dir`): predictions, summary."""
+        """The folder holding one folder per generation cell (`Cell.PATTERN`): predictions, summary."""
         return f"{self.results}/generation"
 
-    def generation_file(self, cell: Sequence[Any], name: str = "predictions.parquet") -> str:
-        """A generation cell's predictions.parquet (or its summary.json, `name`)."""
-        return f"{self.generation_dir()}/{self.cell_dir(*cell)}/{name}"
+    def generation_file(self, cell: Any, name: str = "predictions.parquet") -> str:
+        """A generation cell's predictions.parquet (or its summary.json, `name`); `cell` is a Cell
+        or the wildcards of one, whose text it keeps (`Cell.label_of`)."""
+        return f"{self.generation_dir()}/{Cell.label_of(cell)}/{name}"
 
     def generation_targets(self) -> list[str]:
         return [self.generation_file(c) for c in self.generation_cells()]
 
-    def checked_cell(self, w: Any, path: str) -> None:
-        """Refuse a cell the config cannot make, naming `path` (the file asked for) and every reason."""
-        why = cell_problems(self, {f: getattr(w, f) for f in CELL_FIELDS})
+    def checked_cell(self, w: Any, path: str) -> Cell:
+        """The cell that wildcards (or a Cell) name, once the config can make it; else refused,
+        naming `path` (the file asked for) and every reason."""
+        why = cell_problems(self, Cell.texts_of(w))
         if why:
             raise ConfigError(f"{path}: the config cannot make this cell: " + "; ".join(why))
+        return Cell.from_wildcards(w)
 
     def in_batch(self, w: Any) -> bool:
-        """Whether the cell's answers come from its model's engine batch (a grid cell of a batch LLM)."""
-        return w.llm in self.gen_batch_llms and w.llm in self.gen_llms and self._as_cell(w) in self._grid_set()
-
-    @staticmethod
-    def _as_cell(w: Any) -> tuple[Any, ...]:
-        return (*(str(getattr(w, f)) for f in CELL_FIELDS[:7]), int(w.k))
+        """Whether the cell (or the wildcards of one) has its answers from its model's engine batch
+        (a grid cell of a batch LLM)."""
+        cell = Cell.from_wildcards(w)
+        return cell.llm in self.gen_batch_llms and cell.llm in self.gen_llms and cell in self._grid_set()
 
     def _grid_set(self) -> set[Cell]:
         if self._grid is None:
@@ -378,7 +375,7 @@ class GenerationPlan(RetrievalPlan):
         `cell_spec` file's: common.smk marks the batch manifest ancient, so a batch rerun for
         another cell's sake leaves this one alone. An off-grid cell is no member of the batch:
         it runs its model itself, and its own inputs and params are its triggers."""
-        self.checked_cell(w, self.generation_file(self._as_cell(w)))
+        self.checked_cell(w, self.generation_file(w))
         inputs = self.generation_inputs(w)
         if self.in_batch(w):
             inputs["spec"] = self.cell_spec_file(w)
@@ -388,7 +385,7 @@ class GenerationPlan(RetrievalPlan):
 
     def cell_spec_file(self, w: Any) -> str:
         """`cell_spec`'s output: the record of what one batched cell's prompts are made from."""
-        return self.generation_file(self._as_cell(w), "spec.json")
+        return self.generation_file(w, "spec.json")
 
     def cell_spec(self, w: Any) -> dict[str, Any]:
         """What decides a cell's prompts (its items' cache keys): the files they are built from,
@@ -401,7 +398,7 @@ class GenerationPlan(RetrievalPlan):
         this spec and so the cell (tests/workflow/test_rebuild.py counts the jobs)."""
         inputs = self.generation_inputs(w)
         return {
-            "cell": self.cell_dir(*(getattr(w, f) for f in CELL_FIELDS)),
+            "cell": Cell.label_of(w),
             "inputs": dict(sorted(inputs.items())),
             "template_hash": file_hash(self.env.root / inputs["template"]),
             "settings": self.generation_settings(w),
@@ -470,11 +467,9 @@ class GenerationPlan(RetrievalPlan):
         share = getattr(w, "share", None)
         return f"--share {shlex.quote(share)}" if share else ""
 
-    def batch_cells(self, llm: str) -> list[SimpleNamespace]:
-        """The model's cells as the generate rule's wildcards would name them (k as text)."""
-        return [
-            SimpleNamespace(**dict(zip(CELL_FIELDS, (*c[:7], str(c[7]))))) for c in self.generation_cells() if c[4] == llm
-        ]
+    def batch_cells(self, llm: str) -> list[Cell]:
+        """The model's grid cells: the members of its batch."""
+        return [c for c in self.generation_cells() if c.llm == llm]
 
     def batch_inputs(self, w: Any) -> list[str]:
         """Every file any cell of the batch reads, and every cell's spec (cell_spec)."""
@@ -492,7 +487,7 @@ class GenerationPlan(RetrievalPlan):
         for c in self.batch_cells(llm):
             settings = self.generation_settings(c)
             members.append({
-                "cell": self.cell_dir(c.dataset, c.split, c.serialization, c.retriever, c.llm, c.prompt, c.setting, c.k),
+                "cell": c.label,
                 "inputs": {k: str(v) for k, v in self.generation_inputs(c).items() if k != "model"},
                 "settings": {k: settings[k] for k in PER_CELL_SETTINGS if k in settings},
             })  # fmt: skip

@@ -9,11 +9,10 @@ here keeps the earlier stages free of the report's files and settings.
 from __future__ import annotations
 
 import glob
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cqabench.planner.cells import CELL_FIELDS
+from cqabench.generation.cell import Cell
 from cqabench.planner.evaluation import EvaluationPlan
 
 
@@ -89,13 +88,13 @@ class ReportPlan(EvaluationPlan):
         retrieval = [(c, {"stage": "retrieval", "dataset": c[0], "split": c[1], "serialization": c[2],
                           "retriever": c[3], "corpus": self.corpus_of(c[0]), "relevance": self.relevance_of(c[0])})
                      for c in self.retrieval_cells()]  # fmt: skip
-        generation = [(c, {"stage": "generation", **dict(zip(CELL_FIELDS, c)), "backend": self.llms[c[4]]["backend"],
-                           "corpus": self._generation_corpus(c), "relevance": self.relevance_of(c[0])})
+        generation = [(c, {"stage": "generation", **c.as_dict(), "backend": self.llms[c.llm]["backend"],
+                           "corpus": self._generation_corpus(c), "relevance": self.relevance_of(c.dataset)})
                       for c in self.all_cells()]  # fmt: skip
         return {"retrieval": cells_of(spec, retrieval), "generation": cells_of(spec, generation)}
 
-    def _generation_corpus(self, cell: Sequence[Any]) -> str:
-        return self.open_book["corpus"]["name"] if cell[6] == "open-book" else self.corpus_of(cell[0])
+    def _generation_corpus(self, cell: Cell) -> str:
+        return self.open_book["corpus"]["name"] if cell.setting == "open-book" else self.corpus_of(cell.dataset)
 
     def table_inputs(self, table_id: str) -> dict[str, list[str]]:
         """A table rule's inputs: its expected file and its cells' metric files; for a per-question
@@ -110,6 +109,6 @@ class ReportPlan(EvaluationPlan):
             per_query = [self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
             per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
             inputs["per_question"] = sorted(per_query + per_question)
-            splits = sorted({(c[0], c[1]) for c in cells["retrieval"] + cells["generation"]})
+            splits = sorted({(c[0], c[1]) for c in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]})
             inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
         return inputs
