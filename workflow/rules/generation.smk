@@ -78,7 +78,7 @@ rule generate_batch:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: int(GENERATION.get("threads", 2))
+    threads: PLAN.threads
     resources:
         # the estimate's; llms.<name>.mem_mb / runtime_min, when set, win (cqabench.estimate.model)
         gpu=lambda w: _request("generate_batch", w)["gpu"],
@@ -143,7 +143,7 @@ rule generate:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[LLMS[w.llm]["backend"]]
-    threads: lambda w: 1 if _in_batch(w) else int(GENERATION.get("threads", 2))
+    threads: lambda w: 1 if _in_batch(w) else PLAN.threads
     resources:
         # a grid cell of a batch LLM only assembles its answers from the cache: no GPU (the estimate's)
         gpu=lambda w: _request("generate", w)["gpu"],

@@ -104,7 +104,7 @@ def _tables(args: argparse.Namespace) -> int:
         write_json(summaries, Path(args.out_dir) / "summary.json")
     else:
         config = _config_arg(args.config)
-        paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+        paper_data = _paper_data(args, config)
         summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
                                   config=config)
     _print_summaries(summaries)
@@ -146,7 +146,7 @@ def _table(args: argparse.Namespace) -> int:
     if specs[0].source == "per_question":
         per_question = build_per_question_table(args.metrics, args.results_dir, args.data_dir).to_pandas()
     config = _config_arg(args.config)
-    paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+    paper_data = _paper_data(args, config)
     summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
                               config=config, summary_name=f"{args.table}.summary.json")
     print(f"{len(args.metrics)} metric files")
@@ -157,6 +157,13 @@ def _table(args: argparse.Namespace) -> int:
 def _config_arg(text: str | None) -> dict[str, Any] | None:
     """--config: the run's configuration, a file or JSON (what the comparability check reads), or None."""
     return None if text is None else config_arg(text)
+
+
+def _paper_data(args: argparse.Namespace, config: dict[str, Any] | None) -> bool:
+    """--paper-data, else the config's report.paper_data (the schema's default without a config)."""
+    from cqabench.common.config_defaults import configured
+
+    return bool(args.paper_data or configured(config, "report", "paper_data"))
 
 
 def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:

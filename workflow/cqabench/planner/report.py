@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.config_defaults import configured
 from cqabench.planner.cells import CELL_FIELDS
 from cqabench.planner.evaluation import EvaluationPlan
 
@@ -25,7 +26,7 @@ class ReportPlan(EvaluationPlan):
     def _read_report_config(self) -> None:
         self.report: dict[str, Any] = dict(self.config.get("report") or {})
         self.report_dir = f"{self.results}/report"
-        self.paper_data = bool(self.report.get("paper_data", False))
+        self.paper_data = bool(configured(self.config, "report", "paper_data"))
         self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
 
     def _expand_report(self) -> None:
