@@ -64,6 +64,11 @@ class ReportPlan(EvaluationPlan):
         ones that exist (`all_cells`); per-question files sit beside them."""
         return sorted(set(self.retrieval_targets()) | {self.answer_metrics_file(c) for c in self.all_cells()})
 
+    def off_grid_metric_files(self) -> set[str]:
+        """The metrics.json of the off-grid cells among `metric_files`: the fact table marks their
+        rows (`off_grid`), so a slice of the grid can leave out what was asked for by path."""
+        return {self.answer_metrics_file(c) for c in self.off_grid_cells()}
+
     def table_specs(self) -> dict[str, tuple[str, Any]]:
         """table id -> (its expected file, its TableSpec), in the order of expected_files."""
         if self._table_specs is None:
