@@ -52,6 +52,7 @@ def test_configured_takes_the_configs_value_else_the_schemas_default() -> None:
     assert configured(config, "retrieval", "k") == 100  # the section without the key
     assert configured(config, "retrieval", "decomposition", "k") == 10  # no section on the way
     assert configured(None, "report", "paper_data") is False
+    assert configured({"export_beir": False}, "export_beir") is False  # a false value is the config's, not absent
     assert configured({"datasets": {"tatqa": {"relevance": "rows"}}}, "datasets", "tatqa", "relevance") == "rows"
     assert configured({"datasets": {"tatqa": {}}}, "datasets", "tatqa", "relevance") == "paper"
 
