@@ -230,6 +230,28 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench report-table ").input
 
 
+def test_the_fact_table_marks_the_off_grid_cell(workdir: Path, monkeypatch) -> None:
+    """The sample's grid and RAG at k = 2 on disk: `aggregate --config` (the workflow's way) marks the
+    k = 2 cell's rows `off_grid` and no other (a grid cell of the same split and run, a retrieval
+    cell); given the files by hand (--metrics) it knows no grid, and the column is null."""
+    from cqabench.cli import main
+
+    env = Environment(root=workdir, python="python", vllm_python=sys.executable)
+    grid = Plan(_config(), env)
+    _fill(workdir, grid, grid.generation_cells() + [RAG_K2])
+    monkeypatch.chdir(workdir)
+    out = ["--results-dir", "results/sample", "--data-dir", "results/sample/data", "--out-per-question", "pq.parquet"]
+    assert main(["aggregate", "--config", json.dumps(_config()), "--out-metrics", "planned.parquet", *out]) == 0
+    facts = pd.read_parquet("planned.parquet").groupby("cell_id")["off_grid"].agg(set).to_dict()
+    assert facts["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"] == {True}
+    assert facts["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k1"] == {False}  # k 1 is in the grid
+    assert facts["retrieval/tatqa/dev/pipe/bm25"] == {False}
+    assert [c for c, marks in facts.items() if True in marks] == ["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"]
+    files = Plan(_config(), env).metric_files()
+    assert main(["aggregate", "--metrics", *files, "--out-metrics", "by_hand.parquet", *out]) == 0
+    assert pd.read_parquet("by_hand.parquet")["off_grid"].isna().all()
+
+
 @pytest.mark.parametrize(("cell", "why"), [
     ("tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3",
      "closed-book shows no documents, so it has no k: its folder is closed-k0, not closed-k3"),

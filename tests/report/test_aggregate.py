@@ -107,6 +107,22 @@ def test_per_question_joins_question_type_and_skills(results: Path) -> None:
     assert ret.loc["q2", "value"] == pytest.approx(0.23)
 
 
+def test_off_grid_marks_the_listed_cells_rows_and_is_null_without_a_grid(results: Path) -> None:
+    """`off_grid`: the metric files a plan calls off-grid (here the RAG cell) are true on every row,
+    in both tables; the others false; no list given (no plan): null, never a guessed false."""
+    files = find_metric_files(results)
+    rag = results / "metrics/musique/dev/pipe/bm25/smollm2/cot/rag-k5/metrics.json"
+    aggregate(files, results / "m.parquet", results / "q.parquet", results_dir=results, off_grid={str(rag)})
+    for name, rows in (("m.parquet", 3), ("q.parquet", 4)):
+        frame = pd.read_parquet(results / name)
+        assert len(frame) == rows
+        assert frame.groupby("cell_id")["off_grid"].agg(list).to_dict() == {
+            "metrics/musique/dev/pipe/bm25/smollm2/cot/rag-k5": [True] * (1 if name == "m.parquet" else 2),
+            "retrieval/musique/dev/pipe/bm25": [False] * 2}, name
+    unknown = build_metrics_table(files, results)
+    assert unknown.schema.field("off_grid").type == pa.bool_() and unknown.column("off_grid").null_count == 3
+
+
 def test_mixed_types_in_unknown_column_fall_back_to_text(tmp_path: Path) -> None:
     a = _write_cell(tmp_path, "metrics/a", {"cell": {"stage": "generation", "shots": 3},
                                             "metrics": [{"metric": "em", "value": 1, "unit": "fraction"}]})

@@ -77,7 +77,7 @@ rule generate_batch:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[PLAN.llms[w.llm]["backend"]]
-    threads: int(PLAN.generation.get("threads", 2))
+    threads: PLAN.threads
     resources:
         # the estimate's; llms.<name>.mem_mb / runtime_min, when set, win (cqabench.estimate.model)
         **job_resources("generate_batch", gpu=True, retries=True),
@@ -134,7 +134,7 @@ rule generate:
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         lambda w: GEN_ENVS[PLAN.llms[w.llm]["backend"]]
-    threads: lambda w: 1 if PLAN.in_batch(w) else int(PLAN.generation.get("threads", 2))
+    threads: lambda w: 1 if PLAN.in_batch(w) else PLAN.threads
     resources:
         # a grid cell of a batch LLM only assembles its answers from the cache: no GPU (the estimate's)
         **job_resources("generate", gpu=True, retries=True),

@@ -191,7 +191,7 @@ rule decompose_search:
     params:
         settings=lambda w: retrieval_settings("decompose_search", w),
         kind=lambda w: _SUFFIX_KIND[w.kind],
-        k=int(PLAN.decomposition.get("k", 10)),
+        k=PLAN.decomposition_k,
     shell:
         "cqabench decompose-search --index {input.index:q} --queries {input.queries:q} "
         "--retriever-settings {params.settings} --kind {params.kind} --k {params.k} "
@@ -249,7 +249,7 @@ rule eval_retrieval:
         cell=lambda w: as_arg(
             PLAN.retrieval_cell(w.dataset, w.split, w.serialization, w.run)
         ),
-        drop=str(bool(PLAN.retrieval.get("drop_identical_ids", True))).lower(),
+        drop=str(PLAN.drop_identical_ids).lower(),
         strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
     shell:
         "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.config_defaults import SCHEMA
 from cqabench.common.errors import ConfigError
 
 DEFAULT_CONFIG = "config/config.yaml"
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

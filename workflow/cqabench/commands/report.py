@@ -20,18 +20,20 @@ def _aggregate(args: argparse.Namespace) -> int:
     from cqabench.report.aggregate import aggregate, find_metric_files
 
     # --metrics (even empty): exactly those; else --config: the plan's (the workflow's way, what the
-    # rule's inputs are); else every one under --results-dir.
+    # rule's inputs are), which also says which cells are off the grid; else every one under --results-dir.
+    off_grid: set[str] | None = None  # None: no plan, no grid known (the off_grid column is null)
     if args.metrics is not None:
         files = [Path(p) for p in args.metrics]
     elif args.config is not None:
-        files = [Path(p) for p in plan_of(config_arg(args.config)).metric_files()]
+        plan = plan_of(config_arg(args.config))
+        files, off_grid = [Path(p) for p in plan.metric_files()], plan.off_grid_metric_files()
     else:
         files = find_metric_files(args.results_dir)
     missing = [str(p) for p in files if not p.exists()]
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
-    rows, pq_rows = aggregate(files, args.out_metrics, args.out_per_question,
-                              results_dir=args.results_dir, data_dir=args.data_dir, config_hash=args.config_hash)
+    rows, pq_rows = aggregate(files, args.out_metrics, args.out_per_question, results_dir=args.results_dir,
+                              data_dir=args.data_dir, config_hash=args.config_hash, off_grid=off_grid)
     print(f"{len(files)} metric files -> {rows} metric rows ({args.out_metrics}), "
           f"{pq_rows} per-question rows ({args.out_per_question})")
     return 0
@@ -104,7 +106,7 @@ def _tables(args: argparse.Namespace) -> int:
         write_json(summaries, Path(args.out_dir) / "summary.json")
     else:
         config = _config_arg(args.config)
-        paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+        paper_data = _paper_data(args, config)
         summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
                                   config=config)
     _print_summaries(summaries)
@@ -133,20 +135,22 @@ def _table(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected for spec in load_expected(path) if spec.id == args.table]
     if not specs:
         raise ConfigError(f"--table: {args.table!r} is no table of {args.expected}")
+    off_grid: set[str] | None = None  # as in `aggregate`: known from the plan only
     if args.metrics is None:  # the table's own cells, as the planner gives them (the rule's inputs)
         if args.config is None:
             raise ConfigError("report-table: give the table's --metrics files, or --config to take its planned cells'")
-        args.metrics = plan_of(config_arg(args.config)).table_inputs(args.table)["metrics"]
+        plan = plan_of(config_arg(args.config))
+        args.metrics, off_grid = plan.table_inputs(args.table)["metrics"], plan.off_grid_metric_files()
     missing = [p for p in args.metrics if not Path(p).is_file()]
     if missing:
         raise ConfigError(f"metric files not found: {missing[:5]}")
     # The fact-table rows of these cells, built as `aggregate` builds them (same columns, types).
-    metrics = build_metrics_table(args.metrics, args.results_dir, args.config_hash).to_pandas()
+    metrics = build_metrics_table(args.metrics, args.results_dir, args.config_hash, off_grid=off_grid).to_pandas()
     per_question = None
     if specs[0].source == "per_question":
-        per_question = build_per_question_table(args.metrics, args.results_dir, args.data_dir).to_pandas()
+        per_question = build_per_question_table(args.metrics, args.results_dir, args.data_dir, off_grid).to_pandas()
     config = _config_arg(args.config)
-    paper_data = args.paper_data or bool(((config or {}).get("report") or {}).get("paper_data", False))
+    paper_data = _paper_data(args, config)
     summaries = render_tables(metrics, per_question, specs, args.out_dir, run=args.run, paper_data=paper_data,
                               config=config, summary_name=f"{args.table}.summary.json")
     print(f"{len(args.metrics)} metric files")
@@ -157,6 +161,13 @@ def _table(args: argparse.Namespace) -> int:
 def _config_arg(text: str | None) -> dict[str, Any] | None:
     """--config: the run's configuration, a file or JSON (what the comparability check reads), or None."""
     return None if text is None else config_arg(text)
+
+
+def _paper_data(args: argparse.Namespace, config: dict[str, Any] | None) -> bool:
+    """--paper-data, else the config's report.paper_data (the schema's default without a config)."""
+    from cqabench.common.config_defaults import configured
+
+    return bool(args.paper_data or configured(config, "report", "paper_data"))
 
 
 def _retrieval_significance(args: argparse.Namespace, metrics, per_question) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cqabench.commands import json_object
+from cqabench.common.config_defaults import default as config_default
 from cqabench.common.errors import ConfigError
 
 
@@ -51,11 +52,18 @@ def _gather(args: argparse.Namespace) -> int:
     return 0
 
 
+def _or_default(value: Any, *path: str) -> Any:
+    """A flag's value, or where it was left out the config key's default (the schema's, its one home;
+    read only then: the workflow passes every one of these flags)."""
+    return config_default(*path) if value is None else value
+
+
 def _search(args: argparse.Namespace) -> int:
     from cqabench.retrieval.jobs import search_queries
 
     settings = _settings(args)
-    search_queries(args.index, args.queries, settings, args.k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run"))
+    k = _or_default(args.k, "retrieval", "k")
+    search_queries(args.index, args.queries, settings, k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run"))
     return 0
 
 
@@ -64,7 +72,7 @@ def _decompose(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     decompose_queries(
-        args.index, args.queries, settings, args.kind, args.k,
+        args.index, args.queries, settings, args.kind, _or_default(args.k, "retrieval", "decomposition", "k"),
         args.out_trec, args.out_parquet, args.out_log, args.tag or settings.get("type", "run"),
     )  # fmt: skip
     return 0
@@ -99,7 +107,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     evaluate_files(
         args.run, args.qrels, args.queries, _retrieval_cell(args.cell, args.config), args.out_json,
-        args.out_per_query, args.drop_identical_ids, args.strategyqa_recall, args.corpus,
+        args.out_per_query, _or_default(args.drop_identical_ids, "retrieval", "drop_identical_ids"),
+        args.strategyqa_recall, args.corpus,
     )  # fmt: skip
     return 0
 
@@ -170,7 +179,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index", required=True)
     p.add_argument("--queries", required=True)
     p.add_argument("--retriever-settings", required=True)
-    p.add_argument("--k", type=int, default=100)
+    p.add_argument("--k", type=int, default=None, help="documents per question (default: retrieval.k's)")
     _outputs(p)
     p.set_defaults(func=_search)
 
@@ -179,7 +188,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queries", required=True)
     p.add_argument("--retriever-settings", required=True)
     p.add_argument("--kind", required=True, choices=("question", "gold", "predicted"))
-    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--k", type=int, default=None,
+                   help="documents per question after the merge (default: retrieval.decomposition.k's)")
     p.add_argument("--out-log", default=None, help="JSON log of every step query (sent or skipped)")
     _outputs(p)
     p.set_defaults(func=_decompose)
@@ -216,7 +226,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cell", required=True, help="the cell this evaluation belongs to: a JSON object, or with --config "
                                                  "its label <dataset>/<split>/<serialization>/<run> (what the workflow passes)")
     p.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
-    p.add_argument("--drop-identical-ids", type=_bool, default=True, help="true (BEIR default) | false")
+    p.add_argument("--drop-identical-ids", type=_bool, default=None,
+                   help="true (BEIR's policy) | false; default: retrieval.drop_identical_ids's")
     p.add_argument("--strategyqa-recall", action="store_true", help="add StrategyQA Recall@10 (best annotator)")
     p.add_argument("--corpus", default=None,
                    help="corpus.parquet the run searched: gold documents outside it are not evaluable "

@@ -15,7 +15,6 @@ import re
 
 RESULTS_ROOT = "results"  # every config's results tree lies below it; `make clean` removes it
 DEFAULT_NAME = "sample"  # config/config.yaml's name: the defaults of the standalone commands
-LLM_CACHE_DIR = "cache/llm"  # generation.cache_dir's default (one folder per LLM below it)
 ONNX_CACHE_DIR = "cache/onnx"  # CQABENCH_EXPORT_CACHE's default
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"  # one path component: no "/", "..", or hidden folder
 # A folder name may be 255 bytes (`getconf NAME_MAX` on ext4, xfs, tmpfs); a 300-character name

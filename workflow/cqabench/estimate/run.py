@@ -12,13 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.config_defaults import SCHEMA
 from cqabench.common.errors import ConfigError
 from cqabench.estimate.dag import Job
 from cqabench.estimate.model import GPU_CLASS, JobCosts
 from cqabench.estimate.rates import load_rates
 from cqabench.estimate.tables import Estimate, build
-
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas/config.schema.yaml"  # this checkout's
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

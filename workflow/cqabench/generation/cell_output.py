@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from cqabench.common.io import write_json, write_parquet
+from cqabench.common.io import write_parquet
 from cqabench.common.provenance import job_provenance
 from cqabench.generation.cell import CellOptions
 from cqabench.generation.extraction import Extracted, extract_answer
@@ -84,18 +84,15 @@ def write_cell(
     cached_keys: set[str],
     options: CellOptions,
     out_path: Path,
-    summary_path: Path | None,
     extra: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """predictions.parquet (and summary.json) of one prepared cell from its completions."""
+    """predictions.parquet of one prepared cell from its completions; returns its summary (the caller
+    adds timing and provenance before it writes summary.json)."""
     answers = _item_answers(prepared, completions, cached_keys) + _dialogue_answers(prepared)
     columns = _cell_columns(prepared, spec, identity)
     rows = [_row(a, prepared.cell.dataset, prepared.cell.prompt, columns) for a in answers]
     write_parquet(pa.Table.from_pylist(rows, schema=PREDICTION_SCHEMA), out_path)
-    summary = _summary(prepared, spec, identity, options, rows, extra)
-    if summary_path is not None:
-        write_json(summary, summary_path)
-    return summary
+    return _summary(prepared, spec, identity, options, rows, extra)
 
 
 def _item_answers(prepared: PreparedCell, completions: Mapping[str, Completion], cached_keys: set[str]) -> list[Answer]:

@@ -58,7 +58,7 @@ def run_cell(
     cached, generated, retries = _complete(prepared, spec, SharedBackend.for_spec(spec, backend_factory), cache_path,
                                            label)
     summary = write_cell(
-        prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path, None,
+        prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path,
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)

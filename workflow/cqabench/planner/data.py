@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.config_defaults import configured
 from cqabench.common.layout import results_dir
 from cqabench.data.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
 from cqabench.planner.environment import Environment
@@ -99,7 +100,7 @@ class DataPlan:
             for table in ("queries", "corpus", "qrels", "answers")
         ]
         targets += [self.corpus_path(c) for c in self.corpora]
-        if self.config.get("export_beir", True):  # false: no second and third copy of each corpus
+        if configured(self.config, "export_beir"):  # false: no second and third copy of each corpus
             targets += [
                 self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
             ]
@@ -108,7 +109,7 @@ class DataPlan:
     def relevance_of(self, dataset: str) -> str:
         """The dataset's relevance mode (`datasets.<name>.relevance`, default `paper`): recorded in
         every result row of the dataset, since it decides the qrels (FinQA: also the corpus)."""
-        return str(self.config["datasets"][dataset].get("relevance") or "paper")
+        return str(configured(self.config, "datasets", dataset, "relevance"))
 
     def relevance_arg(self, dataset: str) -> str:
         """`cqabench prepare --relevance MODE`, for every split (a corpus-only split too: FinQA's
@@ -164,7 +165,7 @@ class DataPlan:
             if missing:
                 out.append(f"datasets.{ds}: corpus_splits {missing} have no entry under files")
             modes = relevance_modes(ds) if ds in DATASET_NAMES else {}
-            mode = spec.get("relevance", "paper")
+            mode = configured(self.config, "datasets", ds, "relevance")
             if modes and mode not in modes:
                 out.append(f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
                            f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)")

@@ -13,8 +13,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cqabench.common.config_defaults import configured, default
 from cqabench.common.errors import ConfigError
-from cqabench.common.layout import LLM_CACHE_DIR, RESULTS_ROOT
+from cqabench.common.layout import RESULTS_ROOT
 from cqabench.generation.cell import Cell
 from cqabench.generation.prompts import SETTINGS, STRATEGIES, family_of, file_hash
 from cqabench.generation.shares import share_name
@@ -24,8 +25,11 @@ from cqabench.planner.rule_text import as_arg
 
 GEN_ENVS = {"vllm": "../../envs/vllm.yaml", "hf": "../../envs/generation.yaml", "openai": "../../envs/generation.yaml"}
 PER_CELL_SETTINGS = ("max_questions", "oracle_distractors", "oracle_context", "open_book")
-# The open-book loop's limits and their defaults (cqabench.generation.agent.loop); each is a result column.
-OPEN_BOOK_LIMITS = {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096, "max_new_tokens": None}
+# The open-book loop's limits (cqabench.generation.agent.loop.Limits, defaults the schema's; max_new_tokens
+# absent: generation.sampling's); each is a result column.
+OPEN_BOOK_LIMITS = ("max_steps", "max_tool_chars", "max_total_tokens", "max_new_tokens")
+# generation.cache_dir's default (one folder per LLM below it), named in the messages about a cache elsewhere
+LLM_CACHE_DIR: str = default("generation", "cache_dir")
 GGUF_PREFIXES = ("gguf-package:", "gguf:")
 
 
@@ -44,15 +48,15 @@ class GenerationPlan(RetrievalPlan):
         self.gen_settings: list[str] = list(g.get("settings", []))
         self.gen_rag_runs: list[str] = list(g.get("rag_retrievers", []))
         self.gen_k: list[int] = [int(k) for k in g.get("k", [5])]
-        self.prompts_dir: str = g.get("prompts_dir", "resources/prompts")
-        self.llm_cache_dir: str = g.get("cache_dir", LLM_CACHE_DIR)  # shared by every config
+        self.prompts_dir: str = configured(c, "generation", "prompts_dir")
+        self.llm_cache_dir: str = configured(c, "generation", "cache_dir")  # shared by every config
         self.models_dir = f"{self.results}/models"
         self.gen_batch_llms: list[str] = list(g.get("batch_llms", []))
         self.gen_batch_jobs: Any = g.get("batch_jobs", 1)  # an int, or {llm: int} (batch_jobs_of)
         self.oracle_distractors: dict[str, int] = dict(g.get("oracle_distractors") or {})
         self.oracle_context: dict[str, str] = dict(g.get("oracle_context") or {})
-        self.gen_seed = int(g.get("seed", 0))
-        self.threads = int(g.get("threads", 2))
+        self.gen_seed = int(configured(c, "generation", "seed"))
+        self.threads = int(configured(c, "generation", "threads"))  # a generate job's (a batched cell's: 1)
 
     def _expand_generation(self) -> None:
         """The LLMs whose GGUF file a `convert_model` job turns into a model folder first."""
@@ -423,7 +427,9 @@ class GenerationPlan(RetrievalPlan):
 
     def open_book_settings(self, w: Any) -> dict[str, Any]:
         """The loop's limits (defaults filled in) and the WikiSearch retriever's settings."""
-        limits = {k: self.open_book.get(k, default) for k, default in OPEN_BOOK_LIMITS.items()}
+        from cqabench.generation.agent.loop import Limits
+
+        limits = {**Limits.from_config(self.open_book).to_dict(), "max_new_tokens": self.open_book.get("max_new_tokens")}
         return {**limits, "retriever_settings": self.retriever_configs[w.retriever]}
 
     @staticmethod

@@ -190,9 +190,3 @@ def missing_message(plan: Any, absent: Mapping[str, str], configfiles: Sequence[
     lines.append(f"fetch them on a node with network (a login node): `cqabench models fetch --configfile {config}` "
                  f"or `snakemake {FETCH_RULE} --configfile {config}` (docs/cluster.md, \"Getting models onto offline nodes\")")
     return "\n".join(lines)
-
-
-def request_doc(plan: Any) -> dict[str, Any]:
-    """`cqabench models fetch --requests`: the fetch_models rule's list, the same as --configfile's."""
-    return {"models_dir": models_dir_of(plan.config),
-            "models": [{"repo_id": r.repo_id, "revision": r.revision, "keys": list(r.keys)} for r in requests(plan)]}  # fmt: skip

@@ -12,6 +12,7 @@ import glob
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.config_defaults import configured
 from cqabench.generation.cell import Cell
 from cqabench.planner.evaluation import EvaluationPlan
 
@@ -25,7 +26,7 @@ class ReportPlan(EvaluationPlan):
     def _read_report_config(self) -> None:
         self.report: dict[str, Any] = dict(self.config.get("report") or {})
         self.report_dir = f"{self.results}/report"
-        self.paper_data = bool(self.report.get("paper_data", False))
+        self.paper_data = bool(configured(self.config, "report", "paper_data"))
         self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
 
     def _expand_report(self) -> None:
@@ -66,6 +67,11 @@ class ReportPlan(EvaluationPlan):
         """The metrics.json of every retrieval cell and every answer cell, the grid's and the off-grid
         ones that exist (`all_cells`); per-question files sit beside them."""
         return sorted(set(self.retrieval_targets()) | {self.answer_metrics_file(c) for c in self.all_cells()})
+
+    def off_grid_metric_files(self) -> set[str]:
+        """The metrics.json of the off-grid cells among `metric_files`: the fact table marks their
+        rows (`off_grid`), so a slice of the grid can leave out what was asked for by path."""
+        return {self.answer_metrics_file(c) for c in self.off_grid_cells()}
 
     def table_specs(self) -> dict[str, tuple[str, Any]]:
         """table id -> (its expected file, its TableSpec), in the order of expected_files."""

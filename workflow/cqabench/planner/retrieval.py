@@ -14,6 +14,7 @@ import shlex
 from typing import Any
 
 import cqabench.planner.pipelines as pipelines
+from cqabench.common.config_defaults import configured
 from cqabench.common.errors import ConfigError
 from cqabench.planner.data import DataPlan
 from cqabench.retrieval.decomposition import RUN_SUFFIX
@@ -33,13 +34,15 @@ class RetrievalPlan(DataPlan):
         self.tool_retrievers: list[str] = [self.open_book["retriever"]] if self.open_book.get("retriever") else []
         self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
         self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
-        self.retrieval_k = int(self.retrieval.get("k", 100))
+        self.retrieval_k = int(configured(c, "retrieval", "k"))
+        # BEIR's policy for a document whose id is the query's (eval_retrieval's --drop-identical-ids)
+        self.drop_identical_ids = bool(configured(c, "retrieval", "drop_identical_ids"))
         self.retrieval_retrievers: list[str] = list(self.retrieval.get("retrievers", []))
         # Datasets searched by the configured retrievers (default: all; a dataset without a
         # corpus, such as the sample's TANQ, is left out there rather than indexed empty).
         self.retrieval_datasets: list[str] = list(self.retrieval.get("datasets") or self.datasets)
         self.decomposition: dict[str, Any] = dict(self.retrieval.get("decomposition") or {})
-        self.decomposition_k = int(self.decomposition.get("k", 10))
+        self.decomposition_k = int(configured(c, "retrieval", "decomposition", "k"))
         self.external_runs: dict[str, dict[str, Any]] = dict(c.get("external_runs") or {})
         # fused and reranked runs, made from other runs (cqabench.planner.pipelines)
         self.pipelines: dict[str, dict[str, Any]] = dict(self.retrieval.get("pipelines") or {})

@@ -207,9 +207,6 @@ class Sizes:
 
     # ---- corpora ----
 
-    def dataset_documents(self, dataset: str) -> int:
-        return sum(self.split(dataset, sp).documents for sp in self.plan.corpus_splits(dataset))
-
     def corpus_documents(self, corpus: str) -> int:
         """Documents of a retrieval or tool corpus: its members' corpus splits, deduplicated where
         they were counted (and small), else their sum, or the published pooled size."""

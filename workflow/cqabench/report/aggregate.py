@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,12 @@ def _normalize_setting(row: dict[str, Any]) -> None:
             row["k"] = 0
 
 
+def off_grid_of(path: Path, off_grid: Collection[str | Path] | None) -> bool | None:
+    """The `off_grid` column of a metric file's rows: whether it is among the plan's off-grid cells'
+    (`Plan.off_grid_metric_files`); None when no plan said which cells are on the grid."""
+    return None if off_grid is None else Path(path) in {Path(p) for p in off_grid}
+
+
 def split_breakdown(name: str) -> tuple[str, str | None, str | None]:
     """A summary entry's name -> (metric, breakdown, breakdown_value).
 
@@ -140,9 +146,10 @@ def split_breakdown(name: str) -> tuple[str, str | None, str | None]:
 
 def fact_rows(
     path: str | Path, results_dir: str | Path | None = None, config_hash: str | None = None,
-    aggregate_commit: str | None = None,
+    aggregate_commit: str | None = None, off_grid: Collection[str | Path] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per (cell, metric) of one metric file; values as fractions, nulls with their reason."""
+    """One row per (cell, metric) of one metric file; values as fractions, nulls with their reason.
+    `off_grid`: the metric files of the plan's off-grid cells (None: no plan, the column is null)."""
     path = Path(path)
     doc = read_metric_file(path)
     cell, prov = dict(doc["cell"]), doc["provenance"]
@@ -154,6 +161,7 @@ def fact_rows(
         first = base["cell_id"].split("/", 1)[0]
         base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(first)
     _normalize_setting(base)
+    base["off_grid"] = off_grid_of(path, off_grid)
     settings: dict[str, Any] = {}
     if base.get("retriever") not in (None, "", "none"):
         cell_settings = cell.get("retriever_settings") if isinstance(cell.get("retriever_settings"), dict) else {}
@@ -190,11 +198,11 @@ def fact_rows(
 
 def build_metrics_table(
     files: Sequence[str | Path], results_dir: str | Path | None = None, config_hash: str | None = None,
-    aggregate_commit: str | None = None,
+    aggregate_commit: str | None = None, off_grid: Collection[str | Path] | None = None,
 ) -> pa.Table:
     """The fact table of metric files; `config_hash` is the run's config (every row gets it)."""
     commit = aggregate_commit or prov_mod.git_commit()  # once, not per file
-    rows = [row for f in files for row in fact_rows(f, results_dir, config_hash, commit)]
+    rows = [row for f in files for row in fact_rows(f, results_dir, config_hash, commit, off_grid)]
     return to_table(rows, FACT_COLUMNS)
 
 
@@ -231,7 +239,7 @@ def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict)
 
 def per_question_rows(
     metric_file: str | Path, results_dir: str | Path | None = None, data_dir: str | Path | None = None,
-    _cache: dict | None = None,
+    _cache: dict | None = None, off_grid: Collection[str | Path] | None = None,
 ) -> list[dict[str, Any]]:
     """The per-question scores beside one metric file, tagged with the cell's switches."""
     metric_file = Path(metric_file)
@@ -239,7 +247,7 @@ def per_question_rows(
     if pq_path is None:
         return []
     cell = read_metric_file(metric_file)["cell"]
-    base = {"cell_id": cell_id(metric_file, results_dir), "source": str(pq_path)}
+    base: dict[str, Any] = {"cell_id": cell_id(metric_file, results_dir), "source": str(pq_path)}
     base.update({k: plain_value(v) for k, v in cell.items()})
     table = pq.read_table(pq_path)
     missing = {"qid", "metric", "value"} - set(table.column_names)
@@ -250,6 +258,7 @@ def per_question_rows(
     if not base.get("stage"):  # older files: the tree a cell lives in names its stage (as in fact_rows)
         base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(base["cell_id"].split("/", 1)[0])
     _normalize_setting(base)
+    base["off_grid"] = off_grid_of(metric_file, off_grid)
     rows = []
     for r in table.to_pylist():
         row = dict(base)
@@ -266,10 +275,11 @@ def per_question_rows(
 
 
 def build_per_question_table(
-    files: Sequence[str | Path], results_dir: str | Path | None = None, data_dir: str | Path | None = None
+    files: Sequence[str | Path], results_dir: str | Path | None = None, data_dir: str | Path | None = None,
+    off_grid: Collection[str | Path] | None = None,
 ) -> pa.Table:
     cache: dict = {}
-    rows = [row for f in files for row in per_question_rows(f, results_dir, data_dir, cache)]
+    rows = [row for f in files for row in per_question_rows(f, results_dir, data_dir, cache, off_grid)]
     return to_table(rows, PQ_COLUMNS)
 
 
@@ -280,10 +290,11 @@ def aggregate(
     results_dir: str | Path | None = None,
     data_dir: str | Path | None = None,
     config_hash: str | None = None,
+    off_grid: Collection[str | Path] | None = None,
 ) -> tuple[int, int]:
-    """Write both fact tables atomically; returns their row counts."""
-    metrics = build_metrics_table(files, results_dir, config_hash)
-    per_question = build_per_question_table(files, results_dir, data_dir)
+    """Write both fact tables atomically; returns their row counts. `off_grid` as in `fact_rows`."""
+    metrics = build_metrics_table(files, results_dir, config_hash, off_grid=off_grid)
+    per_question = build_per_question_table(files, results_dir, data_dir, off_grid)
     write_parquet(metrics, out_metrics)
     write_parquet(per_question, out_per_question)
     log.info("aggregate: %d metric files -> %d metric rows, %d per-question rows",

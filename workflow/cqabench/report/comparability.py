@@ -42,11 +42,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cqabench.common.config_defaults import configured, default
 from cqabench.common.errors import ConfigError
 
 SAMPLE = "bundled sample, not the paper's data (report.paper_data: false)"
 NO_CONFIG = "the run's config was not given to the report (report-tables --config): its setup cannot be checked"
-DEFAULT_RELEVANCE = "paper"
+# A dataset's defaults (datasets.<name>.*, the config schema's), for expected files and configs that leave them out
+DEFAULT_RELEVANCE: str = default("datasets", "*", "relevance")
+DEFAULT_ANSWERABLE_ONLY: bool = default("datasets", "*", "answerable_only")
 # Answer settings that read documents: the corpus and the relevance mode decide what they see.
 READS_DOCUMENTS = ("rag", "oracle", "open-book")
 _DATASET_KEYS = {"split", "relevance", "hops", "answerable_only", "limit", "corpus", "corpus_splits", "notes"}
@@ -61,7 +64,7 @@ class DatasetSetup:
     split: str
     relevance: str = DEFAULT_RELEVANCE
     hops: tuple[int, ...] | None = None
-    answerable_only: bool = False
+    answerable_only: bool = DEFAULT_ANSWERABLE_ONLY
     limit: int | None = None
     corpus: tuple[str, ...] | None = None  # member datasets; None: the dataset alone
     corpus_splits: tuple[str, ...] | None = None  # None: the evaluated split
@@ -103,7 +106,7 @@ class RunContext:
     def of(cls, config: dict[str, Any] | None, paper_data: bool | None = None) -> RunContext:
         """From a run's config; `paper_data` overrides the config's report.paper_data when given."""
         if paper_data is None:
-            paper_data = bool(((config or {}).get("report") or {}).get("paper_data", False))
+            paper_data = bool(configured(config, "report", "paper_data"))
         return cls(None if config is None else dict(config), bool(paper_data))
 
     def dataset(self, name: str) -> dict[str, Any]:
@@ -133,7 +136,7 @@ def _dataset_setup(name: str, raw: Any, where: str) -> DatasetSetup:
             split=str(raw["split"]),
             relevance=str(raw.get("relevance", DEFAULT_RELEVANCE)),
             hops=None if hops is None else tuple(sorted(int(h) for h in hops)),
-            answerable_only=bool(raw.get("answerable_only", False)),
+            answerable_only=bool(raw.get("answerable_only", DEFAULT_ANSWERABLE_ONLY)),
             limit=None if limit is None else int(limit),
             corpus=None if raw.get("corpus") is None else tuple(sorted(_strings(raw["corpus"], f"{where}.{name}.corpus"))),
             corpus_splits=None if raw.get("corpus_splits") is None
@@ -216,7 +219,7 @@ def selection_of(run: RunContext, dataset: str) -> tuple[tuple[int, ...] | None,
     spec = run.dataset(dataset)
     hops = spec.get("hops")
     limit = spec.get("limit")
-    return (None if hops is None else tuple(sorted(int(h) for h in hops)), bool(spec.get("answerable_only", False)),
+    return (None if hops is None else tuple(sorted(int(h) for h in hops)), bool(spec.get("answerable_only", DEFAULT_ANSWERABLE_ONLY)),
             None if limit is None else int(limit))
 
 

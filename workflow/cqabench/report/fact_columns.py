@@ -41,6 +41,9 @@ CELL_COLUMNS: dict[str, pa.DataType] = {
     "context_source": pa.string(),
     "k": pa.int64(),
     "identical_id_policy": pa.string(),
+    # a cell outside the configured grid, counted because it exists on disk (asked for by its path:
+    # cqabench.planner.cells); null when the table was built without the config's plan (no grid known)
+    "off_grid": pa.bool_(),
 }
 METRIC_COLUMNS: dict[str, pa.DataType] = {
     "metric": pa.string(),

@@ -21,7 +21,6 @@ not comparable anywhere.
 from __future__ import annotations
 
 import html
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -565,7 +564,3 @@ def read_fact_table(path: str | Path | None) -> pd.DataFrame:
     if path is None or not Path(path).exists():
         return pd.DataFrame()
     return pd.read_parquet(path)
-
-
-def dumps_summary(summaries: list[dict[str, Any]]) -> str:
-    return json.dumps(summaries, indent=2)

@@ -33,7 +33,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cqabench.common.errors import ConfigError
 
@@ -45,14 +45,6 @@ Results = dict[str, Ranking]
 SETTINGS_FILE = "settings.json"
 DEFAULT_SEARCH_ONLY_KEYS = frozenset({"threads", "batch_size", "query_batch_size", "device"})
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
-
-
-class RetrieverModule(Protocol):
-    def build_index(self, docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) -> None: ...
-
-    def search(
-        self, index_dir: Path, queries: list[QueryText], k: int, settings: dict[str, Any]
-    ) -> Results: ...
 
 
 def _normal(obj: Any) -> Any:

@@ -135,11 +135,6 @@ def iter_dpr_passages(path: Path) -> Iterator[Document]:
                 seen.add(row[0])
 
 
-def read_dpr_passages(path: Path) -> list[Document]:
-    """All passages of a psgs_w100.tsv-shaped file as a list (small files; see iter_dpr_passages)."""
-    return list(iter_dpr_passages(path))
-
-
 def _pooled(annotations: list[Annotation]) -> list[str]:
     """Every alias of every annotator and interpretation, first occurrence first."""
     return ordered_unique([alias for a in annotations for item in a.answers for alias in item["aliases"]])

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cqabench.generation.agent.tools import TOOLS, Observation, Toolbox, ToolCall
+from cqabench.common.config_defaults import default
 from cqabench.common.errors import ConfigError
 from cqabench.generation.llm.base import Chat, Completion, Sampling, ToolsApi
 
@@ -44,11 +45,18 @@ FINAL_MARKER = "Final Answer:"
 LAST_STEP_NOTE = "(Last step: write Final Answer: and the table now.)"
 
 
+def _schema_default(name: str) -> Any:
+    """A limit's default: generation.open_book.<name>'s in the config schema (its one home)."""
+    return field(default_factory=lambda: default("generation", "open_book", name))
+
+
 @dataclass(frozen=True)
 class Limits:
-    max_steps: int = 4
-    max_tool_chars: int = 600
-    max_total_tokens: int = 4096
+    """A dialogue's limits (generation.open_book); a limit the config leaves out takes the schema's default."""
+
+    max_steps: int = _schema_default("max_steps")
+    max_tool_chars: int = _schema_default("max_tool_chars")
+    max_total_tokens: int = _schema_default("max_total_tokens")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None, where: str = "generation.open_book") -> Limits:

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 import pyarrow.parquet as pq
 
 from cqabench.generation.agent.calc import CalcError, evaluate, format_value
+from cqabench.common.config_defaults import default
 from cqabench.common.errors import ConfigError, DataError
 from cqabench.generation.prompts import truncate
 
@@ -238,11 +239,13 @@ class Observation:
 class Toolbox:
     """Runs tool calls; WikiSearch calls of many dialogues go to the searcher as one batch."""
 
-    def __init__(self, store: ArticleStore, searcher: Searcher, max_tool_chars: int = 600,
+    def __init__(self, store: ArticleStore, searcher: Searcher, max_tool_chars: int | None = None,
                  search_depth: int = SEARCH_DEPTH) -> None:
+        """`max_tool_chars` None: generation.open_book.max_tool_chars's default (the config schema's)."""
         self.store = store
         self.searcher = searcher
-        self.max_tool_chars = max_tool_chars
+        self.max_tool_chars: int = (default("generation", "open_book", "max_tool_chars")
+                                    if max_tool_chars is None else max_tool_chars)
         self.search_depth = search_depth
 
     def _cut(self, obs: Observation) -> Observation:
