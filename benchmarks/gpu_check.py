@@ -97,7 +97,7 @@ def index_and_search(data: Path, out: Path, tag: str, settings: dict[str, Any]) 
     corpus = data / "corpus.parquet"
     began = time.perf_counter()
     if settings["type"] == "colbert":
-        cli("train-codec", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
+        cli("colbert-codec", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
             json.dumps(settings), "--out", str(out / f"{tag}.codec"))  # fmt: skip
         cli("encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
             json.dumps(settings), "--part", "0", "--of", "1", "--out", str(out / f"{tag}.part0"),

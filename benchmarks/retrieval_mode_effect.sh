@@ -34,6 +34,6 @@ for r in bm25 minilm; do
     --out-trec "$out/run_$r.trec" --out-parquet "$out/run_$r.parquet" > "$out/search_$r.log" 2>&1
   evaluate "$r"
 done
-cqabench fuse --runs "$out/run_bm25.parquet" "$out/run_minilm.parquet" --queries "$out/data/queries.parquet" --settings "$RRF" \
+cqabench fuse-runs --runs "$out/run_bm25.parquet" "$out/run_minilm.parquet" --queries "$out/data/queries.parquet" --settings "$RRF" \
   --out-trec "$out/run_bm25-minilm-rrf.trec" --out-parquet "$out/run_bm25-minilm-rrf.parquet" --tag bm25-minilm-rrf > "$out/fuse.log" 2>&1
 evaluate bm25-minilm-rrf

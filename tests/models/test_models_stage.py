@@ -76,7 +76,7 @@ def test_the_missing_message_names_each_model_and_the_fetch_command(tmp_path: Pa
     assert "  facebook/dpr-ctx_encoder-multiset-base (revision main; retrievers.dpr.doc_model): not fetched" in lines
     assert ("  meta-llama/Llama-2-7b-hf (revision main; llms.llama2-7b.source): not fetched; gated: the fetch "
             "needs HF_TOKEN") in lines
-    assert lines[-1].startswith("fetch them on a node with network (a login node): `cqabench models fetch "
+    assert lines[-1].startswith("fetch them on a node with network (a login node): `cqabench fetch-models "
                                 "--configfile config/dexter.yaml` or `snakemake fetch_models --configfile config/dexter.yaml`")
 
 
@@ -177,7 +177,7 @@ def test_snakemake_names_missing_models_fetches_them_and_runs_offline(tmp_path: 
     planned = _snakemake(workdir, index, "-n", "--configfile", "hub.yaml")
     assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]
     assert f"  {repo} (revision main; retrievers.hubmini.model): not fetched" in planned.stderr
-    assert "`cqabench models fetch --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`" in planned.stderr
+    assert "`cqabench fetch-models --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`" in planned.stderr
 
     stopped = _snakemake(workdir, index, "--configfile", "hub.yaml")
     assert stopped.returncode != 0 and f"{repo} (revision main; retrievers.hubmini.model): not fetched" in stopped.stderr

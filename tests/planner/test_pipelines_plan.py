@@ -239,7 +239,7 @@ def test_snakemake_plans_the_dexter_pipelines_when_switched_on(tmp_path: Path, w
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "rule fuse_runs:" in out and "rule rerank_run:" in out
-    assert "cqabench rerank --run results/dexter/runs/musique/dev/pipe/bm25.parquet" in out
+    assert "cqabench rerank-run --run results/dexter/runs/musique/dev/pipe/bm25.parquet" in out
 
 
 def _small_config(tmp_path: Path) -> Path:

@@ -164,7 +164,7 @@ def _fill(root: Path, plan: Plan, cells: list[tuple]) -> None:
 
 def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(workdir: Path, monkeypatch) -> None:
     """Every metric file of the sample's cells (and one off-grid cell, RAG at k = 2): the whole
-    fact table rendered by report-tables vs each table's own job (report-table over Plan.table_inputs)."""
+    fact table rendered by report-tables vs each table's own job (paper-table over Plan.table_inputs)."""
     from cqabench.cli import main
 
     grid = Plan(_config(), Environment(root=workdir, python="python", vllm_python=sys.executable))
@@ -185,7 +185,7 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     own_summaries = []
     for table_id in plan.table_specs():
         inputs = plan.table_inputs(table_id)
-        assert main(["report-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
+        assert main(["paper-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
                      *inputs["metrics"], "--results-dir", "results/sample", "--data-dir", "results/sample/data",
                      "--out-dir", "own", "--run", "sample", "--config", config]) == 0
         for ext in ("md", "html", "caption.rst"):
@@ -229,7 +229,7 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     assert f"results/sample/metrics/{cell}/metrics.json" in plan.shell_of("cqabench aggregate ").input
     assert f"output: results/sample/metrics/{cell}/metrics.json" in plan.text  # its evaluate_generation job
     table3 = snakemake_n(workdir, "table_dexter_table3_answers")
-    assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench report-table ").input
+    assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench paper-table ").input
 
 
 @pytest.mark.parametrize(("cell", "why"), [

@@ -175,7 +175,7 @@ def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> No
     from cqabench.planner import Environment, Plan, models
 
     text = (REPO / "docs" / "slurm_quickstart.md").read_text(encoding="utf-8")
-    command = _one(r"cqabench models fetch --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
+    command = _one(r"cqabench fetch-models --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
     listed = command.group(1).replace("\\\n", " ").split()
     wanted = [r.repo_id for r in models.requests(Plan(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
                                                          Environment(root=REPO, python="python",

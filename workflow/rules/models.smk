@@ -15,4 +15,4 @@ rule fetch_models:
     shell:
         # Planning imports the encoders, which set HF_HUB_OFFLINE=1 for every job: not for this one.
         "export HF_HUB_OFFLINE=0; "
-        "cqabench models fetch --configfile {input.config:q} 2>&1 | tee {log:q}"
+        "cqabench fetch-models --configfile {input.config:q} 2>&1 | tee {log:q}"

@@ -61,7 +61,7 @@ rule colbert_codec:
     params:
         settings=lambda w: retrieval_settings("colbert_codec", w),
     shell:
-        "cqabench train-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "cqabench colbert-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
 
 
@@ -292,7 +292,7 @@ rule fuse_runs:
     params:
         settings=lambda w: as_arg(pipeline_settings(w.name)),
     shell:
-        "cqabench fuse --runs {input.runs:q} --queries {input.queries:q} --settings {params.settings} "
+        "cqabench fuse-runs --runs {input.runs:q} --queries {input.queries:q} --settings {params.settings} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
@@ -322,6 +322,6 @@ rule rerank_run:
     params:
         settings=lambda w: as_arg(pipeline_settings(w.name)),
     shell:
-        "cqabench rerank --run {input.runs:q} --queries {input.queries:q} --corpus {input.corpus:q} "
+        "cqabench rerank-run --run {input.runs:q} --queries {input.queries:q} --corpus {input.corpus:q} "
         "--serialization {wildcards.serialization:q} --settings {params.settings} --tag {wildcards.name:q} "
         "--out-trec {output.trec:q} --out-parquet {output.parquet:q} --out-log {output.record:q} > {log:q} 2>&1"

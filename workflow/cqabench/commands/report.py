@@ -99,7 +99,7 @@ def _tables(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected or [] for spec in load_expected(path)]
     not_planned_of(args)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    if args.table_summaries is not None:  # the workflow: each paper table is its own job (report-table)
+    if args.table_summaries is not None:  # the workflow: each paper table is its own job (paper-table)
         summaries = [s for p in args.table_summaries for s in _read_summaries(Path(p))]
         write_json(summaries, Path(args.out_dir) / "summary.json")
     else:
@@ -114,7 +114,7 @@ def _tables(args: argparse.Namespace) -> int:
 
 
 def _read_summaries(path: Path) -> list[dict[str, Any]]:
-    """One `<id>.summary.json`: the list of table summaries `report-table` wrote."""
+    """One `<id>.summary.json`: the list of table summaries `paper-table` wrote."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -135,7 +135,7 @@ def _table(args: argparse.Namespace) -> int:
         raise ConfigError(f"--table: {args.table!r} is no table of {args.expected}")
     if args.metrics is None:  # the table's own cells, as the planner gives them (the rule's inputs)
         if args.config is None:
-            raise ConfigError("report-table: give the table's --metrics files, or --config to take its planned cells'")
+            raise ConfigError("paper-table: give the table's --metrics files, or --config to take its planned cells'")
         args.metrics = plan_of(config_arg(args.config)).table_inputs(args.table)["metrics"]
     missing = [p for p in args.metrics if not Path(p).is_file()]
     if missing:
@@ -301,7 +301,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
     p.add_argument("--table-summaries", nargs="*", default=None,
-                   help="instead of rendering the paper tables, gather the <id>.summary.json files `report-table` "
+                   help="instead of rendering the paper tables, gather the <id>.summary.json files `paper-table` "
                         "wrote into summary.json (the workflow builds each table in its own job)")
     p.add_argument("--out-dir", default=f"{R}/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
@@ -314,7 +314,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _answer_args(p)
     p.set_defaults(func=_tables)
 
-    p = sub.add_parser("report-table", help="one paper table (<id>.md, .html, .caption.rst, .summary.json) from "
+    p = sub.add_parser("paper-table", help="one paper table (<id>.md, .html, .caption.rst, .summary.json) from "
                                              "the metric files of its own cells")
     p.add_argument("--table", required=True, help="the table id (config/expected/*.yaml)")
     p.add_argument("--expected", nargs="+", required=True, help="the config/expected file(s) holding it")
