@@ -85,7 +85,7 @@ def prepare_slice(base: Path, questions: int) -> Path:
 
 def ndcg10(data: Path, run: Path, tag: str, out: Path) -> float:
     cell = json.dumps({"dataset": "musique", "split": "train", "retriever": tag})
-    cli("eval-retrieval", "--run", str(run), "--qrels", str(data / "qrels.parquet"), "--queries",
+    cli("evaluate-retrieval", "--run", str(run), "--qrels", str(data / "qrels.parquet"), "--queries",
         str(data / "queries.parquet"), "--cell", cell, "--out-json", str(out / f"{tag}.metrics.json"),
         "--out-per-query", str(out / f"{tag}.per_query.parquet"))  # fmt: skip
     metrics = json.loads((out / f"{tag}.metrics.json").read_text())["metrics"]

@@ -54,7 +54,7 @@ def test_dexter_table2_target_plans_data_and_retrieval_only() -> None:
     # 8 retrievers x 7 datasets + StrategyQA's IR-Q and two IR-D runs; each neural index in parts of
     # 500,000 passages (passages_per_part): AmbigQA 49, OTT-QA 13, the pooled wiki-multihop corpus 2,
     # StrategyQA, TAT-QA and FinQA 1 each, for each of the 7 neural retrievers
-    assert by_rule["eval_retrieval"] == 59 and by_rule["search"] == 56 and by_rule["decompose_search"] == 3
+    assert by_rule["evaluate_retrieval"] == 59 and by_rule["search"] == 56 and by_rule["decompose_search"] == 3
     assert by_rule["encode_part"] == 7 * (49 + 13 + 2 + 1 + 1 + 1)
     assert "resolved_config" not in by_rule  # written by Snakemake's process before planning
     assert sum(by_rule.values()) == 675
@@ -107,7 +107,7 @@ def test_written_metrics_are_what_the_writers_write(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist([{"qid": "q1", "evidence": [[["d1"]]]}]), queries)
     for dataset in ("musique", "strategyqa"):
         doc = evaluate_files(run, qrels, queries, {"dataset": dataset}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                             with_strategyqa_recall=dataset == "strategyqa")  # as rule eval_retrieval passes it
+                             with_strategyqa_recall=dataset == "strategyqa")  # as rule evaluate_retrieval passes it
         assert {(m["metric"], m["variant"]) for m in doc["metrics"]} == written_metrics("retrieval", dataset), dataset
 
 

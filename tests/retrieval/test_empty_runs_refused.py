@@ -71,7 +71,7 @@ def test_eval_refuses_an_empty_run(split: dict[str, Path], tmp_path: Path, capsy
     run = _empty(tmp_path, "zero_bytes.trec")
     out = tmp_path / "eval"
     cell = {"dataset": "musique", "split": "dev", "serialization": "pipe", "run": "ext"}
-    rc = main(["eval-retrieval", "--run", str(run), "--qrels", str(split["qrels"]), "--queries", str(split["queries"]),
+    rc = main(["evaluate-retrieval", "--run", str(run), "--qrels", str(split["qrels"]), "--queries", str(split["queries"]),
                "--cell", json.dumps(cell), "--out-json", str(out / "metrics.json"),
                "--out-per-query", str(out / "per_query.parquet")])
     _refused(rc, capsys, run, out / "metrics.json", out / "per_query.parquet")

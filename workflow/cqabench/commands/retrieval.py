@@ -1,5 +1,5 @@
-"""`cqabench` subcommands of the retrieval stage: index, encode-part, gather-index, search,
-decompose-search, import-run, fuse, rerank, eval-retrieval, pyserini."""
+"""`cqabench` subcommands of the retrieval stage: index, colbert-codec, encode-part, gather-index, search,
+decompose-search, import-run, fuse-runs, rerank-run, evaluate-retrieval, pyserini."""
 
 from __future__ import annotations
 
@@ -209,7 +209,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _outputs(p, tag_required=True)
     p.set_defaults(func=_rerank)
 
-    p = sub.add_parser("eval-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
+    p = sub.add_parser("evaluate-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
     p.add_argument("--run", required=True)
     p.add_argument("--qrels", required=True)
     p.add_argument("--queries", required=True)
