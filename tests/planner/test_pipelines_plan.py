@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cqabench.planner import models as models_stage
+from cqabench.planner import needed_models
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
 
@@ -102,10 +102,10 @@ def test_a_hub_cross_encoder_needs_its_revision_and_is_fetched_like_the_encoders
         Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE}}), ENV)
     assert f"retrieval.pipelines.ce.revision: model {CE!r} is a Hugging Face hub model and needs a revision" in str(err.value)
     plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE, "revision": "main"}}), ENV)
-    [req] = [r for r in models_stage.requests(plan) if r.repo_id == CE]
+    [req] = [r for r in needed_models.requests(plan) if r.repo_id == CE]
     assert req.keys == ("retrieval.pipelines.ce.model",) and req.revision == "main"
-    assert models_stage.needed_by_jobs(plan, [("rerank_run", {"name": "ce"})]) == {CE}
-    assert models_stage.needed_by_jobs(plan, [("rerank_run", {"name": "other"})]) == set()
+    assert needed_models.needed_by_jobs(plan, [("rerank_run", {"name": "ce"})]) == {CE}
+    assert needed_models.needed_by_jobs(plan, [("rerank_run", {"name": "other"})]) == set()
 
 
 def test_a_gpu_rerank_asks_for_a_gpu() -> None:

@@ -1,8 +1,8 @@
 """`cqabench fetch-models | list-models`: the hub checkpoints a config needs, fetched into `models/`.
 
-Run `fetch` where there is network (a cluster's login node), from the checkout's root, with the
-config the jobs will run: `cqabench models fetch --configfile config/dexter.yaml`. The models are
-those the planner says the config's jobs load (`cqabench.planner.models`); the Snakemake rule
+Run `fetch-models` where there is network (a cluster's login node), from the checkout's root, with
+the config the jobs will run: `cqabench fetch-models --configfile config/dexter.yaml`. The models are
+those the planner says the config's jobs load (`cqabench.planner.needed_models`); the Snakemake rule
 `fetch_models` passes the same list as `--requests`. A gated model's token is read from
 `$HF_TOKEN` and never printed (docs/cluster.md, "Getting models onto offline nodes").
 """
@@ -65,7 +65,7 @@ def load_plan(configfiles: list[str]) -> Any:
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     from cqabench.models.fetch import ModelRequest
-    from cqabench.planner.models import models_dir_of, requests
+    from cqabench.planner.needed_models import models_dir_of, requests
 
     if args.requests is not None:
         from cqabench.commands import json_object
@@ -98,7 +98,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from cqabench.planner.models import models_dir_of, requests, status
+    from cqabench.planner.needed_models import models_dir_of, requests, status
 
     plan = load_plan(args.configfile or [DEFAULT_CONFIG])
     state = status(plan)

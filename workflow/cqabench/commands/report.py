@@ -43,7 +43,7 @@ def not_planned_of(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.not_planned_from is not None:
         if args.not_planned is not None:
             raise ConfigError("give --not-planned or --not-planned-from, not both")
-        from cqabench.report.answers import validate_not_planned
+        from cqabench.report.answer_comparisons import validate_not_planned
 
         return validate_not_planned(plan_of(config_arg(args.not_planned_from, "--not-planned-from")).not_planned_cells())
     return not_planned_arg(args.not_planned)
@@ -51,7 +51,7 @@ def not_planned_of(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
     """--not-planned: a JSON list [{dataset, split, setting, reason}, ...], or a path to a file holding one."""
-    from cqabench.report.answers import validate_not_planned
+    from cqabench.report.answer_comparisons import validate_not_planned
 
     if text is None or not text.strip():
         return []
@@ -69,7 +69,7 @@ def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
 
 
 def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
-    from cqabench.report.answers_render import render_answers
+    from cqabench.report.answer_comparisons_render import render_answers
     from cqabench.report.tables import read_fact_table
 
     metrics = read_fact_table(args.metrics) if metrics is None else metrics
