@@ -295,8 +295,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(results/<name>/config.json: what the workflow passes)")
     p.set_defaults(func=_aggregate)
 
-    p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "
-                                              "and answers_by_setting.{md,html,json}")
+    p = sub.add_parser("report-tables", help="the report's tables in one job: summary.json of the paper tables (or the "
+                                              "tables themselves, with --expected), answers_by_setting and the "
+                                              "retrieval significance tables (one paper table: paper-table)")
     p.add_argument("--metrics", default=f"{R}/metrics.parquet")
     p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
