@@ -85,7 +85,7 @@ def prepare_slice(base: Path, questions: int) -> Path:
 
 def ndcg10(data: Path, run: Path, tag: str, out: Path) -> float:
     cell = json.dumps({"dataset": "musique", "split": "train", "retriever": tag})
-    cli("eval-retrieval", "--run", str(run), "--qrels", str(data / "qrels.parquet"), "--queries",
+    cli("evaluate-retrieval", "--run", str(run), "--qrels", str(data / "qrels.parquet"), "--queries",
         str(data / "queries.parquet"), "--cell", cell, "--out-json", str(out / f"{tag}.metrics.json"),
         "--out-per-query", str(out / f"{tag}.per_query.parquet"))  # fmt: skip
     metrics = json.loads((out / f"{tag}.metrics.json").read_text())["metrics"]
@@ -97,7 +97,7 @@ def index_and_search(data: Path, out: Path, tag: str, settings: dict[str, Any]) 
     corpus = data / "corpus.parquet"
     began = time.perf_counter()
     if settings["type"] == "colbert":
-        cli("train-codec", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
+        cli("colbert-codec", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
             json.dumps(settings), "--out", str(out / f"{tag}.codec"))  # fmt: skip
         cli("encode-part", "--corpus", str(corpus), "--serialization", "pipe", "--retriever-settings",
             json.dumps(settings), "--part", "0", "--of", "1", "--out", str(out / f"{tag}.part0"),

@@ -8,7 +8,7 @@ family, from the run's benchmark files and the estimate's item counts of the sam
 - per-item families (prepare, pool_corpus, export_beir, bm25_index, BM25 search; the MiniLM
   index's fixed cost is scale_corpus.py's, measured at sample-sized shards): fixed_s = the median over the run's jobs of (CPU s - the per-item CPU the rates
   file already has), at least 1 s; BM25 search's peak RSS too;
-- jobs whose cost does not grow with anything a config sizes (eval_retrieval,
+- jobs whose cost does not grow with anything a config sizes (evaluate_retrieval,
   evaluate_generation, convert_model, aggregate, report_tables, report_plots, report_page,
   estimate, import_run, fuse_runs (at sample scale ranx's import, not the fusion, is its
   cost); a generate job that assembles its answers from an engine batch's
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-LIGHT = ("eval_retrieval", "evaluate_generation", "convert_model", "aggregate", "report_tables", "report_plots",
+LIGHT = ("evaluate_retrieval", "evaluate_generation", "convert_model", "aggregate", "report_tables", "report_plots",
          "report_page", "estimate", "import_run", "fuse_runs")
 
 

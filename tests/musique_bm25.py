@@ -26,7 +26,7 @@ def run_pipeline(base: Path, export_dir: Path) -> dict[str, Path]:
                  "--retriever-settings", settings, "--k", "100", "--tag", "bm25",
                  "--out-trec", str(base / "bm25.trec"), "--out-parquet", str(base / "bm25.parquet")]) == 0  # fmt: skip
     cell = json.dumps({"dataset": "musique", "split": "train", "retriever": "bm25"})
-    assert main(["eval-retrieval", "--run", str(base / "bm25.parquet"), "--qrels", str(data / "qrels.parquet"),
+    assert main(["evaluate-retrieval", "--run", str(base / "bm25.parquet"), "--qrels", str(data / "qrels.parquet"),
                  "--queries", str(data / "queries.parquet"), "--cell", cell,
                  "--out-json", str(base / "metrics.json"), "--out-per-query", str(base / "per_query.parquet")]) == 0  # fmt: skip
     assert main(["export-beir", "--corpus", str(data / "corpus.parquet"), "--queries", str(data / "queries.parquet"),

@@ -408,7 +408,7 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
 
 
 def test_the_mode_is_a_column_of_metrics_parquet(tmp_path: Path) -> None:
-    """A retrieval cell's `relevance` (as eval_retrieval writes it) reaches metrics.parquet, in
+    """A retrieval cell's `relevance` (as evaluate_retrieval writes it) reaches metrics.parquet, in
     CELL_COLUMNS right after `corpus`; a file written before the key existed gives null."""
     from cqabench.report.aggregate import build_metrics_table
     from cqabench.report.fact_columns import CELL_COLUMNS

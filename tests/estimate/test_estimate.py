@@ -519,13 +519,13 @@ def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Pat
 
 
 @pytest.mark.snakemake
-def test_costs_page_is_the_generators_output() -> None:
+def test_costs_doc_is_the_generators_output() -> None:
     from conftest import planned_jobs
-    from cqabench.estimate.costs_page import CONFIGS, page
+    from cqabench.estimate.costs_doc import CONFIGS, page
 
     jobs = {c: planned_jobs(c.removeprefix("config/")) for c in CONFIGS}
     assert (REPO / "docs/costs.md").read_text(encoding="utf-8") == page(jobs=jobs), \
-        "docs/costs.md is stale: python -m cqabench.estimate.costs_page > docs/costs.md"
+        "docs/costs.md is stale: python -m cqabench.estimate.costs_doc > docs/costs.md"
 
 
 # ---- measured beside estimated ----
@@ -590,7 +590,7 @@ def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -
 
 @pytest.mark.snakemake
 def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
-    from cqabench.report.costs import section_body
+    from cqabench.report.page_costs import section_body
 
     est = _estimate("config.yaml")
     tables.write(est, tmp_path / "estimate")
@@ -602,7 +602,7 @@ def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     assert "12.5" in body and "1 is an assumption (GPU throughput" in body  # the default: one assumed rate
     assert measured.compare_dir(tmp_path / "missing", bench) is None
     assert "not written" in section_body(tmp_path / "missing", None)
-    from cqabench.report.costs import cpu_model
+    from cqabench.report.page_costs import cpu_model
 
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nprocessor\t: 1\nmodel name\t: Test CPU 9000\n")
     assert cpu_model(tmp_path / "cpuinfo").startswith("Test CPU 9000, ") and "this page was built on" in body
@@ -634,7 +634,7 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     CPU cores. It now leads with the run's machine (cores from Snakemake's own run log, the
     processor, GPUs) and the least time the estimate gives there, and names the 8 × 64 node as the
     reference node, not this machine."""
-    from cqabench.report.costs import Machine, provided, section_body, this_machine
+    from cqabench.report.page_costs import Machine, provided, section_body, this_machine
 
     est = _estimate("config.yaml")
     tables.write(est, tmp_path / "estimate")

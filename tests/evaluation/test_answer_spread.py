@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from cqabench.evaluation.answer_spread import answer_spread, describe, normalized
 from cqabench.report.aggregate import build_metrics_table
-from cqabench.report.answers import answers_by_setting
-from cqabench.report.answers_render import to_markdown
+from cqabench.report.answer_comparisons import answers_by_setting
+from cqabench.report.answer_comparisons_render import to_markdown
 from cqabench.report.model_limits import limits_html, questions_text, typical_half_width
 
 

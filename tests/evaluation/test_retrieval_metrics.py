@@ -235,7 +235,7 @@ def test_best_annotator_recall_with_known_ids():
     assert strategyqa_recall({"q": {"a": 1.0}}, {"q": evidence, "r": [[["x"]]]}, known={"a", "b"}) == {"q": 0.5}
 
 
-def test_cli_eval_retrieval_takes_the_corpus(tmp_path: Path):
+def test_cli_evaluate_retrieval_takes_the_corpus(tmp_path: Path):
     from cqabench.cli import main
 
     corpus = tmp_path / "corpus.parquet"
@@ -243,7 +243,7 @@ def test_cli_eval_retrieval_takes_the_corpus(tmp_path: Path):
     run, qrels, queries = _split(tmp_path, [Query("q1", "?")], [{"qid": "q1", "docid": "d1", "relevance": 1,
                                                                  "annotator": ""}], "q1 Q0 d1 1 2.5 bm25\n")
     out = tmp_path / "m.json"
-    assert main(["eval-retrieval", "--run", str(run), "--qrels", str(qrels), "--queries", str(queries),
+    assert main(["evaluate-retrieval", "--run", str(run), "--qrels", str(qrels), "--queries", str(queries),
                  "--cell", "{}", "--corpus", str(corpus), "--out-json", str(out),
                  "--out-per-query", str(tmp_path / "pq.parquet")]) == 0
     by = {m["metric"]: m for m in json.loads(out.read_text())["metrics"]}

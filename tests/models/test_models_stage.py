@@ -1,4 +1,4 @@
-"""The models stage of a plan (cqabench.planner.models): which hub models the shipped configs'
+"""The models stage of a plan (cqabench.planner.needed_models): which hub models the shipped configs'
 jobs load, the revision every one of them needs, and the planning-time message for the missing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cqabench.planner import models as models_stage
+from cqabench.planner import needed_models
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
 
@@ -49,34 +49,34 @@ def _fetched(models_dir: Path, repo: str, commit: str = COMMIT) -> None:
 
 def test_dexter_needs_ten_hub_models_each_at_a_revision(tmp_path: Path) -> None:
     plan = Plan(_config("dexter.yaml", tmp_path), ENV)
-    reqs = models_stage.requests(plan)
+    reqs = needed_models.requests(plan)
     assert [(r.repo_id, r.keys) for r in reqs] == DEXTER
     assert {r.revision for r in reqs} == {"main"}  # no commit could be checked offline: locked by the fetch
-    assert models_stage.missing(plan) == {repo: "not fetched" for repo, _ in DEXTER}
+    assert needed_models.missing(plan) == {repo: "not fetched" for repo, _ in DEXTER}
 
 
 def test_tanq_needs_mistral_and_the_default_config_needs_none(tmp_path: Path) -> None:
     tanq = Plan(_config("tanq.yaml", tmp_path), ENV)
-    assert [(r.repo_id, r.revision, r.keys) for r in models_stage.requests(tanq)] == [
+    assert [(r.repo_id, r.revision, r.keys) for r in needed_models.requests(tanq)] == [
         ("mistralai/Mistral-7B-Instruct-v0.1", "main", ("llms.mistral-7b.source",))]
     default = Plan(_config("config.yaml", tmp_path), ENV)  # package: encoder, gguf-package: LLM
-    assert models_stage.requests(default) == [] and models_stage.missing(default) == {}
+    assert needed_models.requests(default) == [] and needed_models.missing(default) == {}
 
 
 def test_the_missing_message_names_each_model_and_the_fetch_command(tmp_path: Path) -> None:
     plan = Plan(_config("dexter.yaml", tmp_path), ENV)
     _fetched(tmp_path, "facebook/contriever")
     _fetched(tmp_path, "colbert-ir/colbertv2.0", COMMIT)
-    absent = models_stage.missing(plan)
+    absent = needed_models.missing(plan)
     assert "facebook/contriever" not in absent and len(absent) == 8
-    text = models_stage.missing_message(plan, absent, ["config/dexter.yaml"])
+    text = needed_models.missing_message(plan, absent, ["config/dexter.yaml"])
     lines = text.splitlines()
     assert lines[0] == (f"8 Hugging Face model(s) this config needs are not in {tmp_path}/ (jobs run offline and load "
                         f"hub models only from {tmp_path}/<org>/<name>):")
     assert "  facebook/dpr-ctx_encoder-multiset-base (revision main; retrievers.dpr.doc_model): not fetched" in lines
     assert ("  meta-llama/Llama-2-7b-hf (revision main; llms.llama2-7b.source): not fetched; gated: the fetch "
             "needs HF_TOKEN") in lines
-    assert lines[-1].startswith("fetch them on a node with network (a login node): `cqabench models fetch "
+    assert lines[-1].startswith("fetch them on a node with network (a login node): `cqabench fetch-models "
                                 "--configfile config/dexter.yaml` or `snakemake fetch_models --configfile config/dexter.yaml`")
 
 
@@ -86,9 +86,9 @@ def test_a_pinned_commit_that_differs_from_the_fetched_one_is_missing(tmp_path: 
     config["retrievers"]["contriever"]["revision"] = other
     _fetched(tmp_path, "facebook/contriever", COMMIT)
     plan = Plan(config, ENV)
-    assert models_stage.missing(plan)["facebook/contriever"] == f"fetched at {COMMIT}, the config pins {other}"
+    assert needed_models.missing(plan)["facebook/contriever"] == f"fetched at {COMMIT}, the config pins {other}"
     config["retrievers"]["contriever"]["revision"] = COMMIT
-    assert "facebook/contriever" not in models_stage.missing(Plan(config, ENV))
+    assert "facebook/contriever" not in needed_models.missing(Plan(config, ENV))
 
 
 def test_a_hub_model_without_its_revision_key_is_a_planning_error(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_hub_model_without_its_revision_key_is_a_planning_error(tmp_path: Path
     del config["retrievers"]["dpr"]["doc_revision"]
     config["retrieval"]["retrievers"].remove("dpr")
     plan = Plan(config, ENV)
-    assert "facebook/dpr-ctx_encoder-multiset-base" not in {r.repo_id for r in models_stage.requests(plan)}
+    assert "facebook/dpr-ctx_encoder-multiset-base" not in {r.repo_id for r in needed_models.requests(plan)}
 
 
 def test_one_repository_at_two_revisions_is_a_planning_error(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_a_revision_without_its_model_key_is_refused() -> None:
     # `revision` pins every model key without its own; a resolved recipe (no `model`) resolves again
     once = resolve({"type": "dense", "model": "a/m", "revision": COMMIT})
     assert resolve(once)["revision"] == COMMIT
-    pair = models_stage.retriever_models("dpr", {"type": "dense", "query_model": "q/m", "doc_model": "d/m",
+    pair = needed_models.retriever_models("dpr", {"type": "dense", "query_model": "q/m", "doc_model": "d/m",
                                                  "revision": "main", "doc_revision": COMMIT}, ROOT)  # fmt: skip
     assert [(m.repo_id, m.revision) for m in pair] == [("q/m", "main"), ("d/m", COMMIT)]
 
@@ -142,9 +142,9 @@ def test_jobs_that_load_models_map_to_their_repositories(tmp_path: Path) -> None
     jobs = [("encode_part", {"corpus": "finqa", "retriever": "dpr", "part": "0", "parts": "32"}),
             ("generate", {"llm": "gpt-3.5-turbo"}), ("evaluate_generation", {"llm": "llama2-7b"}),
             ("index", {"retriever": "bm25"}), ("prepare", {"dataset": "finqa"})]  # fmt: skip
-    assert models_stage.needed_by_jobs(plan, jobs) == {
+    assert needed_models.needed_by_jobs(plan, jobs) == {
         "facebook/dpr-question_encoder-multiset-base", "facebook/dpr-ctx_encoder-multiset-base"}
-    assert models_stage.needed_by_jobs(plan, [("generate_batch", {"llm": "llama2-7b"})]) == {"meta-llama/Llama-2-7b-hf"}
+    assert needed_models.needed_by_jobs(plan, [("generate_batch", {"llm": "llama2-7b"})]) == {"meta-llama/Llama-2-7b-hf"}
 
 
 def _snakemake(work: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -177,7 +177,7 @@ def test_snakemake_names_missing_models_fetches_them_and_runs_offline(tmp_path: 
     planned = _snakemake(workdir, index, "-n", "--configfile", "hub.yaml")
     assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]
     assert f"  {repo} (revision main; retrievers.hubmini.model): not fetched" in planned.stderr
-    assert "`cqabench models fetch --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`" in planned.stderr
+    assert "`cqabench fetch-models --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`" in planned.stderr
 
     stopped = _snakemake(workdir, index, "--configfile", "hub.yaml")
     assert stopped.returncode != 0 and f"{repo} (revision main; retrievers.hubmini.model): not fetched" in stopped.stderr

@@ -1,7 +1,7 @@
 """Issue 36 item 6, the model store: a fetched folder whose weights file was deleted (or cut
 short) is no longer trusted.
 
-Before: `models list --check` said "fetched at <commit>" with rc 0, `models fetch` answered
+Before: `list-models --check` said "fetched at <commit>" with rc 0, `fetch-models` answered
 "present" without asking the hub, and a job failed inside transformers. Now the folder's
 MANIFEST.json (the files and sizes the fetch wrote) is compared with what is there: the list
 names the file and exits 1, the fetch fetches again, a job's `locate` names the file.
@@ -28,7 +28,7 @@ FILES = {"config.json": b"{}", "model.safetensors": b"weights" * 10}
 
 
 def _fetched(models: Path) -> Path:
-    """A folder as `models fetch` leaves it: the files, MANIFEST.json, then REVISION."""
+    """A folder as `fetch-models` leaves it: the files, MANIFEST.json, then REVISION."""
     folder = models / MINILM
     folder.mkdir(parents=True)
     for name, data in FILES.items():
@@ -72,10 +72,10 @@ def test_models_list_check_exits_1_naming_the_missing_file(tmp_path: Path, monke
     (work / "hub.yaml").write_text(yaml.safe_dump(config))
     folder = _fetched(work / "models")
     monkeypatch.chdir(work)
-    assert main(["models", "list", "--configfile", "hub.yaml", "--check"]) == 0
+    assert main(["list-models", "--configfile", "hub.yaml", "--check"]) == 0
     assert f"{MINILM}  revision main  fetched at {COMMIT}" in capsys.readouterr().out
     (folder / "model.safetensors").unlink()
-    assert main(["models", "list", "--configfile", "hub.yaml", "--check"]) == 1
+    assert main(["list-models", "--configfile", "hub.yaml", "--check"]) == 1
     out = capsys.readouterr()
     assert (f"{MINILM}  revision main  not whole: model.safetensors is missing from models/{MINILM} "
             "(its MANIFEST.json lists it); fetch it again  (retrievers.hubmini.model)") in out.out

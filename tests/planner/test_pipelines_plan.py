@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cqabench.planner import models as models_stage
+from cqabench.planner import needed_models
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
 
@@ -105,10 +105,10 @@ def test_a_hub_cross_encoder_needs_its_revision_and_is_fetched_like_the_encoders
         Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE}}), ENV)
     assert f"retrieval.pipelines.ce.revision: model {CE!r} is a Hugging Face hub model and needs a revision" in str(err.value)
     plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE, "revision": "main"}}), ENV)
-    [req] = [r for r in models_stage.requests(plan) if r.repo_id == CE]
+    [req] = [r for r in needed_models.requests(plan) if r.repo_id == CE]
     assert req.keys == ("retrieval.pipelines.ce.model",) and req.revision == "main"
-    assert models_stage.needed_by_jobs(plan, [("rerank_run", {"name": "ce"})]) == {CE}
-    assert models_stage.needed_by_jobs(plan, [("rerank_run", {"name": "other"})]) == set()
+    assert needed_models.needed_by_jobs(plan, [("rerank_run", {"name": "ce"})]) == {CE}
+    assert needed_models.needed_by_jobs(plan, [("rerank_run", {"name": "other"})]) == set()
 
 
 def test_a_gpu_rerank_asks_for_a_gpu() -> None:
@@ -242,7 +242,7 @@ def test_snakemake_plans_the_dexter_pipelines_when_switched_on(tmp_path: Path, w
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "rule fuse_runs:" in out and "rule rerank_run:" in out
-    assert "cqabench rerank --run results/dexter/runs/musique/dev/pipe/bm25.parquet" in out
+    assert "cqabench rerank-run --run results/dexter/runs/musique/dev/pipe/bm25.parquet" in out
 
 
 def _small_config(tmp_path: Path) -> Path:
@@ -297,7 +297,7 @@ def _prefix_copy(prefix: Path, tmp_path: Path) -> tuple[Path, Path]:
 def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix: Path) -> None:
     """`snakemake` in a temporary folder builds the fused run's metrics by path over the shared
     prefix (`pipes_prefix`: prepare, index, both searches, from scratch): exactly fuse_runs and
-    eval_retrieval run. The metrics row records the fusion's settings and its inputs'; the fused
+    evaluate_retrieval run. The metrics row records the fusion's settings and its inputs'; the fused
     run equals ranx's fusion of the two run files."""
     import json
 
@@ -309,7 +309,7 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix
     target = "results/pipes/retrieval/tatqa/dev/pipe/hybrid/metrics.json"
     done = _snakemake(workdir, "--cores", "2", target, "--configfile", str(config))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 1, "eval_retrieval": 1}  # the prefix is reused
+    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 1, "evaluate_retrieval": 1}  # the prefix is reused
     doc = json.loads((workdir / target).read_text())
     settings = doc["cell"]["retriever_settings"]
     assert settings["type"] == "fusion" and settings["method"] == "rrf" and settings["rrf_k"] == 60 and settings["depth"] == 20
@@ -339,7 +339,7 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix
     changed["retrieval"]["pipelines"]["hybrid"]["rrf_k"] = 10
     config.write_text(yaml.safe_dump(changed))
     rerun = _snakemake(workdir, "-n", target, "--configfile", str(config))
-    assert dict(parse(rerun.stdout, rerun.stderr).counts) == {"fuse_runs": 1, "eval_retrieval": 1}
+    assert dict(parse(rerun.stdout, rerun.stderr).counts) == {"fuse_runs": 1, "evaluate_retrieval": 1}
 
 
 @pytest.mark.snakemake
@@ -347,7 +347,7 @@ def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, 
                                                                cross_encoder: Path) -> None:
     """The rerank_run rule for real (the cross-encoder of tests/retrieval/test_rerank.py: MiniLM with a
     randomly initialised head, on CPU) over the fused run, and a fusion of that rerank with BM25:
-    each scored by eval_retrieval; the rerank keeps its depth and records its pairs. Runs over the
+    each scored by evaluate_retrieval; the rerank keeps its depth and records its pairs. Runs over the
     shared prefix (`pipes_prefix`): the pipelines' jobs run, none of the prefix's."""
     import json
 
@@ -364,7 +364,7 @@ def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, 
     targets = [f"results/pipes/retrieval/tatqa/dev/pipe/{n}/metrics.json" for n in ("hybrid-ce", "ce-bm25")]
     done = _snakemake(workdir, "--cores", "2", *targets, "--configfile", str(config))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 2, "rerank_run": 1, "eval_retrieval": 2}
+    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 2, "rerank_run": 1, "evaluate_retrieval": 2}
     runs = workdir / "results/pipes/runs/tatqa/dev/pipe"
     reranked, fused = read_run(runs / "hybrid-ce.parquet"), read_run(runs / "hybrid.parquet")
     assert reranked and all(len(docs) == min(5, len(fused[q])) for q, docs in reranked.items())

@@ -27,12 +27,12 @@ from plan_helpers import load_config, plan_of
 
 
 @pytest.mark.parametrize(
-    ("name", "generate", "eval_retrieval"), [("config.yaml", 43, 24), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
+    ("name", "generate", "evaluate_retrieval"), [("config.yaml", 43, 24), ("dexter.yaml", 528, 59), ("tanq.yaml", 4, 0)]
 )
-def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, eval_retrieval: int) -> None:
+def test_shipped_configs_plan_the_same_cells_as_before(name: str, generate: int, evaluate_retrieval: int) -> None:
     plan = plan_of(load_config(name))
     assert len(plan.generation_cells()) == generate
-    assert len(plan.retrieval_targets()) == eval_retrieval
+    assert len(plan.retrieval_targets()) == evaluate_retrieval
 
 
 def test_default_plan_by_hand() -> None:

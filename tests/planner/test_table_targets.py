@@ -53,7 +53,7 @@ def test_dexter_table2_target_plans_data_and_retrieval_only() -> None:
     # 8 retrievers x 7 datasets + StrategyQA's IR-Q and two IR-D runs; each neural index in parts of
     # 500,000 passages (passages_per_part): AmbigQA 49, OTT-QA 13, the pooled wiki-multihop corpus 2,
     # StrategyQA, TAT-QA and FinQA 1 each, for each of the 7 neural retrievers
-    assert by_rule["eval_retrieval"] == 59 and by_rule["search"] == 56 and by_rule["decompose_search"] == 3
+    assert by_rule["evaluate_retrieval"] == 59 and by_rule["search"] == 56 and by_rule["decompose_search"] == 3
     assert by_rule["encode_part"] == 7 * (49 + 13 + 2 + 1 + 1 + 1)
     assert "resolved_config" not in by_rule  # written by Snakemake's process before planning
     assert sum(by_rule.values()) == 675
@@ -106,7 +106,7 @@ def test_written_metrics_are_what_the_writers_write(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist([{"qid": "q1", "evidence": [[["d1"]]]}]), queries)
     for dataset in ("musique", "strategyqa"):
         doc = evaluate_files(run, qrels, queries, {"dataset": dataset}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                             with_strategyqa_recall=dataset == "strategyqa")  # as rule eval_retrieval passes it
+                             with_strategyqa_recall=dataset == "strategyqa")  # as rule evaluate_retrieval passes it
         assert {(m["metric"], m["variant"]) for m in doc["metrics"]} == written_metrics("retrieval", dataset), dataset
 
 
@@ -162,7 +162,7 @@ def _fill(root: Path, plan: Plan, cells: list[tuple]) -> None:
 
 def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(workdir: Path, monkeypatch) -> None:
     """Every metric file of the sample's cells (and one off-grid cell, RAG at k = 2): the whole
-    fact table rendered by report-tables vs each table's own job (report-table over Plan.table_inputs)."""
+    fact table rendered by report-tables vs each table's own job (paper-table over Plan.table_inputs)."""
     from cqabench.cli import main
 
     grid = Plan(_config(), Environment(root=workdir, python="python", vllm_python=sys.executable))
@@ -183,7 +183,7 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     own_summaries = []
     for table_id in plan.table_specs():
         inputs = plan.table_inputs(table_id)
-        assert main(["report-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
+        assert main(["paper-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
                      *inputs["metrics"], "--results-dir", "results/sample", "--data-dir", "results/sample/data",
                      "--out-dir", "own", "--run", "sample", "--config", config]) == 0
         for ext in ("md", "html", "caption.rst"):
@@ -227,7 +227,7 @@ def test_an_off_grid_cell_asked_for_by_path_reaches_the_fact_table_and_its_table
     assert f"results/sample/metrics/{cell}/metrics.json" in plan.shell_of("cqabench aggregate ").input
     assert f"output: results/sample/metrics/{cell}/metrics.json" in plan.text  # its evaluate_generation job
     table3 = snakemake_n(workdir, "table_dexter_table3_answers")
-    assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench report-table ").input
+    assert f"results/sample/metrics/{cell}/metrics.json" in table3.shell_of("cqabench paper-table ").input
 
 
 def test_the_fact_table_marks_the_off_grid_cell(workdir: Path, monkeypatch) -> None:

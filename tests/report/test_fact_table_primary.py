@@ -86,7 +86,7 @@ def test_generation_rows_carry_wall_time_and_say_what_it_covers(table: pd.DataFr
     assert rows.loc["tanq", "wall_time_note"].startswith("not recorded: no generation summary.json")
     assert table["wall_time_note"][table["stage"] == "generation"].notna().all()
     retrieval = table[table["stage"] == "retrieval"].iloc[0]
-    assert retrieval["wall_time_s"] == 2.5 and "eval-retrieval" in retrieval["wall_time_note"]
+    assert retrieval["wall_time_s"] == 2.5 and "evaluate-retrieval" in retrieval["wall_time_note"]
 
 
 def test_generation_wall_time_by_hand() -> None:

@@ -1,6 +1,6 @@
 """Provenance in every fact-table row: recorded by the job that made the number, carried as columns.
 
-The fact table is built here from files written by the real jobs (eval-retrieval's
+The fact table is built here from files written by the real jobs (evaluate-retrieval's
 `evaluate_files`, `cqabench evaluate-generation --summary`) with a generation summary.json in
 the shape `cqabench generate` writes, and every provenance column is compared with a value
 known by hand.
@@ -132,7 +132,7 @@ def results(tmp_path: Path, monkeypatch) -> Path:
     """A results/ tree as the jobs write it: one BM25 retrieval cell, one TANQ closed-book cell."""
     monkeypatch.setenv(prov.GIT_ENV, COMMIT)
     root = tmp_path / "results"
-    # retrieval: eval-retrieval's own function, its index settings.json beside
+    # retrieval: evaluate-retrieval's own function, its index settings.json beside
     split = tmp_path / "in" / "musique"
     split.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist([asdict(Query("q1", "?")), asdict(Query("q2", "?"))], schema=QUERY_SCHEMA),
@@ -191,7 +191,7 @@ def test_every_row_has_every_provenance_column_with_the_known_value(results: Pat
         assert not missing, (row["cell_id"], row["metric"], missing)
         assert row["config_hash"] == "c" * 64 and row["git_commit"] == COMMIT
         assert row["aggregate_git_commit"] == COMMIT
-    ours = prov.package_versions()  # eval-retrieval ran in this very environment
+    ours = prov.package_versions()  # evaluate-retrieval ran in this very environment
     for row in (r for r in rows if r["stage"] == "retrieval"):
         assert row["pkg_numpy"] == metadata.version("numpy") and row["pkg_scipy"] == metadata.version("scipy")
         assert row["pkg_pyserini"] == ours.get("pyserini", "not installed")

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
-from cqabench.report.answer_cells import bootstrap_ci
-from cqabench.report.answers import NO_CLOSED, answers_by_setting, validate_not_planned
-from cqabench.report.answers_render import render_answers, to_markdown
+from cqabench.report.answer_cell_summaries import bootstrap_ci
+from cqabench.report.answer_comparisons import NO_CLOSED, answers_by_setting, validate_not_planned
+from cqabench.report.answer_comparisons_render import render_answers, to_markdown
 from cqabench.report.significance import holm
 
 NOT_PLANNED = [{"dataset": "tanq", "split": "test", "setting": "rag", "reason": "no corpus: TANQ has no documents"},

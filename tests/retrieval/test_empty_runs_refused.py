@@ -71,7 +71,7 @@ def test_eval_refuses_an_empty_run(split: dict[str, Path], tmp_path: Path, capsy
     run = _empty(tmp_path, "zero_bytes.trec")
     out = tmp_path / "eval"
     cell = {"dataset": "musique", "split": "dev", "serialization": "pipe", "run": "ext"}
-    rc = main(["eval-retrieval", "--run", str(run), "--qrels", str(split["qrels"]), "--queries", str(split["queries"]),
+    rc = main(["evaluate-retrieval", "--run", str(run), "--qrels", str(split["qrels"]), "--queries", str(split["queries"]),
                "--cell", json.dumps(cell), "--out-json", str(out / "metrics.json"),
                "--out-per-query", str(out / "per_query.parquet")])
     _refused(rc, capsys, run, out / "metrics.json", out / "per_query.parquet")
@@ -85,7 +85,7 @@ def test_fusion_refuses_an_empty_input(split: dict[str, Path], tmp_path: Path, c
     empty = _empty(tmp_path, "blank.trec")
     settings = {"type": "fusion", "fuse": ["a", "b"], "method": "rrf", "k": 60, "depth": 10}
     for inputs in ([empty, empty], [good, empty]):
-        rc = main(["fuse", "--runs", *map(str, inputs), "--queries", str(split["queries"]),
+        rc = main(["fuse-runs", "--runs", *map(str, inputs), "--queries", str(split["queries"]),
                    "--settings", json.dumps(settings), "--tag", "hybrid",
                    "--out-trec", str(tmp_path / "f.trec"), "--out-parquet", str(tmp_path / "f.parquet")])
         _refused(rc, capsys, empty, tmp_path / "f.trec", tmp_path / "f.parquet")
@@ -94,7 +94,7 @@ def test_fusion_refuses_an_empty_input(split: dict[str, Path], tmp_path: Path, c
 def test_rerank_refuses_an_empty_input(split: dict[str, Path], tmp_path: Path, capsys) -> None:
     empty = _empty(tmp_path, "zero_bytes.trec")
     settings = {"type": "rerank", "of": "bm25", "model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "depth": 10}
-    rc = main(["rerank", "--run", str(empty), "--queries", str(split["queries"]), "--corpus", str(split["corpus"]),
+    rc = main(["rerank-run", "--run", str(empty), "--queries", str(split["queries"]), "--corpus", str(split["corpus"]),
                "--serialization", "pipe", "--settings", json.dumps(settings), "--tag", "rr",
                "--out-trec", str(tmp_path / "r.trec"), "--out-parquet", str(tmp_path / "r.parquet")])
     _refused(rc, capsys, empty, tmp_path / "r.trec", tmp_path / "r.parquet")

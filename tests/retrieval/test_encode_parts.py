@@ -209,7 +209,7 @@ def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path:
                                                           colbert_rules: dict[str, Any]) -> None:
     """One codec job, 3 part jobs, the gather: the PLAID index colbert-ai's `Indexer.index` builds.
 
-    The scattered index is the one the rules built (`colbert_rules`: train-codec, encode-part and
+    The scattered index is the one the rules built (`colbert_rules`: colbert-codec, encode-part and
     gather-index as Snakemake runs them; once built here through the CLI as well, the same
     commands, issue 35), compared with colbert-ai's single job on the same corpus.
     252 documents in colbert-ai chunks of 40 make 7 chunks; the parts hold chunks 0-1, 2-3 and

@@ -58,10 +58,10 @@ def synopses() -> list[tuple[str, str, str]]:
 
 
 def test_every_synopsis_lists_every_option() -> None:
-    """eval-retrieval's synopsis lacked --corpus, evaluate-generation's --summary."""
+    """evaluate-retrieval's synopsis lacked --corpus, evaluate-generation's --summary."""
     subs = _subcommands()
     found = synopses()
-    assert {"eval-retrieval", "evaluate-generation"} <= {name for _, name, _ in found}
+    assert {"evaluate-retrieval", "evaluate-generation"} <= {name for _, name, _ in found}
     missing = []
     for where, name, text in found:
         options = {o for a in subs[name]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}

@@ -172,12 +172,12 @@ def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> No
     """Issue 36 item 9: step 3 fetched every model of config/dexter.yaml (the gated Llama-2 too)
     for Table 2; its `--only` list is now exactly the retrievers' checkpoints. Table 3's plan holds
     504 answer cells, 168 per LLM (Llama-2's included), as the page and README say."""
-    from cqabench.planner import Environment, Plan, models
+    from cqabench.planner import Environment, Plan, needed_models
 
     text = (REPO / "docs" / "slurm_quickstart.md").read_text(encoding="utf-8")
-    command = _one(r"cqabench models fetch --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
+    command = _one(r"cqabench fetch-models --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
     listed = command.group(1).replace("\\\n", " ").split()
-    wanted = [r.repo_id for r in models.requests(Plan(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
+    wanted = [r.repo_id for r in needed_models.requests(Plan(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
                                                          Environment(root=REPO, python="python",
                                                                      vllm_python=sys.executable))) if all(k.startswith("retrievers.") for k in r.keys)]
     assert listed == wanted

@@ -153,7 +153,7 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sa
     changed.write_text(yaml.safe_dump(config))
     run = _n(work, "--configfile", str(changed))
     assert run.counts == Counter({"index": 6, "search": 7, "decompose_search": 3, "fuse_runs": 7,
-                                      "eval_retrieval": 17, "cell_spec": 29, "generate_batch": 1, "generate": 29,
+                                      "evaluate_retrieval": 17, "cell_spec": 29, "generate_batch": 1, "generate": 29,
                                       "evaluate_generation": 29,
                                       "estimate": 1,  # it reads the whole config
                                       **REPORT_JOBS, **TABLE_JOBS}), run.counts

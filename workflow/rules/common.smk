@@ -10,7 +10,7 @@ from snakemake.utils import validate
 
 # The package of this checkout, for planning (it need not be installed).
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
-from cqabench.planner import models as models_stage
+from cqabench.planner import needed_models as models_stage
 from cqabench.planner.config_files import check_files as check_config_files
 from cqabench.planner.config_files import check_schema as check_config_schema
 from cqabench.common.errors import ConfigError
@@ -163,7 +163,7 @@ shell.prefix(
 )
 
 # Hub checkpoints: jobs run offline and load them only from models_dir/<org>/<name>, filled by
-# `cqabench models fetch` or the fetch_models rule on a node with network (cqabench.planner.models).
+# `cqabench fetch-models` or the fetch_models rule on a node with network (cqabench.planner.needed_models).
 # A model not there is named at planning time; a real run whose jobs load one stops in onstart
 # (check_models).
 # (Snakemake sets its targets only after reading the Snakefile: the command line says whether

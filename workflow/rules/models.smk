@@ -1,5 +1,5 @@
 # Models stage: fetch every Hugging Face checkpoint the plan's jobs load into models_dir/<org>/<name>
-# at its configured revision (cqabench.planner.models, cqabench.models.fetch). Run it where there is
+# at its configured revision (cqabench.planner.needed_models, cqabench.models.fetch). Run it where there is
 # network: `snakemake fetch_models --configfile config/dexter.yaml` on a login node (a local rule:
 # also under --profile profiles/slurm it runs there, not on a compute node). Jobs never download.
 
@@ -15,4 +15,4 @@ rule fetch_models:
     shell:
         # Planning imports the encoders, which set HF_HUB_OFFLINE=1 for every job: not for this one.
         "export HF_HUB_OFFLINE=0; "
-        "cqabench models fetch --configfile {input.config:q} 2>&1 | tee {log:q}"
+        "cqabench fetch-models --configfile {input.config:q} 2>&1 | tee {log:q}"

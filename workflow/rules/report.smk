@@ -77,7 +77,7 @@ for _table in PLAN.expected_table_ids():
             paper_data="--paper-data" if PLAN.paper_data else "",
             config_hash=CONFIG_HASH,  # it reads the whole config: a changed config rewrites it
         shell:
-            "cqabench report-table --table {params.table} --expected {input.expected:q} "
+            "cqabench paper-table --table {params.table} --expected {input.expected:q} "
             "--results-dir {params.results:q} --data-dir {params.results:q}/data "
             "--out-dir {params.out_dir:q} --run {params.run} {params.paper_data} --config {input.config:q} "
             "> {log:q} 2>&1"

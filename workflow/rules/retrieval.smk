@@ -57,7 +57,7 @@ rule colbert_codec:
     params:
         settings=lambda w: retrieval_settings("colbert_codec", w),
     shell:
-        "cqabench train-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
+        "cqabench colbert-codec --corpus {input.corpus:q} --serialization {wildcards.serialization:q} "
         "--retriever-settings {params.settings} --out {output:q} > {log:q} 2>&1"
 
 
@@ -226,7 +226,7 @@ rule import_run:
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
-rule eval_retrieval:
+rule evaluate_retrieval:
     input:
         # run, qrels, queries; a run the config does not plan (a retriever defined, not listed) is refused by name
         unpack(lambda w: PLAN.retrieval_inputs(w)),
@@ -235,15 +235,15 @@ rule eval_retrieval:
         metrics=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/metrics.json",
         per_query=f"{RESULTS}/retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}/per_query.parquet",
     log:
-        f"{RESULTS}/logs/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.log",
+        f"{RESULTS}/logs/evaluate_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/eval_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
+        f"{RESULTS}/benchmarks/evaluate_retrieval/{{dataset}}/{{split}}/{{serialization}}/{{run}}.tsv"
     wildcard_constraints:
         run=_names(sorted(set(PLAN.all_run_names) | set(PLAN.retriever_configs))),
     conda:
         "../../envs/retrieval.yaml"
     resources:
-        **job_resources("eval_retrieval"),
+        **job_resources("evaluate_retrieval"),
     params:
         # what the job reads from --config (Plan.retrieval_cell): a change rescores the run
         cell=lambda w: as_arg(
@@ -252,7 +252,7 @@ rule eval_retrieval:
         drop=str(PLAN.drop_identical_ids).lower(),
         strategyqa=lambda w: "--strategyqa-recall" if w.dataset == "strategyqa" else "",
     shell:
-        "cqabench eval-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
+        "cqabench evaluate-retrieval --run {input.run:q} --qrels {input.qrels:q} --queries {input.queries:q} "
         "--config {input.config:q} --cell {wildcards.dataset}/{wildcards.split}/{wildcards.serialization}/{wildcards.run} "
         "--drop-identical-ids {params.drop} {params.strategyqa} "
         "--out-json {output.metrics:q} --out-per-query {output.per_query:q} > {log:q} 2>&1"
@@ -260,7 +260,7 @@ rule eval_retrieval:
 
 # Retrieval pipelines (retrieval.pipelines): runs made from other runs of the same dataset split.
 # A fusion fuses its input runs with ranx; a rerank reorders its input run's top `depth` with a
-# cross-encoder. Both write the run files every run has, so eval_retrieval, significance, RAG
+# cross-encoder. Both write the run files every run has, so evaluate_retrieval, significance, RAG
 # and rebuild by path treat them like any other run (cqabench.planner.pipelines; docs/retrieval.md).
 # Every setting is in `params:`, so a changed setting reruns the rule and what reads its run.
 
@@ -286,7 +286,7 @@ rule fuse_runs:
     params:
         settings=lambda w: as_arg(PLAN.pipeline_settings(w.name)),
     shell:
-        "cqabench fuse --runs {input.runs:q} --queries {input.queries:q} --settings {params.settings} "
+        "cqabench fuse-runs --runs {input.runs:q} --queries {input.queries:q} --settings {params.settings} "
         "--tag {wildcards.name:q} --out-trec {output.trec:q} --out-parquet {output.parquet:q} > {log:q} 2>&1"
 
 
@@ -314,6 +314,6 @@ rule rerank_run:
     params:
         settings=lambda w: as_arg(PLAN.pipeline_settings(w.name)),
     shell:
-        "cqabench rerank --run {input.runs:q} --queries {input.queries:q} --corpus {input.corpus:q} "
+        "cqabench rerank-run --run {input.runs:q} --queries {input.queries:q} --corpus {input.corpus:q} "
         "--serialization {wildcards.serialization:q} --settings {params.settings} --tag {wildcards.name:q} "
         "--out-trec {output.trec:q} --out-parquet {output.parquet:q} --out-log {output.record:q} > {log:q} 2>&1"

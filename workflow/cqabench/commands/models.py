@@ -1,8 +1,8 @@
-"""`cqabench models fetch | list`: the hub checkpoints a config needs, fetched into `models/`.
+"""`cqabench fetch-models | list-models`: the hub checkpoints a config needs, fetched into `models/`.
 
-Run `fetch` where there is network (a cluster's login node), from the checkout's root, with the
-config the jobs will run: `cqabench models fetch --configfile config/dexter.yaml`. The models are
-those the planner says the config's jobs load (`cqabench.planner.models`); the Snakemake rule
+Run `fetch-models` where there is network (a cluster's login node), from the checkout's root, with
+the config the jobs will run: `cqabench fetch-models --configfile config/dexter.yaml`. The models are
+those the planner says the config's jobs load (`cqabench.planner.needed_models`); the Snakemake rule
 `fetch_models` passes the same list as `--requests`. A gated model's token is read from
 `$HF_TOKEN` and never printed (docs/cluster.md, "Getting models onto offline nodes").
 """
@@ -65,7 +65,7 @@ def load_plan(configfiles: list[str]) -> Any:
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     from cqabench.models.fetch import ModelRequest
-    from cqabench.planner.models import models_dir_of, requests
+    from cqabench.planner.needed_models import models_dir_of, requests
 
     if args.requests is not None:
         from cqabench.commands import json_object
@@ -98,7 +98,7 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from cqabench.planner.models import models_dir_of, requests, status
+    from cqabench.planner.needed_models import models_dir_of, requests, status
 
     plan = load_plan(args.configfile or [DEFAULT_CONFIG])
     state = status(plan)
@@ -110,17 +110,14 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{req.repo_id}  revision {req.revision}  {state[req.repo_id] or f'fetched at {commit}'}  ({', '.join(req.keys)})")
     absent = [repo for repo, why in state.items() if why]
     if absent:
-        print(f"{len(absent)} not ready: `cqabench models fetch --configfile {' '.join(args.configfile or [DEFAULT_CONFIG])}`",
+        print(f"{len(absent)} not ready: `cqabench fetch-models --configfile {' '.join(args.configfile or [DEFAULT_CONFIG])}`",
               file=sys.stderr)
     return 1 if absent and args.check else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    models = sub.add_parser("models", help="hub checkpoints a config needs: fetch them into models/ (needs network), or list them")
-    msub = models.add_subparsers(dest="models_command", required=True)
-
-    p = msub.add_parser("fetch", help="download every hub model the config's jobs load into models/<org>/<name> "
-                                      "at its configured revision (on a node with network)")
+    p = sub.add_parser("fetch-models", help="download every hub model the config's jobs load into models/<org>/<name> "
+                                              "at its configured revision (on a node with network)")
     p.add_argument("--configfile", nargs="+", help=f"the config file(s) the workflow runs (default {DEFAULT_CONFIG})")
     p.add_argument("--requests", help='JSON {"models_dir": ..., "models": [{"repo_id", "revision", "keys"}]} '
                                       "(the fetch_models rule's; instead of --configfile)")
@@ -131,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--summary", help="write what was fetched (repo -> commit, folder, files, bytes) as JSON here")
     p.set_defaults(func=_fetch)
 
-    p = msub.add_parser("list", help="the hub models the config's jobs load, and whether each is in models/")
+    p = sub.add_parser("list-models", help="the hub models the config's jobs load, and whether each is in models/")
     p.add_argument("--configfile", nargs="+", help=f"the config file(s) (default {DEFAULT_CONFIG})")
     p.add_argument("--check", action="store_true", help="exit 1 when a model is not fetched")
     p.set_defaults(func=_list)

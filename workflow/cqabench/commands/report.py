@@ -45,7 +45,7 @@ def not_planned_of(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.not_planned_from is not None:
         if args.not_planned is not None:
             raise ConfigError("give --not-planned or --not-planned-from, not both")
-        from cqabench.report.answers import validate_not_planned
+        from cqabench.report.answer_comparisons import validate_not_planned
 
         return validate_not_planned(plan_of(config_arg(args.not_planned_from, "--not-planned-from")).not_planned_cells())
     return not_planned_arg(args.not_planned)
@@ -53,7 +53,7 @@ def not_planned_of(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
     """--not-planned: a JSON list [{dataset, split, setting, reason}, ...], or a path to a file holding one."""
-    from cqabench.report.answers import validate_not_planned
+    from cqabench.report.answer_comparisons import validate_not_planned
 
     if text is None or not text.strip():
         return []
@@ -71,7 +71,7 @@ def not_planned_arg(text: str | None) -> list[dict[str, Any]]:
 
 
 def _answers(args: argparse.Namespace, metrics=None, per_question=None) -> None:
-    from cqabench.report.answers_render import render_answers
+    from cqabench.report.answer_comparisons_render import render_answers
     from cqabench.report.tables import read_fact_table
 
     metrics = read_fact_table(args.metrics) if metrics is None else metrics
@@ -101,7 +101,7 @@ def _tables(args: argparse.Namespace) -> int:
     specs = [spec for path in args.expected or [] for spec in load_expected(path)]
     not_planned_of(args)  # a malformed list fails before any table is written
     metrics, per_question = read_fact_table(args.metrics), read_fact_table(args.per_question)
-    if args.table_summaries is not None:  # the workflow: each paper table is its own job (report-table)
+    if args.table_summaries is not None:  # the workflow: each paper table is its own job (paper-table)
         summaries = [s for p in args.table_summaries for s in _read_summaries(Path(p))]
         write_json(summaries, Path(args.out_dir) / "summary.json")
     else:
@@ -116,7 +116,7 @@ def _tables(args: argparse.Namespace) -> int:
 
 
 def _read_summaries(path: Path) -> list[dict[str, Any]]:
-    """One `<id>.summary.json`: the list of table summaries `report-table` wrote."""
+    """One `<id>.summary.json`: the list of table summaries `paper-table` wrote."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -138,7 +138,7 @@ def _table(args: argparse.Namespace) -> int:
     off_grid: set[str] | None = None  # as in `aggregate`: known from the plan only
     if args.metrics is None:  # the table's own cells, as the planner gives them (the rule's inputs)
         if args.config is None:
-            raise ConfigError("report-table: give the table's --metrics files, or --config to take its planned cells'")
+            raise ConfigError("paper-table: give the table's --metrics files, or --config to take its planned cells'")
         plan = plan_of(config_arg(args.config))
         args.metrics, off_grid = plan.table_inputs(args.table)["metrics"], plan.off_grid_metric_files()
     missing = [p for p in args.metrics if not Path(p).is_file()]
@@ -306,13 +306,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(results/<name>/config.json: what the workflow passes)")
     p.set_defaults(func=_aggregate)
 
-    p = sub.add_parser("report-tables", help="paper-layout tables (Markdown + HTML) against config/expected, "
-                                              "and answers_by_setting.{md,html,json}")
+    p = sub.add_parser("report-tables", help="the report's tables in one job: summary.json of the paper tables (or the "
+                                              "tables themselves, with --expected), answers_by_setting and the "
+                                              "retrieval significance tables (one paper table: paper-table)")
     p.add_argument("--metrics", default=f"{R}/metrics.parquet")
     p.add_argument("--per-question", default=f"{R}/per_question.parquet")
     p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
     p.add_argument("--table-summaries", nargs="*", default=None,
-                   help="instead of rendering the paper tables, gather the <id>.summary.json files `report-table` "
+                   help="instead of rendering the paper tables, gather the <id>.summary.json files `paper-table` "
                         "wrote into summary.json (the workflow builds each table in its own job)")
     p.add_argument("--out-dir", default=f"{R}/report/tables")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
@@ -325,7 +326,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _answer_args(p)
     p.set_defaults(func=_tables)
 
-    p = sub.add_parser("report-table", help="one paper table (<id>.md, .html, .caption.rst, .summary.json) from "
+    p = sub.add_parser("paper-table", help="one paper table (<id>.md, .html, .caption.rst, .summary.json) from "
                                              "the metric files of its own cells")
     p.add_argument("--table", required=True, help="the table id (config/expected/*.yaml)")
     p.add_argument("--expected", nargs="+", required=True, help="the config/expected file(s) holding it")

@@ -1,5 +1,5 @@
-"""`cqabench` subcommands of the retrieval stage: index, encode-part, gather-index, search,
-decompose-search, import-run, fuse, rerank, eval-retrieval, pyserini."""
+"""`cqabench` subcommands of the retrieval stage: index, colbert-codec, encode-part, gather-index, search,
+decompose-search, import-run, fuse-runs, rerank-run, evaluate-retrieval, pyserini."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
 
 
 def _corpus_job(sub: argparse._SubParsersAction, name: str, help: str, types: str) -> argparse.ArgumentParser:
-    """A subcommand reading one corpus with one retriever's settings (index, train-codec, encode-part)."""
+    """A subcommand reading one corpus with one retriever's settings (index, colbert-codec, encode-part)."""
     p = sub.add_parser(name, help=help)
     p.add_argument("--corpus", required=True, help="results/<name>/corpora/{corpus}/corpus.parquet")
     p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
@@ -154,7 +154,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
     p.set_defaults(func=_index)
 
-    p = _corpus_job(sub, "train-codec", "train the codec the parts of a colbert index share (encode_jobs > 1)", "colbert")
+    p = _corpus_job(sub, "colbert-codec", "train the codec the parts of a colbert index share (encode_jobs > 1)", "colbert")
     p.add_argument("--out", required=True, help="codec folder (gets codec.json, plaid/ and settings.json)")
     p.set_defaults(func=_codec)
 
@@ -163,7 +163,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--part", required=True, type=int, help="0-based part number")
     p.add_argument("--of", required=True, type=int, help="number of parts N")
     p.add_argument("--out", required=True, help="part folder (gets part.json, docids.txt and the vectors)")
-    p.add_argument("--codec", help="colbert: the train-codec folder the parts share")
+    p.add_argument("--codec", help="colbert: the colbert-codec folder the parts share")
     p.set_defaults(func=_encode_part)
 
     p = sub.add_parser("gather-index", help="build the index from the N parts of encode-part, in order")
@@ -172,7 +172,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retriever-settings", required=True)
     p.add_argument("--parts", required=True, nargs="+", help="part folders 0..N-1, in order")
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
-    p.add_argument("--codec", help="colbert: the train-codec folder the parts were encoded with")
+    p.add_argument("--codec", help="colbert: the colbert-codec folder the parts were encoded with")
     p.set_defaults(func=_gather)
 
     p = sub.add_parser("search", help="search every question of a queries table")
@@ -202,14 +202,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     _outputs(p, tag_required=True)
     p.set_defaults(func=_import)
 
-    p = sub.add_parser("fuse", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx's arithmetic)")
+    p = sub.add_parser("fuse-runs", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx's arithmetic)")
     p.add_argument("--runs", required=True, nargs="+", help="the input runs, in the order of the fusion's `fuse` list")
     p.add_argument("--queries", required=True, help="the queries table every input belongs to")
     p.add_argument("--settings", required=True, help="JSON {type: fusion, fuse, method, k | norm, depth}")
     _outputs(p, tag_required=True)
     p.set_defaults(func=_fuse)
 
-    p = sub.add_parser("rerank", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)")
+    p = sub.add_parser("rerank-run", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)")
     p.add_argument("--run", required=True, help="the input run")
     p.add_argument("--queries", required=True)
     p.add_argument("--corpus", required=True, help="corpus.parquet the input run searched (the documents' text)")
@@ -219,7 +219,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _outputs(p, tag_required=True)
     p.set_defaults(func=_rerank)
 
-    p = sub.add_parser("eval-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
+    p = sub.add_parser("evaluate-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
     p.add_argument("--run", required=True)
     p.add_argument("--qrels", required=True)
     p.add_argument("--queries", required=True)

@@ -1,6 +1,6 @@
 """Provenance stamps: what produced a number, so two runs can be told apart later.
 
-Each job that produces a number records `job_provenance()` itself (eval-retrieval in
+Each job that produces a number records `job_provenance()` itself (evaluate-retrieval in
 metrics.json, generate in summary.json, evaluate-generation copies the generating job's
 record), because the package versions that matter are those of the environment that ran the
 job: the vLLM jobs run in their own venv, the aggregate step in another. The fact table

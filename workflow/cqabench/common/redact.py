@@ -86,7 +86,7 @@ def register_key(key: str | None) -> None:
         _whole = tuple(sorted(whole, key=len, reverse=True))
 
 
-# Tokens of the Hugging Face hub (`cqabench models fetch` reads HF_TOKEN; the client also knows the old name).
+# Tokens of the Hugging Face hub (`cqabench fetch-models` reads HF_TOKEN; the client also knows the old name).
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 

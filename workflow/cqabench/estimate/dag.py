@@ -32,7 +32,7 @@ IN_DAG_ENV = "CQABENCH_ESTIMATE_DAG"
 SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"  # this checkout's
 # The rules in the order of the workflow's stages (tables list them in this order).
 RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
-         "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "eval_retrieval",
+         "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "evaluate_retrieval",
          "convert_model", "generate_batch", "generate_batch_share", "cell_spec", "generate", "evaluate_generation", "aggregate", "table",
          "report_tables", "report_plots", "estimate", "report_page")
 # One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".

@@ -35,7 +35,7 @@ PATHS: dict[str, tuple[str, ...]] = {
     "import_run": ("dataset", "split", "serialization", "name"),
     "fuse_runs": ("dataset", "split", "serialization", "name"),
     "rerank_run": ("dataset", "split", "serialization", "name"),
-    "eval_retrieval": ("dataset", "split", "serialization", "run"),
+    "evaluate_retrieval": ("dataset", "split", "serialization", "run"),
     "convert_model": ("llm",), "generate_batch": ("llm",), "generate_batch_share": ("llm", "share"), "generate": CELL_FIELDS, "evaluate_generation": CELL_FIELDS,
     "aggregate": (), "report_tables": (), "report_plots": (), "report_page": (), "estimate": (),
 }

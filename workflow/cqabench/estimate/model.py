@@ -61,7 +61,7 @@ RERANK_SAME_COST: dict[str, str] = {
 FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
             "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
             "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
-LIGHT_RULES = ("cell_spec", "eval_retrieval", "fuse_runs", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
+LIGHT_RULES = ("cell_spec", "evaluate_retrieval", "fuse_runs", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
                "report_plots", "report_page", "estimate", "table")
 
 

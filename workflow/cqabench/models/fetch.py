@@ -111,7 +111,7 @@ def _check_online() -> None:
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
-        raise FetchError("HF_HUB_OFFLINE is set: fetching needs the network; run `cqabench models fetch` "
+        raise FetchError("HF_HUB_OFFLINE is set: fetching needs the network; run `cqabench fetch-models` "
                          "without it, on a node that has network (a login node)")
 
 

@@ -3,7 +3,7 @@
 Compute nodes have no network and every job runs with `HF_HUB_OFFLINE=1`, so a hub name in
 the config (`facebook/contriever`, `meta-llama/Llama-2-7b-hf`) is never looked up on the hub
 or in a per-user cache: it names the folder `<models_dir>/<org>/<name>/` that
-`cqabench models fetch` filled on a node with network (`cqabench.models.fetch`). A folder
+`cqabench fetch-models` filled on a node with network (`cqabench.models.fetch`). A folder
 counts as fetched only when its `REVISION` file exists: the fetch writes it last, holding the
 commit the files came from, so a half-finished download is never loaded and every result row
 can say which commit it used.
@@ -33,7 +33,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # Sources that are not hub ids: models inside PyPI packages, GGUF files (converted by a rule).
 LOCAL_PREFIXES = ("package:", "gguf-package:", "gguf:")
-FETCH_COMMAND = "cqabench models fetch --configfile {config}"
+FETCH_COMMAND = "cqabench fetch-models --configfile {config}"
 
 
 def models_dir(explicit: str | Path | None = None) -> Path:
@@ -74,7 +74,7 @@ def damage(folder: str | Path) -> str | None:
     MANIFEST lists that is missing or has another size.
 
     Why: REVISION marks a fetch complete, but a weights file deleted (or cut short) afterwards
-    left a folder that `models fetch` kept and `models list --check` passed, and a job then
+    left a folder that `fetch-models` kept and `list-models --check` passed, and a job then
     failed inside transformers. A size check costs one stat per file, no read.
     """
     files = read_manifest(folder).get("files")

@@ -1,7 +1,7 @@
 """Planning: which jobs a config asks for, checked, and every path a rule reads or writes.
 
 The package is split the way the workflow is: one module per stage (`data`, `retrieval`,
-`generation`, `evaluation`, `report`, plus `models` for hub checkpoints), each building on the
+`generation`, `evaluation`, `report`, plus `needed_models` for hub checkpoints), each building on the
 stages before it, and `plan` composing them into the `Plan` that `workflow/rules/common.smk`
 builds and the rules read as `PLAN`. The names below are re-exported so that `from cqabench.planner import Plan`
 and the rules' helpers keep one short import.

@@ -66,9 +66,9 @@ class Plan(ReportPlan):
         out += self._cache_dir_problems()
         out += self._report_problems()
         out += self._run_time_only_problems()
-        import cqabench.planner.models as models_stage  # hub models need a revision (the fetch pins it)
+        import cqabench.planner.needed_models as needed_models  # hub models need a revision (the fetch pins it)
 
-        out += models_stage.problems(self)
+        out += needed_models.problems(self)
         return out
 
     def _run_time_only_problems(self) -> list[str]:

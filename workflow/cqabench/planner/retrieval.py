@@ -4,7 +4,7 @@ Retrieval reads the data stage's corpora and queries, and generation reads its r
 planning here, on top of the data stage's (`DataPlan`), lets both be read and tested on their
 own. Runs come from configured retrievers, StrategyQA's IR-Q / IR-D decomposition, external
 files and pipelines (`cqabench.planner.pipelines`); each retrieval cell is scored by its own
-`eval_retrieval` job (workflow/rules/retrieval.smk).
+`evaluate_retrieval` job (workflow/rules/retrieval.smk).
 """
 
 from __future__ import annotations
@@ -263,13 +263,13 @@ class RetrievalPlan(DataPlan):
         return spec["path"]
 
     def retrieval_cell(self, dataset: str, split: str, serialization: str, run: str) -> dict[str, Any]:
-        """A retrieval cell as recorded in its metrics.json (the eval_retrieval job's `--cell`)."""
+        """A retrieval cell as recorded in its metrics.json (the evaluate_retrieval job's `--cell`)."""
         return {"dataset": dataset, "split": split, "corpus": self.corpus_of(dataset),
                 "relevance": self.relevance_of(dataset), "serialization": serialization, "retriever": run,
                 "retriever_settings": self.run_settings(run)}  # fmt: skip
 
     def retrieval_cells(self) -> list[tuple[str, str, str, str]]:
-        """(dataset, split, serialization, run) of every retrieval cell (its eval_retrieval job)."""
+        """(dataset, split, serialization, run) of every retrieval cell (its evaluate_retrieval job)."""
         return [(ds, sp, ser, run) for ds in self.datasets for sp in self.splits(ds) for ser in self.serializations
                 for run in self.run_names(ds, sp)]  # fmt: skip
 
@@ -288,7 +288,7 @@ class RetrievalPlan(DataPlan):
         return f"{run!r} is no run of {dataset}/{split}; its runs: {', '.join(names) or 'none'}"
 
     def retrieval_inputs(self, w: Any) -> dict[str, str]:
-        """The eval_retrieval rule's inputs; a run the config does not plan for the split is refused
+        """The evaluate_retrieval rule's inputs; a run the config does not plan for the split is refused
         with the file asked for and the reason (not Snakemake's bare MissingRuleException)."""
         why = self.unplanned_run(w.dataset, w.split, w.run)
         if why is not None:

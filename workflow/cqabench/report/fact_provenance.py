@@ -22,7 +22,7 @@ from cqabench.models.provenance import MODEL_KEYS, retriever_model
 from cqabench.report.fact_columns import plain_value
 
 RETRIEVER_RENAMES = {"k": "depth"}
-RETRIEVAL_WALL_NOTE = "the eval-retrieval job that scored the run (metrics.json wall_time_s)"
+RETRIEVAL_WALL_NOTE = "the evaluate-retrieval job that scored the run (metrics.json wall_time_s)"
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:

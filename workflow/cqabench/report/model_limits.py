@@ -14,7 +14,7 @@ import statistics
 from typing import Any
 
 from cqabench.evaluation.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
-from cqabench.report.answer_cells import dataset_rank, setting_label
+from cqabench.report.answer_cell_summaries import dataset_rank, setting_label
 
 esc = html.escape
 

@@ -479,8 +479,8 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                             "run.</p>"
                             + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
                                                        "peak RSS MB (largest job)"}, table_id="benchmark-table")))
-    if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.costs)
-        from cqabench.report.costs import section_body, this_machine
+    if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.page_costs)
+        from cqabench.report.page_costs import section_body, this_machine
 
         sections.append(Section("estimate", "Estimated cost beside the measured",
                                 section_body(estimate_dir, estimate_comparison, this_machine(snakemake_logs))))

@@ -28,7 +28,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from cqabench.common.io import atomic_path, write_json
-from cqabench.report.answer_cells import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
+from cqabench.report.answer_cell_summaries import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
 from cqabench.evaluation.scoring import PRIMARY
 
 UNIT_LABEL = "fraction 0–1"

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from cqabench.common.io import write_json, write_text
-from cqabench.report.answers_render import _f, _p
+from cqabench.report.answer_comparisons_render import _f, _p
 from cqabench.report.retrieval_significance import (
     ALPHA,
     BASELINE,

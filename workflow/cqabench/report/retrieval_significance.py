@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from cqabench.common.io import write_json, write_text
-from cqabench.report.answers_render import _f, _p  # one number format for both significance tables
+from cqabench.report.answer_comparisons_render import _f, _p  # one number format for both significance tables
 from cqabench.report.significance import (
     CORRECTION_NAMES,
     CORRECTION_TEXT,

@@ -538,7 +538,7 @@ def render_tables(
     summary_name: str = "summary.json",
 ) -> list[dict[str, Any]]:
     """Write <id>.md, <id>.html and <id>.caption.rst per table plus `summary_name`, the list of
-    their summaries (a table's own job, `report-table`, writes `<id>.summary.json`); returns the summaries.
+    their summaries (a table's own job, `paper-table`, writes `<id>.summary.json`); returns the summaries.
 
     The .caption.rst is the table's own caption for `snakemake --report` (report.smk points each
     table's report() caption at it), so the bundled report says what each table shows. Every

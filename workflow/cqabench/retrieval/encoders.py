@@ -71,7 +71,7 @@ def resolve_model(spec: str) -> str:
 def _load_error(spec: str, exc: Exception) -> ConfigError:
     return ConfigError(
         f"cannot load model {spec!r} offline ({type(exc).__name__}: {exc}); "
-        "give a local folder, a `package:` model, or a hub name fetched into models/ (`cqabench models fetch`)"
+        "give a local folder, a `package:` model, or a hub name fetched into models/ (`cqabench fetch-models`)"
     )
 
 

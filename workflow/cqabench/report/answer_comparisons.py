@@ -3,7 +3,7 @@
 Per (dataset, split, serialization, llm, prompt) group, one row per generation cell: closed-book
 (retriever "none", k 0), RAG@k for each retriever and k, oracle (gold evidence, k 0). Each row
 gives, for each primary answer metric of the dataset (`cqabench.evaluation.scoring.PRIMARY`), the
-cell's mean, 95 % bootstrap interval, n and parse rate (`cqabench.report.answer_cells`) and,
+cell's mean, 95 % bootstrap interval, n and parse rate (`cqabench.report.answer_cell_summaries`) and,
 against the group's closed-book cell (for RAG@k and oracle): Δ = mean(cell − closed) on the
 questions both scored, the two-sided paired sign-flip randomization test of
 `cqabench.report.significance` (exact over all 2^n flips when 2^n ≤ resamples), and the
@@ -34,7 +34,7 @@ differences from other cells say nothing about retrieval. An oracle whose contex
 documents (`context_source` facts: StrategyQA's annotators' facts) is labelled "oracle (facts)".
 
 Cells the workflow did not plan (`not_planned`: [{dataset, split, setting, reason}, ...]) are
-listed with their reason. This module builds the document; `cqabench.report.answers_render`
+listed with their reason. This module builds the document; `cqabench.report.answer_comparisons_render`
 writes it as Markdown, HTML and JSON.
 """
 
@@ -47,7 +47,7 @@ import pandas as pd
 
 from cqabench.common.errors import ConfigError
 from cqabench.evaluation.scoring import PRIMARY, UNIT
-from cqabench.report.answer_cells import (
+from cqabench.report.answer_cell_summaries import (
     BOOTSTRAP_RESAMPLES,
     CELL_KEYS,
     CONFIDENCE,

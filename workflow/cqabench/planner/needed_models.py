@@ -1,7 +1,7 @@
-"""The models stage of a plan: which hub checkpoints its jobs load, and which are not fetched yet.
+"""The hub models a plan needs: which checkpoints its jobs load, and which are not fetched yet.
 
 Jobs run offline and read a hub model only from `models/<org>/<name>/` (`cqabench.models.store`),
-filled on a node with network by `cqabench models fetch` or the `fetch_models` rule
+filled on a node with network by `cqabench fetch-models` or the `fetch_models` rule
 (`cqabench.models.fetch`). This module enumerates, from a `Plan`, every hub model a planned job
 loads: the encoders of every retriever the plan indexes or searches with (dense, SPLADE, ColBERT;
 BM25 has none), the cross-encoder of every rerank pipeline (`retrieval.pipelines`, type rerank),
@@ -108,7 +108,7 @@ def problems(plan: Any) -> list[str]:
         by_repo.setdefault(m.repo_id, []).append(m)
         if m.revision is None:
             out.append(f"{m.kind}.{m.owner}.{m.revision_key}: {m.key} {m.repo_id!r} is a Hugging Face hub model and needs "
-                       "a revision: a commit (40 hex digits), or a branch such as main, which `cqabench models fetch` "
+                       "a revision: a commit (40 hex digits), or a branch such as main, which `cqabench fetch-models` "
                        f"locks into {models_dir_of(plan.config)}/{m.repo_id}/REVISION")
     for repo, uses in by_repo.items():
         revisions = sorted({m.revision for m in uses if m.revision})
@@ -119,7 +119,7 @@ def problems(plan: Any) -> list[str]:
 
 
 def requests(plan: Any) -> list[ModelRequest]:
-    """What `cqabench models fetch` fetches for the plan: each repository once, with every key naming it."""
+    """What `cqabench fetch-models` fetches for the plan: each repository once, with every key naming it."""
     keys: dict[str, list[str]] = {}
     revision: dict[str, str] = {}
     for m in hub_models(plan):
@@ -187,6 +187,6 @@ def missing_message(plan: Any, absent: Mapping[str, str], configfiles: Sequence[
         named = ", ".join(req.keys) if req else "?"
         gated = "; gated: the fetch needs HF_TOKEN" if repo.startswith(KNOWN_GATED_ORGS) else ""
         lines.append(f"  {repo} (revision {req.revision if req else '?'}; {named}): {why}{gated}")
-    lines.append(f"fetch them on a node with network (a login node): `cqabench models fetch --configfile {config}` "
+    lines.append(f"fetch them on a node with network (a login node): `cqabench fetch-models --configfile {config}` "
                  f"or `snakemake {FETCH_RULE} --configfile {config}` (docs/cluster.md, \"Getting models onto offline nodes\")")
     return "\n".join(lines)

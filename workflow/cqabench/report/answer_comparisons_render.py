@@ -1,6 +1,6 @@
 """The answers-by-setting document as Markdown and HTML: one table per group, notes for every n/a.
 
-Each group (dataset, split, serialization, llm, prompt) of `cqabench.report.answers` becomes a
+Each group (dataset, split, serialization, llm, prompt) of `cqabench.report.answer_comparisons` becomes a
 table with one row per cell and, per primary metric, the mean with its interval, Δ against the
 closed-book cell with n, and p / the corrected p. Where the two cells of a comparison scored
 different questions the Δ cell gives both means on the shared questions and both n, with a
@@ -20,7 +20,7 @@ import pandas as pd
 
 from cqabench.common.io import write_json, write_text
 from cqabench.evaluation.answer_spread import CONSTANT_SHARE, LOW_PARSE_RATE
-from cqabench.report.answer_cells import (
+from cqabench.report.answer_cell_summaries import (
     BOOTSTRAP_RESAMPLES,
     GROUP_KEYS,
     cell_order,
@@ -29,7 +29,7 @@ from cqabench.report.answer_cells import (
     setting_label,
     spread_flags,
 )
-from cqabench.report.answers import ALPHA, NOT_PLANNED_KEYS, TEST_RESAMPLES, answers_by_setting
+from cqabench.report.answer_comparisons import ALPHA, NOT_PLANNED_KEYS, TEST_RESAMPLES, answers_by_setting
 from cqabench.report.significance import CORRECTION_NAMES
 
 DIFFERENT_QUESTIONS = ("this cell and the closed-book cell scored different questions (the oracle drops questions "

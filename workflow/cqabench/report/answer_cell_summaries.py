@@ -17,7 +17,7 @@ primary answer metric of the dataset (`cqabench.evaluation.scoring.PRIMARY`), a 
   take (`cell_order`, `group_rank`: DEXTER's dataset order first).
 
 A metric with no evaluable question (null value in the fact table) has no mean and its reason.
-`cqabench.report.answers` compares these rows with their group's closed-book cell.
+`cqabench.report.answer_comparisons` compares these rows with their group's closed-book cell.
 """
 
 from __future__ import annotations
