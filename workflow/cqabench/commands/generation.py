@@ -281,10 +281,11 @@ def run_generate_batch(args: argparse.Namespace) -> int:
             raise ConfigError(f"{where}.settings: model or sampling differ from --settings; one batch is one engine")
         files = raw["inputs"]
         unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run", "tool_corpus", "tool_index"})
-        if unknown or "queries" not in files or "template" not in files:
+        if unknown or not files.get("queries") or not files.get("template"):
             raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run, tool_corpus, tool_index "
                               f"optional); unknown {unknown}")
-        inputs = CellInputs(**{k: _path(v) for k, v in files.items()})
+        optional = {k: _path(v) for k, v in files.items() if k not in ("queries", "template")}
+        inputs = CellInputs(Path(files["queries"]), Path(files["template"]), **optional)
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
     manifest = run_batch(members, spec, sampling, args.cache, args.out, share=share)
     print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "

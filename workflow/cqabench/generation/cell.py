@@ -42,7 +42,8 @@ class Cell:
         setting, _, k = parts[-1].rpartition("-k") if parts else ("", "", "")
         if len(parts) != 7 or not setting or not k.isdigit():
             raise ConfigError(f"{where}: {label!r} is not '<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>'")
-        return cls(*parts[:6], setting=setting, k=int(k))
+        dataset, split, serialization, retriever, llm, prompt = parts[:6]
+        return cls(dataset, split, serialization, retriever, llm, prompt, setting, int(k))
 
     def check(self) -> None:
         if self.setting not in SETTINGS:

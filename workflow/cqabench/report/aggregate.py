@@ -156,7 +156,8 @@ def fact_rows(
     _normalize_setting(base)
     settings: dict[str, Any] = {}
     if base.get("retriever") not in (None, "", "none"):
-        cell_settings = cell.get("retriever_settings") if isinstance(cell.get("retriever_settings"), dict) else {}
+        given = cell.get("retriever_settings")
+        cell_settings = given if isinstance(given, dict) else {}
         settings = {**index_settings(results_dir, cell), **cell_settings}
         base.update(retriever_columns(settings))
         base["retriever_settings"] = plain_value(settings) if settings else base.get("retriever_settings")
@@ -239,7 +240,7 @@ def per_question_rows(
     if pq_path is None:
         return []
     cell = read_metric_file(metric_file)["cell"]
-    base = {"cell_id": cell_id(metric_file, results_dir), "source": str(pq_path)}
+    base: dict[str, Any] = {"cell_id": cell_id(metric_file, results_dir), "source": str(pq_path)}
     base.update({k: plain_value(v) for k, v in cell.items()})
     table = pq.read_table(pq_path)
     missing = {"qid", "metric", "value"} - set(table.column_names)
