@@ -116,7 +116,9 @@ def compare(a: Path, b: Path) -> int:
             verdict = "same bytes"
         elif rel.endswith(".parquet"):
             ra, rb = pq.read_table(fa[rel]).to_pylist(), pq.read_table(fb[rel]).to_pylist()
-            key = lambda r: json.dumps(r, sort_keys=True, default=str)
+            def key(r: dict) -> str:
+                return json.dumps(r, sort_keys=True, default=str)
+
             verdict = ("same rows, same order" if ra == rb else
                        "same rows, OTHER ORDER" if sorted(map(key, ra)) == sorted(map(key, rb)) else "DIFFERENT")
         else:

@@ -532,4 +532,4 @@ def test_ambigqa_truncated_and_bad_tsv(tmp_path: Path):
     for i, (content, needles) in enumerate(cases.items()):
         t = tmp_path / f"p{i}.tsv"
         t.write_text(content, encoding="utf-8")
-        _raises(lambda: ambigqa.load({"questions": good, "passages": t}, "dev"), str(t), *needles)
+        _raises(lambda t=t: ambigqa.load({"questions": good, "passages": t}, "dev"), str(t), *needles)

@@ -371,9 +371,13 @@ def test_resume_mid_dialogue_makes_only_the_missing_calls(
     resumed = ScriptedModel(_script)
     _, rows_resumed = _run(tmp_path / "b", tool_corpus, queries, cache, resumed)
     assert len(resumed.calls) == 15 - 4
-    keep = lambda rs: [{k: v for k, v in r.items() if k not in ("cached", "latency_s", "transcript")} for r in rs]
+    def keep(rs: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if k not in ("cached", "latency_s", "transcript")} for r in rs]
+
+    def strip(t: str) -> list[dict]:
+        return [{k: v for k, v in s.items() if k != "cached"} for s in json.loads(t)["steps"]]
+
     assert keep(rows_resumed) == keep(rows)
-    strip = lambda t: [{k: v for k, v in s.items() if k != "cached"} for s in json.loads(t)["steps"]]
     assert [strip(r["transcript"]) for r in rows_resumed] == [strip(r["transcript"]) for r in rows]
     assert [s["cached"] for s in json.loads(rows_resumed[0]["transcript"])["steps"]][:3] == [True, True, False]
 

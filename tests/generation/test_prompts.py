@@ -60,7 +60,7 @@ def test_every_template_loads_and_has_the_shape_of_its_strategy(strategy: str, f
 def _first_exemplar_output(template_user: str) -> str:
     """What the model is shown to write for the first exemplar: the text after its question line."""
     block = template_user.split("\n\n")
-    for i, part in enumerate(block):
+    for part in block:
         lines = part.splitlines()
         q = next((j for j, ln in enumerate(lines) if ln.startswith("Question:")), None)
         if q is not None and q + 1 < len(lines):

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cqabench.cli import build_parser
+from cqabench.cli import build_parser, subcommand_parsers
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -168,17 +168,7 @@ def test_documented_command_runs(where: str, command: str, docs_workdir: Path) -
 @cache
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
     """'name' and 'name action' -> parser, for every subcommand of `cqabench`."""
-    found: dict[str, argparse.ArgumentParser] = {}
-
-    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for name, sub in action.choices.items():
-                    found[f"{prefix}{name}"] = sub
-                    walk(sub, f"{prefix}{name} ")
-
-    walk(build_parser(), "")
-    return found
+    return subcommand_parsers(build_parser())
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:

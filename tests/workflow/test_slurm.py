@@ -234,7 +234,7 @@ def slurm_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_teardown_stops_only_the_daemons_started_since(tmp_path: Path) -> None:
     """A stand-in daemon (a copy of `sleep` under a unique name, detached from the test like munged
     is) started after the snapshot is stopped; one running before it is left alone."""
-    name = "cqabfake%d" % os.getpid()  # /proc/<pid>/comm keeps 15 characters
+    name = f"cqabfake{os.getpid()}"  # /proc/<pid>/comm keeps 15 characters
     name = name[:15]
     fake = tmp_path / name
     shutil.copy(shutil.which("sleep"), fake)
@@ -371,7 +371,7 @@ def test_slurm_run_equals_local_run(tmp_path: Path, slurm_cluster: None) -> None
         ("rule_prepare_wildcards_tatqa_dev", "gpu", "COMPLETED", "gres:gpu:rtx3090:1"),
     ], seen
     assert {f["JobName"] for f in jobs.values()} == set(run_ids)  # what the squeue status mode filters on
-    for job_id, log in submitted:  # kept (slurm-keep-successful-logs), under slurm-logdir
+    for _job_id, log in submitted:  # kept (slurm-keep-successful-logs), under slurm-logdir
         assert Path(log).is_file() and Path(log).resolve().is_relative_to((cluster / "logs" / "slurm").resolve()), log
     for target in TARGETS:
         assert pq.read_table(cluster / target).equals(pq.read_table(local / target)), target

@@ -29,6 +29,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def subcommand_parsers(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every subcommand's parser by its full name ('search', 'models fetch'), nested ones included:
+    what checks of the whole command line (every flag documented, every documented call valid) walk."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[f"{prefix}{name}"] = sub
+                found.update(subcommand_parsers(sub, f"{prefix}{name} "))
+    return found
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM (Snakemake or SLURM cancelling a job) as an exit that runs `finally` blocks.
 

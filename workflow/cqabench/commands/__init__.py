@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from cqabench.planner import Plan
 
 
+SERIALIZATION_HELP = "table serialization: pipe | markdown | linear"  # help of every --serialization
+
+
 def whole_number(minimum: int) -> Callable[[str], int]:
     """argparse type of a count that must be >= `minimum` (`--limit`, `--cores`, `--gpus`): a
     smaller value is a usage error naming the flag, not a slice, a "-1 s" bill or a traceback."""

@@ -56,8 +56,8 @@ def run_tanq_failures(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
     p = sub.add_parser("evaluate", help="score a JSONL predictions file against a prepared split")
-    p.add_argument("--dataset", required=True, choices=DATASETS)
-    p.add_argument("--split", required=True)
+    p.add_argument("--dataset", required=True, choices=DATASETS, help="the dataset of the predictions")
+    p.add_argument("--split", required=True, help="the prepared split they answer, e.g. dev")
     p.add_argument("--predictions", required=True, type=Path,
                    help="JSONL: one object per line with qid and prediction")
     p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_RESULTS) / "data",
@@ -70,12 +70,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_evaluate)
 
     g = sub.add_parser("evaluate-generation", help="score a generation job's predictions.parquet")
-    g.add_argument("--dataset", required=True, choices=DATASETS)
+    g.add_argument("--dataset", required=True, choices=DATASETS, help="the dataset of the predictions")
     g.add_argument("--predictions", required=True, type=Path,
                    help="Parquet: qid, prediction, parse_ok, parse_reason (raw_output and token "
                         "counts optional)")
-    g.add_argument("--queries", required=True, type=Path)
-    g.add_argument("--answers", required=True, type=Path)
+    g.add_argument("--queries", required=True, type=Path, help="the split's queries.parquet")
+    g.add_argument("--answers", required=True, type=Path, help="the split's answers.parquet")
     g.add_argument("--cell", default="{}", help="the experiment cell written into metrics.json: a JSON object, or "
                                                 "with --config the cell's label <dataset>/<split>/<serialization>/"
                                                 "<retriever>/<llm>/<prompt>/<setting>-k<k> (what the workflow passes)")
@@ -83,8 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--summary", type=Path, default=None,
                    help="the generation job's summary.json: its package versions, model identity and "
                         "sampling go into metrics.json's provenance")
-    g.add_argument("--out-json", required=True, type=Path)
-    g.add_argument("--out-per-question", required=True, type=Path)
+    g.add_argument("--out-json", required=True, type=Path, help="metrics.json to write")
+    g.add_argument("--out-per-question", required=True, type=Path, help="per_question.parquet to write")
     g.set_defaults(func=run_evaluate_generation)
 
     t = sub.add_parser("tanq-failures", help="each TANQ prediction's failure types (Table 10) and why")

@@ -18,34 +18,44 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cqabench.commands import json_object
+from cqabench.commands import SERIALIZATION_HELP, json_object
 from cqabench.common.errors import ConfigError
 
 if TYPE_CHECKING:
     from cqabench.generation.cell import Cell
+
+# The cell fields `generate` takes as plain flags, each with its help
+CELL_FLAGS = {
+    "dataset": "dataset name",
+    "split": "the split, e.g. dev",
+    "serialization": SERIALIZATION_HELP,
+    "llm": "the model's name in the config's llms section",
+    "prompt": "prompt strategy, e.g. few-shot-cot",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this stage's subcommands (each sets `func`)."""
     c = sub.add_parser("convert-model", help="convert a GGUF model source into a HF model folder")
     c.add_argument("--source", required=True, help='"gguf-package:<package>/<file.gguf>" or "gguf:<path>"')
-    c.add_argument("--dtype", default="float32")
+    c.add_argument("--dtype", default="float32", help="torch dtype of the written weights (default %(default)s)")
     c.add_argument("--out", required=True, type=Path, help="model folder to write (replaced atomically)")
     c.set_defaults(func=run_convert)
 
     g = sub.add_parser("generate", help="generate answers for one cell (resumable through the item cache)")
-    for name in ("dataset", "split", "serialization", "llm", "prompt"):
-        g.add_argument(f"--{name}", required=True)
-    g.add_argument("--setting", required=True, choices=["closed", "rag", "oracle", "open-book"])
+    for name, text in CELL_FLAGS.items():
+        g.add_argument(f"--{name}", required=True, help=text)
+    g.add_argument("--setting", required=True, choices=["closed", "rag", "oracle", "open-book"],
+                   help="what the model is given: nothing, retrieved documents, the gold evidence, or search tools")
     g.add_argument("--retriever", default="none", help='"none" for closed and oracle')
     g.add_argument("--k", type=int, default=0, help="documents per question for rag; 0 for closed and oracle")
-    g.add_argument("--queries", required=True, type=Path)
+    g.add_argument("--queries", required=True, type=Path, help="the split's queries.parquet")
     g.add_argument("--corpus", type=Path, help="corpus.parquet (rag, oracle)")
     g.add_argument("--qrels", type=Path, help="qrels.parquet (oracle)")
     g.add_argument("--run", type=Path, help="retrieval run, Parquet/TREC/JSON (rag)")
     g.add_argument("--tool-corpus", type=Path, help="corpus.parquet behind the open-book tools (open-book)")
     g.add_argument("--tool-index", type=Path, help="its BM25 index folder, for WikiSearch (open-book)")
-    g.add_argument("--template", required=True, type=Path)
+    g.add_argument("--template", required=True, type=Path, help="resources/prompts/<strategy>/<family>.txt")
     g.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the cell's "
                                     "settings are the ones the workflow plans for it (what the workflow passes)")
     g.add_argument(
@@ -62,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.set_defaults(func=run_generate)
 
     b = sub.add_parser("generate-batch", help="fill the item cache for many cells of one model in one engine session")
-    b.add_argument("--llm", required=True)
+    b.add_argument("--llm", required=True, help=CELL_FLAGS["llm"])
     b.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the batch is "
                                     "the model's planned cells, with their settings (what the workflow passes)")
     b.add_argument("--settings", help="instead of --config: JSON, what every cell shares, as generate --settings")
@@ -71,13 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}')
     b.add_argument("--share", default="1-of-1",
                    help="<i>-of-<n>: only the questions of share i of n (generation.batch_jobs: one job per share)")
-    b.add_argument("--threads", type=int, default=0)
-    b.add_argument("--cache", required=True, type=Path)
+    b.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
+    b.add_argument("--cache", required=True, type=Path, help="the model's item cache folder")
     b.add_argument("--out", required=True, type=Path, help="manifest.json: what the batch generated, per cell")
     b.set_defaults(func=run_generate_batch)
 
     t = sub.add_parser("tool-search", help="BM25 search helper of the open-book tools (JSON lines in, JSON lines out)")
-    t.add_argument("--index", required=True, type=Path)
+    t.add_argument("--index", required=True, type=Path, help="BM25 index folder of the tool corpus")
     t.add_argument("--retriever-settings", required=True, help="JSON: the bm25 retriever's settings")
     t.set_defaults(func=run_tool_search)
     register_cache(sub)
@@ -268,10 +278,11 @@ def run_generate_batch(args: argparse.Namespace) -> int:
             raise ConfigError(f"{where}.settings: model or sampling differ from --settings; one batch is one engine")
         files = raw["inputs"]
         unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run", "tool_corpus", "tool_index"})
-        if unknown or "queries" not in files or "template" not in files:
+        if unknown or not files.get("queries") or not files.get("template"):
             raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run, tool_corpus, tool_index "
                               f"optional); unknown {unknown}")
-        inputs = CellInputs(**{k: _path(v) for k, v in files.items()})
+        optional = {k: _path(v) for k, v in files.items() if k not in ("queries", "template")}
+        inputs = CellInputs(Path(files["queries"]), Path(files["template"]), **optional)
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
     manifest = run_batch(members, spec, sampling, args.cache, args.out, share=share)
     print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
@@ -297,7 +308,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--max-chars", type=int, help="also flag completions longer than this")
     v.set_defaults(func=run_cache_verify)
     d = actions.add_parser("drop", help="remove bad or selected items (they are generated again on the next run)")
-    d.add_argument("--cache", required=True, type=Path)
+    d.add_argument("--cache", required=True, type=Path, help="the item cache folder (cache/llm/<llm>)")
     d.add_argument("--bad", action="store_true", help="items `verify` flags")
     d.add_argument("--unverifiable", action="store_true", help="items written before checksums (asked again)")
     d.add_argument("--key", action="append", default=[], help="an item key (repeatable)")
@@ -310,7 +321,7 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=run_cache_drop)
     i = actions.add_parser("import", help="copy the items of an SQLite cache of an earlier version")
     i.add_argument("--from", dest="source", required=True, type=Path, help="the old <llm>.sqlite file")
-    i.add_argument("--cache", required=True, type=Path)
+    i.add_argument("--cache", required=True, type=Path, help="the item cache folder to copy into")
     i.set_defaults(func=run_cache_import)
 
 

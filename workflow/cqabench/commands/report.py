@@ -281,8 +281,10 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
                    help="instead of --not-planned: the run's resolved configuration (results/<name>/config.json); "
                         "the cells its plan leaves out, with their reason (what the workflow passes)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the randomization test")
-    p.add_argument("--bootstrap-resamples", type=int, default=9999)
-    p.add_argument("--test-resamples", type=int, default=10000)
+    p.add_argument("--bootstrap-resamples", type=int, default=9999,
+                   help="bootstrap resamples of each cell's confidence interval (default %(default)s)")
+    p.add_argument("--test-resamples", type=int, default=10000,
+                   help="resamples of each paired randomization test (default %(default)s)")
     p.add_argument("--correction", choices=("holm", "bh"), default="holm",
                    help="multiple-testing correction over each family: holm (family-wise error) or bh "
                         "(Benjamini-Hochberg, false discovery rate); config report.significance.correction")
@@ -297,8 +299,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="metrics.json files; omitted: every one under --results-dir")
     p.add_argument("--results-dir", default=R, help="the config's results tree; cell ids are paths relative to it")
     p.add_argument("--data-dir", default=f"{R}/data", help="prepared queries, for question type / skills")
-    p.add_argument("--out-metrics", default=f"{R}/metrics.parquet")
-    p.add_argument("--out-per-question", default=f"{R}/per_question.parquet")
+    p.add_argument("--out-metrics", default=f"{R}/metrics.parquet", help="metrics table to write (default %(default)s)")
+    p.add_argument("--out-per-question", default=f"{R}/per_question.parquet",
+                   help="per-question table to write (default %(default)s)")
     p.add_argument("--config-hash", default=None,
                    help="sha256 of the run's config (the workflow passes it); every row records it")
     p.add_argument("--config", default=None,
@@ -309,13 +312,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report-tables", help="the report's tables in one job: summary.json of the paper tables (or the "
                                               "tables themselves, with --expected), answers_by_setting and the "
                                               "retrieval significance tables (one paper table: paper-table)")
-    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
-    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet", help="the metrics table (default %(default)s)")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet",
+                   help="the per-question table (default %(default)s)")
     p.add_argument("--expected", nargs="*", default=None, help="config/expected/*.yaml: render every paper table")
     p.add_argument("--table-summaries", nargs="*", default=None,
                    help="instead of rendering the paper tables, gather the <id>.summary.json files `paper-table` "
                         "wrote into summary.json (the workflow builds each table in its own job)")
-    p.add_argument("--out-dir", default=f"{R}/report/tables")
+    p.add_argument("--out-dir", default=f"{R}/report/tables", help="folder the tables go to (default %(default)s)")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
@@ -335,7 +339,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "per-question table); omitted: those --config's plan gives the table (what the workflow does)")
     p.add_argument("--results-dir", default=R, help="cell ids are paths relative to this")
     p.add_argument("--data-dir", default=f"{R}/data", help="prepared splits, for question type / skills")
-    p.add_argument("--out-dir", default=f"{R}/report/tables")
+    p.add_argument("--out-dir", default=f"{R}/report/tables", help="folder the tables go to (default %(default)s)")
     p.add_argument("--run", default=None, help="name of the configuration the numbers come from (captions)")
     p.add_argument("--paper-data", action="store_true",
                    help="the run is on the paper's full data: the captions leave out the sample caveat")
@@ -346,28 +350,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report-answers", help="answers_by_setting.{md,html,json}: closed-book vs RAG@k vs oracle, "
                                               "bootstrap intervals, paired tests with Holm correction")
-    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
-    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
-    p.add_argument("--out-dir", default=f"{R}/report/tables")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet", help="the metrics table (default %(default)s)")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet",
+                   help="the per-question table (default %(default)s)")
+    p.add_argument("--out-dir", default=f"{R}/report/tables", help="folder the tables go to (default %(default)s)")
     _answer_args(p)
     p.set_defaults(func=_report_answers)
 
     p = sub.add_parser("report-plots", help="PNG figures: effect of k, retriever heatmap, TANQ skills")
-    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
-    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
-    p.add_argument("--k-effect")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet", help="the metrics table (default %(default)s)")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet",
+                   help="the per-question table (default %(default)s)")
+    p.add_argument("--k-effect", help="PNG to write: each dataset's primary answer metric against k (DEXTER Figure 2)")
     p.add_argument("--k-effect-svg", default=None, help="also write the k-effect figure (DEXTER Figure 2) as SVG")
     p.add_argument("--manifest", default=None,
                    help="figures.json: per figure whether it has data marks or why not (the report page reads it)")
-    p.add_argument("--heatmap")
-    p.add_argument("--heatmap-metric", default="ndcg_cut_10")
+    p.add_argument("--heatmap", help="PNG to write: retriever x dataset heatmap of --heatmap-metric")
+    p.add_argument("--heatmap-metric", default="ndcg_cut_10", help="the heatmap's metric (default %(default)s)")
     p.add_argument("--expected", nargs="*", default=None,
                    help="config/expected/*.yaml: the heatmap shows Δ to the paper table of its metric")
     p.add_argument("--config", default=None,
                    help="the run's resolved configuration (results/<name>/config.json, or its JSON): a heatmap cell "
                         "that paper table marks not comparable shows no Δ; without it none is judged")
-    p.add_argument("--skills")
-    p.add_argument("--skills-metric", default="rms_f1")
+    p.add_argument("--skills", help="PNG to write: TANQ mean per-question --skills-metric by skill")
+    p.add_argument("--skills-metric", default="rms_f1", help="answer metric of the skills figure (default %(default)s)")
     p.add_argument("--k-values", type=int, nargs="*", default=None,
                    help="x ticks of the k-effect plot (the configured k); default: every k that ran")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed of the error bars")
@@ -377,34 +383,38 @@ def register(sub: argparse._SubParsersAction) -> None:
                                             "fact table as CSV and HTML")
     p.add_argument("--config", required=True,
                    help="the run's resolved configuration, a file (results/<name>/config.json) or its JSON")
-    p.add_argument("--metrics", default=f"{R}/metrics.parquet")
-    p.add_argument("--tables-dir", default=f"{R}/report/tables")
-    p.add_argument("--plots-dir", default=f"{R}/report/plots")
+    p.add_argument("--metrics", default=f"{R}/metrics.parquet", help="the metrics table (default %(default)s)")
+    p.add_argument("--tables-dir", default=f"{R}/report/tables", help="report-tables' folder (default %(default)s)")
+    p.add_argument("--plots-dir", default=f"{R}/report/plots", help="report-plots' folder (default %(default)s)")
     p.add_argument("--fact-report-html", default=None,
                    help="the fact table's compact view for `snakemake --report` (lead columns, every row, within "
                         "the browser's data-URI limit)")
     p.add_argument("--table-ids", nargs="*", default=[], help="paper tables in page order (config/expected ids)")
     p.add_argument("--expected", nargs="*", default=[], help="config/expected/*.yaml (the heatmap's paper numbers)")
-    p.add_argument("--benchmarks-dir", default=f"{R}/benchmarks")
+    p.add_argument("--benchmarks-dir", default=f"{R}/benchmarks",
+                   help="Snakemake's per-job benchmark files (default %(default)s)")
     p.add_argument("--rules", nargs="*", default=[], help="every rule of the workflow (those without benchmarks "
                                                           "are listed as such)")
     p.add_argument("--snakemake-logs", default=None,
                    help="Snakemake's run logs (.snakemake/log): wall times of jobs without a benchmark file")
     p.add_argument("--estimate-dir", default=None,
                    help="the run's estimate (rule estimate: estimate.json, estimate_jobs.parquet), shown beside the benchmarks")
-    p.add_argument("--fact-csv", default=f"{R}/report/metrics.csv")
-    p.add_argument("--fact-html", default=f"{R}/report/fact_table.html")
-    p.add_argument("--out", default=f"{R}/report/index.html")
+    p.add_argument("--fact-csv", default=f"{R}/report/metrics.csv", help="fact table CSV out (default %(default)s)")
+    p.add_argument("--fact-html", default=f"{R}/report/fact_table.html",
+                   help="fact table HTML to write (default %(default)s)")
+    p.add_argument("--out", default=f"{R}/report/index.html", help="report page to write (default %(default)s)")
     p.set_defaults(func=_page)
 
     p = sub.add_parser("significance", help="paired test between two cells on the same questions")
-    p.add_argument("--per-question", default=f"{R}/per_question.parquet")
+    p.add_argument("--per-question", default=f"{R}/per_question.parquet",
+                   help="the per-question table (default %(default)s)")
     p.add_argument("--a", required=True, help="cell A as key=value,... over per_question.parquet columns")
     p.add_argument("--b", required=True, help="cell B, likewise")
-    p.add_argument("--metric", required=True)
-    p.add_argument("--variant", default=None)
-    p.add_argument("--method", choices=("both", "randomization", "bootstrap"), default="both")
-    p.add_argument("--resamples", type=int, default=10000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--metric", required=True, help="the metric column compared, e.g. ndcg_cut_10 or rms_f1")
+    p.add_argument("--variant", default=None, help="the metric's variant, where it has several")
+    p.add_argument("--method", choices=("both", "randomization", "bootstrap"), default="both",
+                   help="paired randomization test, paired bootstrap, or both (default %(default)s)")
+    p.add_argument("--resamples", type=int, default=10000, help="resamples of each test (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default %(default)s)")
     p.add_argument("--json", help="also write the result here")
     p.set_defaults(func=_significance)

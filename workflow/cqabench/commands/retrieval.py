@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cqabench.commands import json_object
+from cqabench.commands import SERIALIZATION_HELP, json_object
 from cqabench.common.config_defaults import default as config_default
 from cqabench.common.errors import ConfigError
 
@@ -134,16 +134,23 @@ def _pyserini(args: argparse.Namespace) -> int:
 
 
 def _outputs(p: argparse.ArgumentParser, tag_required: bool = False) -> None:
-    p.add_argument("--out-trec", required=True)
-    p.add_argument("--out-parquet", required=True)
+    p.add_argument("--out-trec", required=True, help="the run as a TREC file, to write")
+    p.add_argument("--out-parquet", required=True, help="the run as run.parquet, to write")
     p.add_argument("--tag", required=tag_required, help="run tag (TREC column 6); default: retriever type")
+
+
+def _search_inputs(p: argparse.ArgumentParser) -> None:
+    """What search and decompose-search read: an index, the questions and the retriever's settings."""
+    p.add_argument("--index", required=True, help="index directory (of index or gather-index)")
+    p.add_argument("--queries", required=True, help="the split's queries.parquet")
+    p.add_argument("--retriever-settings", required=True, help="JSON {type, ...}: the index's settings")
 
 
 def _corpus_job(sub: argparse._SubParsersAction, name: str, help: str, types: str) -> argparse.ArgumentParser:
     """A subcommand reading one corpus with one retriever's settings (index, colbert-codec, encode-part)."""
     p = sub.add_parser(name, help=help)
     p.add_argument("--corpus", required=True, help="results/<name>/corpora/{corpus}/corpus.parquet")
-    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
+    p.add_argument("--serialization", required=True, help=SERIALIZATION_HELP)
     p.add_argument("--retriever-settings", required=True, help=f"JSON {{type: {types}, ...}}")
     return p
 
@@ -168,34 +175,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("gather-index", help="build the index from the N parts of encode-part, in order")
     p.add_argument("--corpus", required=True, help="the corpus the parts encode (its row count is checked)")
-    p.add_argument("--serialization", required=True)
-    p.add_argument("--retriever-settings", required=True)
+    p.add_argument("--serialization", required=True, help=SERIALIZATION_HELP)
+    p.add_argument("--retriever-settings", required=True, help="JSON {type: dense|splade|colbert, ...} of encode-part")
     p.add_argument("--parts", required=True, nargs="+", help="part folders 0..N-1, in order")
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
     p.add_argument("--codec", help="colbert: the colbert-codec folder the parts were encoded with")
     p.set_defaults(func=_gather)
 
     p = sub.add_parser("search", help="search every question of a queries table")
-    p.add_argument("--index", required=True)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--retriever-settings", required=True)
-    p.add_argument("--k", type=int, default=None, help="documents per question (default: retrieval.k's)")
+    _search_inputs(p)
+    p.add_argument("--k", type=int, default=None, help="documents kept per question (default: retrieval.k's)")
     _outputs(p)
     p.set_defaults(func=_search)
 
     p = sub.add_parser("decompose-search", help="StrategyQA IR-Q / IR-D: search by question or by step, merge to top-k")
-    p.add_argument("--index", required=True)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--retriever-settings", required=True)
-    p.add_argument("--kind", required=True, choices=("question", "gold", "predicted"))
+    _search_inputs(p)
+    p.add_argument("--kind", required=True, choices=("question", "gold", "predicted"),
+                   help="query by the question (IR-Q) or by its gold or predicted decomposition steps (IR-D)")
     p.add_argument("--k", type=int, default=None,
-                   help="documents per question after the merge (default: retrieval.decomposition.k's)")
+                   help="documents kept per question, merged (default: retrieval.decomposition.k's)")
     p.add_argument("--out-log", default=None, help="JSON log of every step query (sent or skipped)")
     _outputs(p)
     p.set_defaults(func=_decompose)
 
     p = sub.add_parser("import-run", help="an external run (TREC / JSON / Parquet) into our run files")
-    p.add_argument("--run", required=True)
+    p.add_argument("--run", required=True, help="the external run file: TREC, JSON or Parquet")
     p.add_argument("--format", choices=("trec", "json", "parquet"), default=None, help="default: from the suffix")
     p.add_argument("--queries", required=True, help="the queries table the run must belong to")
     p.add_argument("--k", type=int, default=None, help="cut to the best k per query")
@@ -211,18 +215,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("rerank-run", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)")
     p.add_argument("--run", required=True, help="the input run")
-    p.add_argument("--queries", required=True)
+    p.add_argument("--queries", required=True, help="the queries table the input run belongs to")
     p.add_argument("--corpus", required=True, help="corpus.parquet the input run searched (the documents' text)")
-    p.add_argument("--serialization", required=True, help="table serialization: pipe | markdown | linear")
+    p.add_argument("--serialization", required=True, help=SERIALIZATION_HELP)
     p.add_argument("--settings", required=True, help="JSON {type: rerank, of, model, depth, device, batch_size, max_length, ...}")
     p.add_argument("--out-log", default=None, help="JSON record: model, pairs, truncated pairs, speed")
     _outputs(p, tag_required=True)
     p.set_defaults(func=_rerank)
 
     p = sub.add_parser("evaluate-retrieval", help="trec_eval measures (+ StrategyQA Recall@10) of one run")
-    p.add_argument("--run", required=True)
-    p.add_argument("--qrels", required=True)
-    p.add_argument("--queries", required=True)
+    p.add_argument("--run", required=True, help="the run to score: TREC, Parquet or JSON (by suffix)")
+    p.add_argument("--qrels", required=True, help="the split's qrels.parquet")
+    p.add_argument("--queries", required=True, help="the split's queries.parquet (its qids; StrategyQA: the evidence)")
     p.add_argument("--cell", required=True, help="the cell this evaluation belongs to: a JSON object, or with --config "
                                                  "its label <dataset>/<split>/<serialization>/<run> (what the workflow passes)")
     p.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
@@ -232,8 +236,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default=None,
                    help="corpus.parquet the run searched: gold documents outside it are not evaluable "
                         "(metrics n/a with the reason); omitted: the qrels alone decide")
-    p.add_argument("--out-json", required=True)
-    p.add_argument("--out-per-query", required=True)
+    p.add_argument("--out-json", required=True, help="metrics.json to write")
+    p.add_argument("--out-per-query", required=True, help="per_query.parquet to write (qid, metric, variant, value)")
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser(

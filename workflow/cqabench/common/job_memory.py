@@ -196,7 +196,7 @@ def run_job(argv: Sequence[str], main: Callable[[list[str]], int],
               f"kills: cqabench/common/job_memory.py); its error: {seen['error']}", file=sys.stderr)
         return int(seen["exit"]) or 1
     tail = _Tail(sys.stderr)
-    sys.stderr = tail  # type: ignore[assignment]
+    sys.stderr = tail
     try:
         code = main(list(argv))
     except SystemExit as exc:

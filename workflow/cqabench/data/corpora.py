@@ -143,7 +143,7 @@ def pool(corpus_files: Sequence[Path], out: Path, run_rows: int = RUN_ROWS) -> i
         # does not grow with the number of runs; consecutive runs merge into one, keeping order.
         while len(runs) > FAN_IN:
             level += 1
-            merged_runs = []
+            merged_runs: list[Path] = []
             for i in range(0, len(runs), FAN_IN):
                 run = scratch / f"run-{level}-{len(merged_runs):06d}.parquet"
                 with RowGroupWriter(run, CORPUS_SCHEMA, rows_per_group=GROUP_ROWS) as writer:

@@ -144,7 +144,7 @@ class CanonicalData:
 
     def tables(self) -> dict[str, pa.Table]:
         """Arrow tables in the canonical schemas, ready to write."""
-        rows = {
+        rows: dict[str, list[Any]] = {
             "queries": self.queries,
             "corpus": self.corpus,
             "qrels": self.qrels,

@@ -12,6 +12,7 @@ the card's memory) at the decode step time; an API model costs requests in fligh
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cqabench.generation.cell import Cell
@@ -32,6 +33,9 @@ class GenerationCosts:
     gpu_class: str
     _templates: dict[str, int]
     _place: Any  # model.JobCosts._place: device class and GPUs from JobCosts.on_gpu
+    _r: Callable[..., float]  # model.JobCosts._r: a rate by (cost, family, name, model keys, device)
+    _queries: Callable[[str, str], int]  # model.JobCosts._queries: the questions a split selects
+    _in_batch: Callable[[Mapping[str, Any]], bool]  # model.JobCosts._in_batch: a batch LLM's grid cell
 
     def _template_chars(self, dataset: str, prompt: str, setting: str) -> int:
         path = self.plan.template_file(dataset, prompt, setting)
@@ -113,10 +117,10 @@ class GenerationCosts:
         for name in ("prompts", "prompt tokens", "uncached prompt tokens", "output tokens"):
             c.items[name] = sum(x[name] for x in work)
         if backend == "openai":
-            concurrency = int(spec.get("max_concurrency") or 1)
+            in_flight = int(spec.get("max_concurrency") or 1)
             per_request = (self._r(c, "llm", "request_s", keys)
                            + sum(x["output tokens"] for x in work) / max(c.items["prompts"], 1) / self._r(c, "llm", "output_tok_s", keys))
-            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / concurrency) * per_request
+            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / in_flight) * per_request
             c.cpu_s = c.wall_s * 0.05
             c.peak_mb = self._r(c, "llm", "peak_mb", keys)
             return

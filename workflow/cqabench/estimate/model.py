@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from cqabench.common.errors import ConfigError
 from cqabench.estimate.dag import Job, job_id, rule_family, snakemake_jobs
@@ -44,8 +44,18 @@ MEM_SLACK_MB = 256
 MIN_RUNTIME_MIN = 10
 TIME_MARGIN = 3.0
 GPU_CLASS = "rtx3090"
+
+
+class Node(TypedDict):
+    """A machine the makespan is bounded on."""
+
+    gpus: int
+    cores: int
+    gpu_class: str
+
+
 # The paper's server class, for the makespan the workflow's estimate rule and docs/costs.md state.
-REFERENCE_NODE = {"gpus": 8, "cores": 64, "gpu_class": GPU_CLASS}
+REFERENCE_NODE: Node = {"gpus": 8, "cores": 64, "gpu_class": GPU_CLASS}
 M = 1e6
 MB = 1e6
 # Rerank models costed as another checkpoint's rates (`_rerank_run`): the same architecture and

@@ -176,10 +176,10 @@ class Rates:
         if (low is None) != (high is None) or (low is not None and kind != "assumed"):
             raise ConfigError(f"{self.path}: rates.{key}: low and high go together, on an assumed rate only")
         if low is not None:
-            if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in (low, high)) \
-                    or not 0 <= low <= value <= high:
+            bounds = [b for b in (low, high) if isinstance(b, (int, float)) and not isinstance(b, bool)]
+            if len(bounds) != 2 or not 0 <= bounds[0] <= value <= bounds[1]:
                 raise ConfigError(f"{self.path}: rates.{key}: need 0 <= low <= value <= high, got {low!r}, {raw!r}, {high!r}")
-            low, high = float(low), float(high)
+            low, high = float(bounds[0]), float(bounds[1])
         return Rate(key, value, str(entry.get("unit", "")), kind, prov, low, high)
 
     def check(self) -> list[str]:

@@ -21,7 +21,7 @@ asked), so a score over fewer questions always says so.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -158,7 +158,7 @@ def finqa_gold(answer: dict[str, Any]) -> tuple[set[float], bool | None, set[flo
     written = parse_number(text) if text else None
     published = am.number_readings(written) if written is not None else exe_ans
     dexter = am.dexter_gold_value(text) if text else None
-    if dexter is None and exe_ans:
+    if dexter is None and exe_ans and number is not None:  # exe_ans: a number, not nan
         dexter = 100.0 * number if percent else float(number)
     return published, boolean, exe_ans, dexter
 
@@ -206,7 +206,8 @@ def _tanq_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str,
     return [*_rms_rows(OFFICIAL, official), *_rms_rows(CQABENCH_PARSE, ours), *tanq_failures.failure_scores(failures)]
 
 
-_SCORERS = {
+Scorer = Callable[[Extracted, dict[str, Any]], list[tuple[str, str, float]]]
+_SCORERS: dict[str, Scorer] = {
     **{ds: partial(_text_scores, ds) for ds in TEXT_DATASETS},
     "strategyqa": _strategyqa_scores,
     "ambigqa": _ambigqa_scores,

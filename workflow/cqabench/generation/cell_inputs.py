@@ -135,6 +135,8 @@ def _warn_left_out(cell: Cell, what: str, lacking: str, left_out: list[str], que
 def _corpus_documents(cell: Cell, inputs: CellInputs, docs_for: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:
     """The corpus rows the contexts name (none for a closed-book cell)."""
     needed = {d for ids in docs_for.values() for d in ids}
-    if needed and inputs.corpus is None:
+    if not needed:
+        return {}
+    if inputs.corpus is None:
         raise ConfigError(f"setting {cell.setting} needs --corpus")
-    return load_documents(inputs.corpus, needed) if needed else {}
+    return load_documents(inputs.corpus, needed)

@@ -419,9 +419,9 @@ def parse_table(text: str) -> ParsedTable | None:
         return ParsedTable(found[0], found[1:], "tsv")
 
     for block in _blocks(lines, lambda ln: "," in ln and ln.strip() != ""):
-        rows = _csv_table(block)
-        if rows:
-            return ParsedTable(rows[0], rows[1:], "csv")
+        table = _csv_table(block)
+        if table:
+            return ParsedTable(table[0], table[1:], "csv")
     return None
 
 

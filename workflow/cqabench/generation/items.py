@@ -75,7 +75,8 @@ def prepare_items(cell: Cell, spec: LlmSpec, sampling: Sampling, template: Templ
     items = build_items(cell, context.questions, template, context.docs_for, context.documents, key_of,
                         options.max_doc_chars)
     if cell.setting == "oracle" and any(not it.docids for it in items):
-        source = inputs.queries if options.oracle_context == "facts" else inputs.qrels
+        # gold context: read_context has refused a cell without --qrels already
+        source = inputs.queries if options.oracle_context == "facts" or inputs.qrels is None else inputs.qrels
         raise DataError(source, next(it.qid for it in items if not it.docids), "docid",
                         "an oracle prompt without context would be a closed-book prompt")
     return PreparedCell(cell, template, sampling, items, context.without_evidence)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from cqabench.common.errors import ConfigError
@@ -108,7 +109,7 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: SharedBackend, cache
         found: dict[str, Completion] = {}
         for (_, with_tools), (sampling, items) in groups.items():
             tools = TOOLS_API if with_tools else None
-            cached, generated, _ = generate_missing(lambda t=tools: shared.with_tools(t), [(sampling, items)], cache,
+            cached, generated, _ = generate_missing(partial(shared.with_tools, tools), [(sampling, items)], cache,
                                                     f"{label} open-book round", order_key, claim_chunk=claim_chunk,
                                                     item_labels=item_labels(labels))
             cached_all.update(cached)

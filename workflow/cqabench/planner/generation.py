@@ -192,7 +192,9 @@ class GenerationPlan(RetrievalPlan):
         out = []
         for run in [r for r in self.gen_rag_runs if r in self.all_run_names]:
             depth = self.run_depth(run)
-            for k in sorted({k for k in self.gen_k if depth is not None and k > depth[1]}):
+            if depth is None:
+                continue
+            for k in sorted({k for k in self.gen_k if k > depth[1]}):
                 out.append(f"generation.k: {k} exceeds {depth[0]}: {depth[1]} for rag_retrievers {run} "
                            f"(the run holds at most {depth[1]} documents per question)")
         return out

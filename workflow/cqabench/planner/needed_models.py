@@ -157,6 +157,8 @@ def needed_by_jobs(plan: Any, jobs: Iterable[tuple[str, Mapping[str, str]]]) -> 
     for rule, wildcards in jobs:
         wildcard = MODEL_RULES.get(rule)
         name = wildcards.get(wildcard) if wildcard else None
+        if name is None:
+            continue
         if wildcard == "retriever" and name in plan.retriever_configs:
             out |= {m.repo_id for m in retriever_models(name, plan.retriever_configs[name], root)}
         elif wildcard == "name" and name in (getattr(plan, "pipelines", None) or {}):

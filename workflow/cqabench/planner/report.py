@@ -112,7 +112,8 @@ class ReportPlan(EvaluationPlan):
                          + [self.answer_metrics_file(c) for c in cells["generation"]])  # fmt: skip
         inputs: dict[str, list[str]] = {"expected": [path], "metrics": metrics}
         if spec.source == "per_question":
-            per_query = [self.retrieval_metrics_file(*c, "per_query.parquet") for c in cells["retrieval"]]
+            per_query = [self.retrieval_metrics_file(ds, sp, ser, run, "per_query.parquet")
+                         for ds, sp, ser, run in cells["retrieval"]]
             per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
             inputs["per_question"] = sorted(per_query + per_question)
             splits = sorted({(c[0], c[1]) for c in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]})

@@ -172,8 +172,8 @@ class Sizes:
         return counts
 
     def _published_split(self, dataset: str, split: str, limit: int | None) -> SplitCounts:
-        pub = (self.published.get("datasets") or {}).get(dataset)
-        entry = ((pub or {}).get("splits") or {}).get(split)
+        pub = (self.published.get("datasets") or {}).get(dataset) or {}
+        entry = (pub.get("splits") or {}).get(split)
         if entry is None:
             raise ConfigError(f"datasets.{dataset}.files.{split}: the raw files are not on disk and config/sizes.yaml "
                               f"has no published size for {dataset}/{split}; place the files under raw_dir (or "
@@ -216,7 +216,7 @@ class Sizes:
         if len(keys) == 1:
             return parts[0].documents
         if all(p.counted for p in parts) and all(self._docids.get(k) is not None for k in keys):
-            return len(frozenset().union(*(self._docids[k] for k in keys)))
+            return len(frozenset[str]().union(*(self._docids[k] or () for k in keys)))
         pooled = (self.published.get("corpora") or {}).get(corpus) or {}
         if pooled.get("documents") and sorted(pooled.get("members") or []) == sorted(members) and not any(p.counted for p in parts):
             return int(pooled["documents"])

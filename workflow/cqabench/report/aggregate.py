@@ -164,7 +164,8 @@ def fact_rows(
     base["off_grid"] = off_grid_of(path, off_grid)
     settings: dict[str, Any] = {}
     if base.get("retriever") not in (None, "", "none"):
-        cell_settings = cell.get("retriever_settings") if isinstance(cell.get("retriever_settings"), dict) else {}
+        given = cell.get("retriever_settings")
+        cell_settings = given if isinstance(given, dict) else {}
         settings = {**index_settings(results_dir, cell), **cell_settings}
         base.update(retriever_columns(settings))
         base["retriever_settings"] = plain_value(settings) if settings else base.get("retriever_settings")

@@ -93,7 +93,7 @@ def _generation(frame: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def _cell_info(row: dict[str, Any]) -> dict[str, Any]:
-    info = {key: _text(row.get(key)) for key in GROUP_KEYS}
+    info: dict[str, Any] = {key: _text(row.get(key)) for key in GROUP_KEYS}
     info["setting"] = _text(row.get("setting"))
     info["retriever"] = _text(row.get("retriever")) or "none"
     info["k"] = _k(row.get("k"))
@@ -136,8 +136,11 @@ def setting_label(cell: dict[str, Any]) -> str:
 
 def _docs_given(row: dict[str, Any]) -> float | None:
     """The cell's mean documents given per question (fact column docs_given_mean), None if unrecorded."""
+    raw = row.get("docs_given_mean")
+    if raw is None:
+        return None
     try:
-        value = float(row.get("docs_given_mean"))
+        value = float(raw)
     except (TypeError, ValueError):
         return None
     return None if math.isnan(value) else value

@@ -158,7 +158,7 @@ def primary_metric(stage: Any, dataset: Any) -> tuple[str, str] | None:
         from cqabench.evaluation.scoring import PRIMARY
 
         first = PRIMARY.get(str(dataset))
-        return tuple(first[0]) if first else None
+        return first[0] if first else None
     return None
 
 

@@ -191,10 +191,10 @@ def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = 
         date = results_at.strftime("%Y-%m-%d %H:%M UTC") + " (fact table written); " + date
     facts.append(("Date", date))
     versions = provenance.package_versions(("cqabench", "snakemake", "pandas", "pyarrow", "scipy", "matplotlib"))
-    shown = {k: v for k, v in versions.items() if k in ("cqabench", "snakemake", "pandas", "pyarrow", "scipy",
-                                                         "matplotlib")}
+    software = {k: v for k, v in versions.items() if k in ("cqabench", "snakemake", "pandas", "pyarrow", "scipy",
+                                                            "matplotlib")}
     facts.append(("Software: this page (report job)", f"Python {platform.python_version()}; "
-                                                      + ", ".join(f"{k} {v}" for k, v in shown.items())))
+                                                      + ", ".join(f"{k} {v}" for k, v in software.items())))
     facts += environments(metrics) or [("Software: numbers", "no fact-table row records its environment")]
     facts.append(("Fact table", f"{len(metrics)} rows × {len(metrics.columns)} columns"))
     return facts

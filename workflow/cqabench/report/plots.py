@@ -16,7 +16,7 @@ import math
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -31,14 +31,20 @@ from cqabench.common.io import atomic_path, write_json
 from cqabench.report.answer_cell_summaries import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
 from cqabench.evaluation.scoring import PRIMARY
 
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
+
 UNIT_LABEL = "fraction 0–1"
 # tab10 without its grey (kept for reference lines) and olive (too pale on white).
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 # An oracle that showed the annotators' facts rather than gold documents (context_source facts,
 # StrategyQA on the sample) is its own reference line, never drawn as the gold-evidence oracle.
 ORACLE_FACTS = "oracle-facts"
-REFERENCES = {"closed": ("closed-book", "--"), "oracle": ("oracle (gold evidence)", ":"),
-              ORACLE_FACTS: ("oracle (annotators' facts)", "-.")}
+REFERENCES: dict[str, tuple[str, LineStyleType]] = {
+    "closed": ("closed-book", "--"),
+    "oracle": ("oracle (gold evidence)", ":"),
+    ORACLE_FACTS: ("oracle (annotators' facts)", "-."),
+}
 
 
 @dataclass
@@ -110,7 +116,7 @@ def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = Non
                "k", "mean", "ci_low", "ci_high", "n", "reason", "unit"]
     if cells.empty:
         return pd.DataFrame(columns=columns)
-    keep = [(ds, *primary_metric(ds)) for ds in cells["dataset"].dropna().unique() if primary_metric(ds)]
+    keep = [(ds, *pm) for ds in cells["dataset"].dropna().unique() if (pm := primary_metric(ds))]
     wanted = pd.DataFrame(keep, columns=["dataset", "metric", "variant"])
     part = cells.merge(wanted, on=["dataset", "metric", "variant"])
     several = part["serialization"].nunique(dropna=True) > 1

@@ -69,7 +69,7 @@ class Cell:
         if self.not_comparable:
             return NOT_COMPARABLE
         limit = tolerance if self.tolerance is None else self.tolerance
-        return "OK" if abs(self.diff) <= limit + 1e-12 else "FAIL"
+        return "OK" if abs(self.ours - self.paper) <= limit + 1e-12 else "FAIL"
 
 
 @dataclass
@@ -103,7 +103,7 @@ class Grid:
         statuses = [c.status(self.spec.tolerance) for c in self.cells.values()]
         why: dict[str, int] = {}
         for c in self.cells.values():
-            if c.status(self.spec.tolerance) == NOT_COMPARABLE:
+            if c.status(self.spec.tolerance) == NOT_COMPARABLE and c.not_comparable:
                 why[c.not_comparable] = why.get(c.not_comparable, 0) + 1
         return {
             "id": self.spec.id,

@@ -346,15 +346,17 @@ def _build_faiss(index_dir: Path, shard_files: list[str], dim: int, recipe: dict
     shards = [np.load(index_dir / "shards" / f, mmap_mode="r") for f in shard_files]
     total = sum(len(s) for s in shards)
     kind = recipe["index"]
+    index: faiss.Index
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, int(recipe["hnsw_m"]), faiss.METRIC_INNER_PRODUCT)
     else:
         nlist = max(1, min(int(recipe["nlist"]), total // 39))  # faiss wants >= 39 points per list
         quantizer = faiss.IndexFlatIP(dim)
+        ivf: faiss.IndexIVF
         if kind == "ivf":
-            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            ivf = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
         else:
-            index = faiss.IndexIVFPQ(quantizer, dim, nlist, int(recipe["pq_m"]), 8, faiss.METRIC_INNER_PRODUCT)
+            ivf = faiss.IndexIVFPQ(quantizer, dim, nlist, int(recipe["pq_m"]), 8, faiss.METRIC_INNER_PRODUCT)
         # Train on an evenly spaced sample drawn across shards (never the whole corpus).
         want = min(total, int(recipe["train_size"]))
         picks = np.linspace(0, total - 1, want).astype(np.int64)
@@ -362,8 +364,9 @@ def _build_faiss(index_dir: Path, shard_files: list[str], dim: int, recipe: dict
         sample = np.concatenate(
             [np.asarray(s[picks[(picks >= lo) & (picks < hi)] - lo]) for s, lo, hi in zip(shards, offsets, offsets[1:])]
         )
-        index.train(np.ascontiguousarray(sample, dtype=np.float32))
-        index.quantizer = quantizer
+        ivf.train(np.ascontiguousarray(sample, dtype=np.float32))
+        ivf.quantizer = quantizer
+        index = ivf
     for s in shards:
         index.add(np.ascontiguousarray(s, dtype=np.float32))
     faiss.write_index(index, str(index_dir / "index.faiss"))
@@ -421,7 +424,8 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
         if run["nprobe"] is not None:
             faiss.extract_index_ivf(index).nprobe = int(run["nprobe"])
         if run["ef_search"] is not None:
-            index.hnsw.efSearch = int(run["ef_search"])
+            # read_index returns the concrete class (IndexHNSWFlat here); faiss's stub says Index
+            index.hnsw.efSearch = int(run["ef_search"])  # type: ignore[attr-defined]
         log.info("dense: faiss %s search, nprobe %s, ef_search %s", run["index"], run["nprobe"], run["ef_search"])
         scores, ids = index.search(q, depth)
     for row, (qid, _) in enumerate(queries):

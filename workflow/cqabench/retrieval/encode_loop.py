@@ -106,21 +106,18 @@ def ahead(items: Iterable[T], prepare: Callable[[T], U]) -> Iterator[tuple[T, U]
     where its result is taken.
     """
     it = iter(items)
-    end = object()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
-        current = next(it, end)
-        if current is end:
+        try:
+            current = next(it)
+        except StopIteration:
             return
         pending = pool.submit(prepare, current)
-        while True:
-            nxt = next(it, end)
+        for nxt in it:  # the next item is drawn before the current one's result is taken
             ready = pending.result()
-            if nxt is not end:
-                pending = pool.submit(prepare, nxt)
-            yield current, ready  # type: ignore[misc]
-            if nxt is end:
-                return
+            pending = pool.submit(prepare, nxt)
+            yield current, ready
             current = nxt
+        yield current, pending.result()
 
 
 def pool_torch(hidden: Any, mask: Any, pooling: str) -> Any:
@@ -175,9 +172,9 @@ class TorchEncoder:
 
         return [tuple(one(p) for p in t) if isinstance(t, tuple) else one(t) for t in texts]
 
-    def run(self, prepared: Prepared, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    def run(self, prepared: Prepared, on_batch: Callable[[int], object] | None = None) -> np.ndarray:
         """Float32 [n, dim] in input order; one device-to-host copy for the whole list.
-        `on_batch(rows)` after each batch (progress)."""
+        `on_batch(rows)` after each batch (progress; what it returns is not used)."""
         import torch
 
         out = None

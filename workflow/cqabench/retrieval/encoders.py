@@ -174,9 +174,10 @@ class HFEncoder:
         if backend == "onnx" and onnx_path is not None and not Path(onnx_path).is_file():
             _copy_shared_export(path, Path(onnx_path), quantize)
         reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
+        self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            if reuse:  # an index's exported graph: the torch weights are not needed at all
+            if reuse and onnx_path is not None:  # an index's exported graph: the torch weights are not needed at all
                 config = AutoConfig.from_pretrained(path)
                 self.limit = int(getattr(config, "max_position_embeddings", 512))
                 self.default_length = min(512, self.limit)
@@ -196,7 +197,6 @@ class HFEncoder:
         self.model = (inner or model).eval()
         self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.default_length = min(512, self.limit)
-        self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
         if backend == "torch":
             if quantize == "int8":
                 qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
@@ -428,7 +428,7 @@ class STEncoder:
             return None
         if self.model.default_prompt_name:
             return None
-        first = list(self.model)[0]
+        first: Any = list(self.model)[0]  # a Transformer module (hf_parts); torch types it as a Module
         limit = int(getattr(first.auto_model.config, "max_position_embeddings", 512))
         return TorchEncoder(first.auto_model, first.tokenizer, pooling, normalize, device, limit,
                             strip=True, lower=bool(getattr(first, "do_lower_case", False)))  # fmt: skip
@@ -464,7 +464,8 @@ class STEncoder:
             and isinstance(mods[1], Pooling)
             and (len(mods) == 2 or isinstance(mods[2], Normalize))
         )
-        mode = mods[1].get_pooling_mode_str() if ok else ""
+        pooler = mods[1] if len(mods) > 1 else None
+        mode = pooler.get_pooling_mode_str() if ok and isinstance(pooler, Pooling) else ""
         if not ok or mode not in POOLINGS:
             raise ConfigError(
                 "backend onnx supports sentence-transformers models made of Transformer + "

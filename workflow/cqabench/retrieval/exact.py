@@ -47,14 +47,14 @@ def block_candidates(scores: Any, k: int, offset: int) -> tuple[np.ndarray, np.n
     kth = scores.topk(min(k, scores.shape[1]), dim=1).values[:, -1:]
     rows, cols = torch.nonzero(scores >= kth, as_tuple=True)  # row-major: ids ascending per row
     values = scores[rows, cols].cpu().numpy()
-    rows, cols = rows.cpu().numpy(), cols.cpu().numpy()
-    counts = np.bincount(rows, minlength=scores.shape[0])
+    row_ids, col_ids = rows.cpu().numpy(), cols.cpu().numpy()
+    counts = np.bincount(row_ids, minlength=scores.shape[0])
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    pos = np.arange(len(rows)) - starts[rows]
+    pos = np.arange(len(row_ids)) - starts[row_ids]
     out_scores = np.full((scores.shape[0], int(counts.max(initial=0))), -np.inf, dtype=np.float32)
     out_ids = np.full(out_scores.shape, -1, dtype=np.int64)
-    out_scores[rows, pos] = values
-    out_ids[rows, pos] = cols + offset
+    out_scores[row_ids, pos] = values
+    out_ids[row_ids, pos] = col_ids + offset
     return out_scores, out_ids
 
 

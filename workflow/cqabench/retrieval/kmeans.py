@@ -41,7 +41,7 @@ def faiss_perm(n: int, seed: int) -> np.ndarray:
     import faiss
 
     perm = np.empty(n, dtype=np.int32)
-    faiss.rand_perm(faiss.swig_ptr(perm), n, seed)
+    faiss.rand_perm(faiss.swig_ptr(perm), n, seed)  # type: ignore[attr-defined]  # SWIG-made; faiss's stubs miss it
     return perm.astype(np.int64)
 
 

@@ -330,7 +330,8 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                 key_off = pos - start  # `start` moves when more() drops consumed text; the offset does not
                 if buf[pos] != '"':
                     raise _Malformed(pos, "expected a member name in double quotes")
-                key, pos = json.decoder.scanstring(buf, pos + 1)
+                # scanstring is json.decoder's string scanner; typeshed's stub leaves it out
+                key, pos = json.decoder.scanstring(buf, pos + 1)  # type: ignore[attr-defined]
                 skip_ws()
                 if buf[pos] != ":":
                     raise _Malformed(pos, "expected ':' after the member name")

@@ -359,7 +359,7 @@ def classify(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]],
     flipped_header, flipped_rows = transpose(grid[0], grid[1:])
     flipped = _align(head, rows, [flipped_header, *flipped_rows]) if flipped_header else None
     transposed = flipped is not None and flipped.size > as_read.size
-    a = flipped if transposed else as_read
+    a = flipped if flipped is not None and transposed else as_read
 
     missing_relations = tuple(head[g] for g in range(1, len(head)) if g not in a.columns)
     used = set(a.columns.values())

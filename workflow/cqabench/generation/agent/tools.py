@@ -315,7 +315,9 @@ class Toolbox:
         if not scored:
             return Observation(f"No evidence for {query.strip()!r} in {article.title}.")
         scored.sort()
-        lines, docids, used = [], [], 0
+        lines: list[str] = []
+        docids: list[str] = []
+        used = 0
         for _, _, docid, text in scored:
             if lines and used + len(text) + 1 > self.max_tool_chars:
                 break

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from cqabench.common.errors import ConfigError
 from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling
@@ -98,6 +99,7 @@ def resolve_device(name: str, setting: object, cuda_available: bool, cuda_count:
 
 class HfBackend:
     name = "hf"
+    model: Any  # a transformers causal LM; None after close(), which its types have no room for
 
     def __init__(self, spec: LlmSpec) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
