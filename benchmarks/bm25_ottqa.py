@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from cqabench import retrieval as retrievers
-from cqabench.data.datasets import ottqa
 from cqabench.common.io import write_json, write_parquet
+from cqabench.data.datasets import ottqa
 from cqabench.data.qrels import qrels_from_rows
 from cqabench.evaluation.metrics.retrieval import evaluate
 from cqabench.retrieval.base import rank

@@ -105,9 +105,8 @@ def _st_direct(docs, queries) -> tuple[dict, float]:
 
 
 def _dexter(docs, queries) -> tuple[dict, float]:
-    import sentence_transformers
-
     import dexter.retriever.dense.DenseFullSearch as dfs
+    import sentence_transformers
     from dexter.data.datastructures.evidence import Evidence
     from dexter.data.datastructures.hyperparameters.dpr import DenseHyperParams
     from dexter.data.datastructures.question import Question

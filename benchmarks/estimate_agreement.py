@@ -68,7 +68,8 @@ def workdir(parent: Path) -> Path:
 
 
 def run(parent: Path) -> int:
-    from cqabench.estimate import measured, run as estimate_run, tables
+    from cqabench.estimate import measured, tables
+    from cqabench.estimate import run as estimate_run
     from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted
 
     vllm_python = os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")

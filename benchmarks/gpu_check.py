@@ -126,8 +126,9 @@ def splade_model(base: Path) -> str:
     out = base / "splade-minilm"
     if not out.exists():
         import torch
-        from models_fixtures import minilm_dir
         from transformers import AutoTokenizer, BertForMaskedLM
+
+        from models_fixtures import minilm_dir
 
         torch.manual_seed(0)
         BertForMaskedLM.from_pretrained(str(minilm_dir())).save_pretrained(out)
@@ -142,8 +143,9 @@ def colbert_model(base: Path) -> str:
         import torch
         from colbert.infra import ColBERTConfig
         from colbert.modeling.hf_colbert import class_factory
-        from models_fixtures import minilm_dir
         from transformers import AutoConfig, AutoTokenizer
+
+        from models_fixtures import minilm_dir
 
         torch.manual_seed(0)
         source = str(minilm_dir())

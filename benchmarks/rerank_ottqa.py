@@ -82,6 +82,7 @@ def paper_questions(config: Path = ROOT / "config" / "dexter.yaml") -> dict[str,
     its source in DEXTER's Table 1 and §C.2), the paper's selection where it has one, capped by
     the dataset's `limit` (2Wiki: the first 1,200)."""
     import yaml
+
     from cqabench.planner.sizes import load_published
 
     published = load_published()["datasets"]

@@ -56,7 +56,6 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import yaml
-
 from raw_corpora import ROOT, SHARED, real_passages, sample_passages, write_psgs_tsv, write_strategyqa_paragraphs
 
 AMBIG_QUESTIONS = SHARED / "ambigqa/dev_light.json"

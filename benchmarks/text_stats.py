@@ -31,9 +31,9 @@ def main() -> int:
     import yaml
 
     from cqabench.data.datasets import loader
+    from cqabench.data.schema import Document, Query
     from cqabench.estimate.rates import provenance, update_rates
     from cqabench.planner.sizes import _count_files
-    from cqabench.data.schema import Document, Query
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, default=ROOT / "config/config.yaml")

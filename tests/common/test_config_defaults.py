@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from snakemake.utils import validate
+
 from cqabench.common.config_defaults import SCHEMA, configured, default
 from cqabench.generation.agent.loop import Limits
 from cqabench.planner import Environment, Plan
-from snakemake.utils import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 

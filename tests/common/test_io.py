@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from cqabench.common.io import (STALE_AFTER_S, atomic_dir, atomic_files, atomic_path, sweep_stale_siblings, write_json,
-                         write_text)
+from cqabench.common.io import (
+    STALE_AFTER_S,
+    atomic_dir,
+    atomic_files,
+    atomic_path,
+    sweep_stale_siblings,
+    write_json,
+    write_text,
+)
 
 
 def test_atomic_file_gets_the_umask_mode_not_mkstemps_0600(tmp_path: Path) -> None:

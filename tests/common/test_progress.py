@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from cqabench.common.progress import Progress, format_duration, format_rate
 
 

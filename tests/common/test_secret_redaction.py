@@ -31,10 +31,10 @@ import pytest
 
 from cqabench.common import redact as redaction
 from cqabench.common.io import write_parquet
+from cqabench.data.schema import CanonicalData, Query
 from cqabench.generation.llm import llm_spec
 from cqabench.generation.llm.base import Sampling
 from cqabench.generation.llm.openai_backend import ApiError, OpenAIBackend, _describe_body
-from cqabench.data.schema import CanonicalData, Query
 from test_openai_backend import ENV, api_llm_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cqabench.generation import prompts
-from cqabench.evaluation import scoring
 from cqabench.data.datasets import LOADERS
+from cqabench.evaluation import scoring
+from cqabench.generation import prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"

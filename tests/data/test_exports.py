@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from cqabench.data.beir import MANIFEST, NO_DOCUMENTS, NO_RELEVANT, export
 from cqabench.cli import main
+from cqabench.data.beir import MANIFEST, NO_DOCUMENTS, NO_RELEVANT, export
 from cqabench.data.corpora import pool
-from cqabench.data.qrels import qrels_from_rows
 from cqabench.data.prepare import prepare
+from cqabench.data.qrels import qrels_from_rows
 from cqabench.data.tables import document_text
 from musique_bm25 import RAW, run_pipeline
 

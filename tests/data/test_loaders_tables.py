@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets import finqa, loader, ottqa, tanq, tatqa
 from cqabench.data.datasets.common import text_docid
-from cqabench.common.errors import DataError
 
 RAW = Path(__file__).resolve().parents[2] / "resources" / "raw"
 FIXTURE_DATA = Path(__file__).resolve().parents[1] / "fixtures" / "data"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURE_DATA, RAW
+from cqabench.common.errors import DataError
 from cqabench.data.datasets import ambigqa, loader, musique, strategyqa, twowiki
 from cqabench.data.datasets.common import text_docid
-from cqabench.common.errors import DataError
 from cqabench.data.schema import CanonicalData
-from conftest import FIXTURE_DATA, RAW
 
 
 def _check_consistent(data: CanonicalData) -> None:

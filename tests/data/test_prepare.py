@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from cqabench.data.beir import export
 from cqabench.cli import main
+from cqabench.common.errors import ConfigError, DataError
+from cqabench.data.beir import export
 from cqabench.data.corpora import pool
 from cqabench.data.datasets import has_gold_evidence
-from cqabench.common.errors import ConfigError, DataError
 from cqabench.data.prepare import prepare, validate
 from cqabench.data.schema import SCHEMAS, CanonicalData, Document, Qrel, Query
 

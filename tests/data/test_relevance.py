@@ -11,10 +11,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from cqabench.data.datasets import DATASETS, has_gold_evidence, loader, relevance_modes
-from cqabench.data.datasets import ambigqa, finqa, musique, strategyqa, tatqa, twowiki
-from cqabench.data.datasets.common import text_docid
+
 from cqabench.common.errors import ConfigError
+from cqabench.data.datasets import (
+    DATASETS,
+    ambigqa,
+    finqa,
+    has_gold_evidence,
+    loader,
+    musique,
+    relevance_modes,
+    strategyqa,
+    tatqa,
+    twowiki,
+)
+from cqabench.data.datasets.common import text_docid
 from cqabench.data.normalize import normalize_answer
 from cqabench.data.prepare import prepare
 

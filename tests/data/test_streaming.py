@@ -12,14 +12,15 @@ import json
 import os
 from pathlib import Path
 
-import cqabench.common.io as cio
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+import cqabench.common.io as cio
+from cqabench.common.errors import DataError
 from cqabench.data import corpora
 from cqabench.data.datasets import common, loader, strategyqa
 from cqabench.data.datasets.common import IdDigests, iter_json_object
-from cqabench.common.errors import DataError
 from cqabench.data.prepare import prepare
 from cqabench.data.schema import CORPUS_SCHEMA, CanonicalData, Document
 

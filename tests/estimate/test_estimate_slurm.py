@@ -21,8 +21,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "workflow"))
 
-from cqabench.estimate import run  # noqa: E402
 from conftest import workflow_workdir  # noqa: E402
+from cqabench.estimate import run  # noqa: E402
 from dry_runs import snakemake_n  # noqa: E402
 
 MIB = 1.048576

@@ -17,8 +17,8 @@ import pytest
 
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
-from cqabench.estimate.model import Cost
 from cqabench.estimate.dag import Job
+from cqabench.estimate.model import Cost
 from cqabench.estimate.rates import RATES_FILE, load_rates
 from cqabench.estimate.schedule import makespan
 

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakemake.iocontainers import Wildcards  # what Snakemake hands a resource function
+
 from cqabench.estimate import run
 from cqabench.estimate.rule_resources import requested, rule_resources
-from snakemake.iocontainers import Wildcards  # what Snakemake hands a resource function
 
 REPO = Path(__file__).resolve().parents[2]
 

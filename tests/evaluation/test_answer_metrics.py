@@ -5,17 +5,18 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cqabench.generation.extraction import ParsedNumber, parse_answer
+from conftest import RAW
+from cqabench.data.schema import Annotation, Answer, CanonicalData, Query
 from cqabench.evaluation.metrics.answers import (
     boolean_accuracy,
     boolean_cover_em,
     cover_em,
     cover_em_all,
-    exe_ans_golds,
     dexter_gold_value,
     em_tol,
     em_tol_dexter,
     exact_match,
+    exe_ans_golds,
     f1_ans,
     f1_ans_dexter,
     greedy_f1,
@@ -27,9 +28,8 @@ from cqabench.evaluation.metrics.answers import (
     squad_cover_em,
     token_f1,
 )
-from cqabench.data.schema import Annotation, Answer, CanonicalData, Query
 from cqabench.evaluation.scoring import score_predictions, tanq_groups
-from conftest import RAW
+from cqabench.generation.extraction import ParsedNumber, parse_answer
 
 # --- normalization and cover-EM ----------------------------------------------------------------
 

@@ -16,12 +16,12 @@ from functools import cache
 
 import pytest
 
+from conftest import RAW
 from cqabench.data.datasets import loader
 from cqabench.data.normalize import normalize_answer
 from cqabench.evaluation.metrics.answer_text import normalize
 from cqabench.evaluation.metrics.answers import cover_em, cover_em_all, exact_match, squad_cover_em, token_f1
 from cqabench.evaluation.metrics.dexter_scripts import cover_em_script
-from conftest import RAW
 
 
 @cache

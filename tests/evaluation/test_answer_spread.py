@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.evaluation.answer_spread import answer_spread, describe, normalized
 from cqabench.report.aggregate import build_metrics_table
 from cqabench.report.answer_comparisons import answers_by_setting
@@ -72,7 +73,6 @@ def test_evaluate_generation_records_the_spread_and_aggregate_makes_columns(tmp_
     """A StrategyQA cell that says "no" to its 4 questions (1 of them gold yes): metrics.json holds
     the spread, the fact table its columns, on every row of the cell."""
     from cqabench.cli import main
-
     from cqabench.data.schema import Answer, CanonicalData, Query
 
     data = tmp_path / "data"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import RAW
+from cqabench.data.schema import QREL_SCHEMA, QUERY_SCHEMA, Query
 from cqabench.evaluation.metrics.retrieval import (
     best_annotator_recall,
     evaluate,
@@ -18,9 +21,6 @@ from cqabench.evaluation.metrics.retrieval import (
     strategyqa_recall,
 )
 from cqabench.retrieval.base import rank
-from cqabench.data.schema import QREL_SCHEMA, QUERY_SCHEMA, Query
-from conftest import RAW
-from dataclasses import asdict
 
 
 def test_graded_ndcg_precision_recall_map_by_hand():

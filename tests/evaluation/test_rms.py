@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cqabench.generation.extraction import format_table, parse_table
+from conftest import RAW
 from cqabench.evaluation.metrics.tables import (
     OfficialTable,
     RmsScore,
@@ -23,7 +23,7 @@ from cqabench.evaluation.metrics.tables import (
     transpose,
     value_similarity,
 )
-from conftest import RAW
+from cqabench.generation.extraction import format_table, parse_table
 
 GOLD_H = ["entity", "a", "b"]
 GOLD_R = [["x", "1", "foo"], ["y", "2", "bar"]]

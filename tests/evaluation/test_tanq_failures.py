@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from cqabench.data.datasets.tanq import parse_answer_table
-from cqabench.generation.extraction import ParsedTable, extract_answer, parse_table
 from cqabench.evaluation.metrics.tanq_failures import (
     CATEGORIES,
     COMPUTED,
@@ -21,6 +21,7 @@ from cqabench.evaluation.metrics.tanq_failures import (
     value_match,
 )
 from cqabench.evaluation.scoring import score_predictions
+from cqabench.generation.extraction import ParsedTable, extract_answer, parse_table
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "resources" / "raw" / "tanq" / "test_questions_10.jsonl"
@@ -223,6 +224,7 @@ def test_hand_labels_on_the_ten_sample_questions(source: str) -> None:
 def test_table_10_puts_our_shares_beside_the_papers() -> None:
     """A cell's scored shares, as aggregate writes them into metrics.parquet, in the report's Table 10."""
     import pandas as pd
+
     from cqabench.report.aggregate import split_breakdown
     from cqabench.report.expected import load_expected
     from cqabench.report.tables import build_grid, to_markdown
@@ -253,6 +255,7 @@ def test_table_10_puts_our_shares_beside_the_papers() -> None:
 def test_tanq_failures_command_lists_each_question_and_why(tmp_path: Path, capsys) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from cqabench.cli import main
 
     answers = tmp_path / "answers.parquet"

@@ -22,20 +22,21 @@ from typing import Self
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from cqabench.cli import main
+from cqabench.common.errors import ConfigError
+from cqabench.common.io import write_parquet
+from cqabench.evaluation.metrics.tables import rms
 from cqabench.generation.agent.calc import CalcError, evaluate, format_value
 from cqabench.generation.agent.loop import parse_turn
 from cqabench.generation.agent.tools import ArticleStore, Bm25Searcher, Toolbox, ToolCall
-from cqabench.cli import main
-from cqabench.common.errors import ConfigError
-from cqabench.generation.extraction import extract_answer
 from cqabench.generation.batch import BatchCell, run_batch
 from cqabench.generation.cell import Cell, CellInputs, CellOptions
+from cqabench.generation.extraction import extract_answer
 from cqabench.generation.generate import run_cell
-from cqabench.common.io import write_parquet
 from cqabench.generation.llm import llm_spec
 from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling
 from cqabench.generation.llm.cache import ItemCache
-from cqabench.evaluation.metrics.tables import rms
 from cqabench.generation.prompts import load_template
 
 REPO = Path(__file__).resolve().parents[2]

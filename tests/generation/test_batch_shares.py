@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
 from cqabench.common.errors import ConfigError
 from cqabench.generation import batch as batch_mod
 from cqabench.generation.batch import BatchCell, run_batch

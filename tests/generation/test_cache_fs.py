@@ -34,10 +34,10 @@ import cqabench.generation.llm.cache as cache_mod
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.common.io import write_parquet
+from cqabench.data.schema import CanonicalData, Query
 from cqabench.generation.llm.base import Completion
 from cqabench.generation.llm.cache import EDITED, UNVERIFIABLE, CacheError, ItemCache
 from cqabench.planner import Environment, Plan
-from cqabench.data.schema import CanonicalData, Query
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
@@ -100,7 +100,8 @@ def _remount(mnt: Path, mode: str) -> None:
 
 def test_a_fully_cached_cell_runs_from_a_read_only_mount_and_a_missing_item_names_the_path(
         tmp_path: Path, tmpfs: Path, monkeypatch, capsys) -> None:
-    from test_openai_backend import ENV as KEY_ENV, KEY, OpenAITestDouble
+    from test_openai_backend import ENV as KEY_ENV
+    from test_openai_backend import KEY, OpenAITestDouble
 
     monkeypatch.setenv(KEY_ENV, KEY)
     cache = tmpfs / "llm"

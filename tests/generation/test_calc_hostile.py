@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cqabench.generation.agent import tools
 from cqabench.generation.agent.calc import MAX_ELEMENTS
 from cqabench.generation.agent.tools import ArticleStore, Toolbox, ToolCall

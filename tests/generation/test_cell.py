@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+
 from cqabench.common.errors import ConfigError
 from cqabench.generation.cell import CELL_FIELDS, Cell
 

@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from cqabench.common.io import write_parquet
+from cqabench.data.schema import Answer, CanonicalData, Query
+from cqabench.evaluation.scoring import ALL_FAILED, failed_qids, generation_failed, score_predictions
 from cqabench.report.aggregate import build_metrics_table, find_metric_files
 from cqabench.report.answer_comparisons import answers_by_setting
 from cqabench.report.answer_comparisons_render import FAILED_NOTE, to_markdown
-from cqabench.data.schema import Answer, CanonicalData, Query
-from cqabench.evaluation.scoring import ALL_FAILED, failed_qids, generation_failed, score_predictions
 from test_agent import ScriptedModel, _run, _script, queries, tool_corpus  # noqa: F401 (fixtures)
 from test_openai_backend import api_llm_config
 from test_secret_redaction import REPO, TEMPLATE, _snakemake_work, key  # noqa: F401 (key: the fixture)

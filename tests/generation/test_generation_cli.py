@@ -12,9 +12,9 @@ import pytest
 
 from cqabench.cli import main
 from cqabench.common.io import write_parquet
+from cqabench.data.schema import CanonicalData, Document, Qrel, Query
 from cqabench.generation.prompts import file_hash
 from cqabench.retrieval.runs import write_parquet_run
-from cqabench.data.schema import CanonicalData, Document, Qrel, Query
 from test_openai_backend import ENV, KEY, OpenAITestDouble, api_llm_config
 
 REPO = Path(__file__).resolve().parents[2]

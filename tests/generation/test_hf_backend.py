@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import smollm2_dir  # noqa: F401  (defined in conftest.py; test_resume imports it from here)
 from cqabench.generation.llm import llm_spec
 from cqabench.generation.llm.base import Sampling
 from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
-from conftest import smollm2_dir  # noqa: F401  (defined in conftest.py; test_resume imports it from here)
 
 CHATS = [
     [{"role": "user", "content": "Question: What is the capital of France?\nReply with one line: Final Answer: <answer>."}],
@@ -118,6 +118,7 @@ def test_hf_cuda_without_a_gpu_is_one_line_naming_the_device_key(device: str, tm
     the tokenizer is loaded; the source folder does not exist, so reaching from_pretrained would
     have raised an OSError instead."""
     import torch
+
     from cqabench.common.errors import ConfigError
     from cqabench.generation.llm.hf import HfBackend
 

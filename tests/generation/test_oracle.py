@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cqabench.data.datasets import ambigqa, has_gold_evidence, loader, strategyqa, tanq
 from cqabench.common.errors import ConfigError
+from cqabench.data.datasets import ambigqa, has_gold_evidence, loader, strategyqa, tanq
 from cqabench.generation.oracle import distractors_for, mix, oracle_contexts, questions_without_evidence
 
 GOLD = {"q1": ["a", "b"], "q2": ["c"], "q3": ["d", "e", "a"], "q4": []}

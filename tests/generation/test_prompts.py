@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cqabench.common.errors import ConfigError, DataError
-from cqabench.generation.extraction import extract_answer, parse_table
 from cqabench.evaluation.metrics.tables import read_table_official, rms_official
+from cqabench.generation.extraction import extract_answer, parse_table
 from cqabench.generation.prompts import (
     DATASET_FAMILY,
     FAMILIES,

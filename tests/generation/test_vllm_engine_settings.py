@@ -13,6 +13,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+
 from cqabench.common.errors import ConfigError
 from cqabench.generation.completions import generate_missing, item_labels
 from cqabench.generation.items import Item

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from cqabench.generation.vllm_env import Build, classify, problem, setup_problem
 
 REPO = Path(__file__).resolve().parents[2]

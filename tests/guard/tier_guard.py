@@ -14,8 +14,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-import guard_starts
 import pytest
+
+import guard_starts
 
 _seen: list[tuple[str, str]] = []
 _unmarked: dict[tuple[str, str], list[tuple[str, str]]] = {}

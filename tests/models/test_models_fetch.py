@@ -243,6 +243,7 @@ def test_fetch_by_configfile_fetches_what_the_plan_needs(tmp_path: Path, hub: Lo
     """`cqabench fetch-models --configfile`, as on a login node: the models come from the plan (the
     unused SPLADE is not fetched, though planning it imports the encoders, which set HF_HUB_OFFLINE)."""
     import yaml
+
     from conftest import workflow_workdir
 
     work = workflow_workdir(tmp_path)

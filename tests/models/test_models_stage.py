@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cqabench.planner import needed_models
 from cqabench.common.errors import ConfigError
-from cqabench.planner import Environment, Plan
+from cqabench.planner import Environment, Plan, needed_models
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = Environment(root=ROOT, python="python", vllm_python=sys.executable)

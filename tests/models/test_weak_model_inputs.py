@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import workflow_workdir
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.models.fetch import FetchError, ModelRequest, fetch_model
 from cqabench.models.store import damage, fetched_revision, locate
-from conftest import workflow_workdir
 
 REPO = Path(__file__).resolve().parents[2]
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from cqabench.planner import Environment, Plan
 
 ROOT = Path(__file__).resolve().parents[2]

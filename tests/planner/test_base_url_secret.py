@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from plan_helpers import load_config, plan_of
 
 from cqabench.common.errors import ConfigError
 from cqabench.planner.checks import base_url_problems
+from plan_helpers import load_config, plan_of
 
 SECRET = "sk-test-0123456789abcdefSECRET"
 

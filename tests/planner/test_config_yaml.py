@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cqabench.planner.config_files import check_files, load_file, load_text
 from cqabench.common.errors import ConfigError
+from cqabench.planner.config_files import check_files, load_file, load_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

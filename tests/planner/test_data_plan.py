@@ -8,7 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from cqabench.planner import Environment
-
 from plan_helpers import ROOT, load_config, plan_of
 
 

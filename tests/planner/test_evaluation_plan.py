@@ -6,9 +6,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Cell
-
 from plan_helpers import load_config, plan_of
 
 CELL = "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3"

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from cqabench.common.errors import ConfigError
 from cqabench.planner import PER_CELL_SETTINGS, Environment
-
 from plan_helpers import ROOT, load_config, plan_of
 
 LLM = SimpleNamespace(llm="smollm2-135m")  # config.yaml's one LLM, generated in one engine batch

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from cqabench.planner import needed_models
-from cqabench.common.errors import ConfigError
-from cqabench.planner import Environment, Plan
 
+from cqabench.common.errors import ConfigError
+from cqabench.planner import Environment, Plan, needed_models
 from test_rerank import cross_encoder  # noqa: F401  (the fixture: MiniLM with a randomly initialised head)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
 

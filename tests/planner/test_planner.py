@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
+
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Cell
-
 from plan_helpers import load_config, plan_of
-
 
 # ---- the shipped configs (counts as `snakemake -n --forceall` planned them before the move; the
 # default has gained one open-book cell since, TANQ's tool agent, and StrategyQA's facts oracle) ----

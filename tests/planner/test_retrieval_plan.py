@@ -9,8 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cqabench.common.errors import ConfigError
 
+from cqabench.common.errors import ConfigError
 from plan_helpers import load_config, plan_of
 
 # ---- dense / SPLADE / ColBERT encoding in part jobs (passages_per_part, encode_jobs) ----

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Cell, Environment, Plan
 from dry_runs import dry_run, snakemake_n

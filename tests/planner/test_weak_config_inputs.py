@@ -20,8 +20,7 @@ import pytest
 import yaml
 
 from cqabench.common.errors import ConfigError
-from cqabench.planner import Environment, Plan
-from cqabench.planner import tree_source
+from cqabench.planner import Environment, Plan, tree_source
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = Environment(root=ROOT, python="python", vllm_python=sys.executable)

@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.cli import main
 from cqabench.common.errors import DataError
 from cqabench.report.aggregate import aggregate, build_metrics_table, find_metric_files

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from cqabench.common.errors import ConfigError
-from cqabench.report.expected import PAPER_LABELS, load_expected, our_name, paper_label
 from cqabench.report.comparability import RunContext
+from cqabench.report.expected import PAPER_LABELS, load_expected, our_name, paper_label
 from cqabench.report.tables import build_grid, format_cell, tanq_type, to_markdown
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from cqabench.report.aggregate import aggregate, find_metric_files
+
 from cqabench.evaluation.cell_provenance import generation_wall_time
+from cqabench.report.aggregate import aggregate, find_metric_files
 
 
 def _cell(root: Path, rel: str, cell: dict, metrics: list[dict], provenance: dict | None = None) -> None:

@@ -18,14 +18,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.cli import main
-from cqabench.evaluation.metrics.retrieval import evaluate_files
 from cqabench.common import provenance as prov
+from cqabench.data.schema import QREL_SCHEMA, QUERY_SCHEMA, Answer, CanonicalData, Query
 from cqabench.evaluation.cell_provenance import llm_model
+from cqabench.evaluation.metrics.retrieval import evaluate_files
 from cqabench.models.provenance import retriever_model
 from cqabench.report.aggregate import build_metrics_table, find_metric_files, split_breakdown
 from cqabench.report.fact_columns import REQUIRED_PROVENANCE
-from cqabench.data.schema import QREL_SCHEMA, QUERY_SCHEMA, Answer, CanonicalData, Query
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 GEN_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.report.answer_cell_summaries import bootstrap_ci

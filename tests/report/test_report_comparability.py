@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+
 from cqabench.common.errors import ConfigError
 from cqabench.report import comparability as cmp
 from cqabench.report.comparability import RunContext

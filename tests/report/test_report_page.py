@@ -21,9 +21,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.cli import main
-from cqabench.report import environments, fact_views, page, plots
 from cqabench.common import provenance
+from cqabench.report import environments, fact_views, page, plots
 from cqabench.report.expected import load_expected
 
 REPO = Path(__file__).resolve().parents[2]

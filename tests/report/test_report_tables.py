@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
 from cqabench.common.errors import ConfigError
 from cqabench.report import plots
 from cqabench.report.expected import load_expected

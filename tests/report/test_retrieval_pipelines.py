@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+
 from cqabench.report.retrieval_pipelines import describe, pipeline_runs, render, retrieval_pipelines
 
 FUSION = {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60, "depth": 100}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from cqabench.cli import main
 from cqabench.report.retrieval_significance import (
     render,

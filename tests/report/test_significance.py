@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
+
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError
 from cqabench.report.significance import (
@@ -16,7 +18,6 @@ from cqabench.report.significance import (
     parse_spec,
     randomization_test,
 )
-from scipy import stats
 
 
 def test_exact_randomization_matches_scipy() -> None:

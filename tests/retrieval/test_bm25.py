@@ -10,12 +10,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import RAW
 from cqabench import retrieval as retrievers
 from cqabench.cli import main
-from cqabench.data.datasets.common import text_docid
 from cqabench.common.errors import ConfigError
+from cqabench.data.datasets.common import text_docid
 from cqabench.retrieval.java import openai_placeholder
-from conftest import RAW
 
 TOY = [
     ("d1", "Cats", "The cat sat on the mat"),
@@ -100,8 +100,8 @@ def test_openai_placeholder_never_outlives_the_block(monkeypatch: pytest.MonkeyP
 @pytest.mark.jvm
 def test_musique_paragraphs_cli_end_to_end(tmp_path: Path):
     """Real MuSiQue paragraphs through `cqabench index` / `search`: the gold paragraph ranks first."""
-    from cqabench.data.datasets import musique
     from cqabench.common.io import write_parquet
+    from cqabench.data.datasets import musique
 
     data = musique.load({"questions": RAW / "musique" / "musique_train_100.jsonl"}, "train", limit=5)
     tables = data.tables()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench import retrieval as retrievers
 from cqabench.cli import main
 from cqabench.common.errors import ConfigError

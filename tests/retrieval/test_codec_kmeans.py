@@ -13,7 +13,6 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import models_fixtures as mf  # noqa: E402
-
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.retrieval import colbert, kmeans  # noqa: E402
 

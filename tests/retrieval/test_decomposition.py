@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import RAW
 from cqabench import retrieval as retrievers
 from cqabench.cli import main
 from cqabench.common.errors import DataError
 from cqabench.common.io import write_parquet
-from cqabench.retrieval.decomposition import decomposed_search, steps_of, strip_stop_words
 from cqabench.data.schema import QUERY_SCHEMA, Query
-from conftest import RAW
+from cqabench.retrieval.decomposition import decomposed_search, steps_of, strip_stop_words
 
 SETTINGS = {"type": "bm25", "threads": 1}
 

@@ -12,11 +12,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import models_fixtures as mf  # noqa: E402
-
+from conftest import RAW  # noqa: E402
 from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.retrieval import dense  # noqa: E402
-from conftest import RAW  # noqa: E402
 
 MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
           "max_length": 256, "batch_size": 32, "shard_size": 25, "index": "flat"}

@@ -30,7 +30,6 @@ import yaml
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import models_fixtures as mf  # noqa: E402
-
 from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError, DataError  # noqa: E402
 from cqabench.data import documents  # noqa: E402

@@ -18,11 +18,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import models_fixtures as mf  # noqa: E402
-
+from conftest import RAW  # noqa: E402
 from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.retrieval import dense, encode_loop, encoders, rerank, splade  # noqa: E402
-from conftest import RAW  # noqa: E402
 
 MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
           "max_length": 256, "shard_size": 4, "index": "flat"}  # fmt: skip

@@ -14,7 +14,6 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import models_fixtures as mf  # noqa: E402
-
 from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.retrieval import dense, exact  # noqa: E402

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.common.errors import ConfigError, DataError
+from cqabench.data.schema import CanonicalData, Query
 from cqabench.retrieval import fusion
 from cqabench.retrieval.base import rank
 from cqabench.retrieval.jobs import fuse_runs
 from cqabench.retrieval.runs import read_run, write_run
-from cqabench.data.schema import CanonicalData, Query
 
 # Two runs of two questions. q1: A = a (3.0), b (2.0), c (1.0); B = b (0.9), d (0.5), a (0.1).
 # q2 is retrieved by A only; q3 by neither.

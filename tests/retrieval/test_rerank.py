@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from cqabench.common.errors import ConfigError
+from cqabench.data.schema import CanonicalData, Document, Query
 from cqabench.retrieval import rerank
 from cqabench.retrieval.jobs import rerank_run
 from cqabench.retrieval.runs import read_run, write_run
-from cqabench.data.schema import CanonicalData, Document, Query
-
 from models_fixtures import MINILM, TOY_DOCS, minilm_cross_encoder
 
 QUESTIONS = {"q1": "Which fruit grows on trees?", "q2": "What erupts lava?"}

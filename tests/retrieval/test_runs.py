@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from cqabench.common.errors import DataError
+from cqabench.data.schema import QUERY_SCHEMA, Query
 from cqabench.retrieval.jobs import import_run
 from cqabench.retrieval.runs import RUN_SCHEMA, ranked, read_run, write_run
-from cqabench.data.schema import QUERY_SCHEMA, Query
 
 RESULTS = {
     "q1": [("d2", 0.5), ("d1", 1.25), ("d3", 0.5)],  # unsorted on purpose

@@ -22,8 +22,8 @@ sys.path.insert(1, str(REPO / "tests"))  # conftest, also when run as a script (
 
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.data.prepare import select_questions  # noqa: E402
-from cqabench.report.expected import load_expected  # noqa: E402
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query  # noqa: E402
+from cqabench.report.expected import load_expected  # noqa: E402
 from dry_runs import DryRun, dry_run  # noqa: E402
 
 PAGE = REPO / "docs" / "full_reproduction.md"

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from dry_runs import DryRun
 from test_rebuild import _n
 

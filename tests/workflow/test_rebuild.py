@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from conftest import TOUCH_CLI, workflow_workdir
 from dry_runs import DryRun, dry_run, snakemake_n
 

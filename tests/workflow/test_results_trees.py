@@ -25,10 +25,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import TOUCH_CLI, workflow_workdir
 from cqabench.common.errors import ConfigError
 from cqabench.planner import Environment, Plan
-
-from conftest import TOUCH_CLI, workflow_workdir
 from dry_runs import Job, dry_run
 
 REPO = Path(__file__).resolve().parents[2]

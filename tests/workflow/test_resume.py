@@ -19,10 +19,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from cqabench.data.datasets import musique
-from cqabench.common.io import write_parquet
-from cqabench.generation.llm.convert import DEFAULT_SOURCE
 from conftest import RAW
+from cqabench.common.io import write_parquet
+from cqabench.data.datasets import musique
+from cqabench.generation.llm.convert import DEFAULT_SOURCE
 from test_hf_backend import smollm2_dir  # noqa: F401  (session fixture: the converted model)
 
 pytestmark = pytest.mark.engine

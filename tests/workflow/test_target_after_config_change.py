@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from dry_runs import parse
 
 CELLS = "results/sample/retrieval/tatqa/dev/pipe"

@@ -12,8 +12,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-import guard_starts
 import pytest
+
+import guard_starts
 
 REPO = Path(__file__).resolve().parents[2]
 GUARD = REPO / "tests" / "guard"

@@ -13,8 +13,8 @@ import signal
 import sys
 import threading
 
-from cqabench.common.errors import CqaError
 from cqabench.common import redact
+from cqabench.common.errors import CqaError
 
 STAGES = ("data", "retrieval", "generation", "evaluation", "report", "models", "estimate")
 

@@ -17,10 +17,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cqabench.data.datasets import DATASETS
 from cqabench.commands import config_arg, is_json_text, json_object, plan_of
 from cqabench.common.errors import ConfigError
 from cqabench.common.layout import DEFAULT_RESULTS
+from cqabench.data.datasets import DATASETS
 
 
 def run_evaluate(args: argparse.Namespace) -> int:

@@ -32,8 +32,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def load_plan(configfiles: list[str]) -> Any:
     """The Plan of these config files, as `snakemake --configfile ...` would build it here."""
-    from cqabench.planner.config_files import load_file
     from cqabench.planner import Environment, Plan
+    from cqabench.planner.config_files import load_file
 
     config: dict[str, Any] = {}
     for path in configfiles:

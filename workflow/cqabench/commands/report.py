@@ -9,8 +9,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cqabench.common.errors import ConfigError
 from cqabench.commands import config_arg, plan_of
+from cqabench.common.errors import ConfigError
 from cqabench.common.layout import DEFAULT_RESULTS as R  # the defaults name the sample's tree
 
 log = logging.getLogger(__name__)
@@ -202,9 +202,8 @@ def _plots(args: argparse.Namespace) -> int:
         statuses["k_effect"] = plots.plot_k_effect(metrics, args.k_effect, per_question, k_values=args.k_values,
                                                    seed=args.seed, svg=args.k_effect_svg)
     if args.heatmap:
-        from cqabench.report.expected import load_expected
-
         from cqabench.report.comparability import RunContext
+        from cqabench.report.expected import load_expected
 
         specs = [spec for path in args.expected or [] for spec in load_expected(path)]
         paper, name = plots.heatmap_paper(specs, args.heatmap_metric)

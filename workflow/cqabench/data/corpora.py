@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cqabench.data.datasets.common import IdDigests
 from cqabench.common.errors import DataError
 from cqabench.common.io import RowGroupWriter, atomic_path, iter_parquet_batches, scratch_dir
+from cqabench.data.datasets.common import IdDigests
 from cqabench.data.schema import CORPUS_SCHEMA
 
 log = logging.getLogger(__name__)

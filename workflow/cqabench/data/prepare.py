@@ -13,10 +13,10 @@ from types import ModuleType
 
 import pyarrow.parquet as pq
 
-from cqabench.data.datasets import loader
-from cqabench.data.datasets.common import IdDigests, check_raw_file, check_relevance
 from cqabench.common.errors import ConfigError, DataError
 from cqabench.common.io import RowGroupWriter, atomic_files, iter_parquet_batches
+from cqabench.data.datasets import loader
+from cqabench.data.datasets.common import IdDigests, check_raw_file, check_relevance
 from cqabench.data.schema import (
     ANSWER_TYPES,
     CORPUS_SCHEMA,

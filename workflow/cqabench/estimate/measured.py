@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from cqabench.estimate.dag import TABLE_PREFIX, job_id, rule_family
 from cqabench.common.job_memory import peak_with_log
+from cqabench.estimate.dag import TABLE_PREFIX, job_id, rule_family
 from cqabench.generation.cell import CELL_FIELDS, Cell
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).

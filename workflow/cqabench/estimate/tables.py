@@ -132,8 +132,9 @@ def family_frame(est: Estimate) -> pd.DataFrame:
 def write(est: Estimate, out_dir: str | Path) -> dict[str, Path]:
     """estimate.csv and estimate.parquet (per rule, model, device), estimate_jobs.parquet (per job),
     estimate.json (totals, makespan, rates); each written atomically."""
-    from cqabench.common.io import write_json, write_parquet, write_text
     import pyarrow as pa
+
+    from cqabench.common.io import write_json, write_parquet, write_text
 
     out = Path(out_dir)
     paths = {"csv": out / "estimate.csv", "parquet": out / "estimate.parquet", "jobs": out / "estimate_jobs.parquet",

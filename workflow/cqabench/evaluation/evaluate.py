@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cqabench.data.datasets.common import read_json, read_jsonl
 from cqabench.common.errors import DataError
 from cqabench.common.io import atomic_files, read_parquet, write_jsonl
+from cqabench.data.datasets.common import read_json, read_jsonl
 from cqabench.evaluation.scoring import failed_qids, format_summary, score_predictions, tanq_failure_records
 
 log = logging.getLogger(__name__)

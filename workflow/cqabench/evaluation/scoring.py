@@ -29,6 +29,10 @@ import pandas as pd
 import pyarrow as pa
 
 from cqabench.common.errors import ConfigError, DataError
+from cqabench.evaluation.metrics import answers as am
+from cqabench.evaluation.metrics import tanq_breakdowns, tanq_failures
+from cqabench.evaluation.metrics.dexter_scripts import cover_em_script
+from cqabench.evaluation.metrics.tables import RmsScore, rms, rms_official
 from cqabench.generation.extraction import (
     EMPTY_TABLE,
     NO_TABLE,
@@ -38,10 +42,6 @@ from cqabench.generation.extraction import (
     parse_answer,
     parse_number,
 )
-from cqabench.evaluation.metrics import answers as am
-from cqabench.evaluation.metrics import tanq_breakdowns, tanq_failures
-from cqabench.evaluation.metrics.dexter_scripts import cover_em_script
-from cqabench.evaluation.metrics.tables import RmsScore, rms, rms_official
 
 DEFAULT = "default"
 DEXTER = "dexter"

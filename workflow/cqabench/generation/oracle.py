@@ -59,7 +59,7 @@ FACTS_DATASETS = ("strategyqa",)  # the datasets whose queries carry annotators'
 
 def _h(seed: int | str, qid: str, purpose: str, item: object) -> int:
     """A 256-bit integer fixed by (seed, qid, purpose, item)."""
-    digest = hashlib.sha256(f"{seed}|{qid}|{purpose}|{item}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{seed}|{qid}|{purpose}|{item}".encode()).digest()
     return int.from_bytes(digest, "big")
 
 

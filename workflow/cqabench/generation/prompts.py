@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cqabench.common.errors import ConfigError, DataError
-from cqabench.generation.llm.base import Chat
 from cqabench.data.tables import document_text, serialize
+from cqabench.generation.llm.base import Chat
 
 STRATEGIES = ("few-shot", "few-shot-cot", "zero-shot-cot", "self-ask")
 FAMILIES = ("multihop", "strategy", "ambiguous", "numeric", "table")

@@ -17,7 +17,6 @@ from typing import Any
 from cqabench.common.provenance import NOT_INSTALLED, distribution_version, folder_fingerprint
 from cqabench.models import store as model_store
 
-
 MODEL_KEYS = ("model", "doc_model", "query_model", "checkpoint")
 NO_MODEL = "none (no model: {type})"
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from cqabench.common.config_defaults import configured
 from cqabench.common.layout import results_dir
-from cqabench.data.datasets import DATASETS as DATASET_NAMES, has_gold_evidence, relevance_modes
+from cqabench.data.datasets import DATASETS as DATASET_NAMES
+from cqabench.data.datasets import has_gold_evidence, relevance_modes
 from cqabench.planner.environment import Environment
 
 

@@ -25,8 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cqabench.models.store import COMMIT, DEFAULT_MODELS_DIR, REVISION_KEYS, damage, fetched_revision, is_hub_id, revision_of
 from cqabench.models.fetch import ModelRequest
+from cqabench.models.store import (
+    COMMIT,
+    DEFAULT_MODELS_DIR,
+    REVISION_KEYS,
+    damage,
+    fetched_revision,
+    is_hub_id,
+    revision_of,
+)
 
 # Rules whose jobs load a model, and the wildcard that names whose model (workflow/rules/).
 MODEL_RULES = {

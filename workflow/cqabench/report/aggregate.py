@@ -23,9 +23,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cqabench.common import provenance as prov_mod
 from cqabench.common.errors import DataError
 from cqabench.common.io import write_parquet
-from cqabench.common import provenance as prov_mod
 from cqabench.report.fact_columns import (
     ANSWER_COLUMNS,
     FACT_COLUMNS,

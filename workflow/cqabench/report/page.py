@@ -32,16 +32,15 @@ from typing import Any
 
 import pandas as pd
 
+from cqabench.common import provenance
 from cqabench.common.io import write_text
 from cqabench.common.job_memory import peak_with_log
 from cqabench.common.layout import results_dir
-from cqabench.common import provenance
 from cqabench.report.comparability import RunContext, describe
 from cqabench.report.environments import environments
 from cqabench.report.fact_views import write_fact_table_views  # noqa: F401  (the CLI's import)
 from cqabench.report.model_limits import limits_html
-from cqabench.report.plots import (heatmap_cells, heatmap_not_comparable, heatmap_paper, metric_name,
-                                   read_manifest)
+from cqabench.report.plots import heatmap_cells, heatmap_not_comparable, heatmap_paper, metric_name, read_manifest
 
 esc = html.escape
 

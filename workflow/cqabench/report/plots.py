@@ -28,8 +28,8 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from cqabench.common.io import atomic_path, write_json
-from cqabench.report.answer_cell_summaries import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
 from cqabench.evaluation.scoring import PRIMARY
+from cqabench.report.answer_cell_summaries import BOOTSTRAP_RESAMPLES, cell_summaries, dataset_rank
 
 if TYPE_CHECKING:
     from matplotlib.typing import LineStyleType

@@ -29,10 +29,10 @@ from typing import Any
 import pandas as pd
 
 from cqabench.common.io import write_json, write_text
-from cqabench.report import comparability
-from cqabench.report.comparability import RunContext
 from cqabench.evaluation.metrics.tanq_breakdowns import groups as tanq_groups_of
 from cqabench.evaluation.metrics.tanq_breakdowns import table_length, tanq_type  # noqa: F401  (re-exported)
+from cqabench.report import comparability
+from cqabench.report.comparability import RunContext
 from cqabench.report.expected import TableSpec
 
 MISSING = "missing"

@@ -31,7 +31,6 @@ import numpy as np
 
 from cqabench.common.errors import ConfigError
 from cqabench.models.store import revision_settings
-from cqabench.retrieval.exact import flat_search
 from cqabench.retrieval.base import (
     DEFAULT_SEARCH_ONLY_KEYS,
     Doc,
@@ -43,6 +42,7 @@ from cqabench.retrieval.base import (
 )
 from cqabench.retrieval.encode_loop import ahead, chunks
 from cqabench.retrieval.encoders import check_dtype, default_batch_size
+from cqabench.retrieval.exact import flat_search
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from cqabench.models import store as model_store
 from cqabench.common.errors import ConfigError
 from cqabench.common.progress import Progress
+from cqabench.models import store as model_store
 from cqabench.retrieval.encode_loop import Prepared, TorchEncoder, tokenize_batches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

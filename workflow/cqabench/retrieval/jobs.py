@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 from cqabench import retrieval as retrievers
 from cqabench.common.errors import DataError
 from cqabench.common.io import write_json
+from cqabench.data.documents import iter_documents
 from cqabench.retrieval.base import Doc, QueryText, Results
 from cqabench.retrieval.decomposition import STOP_WORD_LIST, decomposed_search
 from cqabench.retrieval.runs import ranked, read_run, write_run
-from cqabench.data.documents import iter_documents
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ from types import ModuleType
 from typing import Any
 
 from cqabench import retrieval as retrievers
-from cqabench.data.datasets.common import IdDigests
 from cqabench.common.errors import ConfigError, DataError
 from cqabench.common.io import atomic_dir, write_json
-from cqabench.retrieval.base import write_settings
+from cqabench.data.datasets.common import IdDigests
 from cqabench.data.documents import corpus_rows
+from cqabench.retrieval.base import write_settings
 from cqabench.retrieval.jobs import read_documents
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,18 @@ from typing import Any
 import numpy as np
 
 from cqabench.common.errors import ConfigError
-from cqabench.models.store import revision_settings
 from cqabench.common.progress import Progress
+from cqabench.models.store import revision_settings
 from cqabench.retrieval.base import Doc, QueryText, Results, check_device, check_positive_int, rank
 from cqabench.retrieval.encode_loop import Prepared, ahead, chunks, tokenize_batches
-from cqabench.retrieval.encoders import check_dtype, default_batch_size, require_device, resolve_model, set_threads, torch_dtype
+from cqabench.retrieval.encoders import (
+    check_dtype,
+    default_batch_size,
+    require_device,
+    resolve_model,
+    set_threads,
+    torch_dtype,
+)
 from cqabench.retrieval.java import autoclass, start_jvm
 
 log = logging.getLogger(__name__)

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     IdDigests,
     Record,
@@ -52,7 +53,6 @@ from cqabench.data.datasets.common import (
     read_json_list,
     text_lines,
 )
-from cqabench.common.errors import DataError
 from cqabench.data.normalize import normalize_answer
 from cqabench.data.schema import Annotation, Answer, CanonicalData, Document, Qrel, Query
 

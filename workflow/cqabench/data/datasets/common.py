@@ -176,7 +176,7 @@ def finite(value: float, path: Path, rec: object, key: str) -> float:
 
 def text_docid(title: str, text: str) -> str:
     """A content id: the same paragraph gets the same id in every dataset and file order."""
-    digest = hashlib.sha1(f"{title}\t{text}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha1(f"{title}\t{text}".encode()).hexdigest()
     return f"wiki-{digest[:16]}"
 
 

@@ -47,6 +47,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     Record,
     check_relevance,
@@ -57,7 +58,6 @@ from cqabench.data.datasets.common import (
     read_json_list,
 )
 from cqabench.data.datasets.tatqa import header_and_rows
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}

@@ -21,18 +21,18 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     Record,
+    check_relevance,
     collect,
     field,
     ordered_unique,
     os_error,
     read_json_list,
-    check_relevance,
     read_jsonl,
     text_docid,
 )
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}

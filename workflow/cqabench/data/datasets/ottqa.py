@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     Record,
     check_relevance,
@@ -34,7 +35,6 @@ from cqabench.data.datasets.common import (
     limited,
     read_json_list,
 )
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "tables": True, "passages": True}

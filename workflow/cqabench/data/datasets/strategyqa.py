@@ -27,6 +27,7 @@ from collections.abc import Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     Record,
     check_relevance,
@@ -37,7 +38,6 @@ from cqabench.data.datasets.common import (
     read_json_list,
     read_jsonl,
 )
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "paragraphs": False, "decompositions": False}

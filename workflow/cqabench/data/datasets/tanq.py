@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import Record, check_relevance, collect, field, read_jsonl, text_docid
 from cqabench.data.datasets.tatqa import header_and_rows
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}

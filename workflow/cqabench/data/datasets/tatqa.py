@@ -37,8 +37,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.data.datasets.common import Record, check_relevance, collect, field, finite, read_json_list
 from cqabench.common.errors import DataError
+from cqabench.data.datasets.common import Record, check_relevance, collect, field, finite, read_json_list
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True}

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from cqabench.common.errors import DataError
 from cqabench.data.datasets.common import (
     Record,
     check_relevance,
@@ -28,7 +29,6 @@ from cqabench.data.datasets.common import (
     read_json_list,
     text_docid,
 )
-from cqabench.common.errors import DataError
 from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 
 RAW_FILES: dict[str, bool] = {"questions": True, "passages": False}

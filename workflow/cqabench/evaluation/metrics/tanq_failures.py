@@ -72,8 +72,8 @@ from dataclasses import dataclass, field
 import Levenshtein
 import numpy as np
 
-from cqabench.generation.extraction import ParsedTable
 from cqabench.evaluation.metrics.tables import anls, normalize_cell, to_number, transpose
+from cqabench.generation.extraction import ParsedTable
 
 VARIANT = "tanq"
 PREFIX = 5  # letters two words must share to count as the same word in a header label

@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cqabench.generation.agent.tools import TOOLS, Observation, Toolbox, ToolCall
 from cqabench.common.config_defaults import default
 from cqabench.common.errors import ConfigError
+from cqabench.generation.agent.tools import TOOLS, Observation, Toolbox, ToolCall
 from cqabench.generation.llm.base import Chat, Completion, Sampling, ToolsApi
 
 _ACTION = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*(.*)$", re.MULTILINE)

@@ -43,9 +43,9 @@ from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
-from cqabench.generation.agent.calc import CalcError, evaluate, format_value
 from cqabench.common.config_defaults import default
 from cqabench.common.errors import ConfigError, DataError
+from cqabench.generation.agent.calc import CalcError, evaluate, format_value
 from cqabench.generation.prompts import truncate
 
 LOG = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cqabench.models import store as model_store
 from cqabench.common.errors import ConfigError
 from cqabench.generation.llm.base import DEFAULT_API_KEY_ENV, Backend, Completion, LlmSpec, Sampling, api_key_env
 from cqabench.generation.llm.convert import is_gguf_source, read_provenance
 from cqabench.generation.llm.registry import BACKENDS, make_backend
+from cqabench.models import store as model_store
 
 __all__ = [
     "BACKENDS",

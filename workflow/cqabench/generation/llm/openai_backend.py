@@ -27,8 +27,8 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from cqabench.common.errors import ConfigError, CqaError
-from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling, ToolsApi, api_key_env
 from cqabench.common.redact import install_record_redaction, redact, register_key
+from cqabench.generation.llm.base import Chat, Completion, LlmSpec, Sampling, ToolsApi, api_key_env
 
 log = logging.getLogger(__name__)
 
