@@ -93,7 +93,9 @@ def search_all(index: Path, kind: str, q: Any, knob: dict[str, int]) -> tuple[An
 def flat_search_rates(queries: int, docs: int, dim: int, search_s: float) -> dict[str, tuple[float, str]]:
     """The estimate's exact-search rate from one timed flat search of every question: its
     wall time over queries x documents x dimensions (a flat scan's work is their product)."""
-    return {"s_per_qdoc_dim": (search_s / (queries * docs * dim), "s per (query x document x dimension), exact flat search")}
+    return {
+        "s_per_qdoc_dim": (search_s / (queries * docs * dim), "s per (query x document x dimension), exact flat search")
+    }
 
 
 def write_rates(path: Path, queries: int, docs: int, dim: int, search_s: float, argv: list[str] | None = None) -> None:
@@ -111,8 +113,13 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=None, help="cap the corpus (gold documents kept)")
     ap.add_argument("--queries", type=int, default=None, help="first M dev questions (default all)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/ann_recall_ottqa"))
-    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
-                    help="update dense_search.cpu.any.s_per_qdoc_dim in RATES (benchmarks/rates.yaml)")
+    ap.add_argument(
+        "--write-rates",
+        type=Path,
+        default=None,
+        metavar="RATES",
+        help="update dense_search.cpu.any.s_per_qdoc_dim in RATES (benchmarks/rates.yaml)",
+    )
     args = ap.parse_args()
 
     import faiss
@@ -166,7 +173,10 @@ def main() -> None:
     docids = (flat / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
 
     def as_run(scores: Any, ids: Any) -> dict[str, dict[str, float]]:
-        return {qid: {docids[i]: float(s) for s, i in zip(scores[r], ids[r]) if i >= 0} for r, (qid, _) in enumerate(queries)}
+        return {
+            qid: {docids[i]: float(s) for s, i in zip(scores[r], ids[r]) if i >= 0}
+            for r, (qid, _) in enumerate(queries)
+        }
 
     variants = [("flat (exact)", {})]
     variants += [(name, {"nprobe": p}) for name in builds if name.startswith("ivfpq") for p in (1, 8, 32, 128)]

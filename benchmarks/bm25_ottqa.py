@@ -154,14 +154,19 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path("/work/shared/data/ottqa"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/bm25_ottqa"))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-rank-bm25", action="store_true", help="rank_bm25 scores every document per query (slow)")
+    parser.add_argument(
+        "--skip-rank-bm25", action="store_true", help="rank_bm25 scores every document per query (slow)"
+    )
     args = parser.parse_args()
 
     corpus = load_corpus(args.data, args.out)
     corpus_path, queries, qrels, docs, kinds = corpus.path, corpus.queries, corpus.qrels, corpus.docs, corpus.kinds
 
     rows: dict[str, dict] = {}
-    times: dict[str, dict[str, list[float]]] = {"ours": {"index": [], "search": []}, "pyserini": {"index": [], "search": []}}
+    times: dict[str, dict[str, list[float]]] = {
+        "ours": {"index": [], "search": []},
+        "pyserini": {"index": [], "search": []},
+    }
     runs = {}
     threads = SETTINGS["threads"]
     import_lucene_searcher()  # pay pyserini's import (torch, ~9 s) outside the timings
@@ -179,7 +184,10 @@ def main() -> int:
             times[name]["search"].append(t_search)
             runs[name] = run
     for name in ("ours", "pyserini"):
-        rows[name] = {"index_s": statistics.median(times[name]["index"]), "search_s": statistics.median(times[name]["search"])}
+        rows[name] = {
+            "index_s": statistics.median(times[name]["index"]),
+            "search_s": statistics.median(times[name]["search"]),
+        }
 
     if version("bm25s") != "absent":
         runs["bm25s"], i, s = bm25s_run(docs, queries)
@@ -195,7 +203,9 @@ def main() -> int:
         rows[name]["recall_100"] = sum(v["recall_100"] for v in result.per_query.values()) / n
         rows[name]["n"] = n
     # Same documents in the same order, once pyserini's hits are put in trec_eval order as ours are.
-    same = sum([d for d, _ in runs["ours"][q]] == [d for d, _ in rank(runs["pyserini"].get(q, []), K)] for q, _ in queries)
+    same = sum(
+        [d for d, _ in runs["ours"][q]] == [d for d, _ in rank(runs["pyserini"].get(q, []), K)] for q, _ in queries
+    )
     base = rows["pyserini"]
     report = {
         "corpus": {"documents": len(docs), "kinds": kinds, "questions": len(queries)},

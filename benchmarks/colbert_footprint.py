@@ -157,10 +157,20 @@ def main() -> int:
     parser.add_argument("--chunksize", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", type=Path, default=None, help="a ColBERT checkpoint folder (default: the tiny one)")
-    parser.add_argument("--sources", nargs="+", choices=list(SOURCES), default=list(SOURCES),
-                        help="the sample's passages to index (default all; ambigqa alone also measures embeddings_per_doc)")
-    parser.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
-                        help="update the colbert rates this measures in RATES (benchmarks/rates.yaml)")
+    parser.add_argument(
+        "--sources",
+        nargs="+",
+        choices=list(SOURCES),
+        default=list(SOURCES),
+        help="the sample's passages to index (default all; ambigqa alone also measures embeddings_per_doc)",
+    )
+    parser.add_argument(
+        "--write-rates",
+        type=Path,
+        default=None,
+        metavar="RATES",
+        help="update the colbert rates this measures in RATES (benchmarks/rates.yaml)",
+    )
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:

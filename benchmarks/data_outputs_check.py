@@ -31,11 +31,25 @@ SHARED = ROOT.parent / "shared" / "data"
 PREPARE: dict[str, tuple[str, dict[str, Path]]] = {
     "musique": ("train", {"questions": RAW / "musique/musique_train_100.jsonl"}),
     "2wikimultihopqa": ("dev", {"questions": RAW / "2wikimultihopqa/dev.json"}),
-    "strategyqa": ("dev", {"questions": RAW / "strategyqa/dev.json",
-                           "decompositions": RAW / "strategyqa/bart_decomp_dev_predictions.jsonl"}),
-    "ambigqa": ("dev", {"questions": RAW / "ambigqa/dev_light_40.json", "passages": RAW / "ambigqa/psgs_w100_sample.tsv"}),
-    "ottqa": ("dev", {"questions": RAW / "ottqa/dev.traced.sample.json", "tables": RAW / "ottqa/dev_tables.sample.json",
-                      "passages": RAW / "ottqa/dev_passages.sample.json"}),
+    "strategyqa": (
+        "dev",
+        {
+            "questions": RAW / "strategyqa/dev.json",
+            "decompositions": RAW / "strategyqa/bart_decomp_dev_predictions.jsonl",
+        },
+    ),
+    "ambigqa": (
+        "dev",
+        {"questions": RAW / "ambigqa/dev_light_40.json", "passages": RAW / "ambigqa/psgs_w100_sample.tsv"},
+    ),
+    "ottqa": (
+        "dev",
+        {
+            "questions": RAW / "ottqa/dev.traced.sample.json",
+            "tables": RAW / "ottqa/dev_tables.sample.json",
+            "passages": RAW / "ottqa/dev_passages.sample.json",
+        },
+    ),
     "tatqa": ("dev", {"questions": RAW / "tatqa/tatqa_dataset_dev.sample.json"}),
     "finqa": ("dev", {"questions": RAW / "finqa/dev.json"}),
     "tanq": ("test", {"questions": RAW / "tanq/test_questions_10.jsonl"}),
@@ -46,10 +60,27 @@ def _extra_inputs(work: Path) -> dict[str, tuple[str, str, dict[str, Path]]]:
     """(name -> dataset, split, files) of the two cases with qrels the sample lacks."""
     work.mkdir(parents=True, exist_ok=True)
     raw = json.loads((RAW / "strategyqa/dev.json").read_text(encoding="utf-8"))
-    ids = sorted({p for r in raw for ann in r["evidence"] for step in ann for item in step
-                  if isinstance(item, list) for p in item})
-    paragraphs = {pid: {"title": pid.rsplit("-", 1)[0], "section": "", "headers": [],
-                        "para_index": int(pid.rsplit("-", 1)[1]), "content": f"text of {pid}"} for pid in ids}
+    ids = sorted(
+        {
+            p
+            for r in raw
+            for ann in r["evidence"]
+            for step in ann
+            for item in step
+            if isinstance(item, list)
+            for p in item
+        }
+    )
+    paragraphs = {
+        pid: {
+            "title": pid.rsplit("-", 1)[0],
+            "section": "",
+            "headers": [],
+            "para_index": int(pid.rsplit("-", 1)[1]),
+            "content": f"text of {pid}",
+        }
+        for pid in ids
+    }
     ppath = work / "strategyqa_train_paragraphs.json"
     ppath.write_text(json.dumps(paragraphs, indent=1), encoding="utf-8")
     fx = json.loads((SHARED / "ambigqa/fixture_passages.json").read_text(encoding="utf-8"))
@@ -75,8 +106,10 @@ def build(out: Path) -> None:
     for name, (dataset, split, files) in cases.items():
         file_args = [a for role, p in files.items() for a in ("--file", f"{role}={p}")]
         _run(["prepare", "--dataset", dataset, "--split", split, *file_args, "--out-dir", str(out / "data" / name)])
-    corpora = {"wiki-multihop": ["musique", "2wikimultihopqa"],
-               **{name: [name] for name in cases if name not in ("musique", "2wikimultihopqa", "strategyqa")}}
+    corpora = {
+        "wiki-multihop": ["musique", "2wikimultihopqa"],
+        **{name: [name] for name in cases if name not in ("musique", "2wikimultihopqa", "strategyqa")},
+    }
     for corpus, members in corpora.items():
         args = [a for m in members for a in ("--corpus", str(out / "data" / m / "corpus.parquet"))]
         _run(["pool-corpus", *args, "--out", str(out / "corpora" / corpus / "corpus.parquet")])
@@ -87,15 +120,31 @@ def build(out: Path) -> None:
             continue
         for serialization in ("pipe", "linear"):
             data = out / "data" / name
-            _run(["export-beir", "--corpus", str(out / "corpora" / corpus_of[name] / "corpus.parquet"),
-                  "--queries", str(data / "queries.parquet"), "--qrels", str(data / "qrels.parquet"),
-                  "--split", split, "--serialization", serialization,
-                  "--out-dir", str(out / "beir" / name / serialization)])
+            _run(
+                [
+                    "export-beir",
+                    "--corpus",
+                    str(out / "corpora" / corpus_of[name] / "corpus.parquet"),
+                    "--queries",
+                    str(data / "queries.parquet"),
+                    "--qrels",
+                    str(data / "qrels.parquet"),
+                    "--split",
+                    split,
+                    "--serialization",
+                    serialization,
+                    "--out-dir",
+                    str(out / "beir" / name / serialization),
+                ]
+            )
 
 
 def _files(root: Path) -> dict[str, Path]:
-    return {str(p.relative_to(root)): p for p in sorted(root.rglob("*"))
-            if p.is_file() and "inputs" not in p.relative_to(root).parts}
+    return {
+        str(p.relative_to(root)): p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "inputs" not in p.relative_to(root).parts
+    }
 
 
 def compare(a: Path, b: Path) -> int:
@@ -116,11 +165,17 @@ def compare(a: Path, b: Path) -> int:
             verdict = "same bytes"
         elif rel.endswith(".parquet"):
             ra, rb = pq.read_table(fa[rel]).to_pylist(), pq.read_table(fb[rel]).to_pylist()
+
             def key(r: dict) -> str:
                 return json.dumps(r, sort_keys=True, default=str)
 
-            verdict = ("same rows, same order" if ra == rb else
-                       "same rows, OTHER ORDER" if sorted(map(key, ra)) == sorted(map(key, rb)) else "DIFFERENT")
+            verdict = (
+                "same rows, same order"
+                if ra == rb
+                else "same rows, OTHER ORDER"
+                if sorted(map(key, ra)) == sorted(map(key, rb))
+                else "DIFFERENT"
+            )
         else:
             la, lb = fa[rel].read_text().splitlines(), fb[rel].read_text().splitlines()
             verdict = "same lines, OTHER ORDER" if sorted(la) == sorted(lb) else "DIFFERENT"

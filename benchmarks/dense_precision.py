@@ -93,7 +93,9 @@ def max_diff(a: dict, b: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--speed-docs", type=int, help="documents of the old-vs-new comparison (default: all)")
-    ap.add_argument("--ndcg-docs", type=int, help="documents of the bfloat16-vs-float32 comparison (default: all; a quick look)")
+    ap.add_argument(
+        "--ndcg-docs", type=int, help="documents of the bfloat16-vs-float32 comparison (default: all; a quick look)"
+    )
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--dtype")
@@ -118,7 +120,9 @@ def main() -> None:
         for r in (old, new):
             print(f"{r['label']:18} {r['encode_s']:9.1f} {r['docs'] / r['encode_s']:8.1f} {r['encode_cpu_s']:8.1f} "
                   f"{r['docs'] / r['encode_cpu_s']:10.1f} {r['ndcg10']:8.4f}")  # fmt: skip
-        print(f"new / old docs/s: {old['encode_s'] / new['encode_s']:.3f}; max |delta| of vectors: {max_diff(old, new):.3g}")
+        print(
+            f"new / old docs/s: {old['encode_s'] / new['encode_s']:.3f}; max |delta| of vectors: {max_diff(old, new):.3g}"
+        )
         print(f"\n2. bfloat16 vs float32 (this tree), {full['docs']:,} documents, {full['queries']:,} questions")
         print(f"{'variant':18} {'encode s':>9} {'docs/s':>8} {'nDCG@10':>8}")
         for r in (full, bf16):

@@ -40,7 +40,9 @@ def faiss_shard_topk(shard: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarr
     return index.search(q, min(k, len(shard)))
 
 
-def old_merge(per_shard: list[tuple[np.ndarray, np.ndarray, int]], n_queries: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def old_merge(
+    per_shard: list[tuple[np.ndarray, np.ndarray, int]], n_queries: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The merge of cqabench before issue 37 (dense._flat_search at a5c0ea6), verbatim in effect:
     per query, a heap of (score, -id) over the running best and each shard's (scores, ids + offset)."""
     best: list[list[tuple[float, int]]] = [[] for _ in range(n_queries)]
@@ -56,7 +58,9 @@ def old_merge(per_shard: list[tuple[np.ndarray, np.ndarray, int]], n_queries: in
     return out_scores, out_ids
 
 
-def new_merge(per_shard: list[tuple[np.ndarray, np.ndarray, int]], n_queries: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def new_merge(
+    per_shard: list[tuple[np.ndarray, np.ndarray, int]], n_queries: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The same per-shard results through cqabench.retrieval.exact.merge_topk."""
     from cqabench.retrieval.exact import empty_topk, merge_topk
 
@@ -112,8 +116,10 @@ def compare(label: str, paths: list[Path], q: np.ndarray, k: int, threads: int) 
     diff_rows = np.flatnonzero((old_i != new_i).any(axis=1))
     # where the sets differ, only documents tied (to 1e-6) with the k-th score may differ
     ties_only = all(np.abs(np.sort(old_s[r]) - np.sort(new_s[r])).max() <= 1e-6 for r in diff_rows)
-    print(f"  search old vs new: ids equal at {same_ids:.6f} of ranks ({len(diff_rows)} queries differ, "
-          f"same scores there to 1e-6: {ties_only}), max |score diff| {float(np.abs(old_s - new_s).max()):.3g}")
+    print(
+        f"  search old vs new: ids equal at {same_ids:.6f} of ranks ({len(diff_rows)} queries differ, "
+        f"same scores there to 1e-6: {ties_only}), max |score diff| {float(np.abs(old_s - new_s).max()):.3g}"
+    )
 
 
 def main() -> None:

@@ -53,8 +53,16 @@ def small_config() -> dict:
     g = config["generation"]
     g.pop("open_book")
     g.pop("oracle_context")  # StrategyQA is not configured here
-    g.update(llms=[LLM], batch_llms=[LLM], prompts=["few-shot"], settings=["closed", "rag"], rag_retrievers=["bm25"],
-             k=[1], max_questions=8, sampling={"temperature": 0, "max_new_tokens": 16})
+    g.update(
+        llms=[LLM],
+        batch_llms=[LLM],
+        prompts=["few-shot"],
+        settings=["closed", "rag"],
+        rag_retrievers=["bm25"],
+        k=[1],
+        max_questions=8,
+        sampling={"temperature": 0, "max_new_tokens": 16},
+    )
     return config
 
 
@@ -84,11 +92,22 @@ def run(parent: Path) -> int:
     # the model is converted before the run: its conversion is not a family measured here
     ensure_converted(DEFAULT_SOURCE, work / results / "models" / LLM)
     targets = [f"{results}/index/tatqa/pipe/minilm", f"{results}/generation/_batches/{LLM}.json"]
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": vllm_python, "HF_HUB_OFFLINE": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "CQABENCH_VLLM_PYTHON": vllm_python,
+        "HF_HUB_OFFLINE": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     # the targets before --configfile, which takes every word after it as a config file
-    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--configfile", str(config_path)],
-                          cwd=work, capture_output=True, text=True, env=env, timeout=3600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *targets, "--configfile", str(config_path)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+        check=False,
+    )
     if done.returncode != 0:
         print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr)
         return 2
@@ -97,8 +116,10 @@ def run(parent: Path) -> int:
     compared = measured.compare(tables.jobs_frame(est), measured.read(work / results / "benchmarks")).set_index("rule")
     by_job = {c.id: c for c in est.costs}
     failed, seen = False, set()
-    print(f"{'family':<14} {'est s':>8} {'run s':>8} {'ratio':>6} {'est MB':>8} {'run MB':>8} {'ratio':>6}  "
-          f"(time within {FACTOR_TIME}x, memory within {FACTOR_MEMORY}x)")
+    print(
+        f"{'family':<14} {'est s':>8} {'run s':>8} {'ratio':>6} {'est MB':>8} {'run MB':>8} {'ratio':>6}  "
+        f"(time within {FACTOR_TIME}x, memory within {FACTOR_MEMORY}x)"
+    )
     for job, row in jobs.iterrows():
         c = by_job[job]
         family = {"generate_batch": "generation"}.get(c.rule) or (f"{c.model} index" if c.rule == "index" else None)
@@ -108,8 +129,10 @@ def run(parent: Path) -> int:
         time_ratio, memory_ratio = c.wall_s / row["s"], c.peak_mb / row["max_rss"]
         ok = (1 / FACTOR_TIME <= time_ratio <= FACTOR_TIME) and (1 / FACTOR_MEMORY <= memory_ratio <= FACTOR_MEMORY)
         failed |= not ok
-        print(f"{family:<14} {c.wall_s:>8.1f} {row['s']:>8.1f} {time_ratio:>6.2f} {c.peak_mb:>8.0f} "
-              f"{row['max_rss']:>8.0f} {memory_ratio:>6.2f}  {'OK' if ok else 'FAIL'}")
+        print(
+            f"{family:<14} {c.wall_s:>8.1f} {row['s']:>8.1f} {time_ratio:>6.2f} {c.peak_mb:>8.0f} "
+            f"{row['max_rss']:>8.0f} {memory_ratio:>6.2f}  {'OK' if ok else 'FAIL'}"
+        )
     if seen != set(FAMILIES) or compared.loc["generate_batch", "jobs"] != 1:
         print(f"FAIL: the run measured {sorted(seen)}, expected {list(FAMILIES)} and one engine batch", file=sys.stderr)
         return 1

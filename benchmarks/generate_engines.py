@@ -45,6 +45,7 @@ def build_prompts(n: int, max_doc_chars: int = 300) -> tuple[list[str], list[lis
 
 # ---------------------------------------------------------------- worker (one engine per process)
 
+
 def worker(job: dict) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -85,8 +86,16 @@ def worker(job: dict) -> dict:
             t_full, outputs, c_full = run(batch, job["max_new_tokens"], job["stop"])
             best_prefill, best_full = min(best_prefill, t_prefill), min(best_full, t_full)
             cpu_prefill, cpu_full = min(cpu_prefill, c_prefill), min(cpu_full, c_full)
-        results.append({"batch": batch, "prefill_s": best_prefill, "full_s": best_full, "outputs": outputs,
-                        "prefill_cpu_s": cpu_prefill, "full_cpu_s": cpu_full})
+        results.append(
+            {
+                "batch": batch,
+                "prefill_s": best_prefill,
+                "full_s": best_full,
+                "outputs": outputs,
+                "prefill_cpu_s": cpu_prefill,
+                "full_cpu_s": cpu_full,
+            }
+        )
     backend.close()
     return {"start_s": start_s, "start_cpu_s": start_cpu_s, "results": results}
 
@@ -109,6 +118,7 @@ def tree_cpu_s() -> float:
 
 # ---------------------------------------------------------------- driver
 
+
 def run_worker(python: str, job: dict, tmp: Path, name: str) -> dict:
     import psutil
 
@@ -116,8 +126,13 @@ def run_worker(python: str, job: dict, tmp: Path, name: str) -> dict:
     job_path.write_text(json.dumps(job, ensure_ascii=False))
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "HF_HUB_OFFLINE": "1"}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([python, __file__, "--worker", str(job_path), "--out", str(out_path)],
-                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [python, __file__, "--worker", str(job_path), "--out", str(out_path)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         root, peak = psutil.Process(proc.pid), 0
         while proc.poll() is None:
             try:
@@ -156,17 +171,28 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per configuration; the fastest counts")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads of each engine")
     ap.add_argument("--model-dir", type=Path, default=REPO / "results/sample/models/smollm2-135m")
-    ap.add_argument("--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python"))
+    ap.add_argument(
+        "--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")
+    )
     ap.add_argument("--hf-python", default=sys.executable)
     ap.add_argument("--no-prefix-cache-run", action="store_true", help="skip the vLLM engine without prefix caching")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/out/generate_engines.json")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--engines", default="hf,vllm", help="hf,vllm (the comparison) or one of them")
-    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
-                    help="write the engines' rates (llm.cpu.vllm, llm.cpu.hf) into this rates file (benchmarks/rates.yaml)")
-    ap.add_argument("--write-only", choices=("cpu", "wall"), default=None,
-                    help="with --write-rates: only the CPU-time rates (which a loaded machine does not change) or "
-                         "only the wall-time ones")
+    ap.add_argument(
+        "--write-rates",
+        type=Path,
+        default=None,
+        metavar="RATES",
+        help="write the engines' rates (llm.cpu.vllm, llm.cpu.hf) into this rates file (benchmarks/rates.yaml)",
+    )
+    ap.add_argument(
+        "--write-only",
+        choices=("cpu", "wall"),
+        default=None,
+        help="with --write-rates: only the CPU-time rates (which a loaded machine does not change) or "
+        "only the wall-time ones",
+    )
     args = ap.parse_args()
     if args.worker:
         args.out.write_text(json.dumps(worker(json.loads(args.worker.read_text())), ensure_ascii=False))
@@ -177,30 +203,56 @@ def main() -> int:
     model_dir = ensure_converted(SOURCE, args.model_dir)
     labels, chats, stop = build_prompts(args.prompts)
     batches = [int(b) for b in args.batches.split(",")]
-    base = {"model_dir": str(model_dir), "chats": chats, "stop": stop, "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats}
+    base = {
+        "model_dir": str(model_dir),
+        "chats": chats,
+        "stop": stop,
+        "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats,
+    }
     tmp = args.out.parent / "generate_engines"
     tmp.mkdir(parents=True, exist_ok=True)
-    print(f"{len(chats)} MuSiQue prompts (few-shot multihop; {len(chats) // 2} closed-book, {len(chats) - len(chats) // 2} "
-          f"with gold paragraphs), greedy, max_new_tokens {args.max_new_tokens}, {args.threads} threads per engine, "
-          f"cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"{len(chats)} MuSiQue prompts (few-shot multihop; {len(chats) // 2} closed-book, {len(chats) - len(chats) // 2} "
+        f"with gold paragraphs), greedy, max_new_tokens {args.max_new_tokens}, {args.threads} threads per engine, "
+        f"cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     engines = args.engines.split(",")
     hf = vl = nopc = None
     if "hf" in engines:
-        hf = run_worker(args.hf_python, {**base, "engine": "hf", "batches": batches, "options": {"threads": args.threads}},
-                        tmp, "hf")
+        hf = run_worker(
+            args.hf_python,
+            {**base, "engine": "hf", "batches": batches, "options": {"threads": args.threads}},
+            tmp,
+            "hf",
+        )
         print(f"hf done ({hf['start_s']:.1f} s start)", flush=True)
     if "vllm" in engines:
-        vl = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": batches,
-                                           "options": {"threads": args.threads}}, tmp, "vllm")
+        vl = run_worker(
+            args.vllm_python,
+            {**base, "engine": "vllm", "batches": batches, "options": {"threads": args.threads}},
+            tmp,
+            "vllm",
+        )
         print(f"vllm done ({vl['start_s']:.1f} s start)", flush=True)
     if vl is not None and not args.no_prefix_cache_run:
-        nopc = run_worker(args.vllm_python, {**base, "engine": "vllm", "batches": [max(batches)],
-                                             "options": {"threads": args.threads, "enable_prefix_caching": False}},
-                          tmp, "vllm-nopc")
+        nopc = run_worker(
+            args.vllm_python,
+            {
+                **base,
+                "engine": "vllm",
+                "batches": [max(batches)],
+                "options": {"threads": args.threads, "enable_prefix_caching": False},
+            },
+            tmp,
+            "vllm-nopc",
+        )
     if hf is None or vl is None:  # one engine: its rates only, no comparison table
-        args.out.write_text(json.dumps({"hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc}, ensure_ascii=False, indent=1))
+        args.out.write_text(
+            json.dumps({"hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc}, ensure_ascii=False, indent=1)
+        )
         if args.write_rates:
             write_rates(args.write_rates, hf, vl, nopc, args.out, args.write_only)
         return 0
@@ -215,22 +267,33 @@ def main() -> int:
         rh, rv = rates(h), rates(v)
         same = sum(a["text"] == b["text"] for a, b in zip(h["outputs"], v["outputs"]))
         for name, r in (("hf", rh), ("vllm", rv)):
-            print(f"{h['batch']:>5} {name:<8} {r['prefill_tps']:>13.0f} {r['decode_tps']:>12.1f} {r['full_s']:>10.2f} "
-                  f"{r['out_tokens']:>7} {r['e2e_tps']:>9.1f} {'' if name == 'hf' else f'{same}/{len(chats)}':>9}")
-        print(f"{h['batch']:>5} {'vllm/hf':<8} {rv['prefill_tps'] / rh['prefill_tps']:>12.2f}x {rv['decode_tps'] / rh['decode_tps']:>11.2f}x "
-              f"{rh['full_s'] / rv['full_s']:>9.2f}x {'':>7} {rv['e2e_tps'] / rh['e2e_tps']:>8.2f}x")
+            print(
+                f"{h['batch']:>5} {name:<8} {r['prefill_tps']:>13.0f} {r['decode_tps']:>12.1f} {r['full_s']:>10.2f} "
+                f"{r['out_tokens']:>7} {r['e2e_tps']:>9.1f} {'' if name == 'hf' else f'{same}/{len(chats)}':>9}"
+            )
+        print(
+            f"{h['batch']:>5} {'vllm/hf':<8} {rv['prefill_tps'] / rh['prefill_tps']:>12.2f}x {rv['decode_tps'] / rh['decode_tps']:>11.2f}x "
+            f"{rh['full_s'] / rv['full_s']:>9.2f}x {'':>7} {rv['e2e_tps'] / rh['e2e_tps']:>8.2f}x"
+        )
         table.append({"batch": h["batch"], "hf": rh, "vllm": rv, "same_text": same})
     print(f"\nengine start (process start to loaded model): hf {hf['start_s']:.1f} s, vllm {vl['start_s']:.1f} s")
     print(f"peak RSS (process tree): hf {hf['peak_rss_mb']:.0f} MB, vllm {vl['peak_rss_mb']:.0f} MB")
     if nopc is not None:
         on = rates(vl["results"][-1])
         off = rates(nopc["results"][0])
-        print(f"vllm prefix caching at batch {max(batches)}: prefill {on['prefill_tps']:.0f} tok/s on vs {off['prefill_tps']:.0f} off "
-              f"({on['prefill_tps'] / off['prefill_tps']:.2f}x); full run {on['full_s']:.2f} s on vs {off['full_s']:.2f} s off "
-              f"({off['full_s'] / on['full_s']:.2f}x); same texts on/off "
-              f"{sum(a['text'] == b['text'] for a, b in zip(vl['results'][-1]['outputs'], nopc['results'][0]['outputs']))}/{len(chats)}")
-    args.out.write_text(json.dumps({"labels": labels, "table": table, "hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc},
-                                   ensure_ascii=False, indent=1))
+        print(
+            f"vllm prefix caching at batch {max(batches)}: prefill {on['prefill_tps']:.0f} tok/s on vs {off['prefill_tps']:.0f} off "
+            f"({on['prefill_tps'] / off['prefill_tps']:.2f}x); full run {on['full_s']:.2f} s on vs {off['full_s']:.2f} s off "
+            f"({off['full_s'] / on['full_s']:.2f}x); same texts on/off "
+            f"{sum(a['text'] == b['text'] for a, b in zip(vl['results'][-1]['outputs'], nopc['results'][0]['outputs']))}/{len(chats)}"
+        )
+    args.out.write_text(
+        json.dumps(
+            {"labels": labels, "table": table, "hf": hf, "vllm": vl, "vllm_no_prefix_cache": nopc},
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     print(f"(raw results: {args.out})")
     if args.write_rates:
         write_rates(args.write_rates, hf, vl, nopc, args.out, args.write_only)
@@ -259,18 +322,25 @@ def write_rates(path: Path, hf: dict | None, vl: dict | None, nopc: dict | None,
         prompt_tokens = sum(o["prompt_tokens"] for o in prefill_run["results"][-1]["outputs"])
         wall = {
             "engine_start_s": (run["start_s"], "s from process start to a loaded model"),
-            "prefill_tok_s": (p["prefill_tps"], "prompt tokens computed per s" + (" (prefix cache off)" if name == "vllm" else "")),
+            "prefill_tok_s": (
+                p["prefill_tps"],
+                "prompt tokens computed per s" + (" (prefix cache off)" if name == "vllm" else ""),
+            ),
             "decode_step_s": (batch / r["decode_tps"], f"s per decoding step of a batch of {batch}"),
             "concurrency": (batch, "sequences decoded at once (the measured batch)"),
             "peak_mb": (run["peak_rss_mb"], "MB, peak RSS of the engine's process tree"),
         }
         cpu = {
             "engine_start_cpu_s": (run["start_cpu_s"], "CPU s from process start to a loaded model"),
-            "prefill_cpu_s_per_token": (prefill_run["results"][-1]["prefill_cpu_s"] / prompt_tokens,
-                                        "CPU s per prompt token of a 1-token run"),
+            "prefill_cpu_s_per_token": (
+                prefill_run["results"][-1]["prefill_cpu_s"] / prompt_tokens,
+                "CPU s per prompt token of a 1-token run",
+            ),
             # the run generates in ceil(n / batch) calls of `steps` decoding steps each
-            "decode_cpu_s_per_step": (max(big["full_cpu_s"] - big["prefill_cpu_s"], 0.0) / (-(-n // batch) * steps),
-                                      f"CPU s per decoding step of a batch of {batch}"),
+            "decode_cpu_s_per_step": (
+                max(big["full_cpu_s"] - big["prefill_cpu_s"], 0.0) / (-(-n // batch) * steps),
+                f"CPU s per decoding step of a batch of {batch}",
+            ),
         }
         values = {**(wall if only != "cpu" else {}), **(cpu if only != "wall" else {})}
         update_rates(path, "llm", "cpu", name, values, prov)

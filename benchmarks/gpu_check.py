@@ -171,7 +171,9 @@ def retrieval_path(name: str, data: Path, out: Path, device: str, dtype: str, mo
     if device == "cpu" and dtype == "float32":
         reference = on_device
     else:
-        reference = index_and_search(data, out, f"{name}-cpu", {**base, "device": "cpu", **({} if name == "colbert" else {"dtype": "float32"})})
+        reference = index_and_search(
+            data, out, f"{name}-cpu", {**base, "device": "cpu", **({} if name == "colbert" else {"dtype": "float32"})}
+        )
     delta = on_device["ndcg_cut_10"] - reference["ndcg_cut_10"]
     return {"path": name, "device": device, "dtype": dtype_key.get("dtype", "float32"), **on_device,
             "cpu_float32_ndcg_cut_10": reference["ndcg_cut_10"], "cpu_float32_docs_per_s": reference["docs_per_s"],
@@ -262,7 +264,11 @@ def write_rates(path: Path, rates: dict[str, dict[str, float]], device: str, com
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     cls, name = device_class(device)
     data.setdefault("device_classes", {}).setdefault(cls, f"one {name} (measured by benchmarks/gpu_check.py)")
-    provenance = {"machine": f"{name}, {os.cpu_count()} CPU cores", "date": datetime.date.today().isoformat(), "command": command}
+    provenance = {
+        "machine": f"{name}, {os.cpu_count()} CPU cores",
+        "date": datetime.date.today().isoformat(),
+        "command": command,
+    }
     units = {"docs_per_s": "documents per second (index job, model load included)", "engine_start_s": "s"}
     written = []
     for key, values in rates.items():
@@ -287,15 +293,27 @@ def kernels_path(device: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (a GPU) or cpu (checks the script itself)")
-    parser.add_argument("--dtype", default=None, help="encoder dtype on the device (default: float16 on cuda, float32 on cpu)")
+    parser.add_argument(
+        "--dtype", default=None, help="encoder dtype on the device (default: float16 on cuda, float32 on cpu)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="work folder (default: a temporary one)")
     parser.add_argument("--skip", default="", help=f"comma-separated paths to leave out, of {', '.join(PATHS)}")
-    parser.add_argument("--splade-model", default=None, help="a SPLADE checkpoint folder (default: MiniLM under a seeded MLM head)")
-    parser.add_argument("--colbert-model", default=None, help="a ColBERT checkpoint folder (default: MiniLM with a seeded projection)")
-    parser.add_argument("--vllm-python", default=None, help="the vLLM interpreter (default: .venv-vllm-gpu on cuda, .venv-vllm on cpu)")
-    parser.add_argument("--questions", type=int, default=100, help="MuSiQue sample questions in the slice (100: all, 1,890 paragraphs)")
+    parser.add_argument(
+        "--splade-model", default=None, help="a SPLADE checkpoint folder (default: MiniLM under a seeded MLM head)"
+    )
+    parser.add_argument(
+        "--colbert-model", default=None, help="a ColBERT checkpoint folder (default: MiniLM with a seeded projection)"
+    )
+    parser.add_argument(
+        "--vllm-python", default=None, help="the vLLM interpreter (default: .venv-vllm-gpu on cuda, .venv-vllm on cpu)"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=100, help="MuSiQue sample questions in the slice (100: all, 1,890 paragraphs)"
+    )
     parser.add_argument("--vllm-prompts", type=int, default=64)
-    parser.add_argument("--cpu-texts", type=Path, default=None, help="vllm_texts.json of a --device cpu run, to compare texts")
+    parser.add_argument(
+        "--cpu-texts", type=Path, default=None, help="vllm_texts.json of a --device cpu run, to compare texts"
+    )
     parser.add_argument("--write-rates", type=Path, default=None, help="YAML file to write the measured rates into")
     args = parser.parse_args(argv)
     skip = {s for s in args.skip.split(",") if s}
@@ -303,12 +321,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--skip: unknown path(s) {', '.join(sorted(skip - set(PATHS)))}; paths: {', '.join(PATHS)}")
     dtype = args.dtype or ("float32" if args.device == "cpu" else "float16")
     if args.write_rates and args.device == "cpu":
-        parser.error("--write-rates: the CPU rates come from the CPU benchmarks (docs/costs.md); this check writes a GPU's")
+        parser.error(
+            "--write-rates: the CPU rates come from the CPU benchmarks (docs/costs.md); this check writes a GPU's"
+        )
     if args.device != "cpu":
         import torch
 
         if not torch.cuda.is_available():
-            raise SystemExit(f"gpu_check: --device {args.device} but torch sees no GPU; run with --device cpu to check the script")
+            raise SystemExit(
+                f"gpu_check: --device {args.device} but torch sees no GPU; run with --device cpu to check the script"
+            )
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu_check-"))
     out.mkdir(parents=True, exist_ok=True)
     data = prepare_slice(out, args.questions)
@@ -324,10 +346,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(kernels_path(args.device))
         print(json.dumps(rows[-1]), flush=True)
     if "vllm" not in skip:
-        python = args.vllm_python or str(REPO / (".venv-vllm/bin/python" if args.device == "cpu" else ".venv-vllm-gpu/bin/python"))
+        python = args.vllm_python or str(
+            REPO / (".venv-vllm/bin/python" if args.device == "cpu" else ".venv-vllm-gpu/bin/python")
+        )
         rows.append(vllm_path(out, args.device, python, args.cpu_texts, args.vllm_prompts))
         print(json.dumps(rows[-1]), flush=True)
-    print(f"\ngpu_check on {device_class(args.device)[1]} ({dtype}), {time.perf_counter() - began:.0f} s, work folder {out}")
+    print(
+        f"\ngpu_check on {device_class(args.device)[1]} ({dtype}), {time.perf_counter() - began:.0f} s, work folder {out}"
+    )
     for r in rows:
         detail = (f"nDCG@10 {r['ndcg_cut_10']:.4f} vs CPU float32 {r['cpu_float32_ndcg_cut_10']:.4f} "
                   f"(Δ {r['delta_ndcg_cut_10']:+.4f}), {r['docs_per_s']} docs/s" if "ndcg_cut_10" in r

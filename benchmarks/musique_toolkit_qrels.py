@@ -98,13 +98,17 @@ def main() -> None:
         run.setdefault(row["qid"], {})[row["docid"]] = float(row["score"])
     ours = own_qrels(args.qrels)
     run = {q: docs for q, docs in run.items() if q in ours}
-    print(f"questions {len(ours)}, pairs {sum(len(g) for g in ours.values())}, "
-          f"nDCG@10 with our qrels {ndcg10(ours, run):.4f}")
+    print(
+        f"questions {len(ours)}, pairs {sum(len(g) for g in ours.values())}, "
+        f"nDCG@10 with our qrels {ndcg10(ours, run):.4f}"
+    )
     for name, order in (("corpus file order", as_given), ("question-file order first", file_order)):
         theirs, pairs = toolkit_qrels(records, order)
         differ = sum(set(ours[q]) != set(theirs[q]) for q in ours)
-        print(f"toolkit lookup, {name}: {pairs} of {sum(len(g) for g in ours.values())} pairs point at another "
-              f"paragraph, {differ} of {len(ours)} questions differ, nDCG@10 {ndcg10(theirs, run):.4f}")
+        print(
+            f"toolkit lookup, {name}: {pairs} of {sum(len(g) for g in ours.values())} pairs point at another "
+            f"paragraph, {differ} of {len(ours)} questions differ, nDCG@10 {ndcg10(theirs, run):.4f}"
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ def measure(run_dir: Path) -> dict[str, dict[str, float]]:
         stopped = rows[rows["finish_reason"] == "stop"]
         if stopped.empty:
             continue
-        out[str(prompt)] = {"answers": float(len(rows)), "stop_tokens": float(stopped["output_tokens"].mean()),
-                            "length_share": float((rows["finish_reason"] == "length").mean())}
+        out[str(prompt)] = {
+            "answers": float(len(rows)),
+            "stop_tokens": float(stopped["output_tokens"].mean()),
+            "length_share": float((rows["finish_reason"] == "length").mean()),
+        }
     return out
 
 
@@ -49,13 +52,22 @@ def main() -> int:
     args = ap.parse_args()
     prov = provenance()
     for prompt, m in measure(args.run_dir).items():
-        print(f"{prompt}: {m['answers']:.0f} answers, {m['stop_tokens']:.1f} tokens on a stop string, "
-              f"{m['length_share']:.1%} cut at max_new_tokens")
+        print(
+            f"{prompt}: {m['answers']:.0f} answers, {m['stop_tokens']:.1f} tokens on a stop string, "
+            f"{m['length_share']:.1%} cut at max_new_tokens"
+        )
         if args.write_rates:
-            update_rates(args.write_rates, "output", "data", prompt, {
-                "stop_tokens": (m["stop_tokens"], "output tokens of an answer ended by a stop string (mean)"),
-                "length_share": (m["length_share"], "share of answers cut at max_new_tokens"),
-            }, {**prov, "from": f"{args.run_dir}/generation/**/predictions.parquet ({m['answers']:.0f} answers)"})
+            update_rates(
+                args.write_rates,
+                "output",
+                "data",
+                prompt,
+                {
+                    "stop_tokens": (m["stop_tokens"], "output tokens of an answer ended by a stop string (mean)"),
+                    "length_share": (m["length_share"], "share of answers cut at max_new_tokens"),
+                },
+                {**prov, "from": f"{args.run_dir}/generation/**/predictions.parquet ({m['answers']:.0f} answers)"},
+            )
     return 0
 
 

@@ -66,7 +66,9 @@ def main() -> int:
     if plan.returncode != 0:
         print(plan.stderr[-3000:], file=sys.stderr)
         return 1
-    print(f"plan   snakemake -n --configfile {args.configfile}: {plan_s:6.2f} s  ({job_count(plan.stdout + plan.stderr)} jobs; goal < 15 s)")
+    print(
+        f"plan   snakemake -n --configfile {args.configfile}: {plan_s:6.2f} s  ({job_count(plan.stdout + plan.stderr)} jobs; goal < 15 s)"
+    )
 
     with tempfile.TemporaryDirectory(prefix="cqabench-plan-") as tmp:
         work = Path(tmp)
@@ -86,8 +88,10 @@ def main() -> int:
         noop_s, noop = snakemake(work, args.configfile)
         left = job_count(noop.stdout + noop.stderr)
         status = "nothing to do" if "Nothing to be done" in noop.stdout + noop.stderr else f"{left} jobs would run"
-        print(f"no-op  snakemake --configfile {args.configfile} over {len(outputs)} stand-in outputs: "
-              f"{noop_s:6.2f} s  ({status}; goal < 5 s)")
+        print(
+            f"no-op  snakemake --configfile {args.configfile} over {len(outputs)} stand-in outputs: "
+            f"{noop_s:6.2f} s  ({status}; goal < 5 s)"
+        )
         if left:
             print(noop.stdout[-2000:], noop.stderr[-2000:], file=sys.stderr)
             return 1

@@ -51,8 +51,13 @@ def write_tsv(path: Path, n: int) -> None:
 def peak_rss_mb(code: Path, tsv: Path, out: Path) -> tuple[float, float]:
     """(peak RSS in MiB, seconds) of one prepare run with the package at `code`."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(code), str(QUESTIONS), str(tsv), str(out)],
-                         check=True, capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(code), str(QUESTIONS), str(tsv), str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     kib, seconds = res.stdout.split()
     return int(kib) / 1024, float(seconds)
 
@@ -70,8 +75,9 @@ def main() -> int:
         base = work / "baseline"
         if not base.exists():
             base.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.baseline_ref, "workflow"],
-                                     check=True, capture_output=True).stdout
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", args.baseline_ref, "workflow"], check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
         codes[f"{args.baseline_ref}"] = base / "workflow"
     tsvs = {}
@@ -88,12 +94,16 @@ def main() -> int:
             t0 = time.perf_counter()
             mb, seconds = peak_rss_mb(code, tsvs[n], work / "out" / name.replace(" ", "_") / str(n))
             peaks.append(mb)
-            print(f"{name:12s} {n:9d} {tsvs[n].stat().st_size / 1e6:8.1f} {mb:8.1f} {seconds:8.1f}"
-                  f"   (wall {time.perf_counter() - t0:.1f} s)")
+            print(
+                f"{name:12s} {n:9d} {tsvs[n].stat().st_size / 1e6:8.1f} {mb:8.1f} {seconds:8.1f}"
+                f"   (wall {time.perf_counter() - t0:.1f} s)"
+            )
         small, large = args.sizes
         growth[name] = (peaks[1] - peaks[0]) * 2**20 / (large - small)  # bytes per passage
-        print(f"{name:12s} growth {growth[name]:.0f} bytes of peak RSS per extra passage "
-              f"({peaks[1] / peaks[0]:.2f}x from {small} to {large})")
+        print(
+            f"{name:12s} growth {growth[name]:.0f} bytes of peak RSS per extra passage "
+            f"({peaks[1] / peaks[0]:.2f}x from {small} to {large})"
+        )
     if len(growth) == 2:
         ours, base = growth["this tree"], growth[args.baseline_ref]
         ratio = ours / base if base else float("nan")

@@ -98,7 +98,10 @@ def paper_questions(config: Path = ROOT / "config" / "dexter.yaml") -> dict[str,
 
 def gpu_extrapolation(questions: dict[str, int], pairs_per_s: float, depth: int = DEPTH) -> list[dict[str, Any]]:
     """Each dataset's pairs (questions x depth) and seconds of scoring at `pairs_per_s`."""
-    return [{"dataset": d, "questions": q, "pairs": q * depth, "gpu_s": q * depth / pairs_per_s} for d, q in questions.items()]
+    return [
+        {"dataset": d, "questions": q, "pairs": q * depth, "gpu_s": q * depth / pairs_per_s}
+        for d, q in questions.items()
+    ]
 
 
 # ---- the measured rates ----
@@ -165,7 +168,11 @@ def child(variant: str, inputs: Path, model: Path, out: Path) -> None:
             scores.setdefault(q, {})[d] = float(s)
         enc = ce.tokenizer([q for q, _ in pairs], [d for _, d in pairs], truncation=False, verbose=False)  # untimed
         over = [len(ids) - RUN["max_length"] for ids in enc["input_ids"]]
-        truncation = {"pairs": len(pairs), "truncated_pairs": sum(o > 0 for o in over), "max_tokens_cut": max([0, *over])}
+        truncation = {
+            "pairs": len(pairs),
+            "truncated_pairs": sum(o > 0 for o in over),
+            "max_tokens_cut": max([0, *over]),
+        }
     use = resource.getrusage(resource.RUSAGE_SELF)
     out.write_text(json.dumps({
         "variant": variant, "queries": len(run), "pairs": truncation["pairs"], "call_s": call_s, "score_s": score_s,
@@ -177,7 +184,18 @@ def child(variant: str, inputs: Path, model: Path, out: Path) -> None:
 def run_child(variant: str, inputs: Path, model: Path) -> dict[str, Any]:
     """The variant in a fresh interpreter; `process_s` is its whole wall, start to exit."""
     with tempfile.NamedTemporaryFile(suffix=".json") as fh:
-        cmd = [sys.executable, __file__, "--child", variant, "--inputs", str(inputs), "--model", str(model), "--out", fh.name]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            variant,
+            "--inputs",
+            str(inputs),
+            "--model",
+            str(model),
+            "--out",
+            fh.name,
+        ]
         started = time.perf_counter()
         subprocess.run(cmd, check=True)
         row = json.loads(Path(fh.name).read_text())

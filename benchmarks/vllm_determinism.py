@@ -123,7 +123,9 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=32, help="half closed-book, half with gold paragraphs")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--model-dir", type=Path, default=Path("/tmp/vllm-determinism/models/smollm2-135m"))
-    ap.add_argument("--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python"))
+    ap.add_argument(
+        "--vllm-python", default=os.environ.get("CQABENCH_VLLM_PYTHON") or str(REPO / ".venv-vllm/bin/python")
+    )
     ap.add_argument("--skip-server", action="store_true", help="leave out the OpenAI-server run")
     ap.add_argument("--out", type=Path, default=Path("/tmp/vllm-determinism/result.json"))
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -154,9 +156,13 @@ def main() -> int:
             same = sum(a == b for a, b in zip(results["max_num_seqs 16"]["texts"], res["texts"]))
             print(f"  texts identical to max_num_seqs 16: {same}/{len(chats)}", flush=True)
     if not args.skip_server:
-        results["OpenAI server, max_num_seqs 16 (openai backend)"] = serve_and_run(args.vllm_python, model_dir, job, tmp)
+        results["OpenAI server, max_num_seqs 16 (openai backend)"] = serve_and_run(
+            args.vllm_python, model_dir, job, tmp
+        )
     ref = results["max_num_seqs 16"]["texts"]
-    print(f"\n{len(chats)} MuSiQue prompts, greedy, max_new_tokens {args.max_new_tokens}; texts identical to max_num_seqs 16:")
+    print(
+        f"\n{len(chats)} MuSiQue prompts, greedy, max_new_tokens {args.max_new_tokens}; texts identical to max_num_seqs 16:"
+    )
     for name, res in results.items():
         if "error" in res:
             print(f"  {name:<50} did not run: {res['error']}")

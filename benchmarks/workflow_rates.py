@@ -37,8 +37,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-LIGHT = ("evaluate_retrieval", "evaluate_generation", "convert_model", "aggregate", "report_tables", "report_plots",
-         "report_page", "estimate", "import_run", "fuse_runs")
+LIGHT = (
+    "evaluate_retrieval",
+    "evaluate_generation",
+    "convert_model",
+    "aggregate",
+    "report_tables",
+    "report_plots",
+    "report_page",
+    "estimate",
+    "import_run",
+    "fuse_runs",
+)
 
 
 def main() -> int:
@@ -57,8 +67,13 @@ def main() -> int:
     # The items of each job (documents, queries) come from the estimate itself, whose fixed costs
     # are what this measures: count with placeholders where the rates file has none yet.
     data = copy.deepcopy(load_rates(args.rates).data)
-    for family, names in {"prepare": ["fixed_s"], "pool_corpus": ["fixed_s"], "export_beir": ["fixed_s"],
-                          "bm25_index": ["fixed_s"], "bm25_search": ["fixed_s", "peak_mb"]}.items():
+    for family, names in {
+        "prepare": ["fixed_s"],
+        "pool_corpus": ["fixed_s"],
+        "export_beir": ["fixed_s"],
+        "bm25_index": ["fixed_s"],
+        "bm25_search": ["fixed_s", "peak_mb"],
+    }.items():
         entry = data["rates"].setdefault(family, {}).setdefault("cpu", {}).setdefault("any", {})
         for name in names:
             entry.setdefault(name, {"value": 0, "unit": "", "assumed": {"source": "placeholder while measuring"}})
@@ -79,7 +94,10 @@ def main() -> int:
             return
         rest = [max(1.0, r["cpu_time"] - per_item(c)) for r, c in pairs]
         entry = out.setdefault((family, "cpu", model), {})
-        entry["fixed_s"] = (statistics.median(rest), f"CPU s per job besides its items (median of {len(rest)} jobs of a run)")
+        entry["fixed_s"] = (
+            statistics.median(rest),
+            f"CPU s per job besides its items (median of {len(rest)} jobs of a run)",
+        )
 
     r = costs.rates
     per_m = lambda fam: lambda c: r.value(fam, "cpu", "any", "cpu_s_per_mdoc") * c.items.get("documents", 0) / 1e6  # noqa: E731
@@ -92,26 +110,53 @@ def main() -> int:
 
     fixed("pool_corpus", "any", jobs("pool_corpus"), pooled)
     fixed("export_beir", "any", jobs("export_beir"), per_m("export_beir"))
-    fixed("bm25_index", "any", jobs("index", lambda c: c.model and costs.plan.retriever_configs[c.model]["type"] == "bm25"),
-          per_m("bm25_index"))
-    bm25_search = [p for rule in ("search", "decompose_search")
-                   for p in jobs(rule, lambda c: costs.plan.retriever_configs[c.model]["type"] == "bm25")]
+    fixed(
+        "bm25_index",
+        "any",
+        jobs("index", lambda c: c.model and costs.plan.retriever_configs[c.model]["type"] == "bm25"),
+        per_m("bm25_index"),
+    )
+    bm25_search = [
+        p
+        for rule in ("search", "decompose_search")
+        for p in jobs(rule, lambda c: costs.plan.retriever_configs[c.model]["type"] == "bm25")
+    ]
     queries = sorted({c.items["queries"] for _, c in bm25_search})
     if len(queries) >= 3:  # fit CPU s = fixed + per query over the run's searches (the sample's small corpora)
         import numpy as np
 
-        slope, intercept = np.polyfit([c.items["queries"] for _, c in bm25_search], [p["cpu_time"] for p, _ in bm25_search], 1)
+        slope, intercept = np.polyfit(
+            [c.items["queries"] for _, c in bm25_search], [p["cpu_time"] for p, _ in bm25_search], 1
+        )
         if slope > 0:
             out[("bm25_search", "cpu", "any")] = {
-                "fixed_s": (max(float(intercept), 1.0), f"CPU s per job (intercept over {len(bm25_search)} searches of a run)"),
-                "s_per_query": (float(slope), "CPU s per query (slope over a run's searches; corpora of at most 10k documents)")}
+                "fixed_s": (
+                    max(float(intercept), 1.0),
+                    f"CPU s per job (intercept over {len(bm25_search)} searches of a run)",
+                ),
+                "s_per_query": (
+                    float(slope),
+                    "CPU s per query (slope over a run's searches; corpora of at most 10k documents)",
+                ),
+            }
     if ("bm25_search", "cpu", "any") not in out:
-        fixed("bm25_search", "any", bm25_search, lambda c: c.items["queries"] * r.value("bm25_search", "cpu", "any", "s_per_query"))
+        fixed(
+            "bm25_search",
+            "any",
+            bm25_search,
+            lambda c: c.items["queries"] * r.value("bm25_search", "cpu", "any", "s_per_query"),
+        )
     if bm25_search:
-        out[("bm25_search", "cpu", "any")]["peak_mb"] = (max(p[0]["max_rss"] for p in bm25_search), "MB, largest peak RSS of a run's jobs")
+        out[("bm25_search", "cpu", "any")]["peak_mb"] = (
+            max(p[0]["max_rss"] for p in bm25_search),
+            "MB, largest peak RSS of a run's jobs",
+        )
     light: dict[str, list[dict]] = {rule: [x for x in frame.to_dict("records") if x["rule"] == rule] for rule in LIGHT}
-    light["generate_cached"] = [x for x in frame.to_dict("records")
-                                if x["rule"] == "generate" and x["wildcards"]["llm"] in costs.plan.gen_batch_llms]
+    light["generate_cached"] = [
+        x
+        for x in frame.to_dict("records")
+        if x["rule"] == "generate" and x["wildcards"]["llm"] in costs.plan.gen_batch_llms
+    ]
     worst_s, worst_mb = 0.0, 0.0
     for rule, rows in light.items():
         if not rows:
@@ -121,11 +166,15 @@ def main() -> int:
         # a model conversion is no light job; a fusion's is ranx's import (numba), ~20 CPU s
         if rule not in ("convert_model", "fuse_runs"):
             worst_s, worst_mb = max(worst_s, s), max(worst_mb, mb)
-        out[("light", "cpu", rule)] = {"fixed_s": (max(s, 1.0), f"CPU s per job (median of {len(rows)} jobs of a run)"),
-                                       "peak_mb": (mb, "MB, largest peak RSS of a run's jobs")}
+        out[("light", "cpu", rule)] = {
+            "fixed_s": (max(s, 1.0), f"CPU s per job (median of {len(rows)} jobs of a run)"),
+            "peak_mb": (mb, "MB, largest peak RSS of a run's jobs"),
+        }
     if worst_s:
-        out[("light", "cpu", "any")] = {"fixed_s": (worst_s, "s per job: the largest median of the light rules"),
-                                        "peak_mb": (worst_mb, "MB: the largest peak of the light rules")}
+        out[("light", "cpu", "any")] = {
+            "fixed_s": (worst_s, "s per job: the largest median of the light rules"),
+            "peak_mb": (worst_mb, "MB: the largest peak of the light rules"),
+        }
     for (family, device, model), values in out.items():
         print(f"{family}.{device}.{model}: " + ", ".join(f"{k} {v:.3g}" for k, (v, _) in values.items()))
         if args.write_rates:

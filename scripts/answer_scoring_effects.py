@@ -62,8 +62,10 @@ def wrong_pairs(dataset: str, golds: Sequence[Answer]) -> None:
             ours += int(cover_em(answer, aliases))
             script += int(cover_em_script(dataset, answer, aliases))
             squad += int(squad_cover_em(answer, aliases))
-    print(f"{dataset:16} other questions' answers (wrong): n={n} default={ours} dexter={script} "
-          f"squad_cover_em (before)={squad}")
+    print(
+        f"{dataset:16} other questions' answers (wrong): n={n} default={ours} dexter={script} "
+        f"squad_cover_em (before)={squad}"
+    )
 
 
 def _trailing_zero(gold: Answer) -> str | None:
@@ -83,32 +85,67 @@ def text_datasets(data: Path) -> None:
     tatqa = loader("tatqa").load({"questions": data / "tatqa" / "tatqa_dataset_dev.json"}, "dev").answers
     numbers = [a for a in tatqa if a.answer_type == "number"]
     count("gold itself", "tatqa", tatqa, lambda a: " and ".join(a.aliases))
-    count("negative numeric golds without the sign", "tatqa", numbers,
-          lambda a: a.aliases[0][1:] if a.aliases[0].startswith("-") else None)
-    count("non-negative numeric golds with '-' added", "tatqa", numbers,
-          lambda a: None if a.aliases[0].startswith("-") else "-" + a.aliases[0])
+    count(
+        "negative numeric golds without the sign",
+        "tatqa",
+        numbers,
+        lambda a: a.aliases[0][1:] if a.aliases[0].startswith("-") else None,
+    )
+    count(
+        "non-negative numeric golds with '-' added",
+        "tatqa",
+        numbers,
+        lambda a: None if a.aliases[0].startswith("-") else "-" + a.aliases[0],
+    )
     count("numeric golds >= 1000 written with commas", "tatqa", numbers, lambda a: _with_commas(a.aliases[0]))
-    count("span golds with thousands commas, answered without", "tatqa", tatqa,
-          lambda a: a.aliases[0].replace(",", "") if a.numeric_type == "span"
-          and re.fullmatch(r"[-$]*\d{1,3}(,\d{3})+(\.\d+)?", a.aliases[0]) else None)
+    count(
+        "span golds with thousands commas, answered without",
+        "tatqa",
+        tatqa,
+        lambda a: (
+            a.aliases[0].replace(",", "")
+            if a.numeric_type == "span" and re.fullmatch(r"[-$]*\d{1,3}(,\d{3})+(\.\d+)?", a.aliases[0])
+            else None
+        ),
+    )
     count("golds with a trailing fractional zero, answered without", "tatqa", tatqa, _trailing_zero)
-    count("multi-span golds answered with the last span", "tatqa", tatqa,
-          lambda a: a.aliases[-1] if a.numeric_type == "multi-span" else None)
+    count(
+        "multi-span golds answered with the last span",
+        "tatqa",
+        tatqa,
+        lambda a: a.aliases[-1] if a.numeric_type == "multi-span" else None,
+    )
 
     musique = loader("musique").load({"questions": data / "musique" / "musique_train_100.json"}, "train").answers
-    wiki = [Answer(qid=r["_id"], answer_type="aliases", aliases=[r["answer"]])
-            for r in json.loads((data / "2wikimultihopqa" / "dev_38.json").read_text())]
-    ott = [Answer(qid=r["question_id"], answer_type="aliases", aliases=[r["answer-text"]])
-           for r in json.loads((data / "ottqa" / "released_data" / "dev.json").read_text())]
+    wiki = [
+        Answer(qid=r["_id"], answer_type="aliases", aliases=[r["answer"]])
+        for r in json.loads((data / "2wikimultihopqa" / "dev_38.json").read_text())
+    ]
+    ott = [
+        Answer(qid=r["question_id"], answer_type="aliases", aliases=[r["answer-text"]])
+        for r in json.loads((data / "ottqa" / "released_data" / "dev.json").read_text())
+    ]
     for dataset, golds in (("musique", musique), ("2wikimultihopqa", wiki), ("ottqa", ott)):
         count("gold itself", dataset, golds, lambda a: a.aliases[0])
-        count("golds holding punctuation, answered SQuAD-normalized", dataset, golds,
-              lambda a: normalize_answer(a.aliases[0]) if set(a.aliases[0]) & set(string.punctuation) else None)
-    count("questions with aliases, answered with the last alias", "musique", musique,
-          lambda a: a.aliases[-1] if len(a.aliases) > 1 else None)
+        count(
+            "golds holding punctuation, answered SQuAD-normalized",
+            dataset,
+            golds,
+            lambda a: normalize_answer(a.aliases[0]) if set(a.aliases[0]) & set(string.punctuation) else None,
+        )
+    count(
+        "questions with aliases, answered with the last alias",
+        "musique",
+        musique,
+        lambda a: a.aliases[-1] if len(a.aliases) > 1 else None,
+    )
     count("gold + ' (the rest is unknown)'", "musique", musique, lambda a: a.aliases[0] + " (the rest is unknown)")
-    count("multi-word golds answered with their first word", "ottqa", ott,
-          lambda a: a.aliases[0].split()[0] if len(a.aliases[0].split()) > 1 else None)
+    count(
+        "multi-word golds answered with their first word",
+        "ottqa",
+        ott,
+        lambda a: a.aliases[0].split()[0] if len(a.aliases[0].split()) > 1 else None,
+    )
     wrong_pairs("musique", musique)
     wrong_pairs("2wikimultihopqa", wiki)
 
@@ -117,12 +154,15 @@ def finqa(data: Path) -> None:
     """FinQA's published answer strings given back as final answers, every EM-tol variant."""
     canonical = loader("finqa").load({"questions": data / "finqa" / "dev_200.json"}, "dev")
     tables = canonical.tables()
-    preds = pd.DataFrame({"qid": [a.qid for a in canonical.answers],
-                          "prediction": [a.aliases[0] for a in canonical.answers]})
+    preds = pd.DataFrame(
+        {"qid": [a.qid for a in canonical.answers], "prediction": [a.aliases[0] for a in canonical.answers]}
+    )
     summary, _ = score_predictions("finqa", tables["queries"], tables["answers"], preds)
     for row in summary:
-        print(f"finqa            published answers given back: {row['metric']}/{row['variant']} "
-              f"= {row['value']:.4f} (n={row['n']})")
+        print(
+            f"finqa            published answers given back: {row['metric']}/{row['variant']} "
+            f"= {row['value']:.4f} (n={row['n']})"
+        )
 
 
 def main() -> None:

@@ -53,7 +53,8 @@ def build(shared: Path, out: Path) -> None:
     shutil.copyfile(shared / "2wikimultihopqa/dev_38.json", out / "2wikimultihopqa/dev_38.json")
     passages = json.loads((shared / "2wikimultihopqa/distractor_corpus.json").read_text(encoding="utf-8"))
     (out / f"2wikimultihopqa/distractor_corpus_{TWOWIKI_PASSAGES}.json").write_text(
-        json.dumps(passages[:TWOWIKI_PASSAGES], indent=4), encoding="utf-8")  # the source's own layout
+        json.dumps(passages[:TWOWIKI_PASSAGES], indent=4), encoding="utf-8"
+    )  # the source's own layout
 
     # FinQA: the first records of the 200 dev records, in the release's format (one line).
     finqa = json.loads((shared / "finqa/dev_200.json").read_text(encoding="utf-8"))[:FINQA_RECORDS]
@@ -61,7 +62,10 @@ def build(shared: Path, out: Path) -> None:
 
     # AmbigQA: the 11-question fixture, its passages cast to DPR's psgs_w100.tsv shape.
     (out / "ambigqa").mkdir(parents=True, exist_ok=True)
-    _dump(json.loads((shared / "ambigqa/dev_light.json").read_text())[:AMBIGQA_QUESTIONS], out / "ambigqa/dev_light_40.json")
+    _dump(
+        json.loads((shared / "ambigqa/dev_light.json").read_text())[:AMBIGQA_QUESTIONS],
+        out / "ambigqa/dev_light_40.json",
+    )
     fixture = json.loads((shared / "ambigqa/fixture_passages.json").read_text())
     with open(out / "ambigqa/psgs_w100_sample.tsv", "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
@@ -75,13 +79,7 @@ def build(shared: Path, out: Path) -> None:
     passages = json.loads((shared / "ottqa/dev_passages.json").read_text())
     keep = list(dict.fromkeys([q["table_id"] for q in traced] + list(tables)))[:OTTQA_TABLES]
     kept_tables = {tid: tables[tid] for tid in keep}
-    links = {
-        link
-        for t in kept_tables.values()
-        for row in t["data"]
-        for _, cell_links in row
-        for link in cell_links
-    }
+    links = {link for t in kept_tables.values() for row in t["data"] for _, cell_links in row for link in cell_links}
     links |= {node[2] for q in traced for node in q.get("answer-node", []) if node[3] == "passage"}
     _dump(traced, out / "ottqa/dev.traced.sample.json")
     _dump(kept_tables, out / "ottqa/dev_tables.sample.json")

@@ -28,7 +28,7 @@ def normalize(text: str) -> list[str]:
             if not line or re.match(r"(jobid|reason|dependencies):", line):
                 continue
             if line.startswith("resources:"):
-                line = "resources: " + ", ".join(sorted(x.strip() for x in line[len("resources:"):].split(",")))
+                line = "resources: " + ", ".join(sorted(x.strip() for x in line[len("resources:") :].split(",")))
             fields.append(line)
         jobs.append(" | ".join(fields))
     return sorted(jobs)

@@ -34,7 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 # Tests sit in one folder per stage (tests/<stage>/, as workflow/cqabench/<stage>/); a few import
 # another stage's test doubles (the OpenAI loopback server, the scripted agent model), so every
 # folder is importable, as the flat tests/ folder was.
-sys.path[1:1] = [str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.is_dir() and d.name not in ("fixtures", "__pycache__")]
+sys.path[1:1] = [
+    str(d) for d in sorted(Path(__file__).parent.iterdir()) if d.is_dir() and d.name not in ("fixtures", "__pycache__")
+]
 import tier_guard  # noqa: E402  (tests/guard, on the path just above)
 
 pytest_plugins = ("pytester",)  # tests/workflow/test_tier_guard.py runs a small suite under the guard
@@ -201,6 +203,7 @@ def sample_stand_ins(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Dr
     from test_rebuild import _stand_ins
 
     forced = dry_run("config.yaml")  # `-n --forceall`: the same plan in any copy of the checkout
+
     def build(root: Path) -> None:
         _stand_ins(copied_checkout(root / "checkout"), forced)  # also asserts that it then plans nothing
 

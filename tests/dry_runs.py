@@ -104,10 +104,17 @@ def _job(block: str) -> Job | None:
     fields_part, _, shell = block.partition("\nShell command: ")
     fields = {m.group(1): m.group(2).strip() for m in _FIELD.finditer(fields_part)}
     command = shell.split("\n\n", 1)[0].split("\nJob stats:", 1)[0].strip() if shell else ""
-    return Job(rule=head.group(1), wildcards=_pairs(fields.get("wildcards")), input=_paths(fields.get("input")),
-               output=_paths(fields.get("output")), log=_paths(fields.get("log")),
-               benchmark=_paths(fields.get("benchmark")), resources=_pairs(fields.get("resources")),
-               shell=None if command in ("", "None") else command, block=block)
+    return Job(
+        rule=head.group(1),
+        wildcards=_pairs(fields.get("wildcards")),
+        input=_paths(fields.get("input")),
+        output=_paths(fields.get("output")),
+        log=_paths(fields.get("log")),
+        benchmark=_paths(fields.get("benchmark")),
+        resources=_pairs(fields.get("resources")),
+        shell=None if command in ("", "None") else command,
+        block=block,
+    )
 
 
 def parse(stdout: str, stderr: str = "") -> DryRun:

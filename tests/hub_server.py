@@ -83,7 +83,9 @@ class LoopbackHub:
 
     # ---- request handling ----
 
-    def _send(self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes, send_body: bool) -> None:
+    def _send(
+        self, h: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes, send_body: bool
+    ) -> None:
         h.send_response(status)
         for k, v in {**headers, "Content-Length": str(len(body))}.items():
             h.send_header(k, v)
@@ -93,8 +95,13 @@ class LoopbackHub:
 
     def _error(self, h: BaseHTTPRequestHandler, status: int, code: str, message: str, send_body: bool) -> None:
         body = json.dumps({"error": message}).encode()
-        self._send(h, status, {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"},
-                   body, send_body)
+        self._send(
+            h,
+            status,
+            {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"},
+            body,
+            send_body,
+        )
 
     def _handle(self, h: BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlsplit(h.path).path)
@@ -124,17 +131,30 @@ class LoopbackHub:
                "siblings": [{"rfilename": n, "size": len(b)} for n, b in sorted(repo.files.items())]}  # fmt: skip
         self._send(h, 200, {"Content-Type": "application/json"}, json.dumps(doc).encode(), body)
 
-    def _resolve(self, h: BaseHTTPRequestHandler, repo_id: str, revision: str, filename: str, token: str | None,
-                 body: bool) -> None:
+    def _resolve(
+        self, h: BaseHTTPRequestHandler, repo_id: str, revision: str, filename: str, token: str | None, body: bool
+    ) -> None:
         repo = self.repos.get(repo_id)
         if repo is None:
             return self._error(h, 401, "RepoNotFound", f"Repository Not Found for url: {repo_id}", body)
         if repo.gated and token is None:
-            return self._error(h, 401, "GatedRepo", f"Access to model {repo_id} is restricted. You must have access "
-                                                    "to it and be authenticated to access it. Please log in.", body)
+            return self._error(
+                h,
+                401,
+                "GatedRepo",
+                f"Access to model {repo_id} is restricted. You must have access "
+                "to it and be authenticated to access it. Please log in.",
+                body,
+            )
         if repo.gated and token != self.token:
-            return self._error(h, 403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in the "
-                                                    f"authorized list (token {token} was refused).", body)
+            return self._error(
+                h,
+                403,
+                "GatedRepo",
+                f"Access to model {repo_id} is restricted and you are not in the "
+                f"authorized list (token {token} was refused).",
+                body,
+            )
         commit = repo.resolve(revision)
         if commit is None:
             return self._error(h, 404, "RevisionNotFound", f"Invalid rev id: {revision}", body)
@@ -145,7 +165,7 @@ class LoopbackHub:
                    "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}  # fmt: skip
         ranged = h.headers.get("Range", "")
         if ranged.startswith("bytes=") and ranged.endswith("-") and h.command == "GET":
-            start = int(ranged[len("bytes="):-1])
+            start = int(ranged[len("bytes=") : -1])
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             return self._send(h, 206, headers, data[start:], body)
         self._send(h, 200, headers, data, body)

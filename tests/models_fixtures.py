@@ -102,8 +102,12 @@ def tiny_dpr(out: Path) -> tuple[Path, Path]:
 
     tok = _tokenizer()
     kw = dict(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=512,
+        vocab_size=tok.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
     )
     torch.manual_seed(1)
     q, c = out / "question", out / "context"

@@ -32,5 +32,11 @@ def run_pipeline(base: Path, export_dir: Path) -> dict[str, Path]:
     assert main(["export-beir", "--corpus", str(data / "corpus.parquet"), "--queries", str(data / "queries.parquet"),
                  "--qrels", str(data / "qrels.parquet"), "--split", "train", "--serialization", "pipe",
                  "--out-dir", str(export_dir)]) == 0  # fmt: skip
-    return {"base": base, "data": data, "export": export_dir, "run": base / "bm25.trec",
-            "metrics": base / "metrics.json", "per_query": base / "per_query.parquet"}
+    return {
+        "base": base,
+        "data": data,
+        "export": export_dir,
+        "run": base / "bm25.trec",
+        "metrics": base / "metrics.json",
+        "per_query": base / "per_query.parquet",
+    }

@@ -68,9 +68,12 @@ def explain_difference(tok, trace: dict[str, Any], vllm_text: str, hf_text: str)
     prefix = tok.decode(ids[:k], skip_special_tokens=True)
     runner_up = tok.decode([top[1][0]], skip_special_tokens=True) if len(top) > 1 else ""
     return {
-        "token": k, "of": len(ids), "gap": round(gap, 4),
-        "hf_took_vllms_runner_up": bool(runner_up) and hf_text[len(prefix):].startswith(runner_up),
-        "vllm": vllm_text[len(prefix):][:40], "hf": hf_text[len(prefix):][:40],
+        "token": k,
+        "of": len(ids),
+        "gap": round(gap, 4),
+        "hf_took_vllms_runner_up": bool(runner_up) and hf_text[len(prefix) :].startswith(runner_up),
+        "vllm": vllm_text[len(prefix) :][:40],
+        "hf": hf_text[len(prefix) :][:40],
     }
 
 
@@ -82,11 +85,18 @@ def generate_vllm(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
     from cqabench.generation.llm.vllm_backend import VllmBackend
 
     models_dir = Path(model_dir).parent
-    spec = llm_spec(Path(model_dir).name, {"backend": "vllm", "source": SOURCE, "dtype": "float32", **job.get("options", {})},
-                    models_dir=models_dir)
+    spec = llm_spec(
+        Path(model_dir).name,
+        {"backend": "vllm", "source": SOURCE, "dtype": "float32", **job.get("options", {})},
+        models_dir=models_dir,
+    )
     backend = VllmBackend(spec)
     ready = time.perf_counter() - began
-    out: dict[str, Any] = {"start_seconds": round(ready, 2), "engine_seconds": round(backend.start_seconds, 2), "runs": {}}
+    out: dict[str, Any] = {
+        "start_seconds": round(ready, 2),
+        "engine_seconds": round(backend.start_seconds, 2),
+        "runs": {},
+    }
     import vllm
     from vllm.inputs import TokensPrompt
 
@@ -103,10 +113,16 @@ def generate_vllm(model_dir: str, job: dict[str, Any]) -> dict[str, Any]:
         }
         if run.get("trace"):
             # the same requests again, asking for token ids and the two best logprobs per step
-            params = vllm.SamplingParams(temperature=0, max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None,
-                                         logprobs=2, seed=sampling.seed)
-            outs = backend.llm.generate([TokensPrompt(prompt_token_ids=backend.prompt_ids(c)) for c in run["chats"]],
-                                        params, use_tqdm=False)
+            params = vllm.SamplingParams(
+                temperature=0,
+                max_tokens=sampling.max_new_tokens,
+                stop=list(sampling.stop) or None,
+                logprobs=2,
+                seed=sampling.seed,
+            )
+            outs = backend.llm.generate(
+                [TokensPrompt(prompt_token_ids=backend.prompt_ids(c)) for c in run["chats"]], params, use_tqdm=False
+            )
             traces = []
             for o in outs:
                 best = o.outputs[0]

@@ -17,7 +17,10 @@ from cqabench.cli import build_parser, subcommand_parsers
 def undocumented(parser: argparse.ArgumentParser) -> list[str]:
     """'<command> <option>' for each subcommand or option of `parser` (nested ones included)
     whose help text is missing, empty or suppressed; `-h` is argparse's own and documented."""
-    parsers = {parser.prog: parser, **{f"{parser.prog} {name}": sub for name, sub in subcommand_parsers(parser).items()}}
+    parsers = {
+        parser.prog: parser,
+        **{f"{parser.prog} {name}": sub for name, sub in subcommand_parsers(parser).items()},
+    }
     missing = []
     for command, p in parsers.items():
         for action in p._actions:

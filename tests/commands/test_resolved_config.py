@@ -35,8 +35,9 @@ def _validated(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "dexter.yaml", "tanq.yaml"])
-def test_a_plan_rebuilt_from_the_written_config_decides_every_job_alike(name: str, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plan_rebuilt_from_the_written_config_decides_every_job_alike(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(REPO)
     config = _validated(name)
     planned = Plan(config, Environment(root=Path(".")))
@@ -83,10 +84,22 @@ def test_cell_labels_need_the_config_and_name_what_they_expect(monkeypatch: pyte
     with pytest.raises(ConfigError, match="<setting>-k<k>"):
         _generation_cell("musique/train/pipe", config)
     got = _generation_cell("musique/train/pipe/none/smollm2-135m/few-shot/closed-k0", config)
-    assert got["dataset"] == "musique" and got["setting"] == "closed" and got["k"] == 0 and got["corpus"] == "wiki-multihop"
+    assert (
+        got["dataset"] == "musique"
+        and got["setting"] == "closed"
+        and got["k"] == 0
+        and got["corpus"] == "wiki-multihop"
+    )
     run = _retrieval_cell("musique/train/pipe/bm25", config)
-    assert run == {"dataset": "musique", "split": "train", "corpus": "wiki-multihop", "relevance": "paper",
-                   "serialization": "pipe", "retriever": "bm25", "retriever_settings": run["retriever_settings"]}
+    assert run == {
+        "dataset": "musique",
+        "split": "train",
+        "corpus": "wiki-multihop",
+        "relevance": "paper",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "retriever_settings": run["retriever_settings"],
+    }
     assert run["retriever_settings"]["type"] == "bm25" and run["retriever_settings"]["k"] == 100
     with pytest.raises(ConfigError, match="<dataset>/<split>/<serialization>/<run>"):
         _retrieval_cell("musique/train/pipe", config)
@@ -97,15 +110,27 @@ def test_generate_takes_its_settings_from_one_source(monkeypatch: pytest.MonkeyP
 
     monkeypatch.chdir(REPO)
     config = _validated("config.yaml")
-    cell = dict(dataset="tatqa", split="dev", serialization="pipe", retriever="bm25", llm="smollm2-135m",
-                prompt="few-shot", setting="rag", k=3)
+    cell = dict(
+        dataset="tatqa",
+        split="dev",
+        serialization="pipe",
+        retriever="bm25",
+        llm="smollm2-135m",
+        prompt="few-shot",
+        setting="rag",
+        k=3,
+    )
     args = argparse.Namespace(**cell, config=json.dumps(config), settings=None)
     plan = Plan(config, Environment(root=Path(".")))
     assert _cell_settings(args) == plan.generation_settings(Cell(**cell))
     assert _cell_settings(argparse.Namespace(**cell, config=None, settings='{"llm": {}}')) == {"llm": {}}
     with pytest.raises(ConfigError, match="one of them"):
         _cell_settings(argparse.Namespace(**cell, config=None, settings=None))
-    shared, members = _batch_of(argparse.Namespace(llm="smollm2-135m", config=json.dumps(config), settings=None, cells=None))
-    assert shared == plan.batch_shared_settings("smollm2-135m") and len(members) == len(plan.batch_cells("smollm2-135m"))
+    shared, members = _batch_of(
+        argparse.Namespace(llm="smollm2-135m", config=json.dumps(config), settings=None, cells=None)
+    )
+    assert shared == plan.batch_shared_settings("smollm2-135m") and len(members) == len(
+        plan.batch_cells("smollm2-135m")
+    )
     with pytest.raises(ConfigError, match="not both"):
         _batch_of(argparse.Namespace(llm="smollm2-135m", config="c.json", settings="{}", cells=None))

@@ -72,22 +72,40 @@ def test_open_book_limits_default_to_the_schemas() -> None:
 
 def _planned(plan: Plan) -> dict[str, Any]:
     """What the plan read from keys the schema gives a default."""
-    w = SimpleNamespace(dataset="tanq", split="test", serialization="pipe", retriever="bm25", llm="smollm2-135m",
-                        prompt="few-shot", setting="open-book", k="1")
-    return {"retrieval_k": plan.retrieval_k, "decomposition_k": plan.decomposition_k, "threads": plan.threads,
-            "seed": plan.gen_seed, "prompts_dir": plan.prompts_dir, "cache_dir": plan.llm_cache_dir,
-            "paper_data": plan.paper_data, "drop": plan.drop_identical_ids,
-            "relevance": {ds: plan.relevance_of(ds) for ds in plan.datasets},
-            "beir": [t for t in plan.data_targets() if "/beir/" in t],
-            "open_book": {k: v for k, v in plan.open_book_settings(w).items() if k != "retriever_settings"}}
+    w = SimpleNamespace(
+        dataset="tanq",
+        split="test",
+        serialization="pipe",
+        retriever="bm25",
+        llm="smollm2-135m",
+        prompt="few-shot",
+        setting="open-book",
+        k="1",
+    )
+    return {
+        "retrieval_k": plan.retrieval_k,
+        "decomposition_k": plan.decomposition_k,
+        "threads": plan.threads,
+        "seed": plan.gen_seed,
+        "prompts_dir": plan.prompts_dir,
+        "cache_dir": plan.llm_cache_dir,
+        "paper_data": plan.paper_data,
+        "drop": plan.drop_identical_ids,
+        "relevance": {ds: plan.relevance_of(ds) for ds in plan.datasets},
+        "beir": [t for t in plan.data_targets() if "/beir/" in t],
+        "open_book": {k: v for k, v in plan.open_book_settings(w).items() if k != "retriever_settings"},
+    }
 
 
 def test_a_plan_without_the_keys_is_the_plan_of_the_validated_config() -> None:
     """The sample's config with every defaulted key taken out (and the sections holding only
     those), planned as the estimate plans it (not validated) and as the workflow does (validated)."""
     bare = _config()
-    for section, keys in (("generation", ("threads", "seed", "prompts_dir", "cache_dir")), ("report", ("paper_data",)),
-                          ("retrieval", ("k", "drop_identical_ids"))):
+    for section, keys in (
+        ("generation", ("threads", "seed", "prompts_dir", "cache_dir")),
+        ("report", ("paper_data",)),
+        ("retrieval", ("k", "drop_identical_ids")),
+    ):
         for key in keys:
             bare.get(section, {}).pop(key, None)
     bare.get("retrieval", {}).get("decomposition", {}).pop("k", None)
@@ -103,8 +121,12 @@ def test_a_plan_without_the_keys_is_the_plan_of_the_validated_config() -> None:
     assert _planned(Plan(bare, env)) == _planned(Plan(filled, env))
     planned = _planned(Plan(bare, env))
     assert (planned["retrieval_k"], planned["decomposition_k"], planned["threads"], planned["seed"]) == (100, 10, 2, 0)
-    assert planned["open_book"] == {"max_steps": 4, "max_tool_chars": 600, "max_total_tokens": 4096,
-                                    "max_new_tokens": planned["open_book"]["max_new_tokens"]}
+    assert planned["open_book"] == {
+        "max_steps": 4,
+        "max_tool_chars": 600,
+        "max_total_tokens": 4096,
+        "max_new_tokens": planned["open_book"]["max_new_tokens"],
+    }
 
 
 def test_a_left_out_flag_takes_the_config_keys_default() -> None:
@@ -113,8 +135,21 @@ def test_a_left_out_flag_takes_the_config_keys_default() -> None:
     from cqabench.cli import build_parser
     from cqabench.commands.retrieval import _or_default
 
-    args = build_parser().parse_args(["search", "--index", "i", "--queries", "q", "--retriever-settings", "{}",
-                                      "--out-trec", "t", "--out-parquet", "p"])
+    args = build_parser().parse_args(
+        [
+            "search",
+            "--index",
+            "i",
+            "--queries",
+            "q",
+            "--retriever-settings",
+            "{}",
+            "--out-trec",
+            "t",
+            "--out-parquet",
+            "p",
+        ]
+    )
     assert args.k is None and _or_default(args.k, "retrieval", "k") == 100
     assert _or_default(3, "retrieval", "decomposition", "k") == 3
     assert _or_default(None, "retrieval", "decomposition", "k") == 10

@@ -60,8 +60,13 @@ with ctx as tmp:
 
 def _killed_writer(target: Path, kind: str) -> Path:
     """Run a real writer in a child process and SIGKILL it mid-write; return its temporary."""
-    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(target), kind],
-                          capture_output=True, text=True, env={**os.environ}, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, str(target), kind],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL
     return Path(proc.stdout.strip())
 
@@ -145,5 +150,10 @@ def test_atomic_dir_publishes_every_file_inside_with_the_umask_mode(tmp_path: Pa
     finally:
         os.umask(old)
     modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
-    assert modes == {"model": 0o755, "model/model.safetensors": 0o644, "model/sub": 0o755,
-                     "model/sub/part.bin": 0o644, "model/run.sh": 0o755}
+    assert modes == {
+        "model": 0o755,
+        "model/model.safetensors": 0o644,
+        "model/sub": 0o755,
+        "model/sub/part.bin": 0o644,
+        "model/run.sh": 0o755,
+    }

@@ -14,8 +14,19 @@ import pytest
 from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb
 
 ROOT = Path(__file__).resolve().parents[2]
-HUNGRY = ("prepare", "pool_corpus", "export_beir", "index", "encode_part", "gather_index", "search", "decompose_search", "convert_model",
-          "generate_batch", "generate")
+HUNGRY = (
+    "prepare",
+    "pool_corpus",
+    "export_beir",
+    "index",
+    "encode_part",
+    "gather_index",
+    "search",
+    "decompose_search",
+    "convert_model",
+    "generate_batch",
+    "generate",
+)
 
 
 def test_memory_doubles_per_attempt() -> None:
@@ -41,8 +52,14 @@ def test_snakemake_retries_a_failed_job_with_more_memory(tmp_path: Path) -> None
         "    shell: 'echo {resources.mem_mb} >> attempts.txt; test {resources.mem_mb} -ge 4000 && touch {output}'\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "workflow"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--quiet", "progress"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet", "progress"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "attempts.txt").read_text().split() == ["1000", "2000", "4000"]
     assert MEMORY_RETRIES == 2
@@ -54,8 +71,13 @@ def test_the_memory_hungry_rules_declare_the_retries() -> None:
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 
     with SnakemakeApi(OutputSettings(quiet=True)) as api:
-        workflow = api.workflow(resource_settings=ResourceSettings(), config_settings=ConfigSettings(),
-                                storage_settings=StorageSettings(), snakefile=ROOT / "Snakefile", workdir=ROOT)
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(),
+            storage_settings=StorageSettings(),
+            snakefile=ROOT / "Snakefile",
+            workdir=ROOT,
+        )
         rules = {r.name: r for r in workflow._workflow.rules}
     # `_restart_times` is the rule's `retries:` (the public property also needs executor settings)
     assert {name: rules[name]._restart_times for name in HUNGRY} == {name: MEMORY_RETRIES for name in HUNGRY}
@@ -63,9 +85,13 @@ def test_the_memory_hungry_rules_declare_the_retries() -> None:
         assert "mem_mb" in rules[name].resources
     # mem_mb doubles per attempt in exactly the rules that retry (`job_resources(rule, retries=True)`,
     # cqabench.estimate.rule_resources): Snakemake passes `attempt` only to a function that takes it
-    doubling = {name for name, rule in rules.items()
-                if "mem_mb" in rule.resources and rule.resources["mem_mb"].is_evaluable()
-                and "attempt" in inspect.signature(rule.resources["mem_mb"]._evaluator).parameters}
+    doubling = {
+        name
+        for name, rule in rules.items()
+        if "mem_mb" in rule.resources
+        and rule.resources["mem_mb"].is_evaluable()
+        and "attempt" in inspect.signature(rule.resources["mem_mb"]._evaluator).parameters
+    }
     retried = {name for name, rule in rules.items() if rule._restart_times == MEMORY_RETRIES}
     assert doubling == retried and set(HUNGRY) <= retried
 
@@ -96,7 +122,7 @@ def main(argv):
 sys.exit(run_job(sys.argv[1:], main=main))
 '''
 
-SNAKEFILE = '''from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb, start_run
+SNAKEFILE = """from cqabench.common.job_memory import MEMORY_RETRIES, memory_mb, start_run
 
 start_run(workflow.is_main_process)
 
@@ -115,15 +141,24 @@ rule broken:
         mem_mb=lambda w, attempt: memory_mb(1000, attempt),
     log: "broken.log"
     shell: "echo attempt >> attempts.txt; MEM={resources.mem_mb} python job.py broken {output} 2> {log}"
-'''
+"""
 
 
 def _run_snakemake(work: Path, *targets: str) -> subprocess.CompletedProcess:
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "workflow"), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *targets], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "workflow"), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *targets],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.snakemake
@@ -143,10 +178,12 @@ def test_snakemake_retries_an_oom_kill_and_runs_a_deterministic_failure_once(tmp
     assert (tmp_path / "runs.txt").read_text().split("\n")[:-1] == ["broken 1000"]
     assert (tmp_path / "attempts.txt").read_text().split() == ["attempt"] * 3  # Snakemake's own count
     log = (tmp_path / "broken.log").read_text()  # the third attempt's log
-    assert log.strip() == ("cqabench broken: not retried: an earlier attempt of this job in this run exited 1, not for "
-                           "lack of memory, and would again (Snakemake retries are for out-of-memory kills: "
-                           "cqabench/common/job_memory.py); its error: cqabench broken: error: llms.m.device: 'gpu' is not a "
-                           "device name")
+    assert log.strip() == (
+        "cqabench broken: not retried: an earlier attempt of this job in this run exited 1, not for "
+        "lack of memory, and would again (Snakemake retries are for out-of-memory kills: "
+        "cqabench/common/job_memory.py); its error: cqabench broken: error: llms.m.device: 'gpu' is not a "
+        "device name"
+    )
     done = _run_snakemake(tmp_path, "broken")
     assert done.returncode == 1
     assert (tmp_path / "runs.txt").read_text().split("\n")[:-1] == ["broken 1000", "broken 1000"]
@@ -162,16 +199,20 @@ def _fake_main(calls: list[list[str]], outcome: object):
     return main
 
 
-@pytest.mark.parametrize(("outcome", "marked"), [
-    (1, True),  # a CqaError: cli.main printed it and returned 1
-    (SystemExit(2), True),  # argparse's usage error
-    (RuntimeError("a bug"), True),
-    (MemoryError(), False),  # Python out of memory: a retry with more may pass
-    (OSError("pyarrow"), False),  # ... also when another error wraps it (set below)
-    (0, False),
-])
-def test_only_failures_that_are_not_out_of_memory_leave_a_marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                outcome: object, marked: bool) -> None:
+@pytest.mark.parametrize(
+    ("outcome", "marked"),
+    [
+        (1, True),  # a CqaError: cli.main printed it and returned 1
+        (SystemExit(2), True),  # argparse's usage error
+        (RuntimeError("a bug"), True),
+        (MemoryError(), False),  # Python out of memory: a retry with more may pass
+        (OSError("pyarrow"), False),  # ... also when another error wraps it (set below)
+        (0, False),
+    ],
+)
+def test_only_failures_that_are_not_out_of_memory_leave_a_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcome: object, marked: bool
+) -> None:
     from cqabench.common.job_memory import RUN_ENV, failure_marker, run_job
 
     monkeypatch.chdir(tmp_path)
@@ -235,10 +276,13 @@ def test_a_job_states_its_peak_memory_the_kernel_measured(tmp_path: Path) -> Non
     env = {**os.environ, RUN_ENV: "run1", "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "workflow")}
     # Started by a parent that holds 800 MB, as Snakemake or a test process holding models would:
     # Linux carries a replaced image's ru_maxrss across execve, and the job must not report it.
-    parent = ("import subprocess, sys; big = b'y' * (800 << 20); "
-              "sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)")
-    done = subprocess.run([sys.executable, "-c", parent, _HOLD], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, check=True)
+    parent = (
+        "import subprocess, sys; big = b'y' * (800 << 20); "
+        "sys.exit(subprocess.run([sys.executable, '-c', sys.argv[1]]).returncode)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent, _HOLD], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
     (tmp_path / "job.log").write_text(done.stderr)
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(PEAK_PREFIX), done.stderr
@@ -248,7 +292,13 @@ def test_a_job_states_its_peak_memory_the_kernel_measured(tmp_path: Path) -> Non
     assert 300 <= own < 300 + 150 and 500 <= child < 500 + 150, line
     assert logged_peak_mb(tmp_path / "job.log") == child  # the larger of the two
     # without Snakemake's run id the CLI runs unguarded and states nothing
-    quiet = subprocess.run([sys.executable, "-c", _HOLD], cwd=tmp_path, capture_output=True, text=True, check=True,
-                           env={k: v for k, v in env.items() if k != RUN_ENV})
+    quiet = subprocess.run(
+        [sys.executable, "-c", _HOLD],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in env.items() if k != RUN_ENV},
+    )
     assert PEAK_PREFIX not in quiet.stderr
     assert logged_peak_mb(tmp_path / "missing.log") is None

@@ -17,8 +17,10 @@ class FakeClock:
         return self.now
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0s"), (42.4, "42s"), (59.6, "1m00s"), (185, "3m05s"),
-                                               (3600, "1h00m"), (3725, "1h02m"), (-3, "0s")])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (42.4, "42s"), (59.6, "1m00s"), (185, "3m05s"), (3600, "1h00m"), (3725, "1h02m"), (-3, "0s")],
+)
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
 

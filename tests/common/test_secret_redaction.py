@@ -51,7 +51,7 @@ def leaks(text: str, key: str) -> list[str]:
     """Which forms of the key occur in `text`: whole, Bearer form, or any 12-character slice of it
     (a prefix left by a cut snippet, a suffix, a middle part)."""
     forms = {"key": key, "bearer": f"Bearer {key}"}
-    forms |= {f"slice[{i}:{i + 12}]": key[i:i + 12] for i in range(len(key) - 11)}
+    forms |= {f"slice[{i}:{i + 12}]": key[i : i + 12] for i in range(len(key) - 11)}
     return [name for name, form in forms.items() if form in text]
 
 
@@ -114,10 +114,23 @@ class EchoingProxyTestDouble:
             status = 429 if self.requests == 1 else 500
             return status, "application/json", b'{"error": {"message": "slow down"}}', headers
         question = body["messages"][-1]["content"]
-        answer = {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                  "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                      "role": "assistant", "content": f"Final Answer: {question.split()[-1]} (you sent {auth})"}}],
-                  "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+        answer = {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": f"Final Answer: {question.split()[-1]} (you sent {auth})",
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
         return 200, "application/json", json.dumps(answer).encode(), {}
 
     @property
@@ -149,6 +162,7 @@ def _assert_echoed(api: EchoingProxyTestDouble, key: str) -> None:
 
 # -- the redactor itself ---------------------------------------------------------------------------
 
+
 def test_redact_masks_the_key_its_bearer_form_and_any_8_character_run_of_it(key: str) -> None:
     redaction.register_key(key)
     assert redaction.redact(f"Authorization: Bearer {key}") == "Authorization: Bearer [redacted]"
@@ -175,8 +189,11 @@ def test_redact_masks_url_encoded_json_escaped_and_html_escaped_forms() -> None:
 
 def test_every_configured_key_is_known_and_unregistered_credentials_are_masked_too() -> None:
     a, b, c = fake_key(), fake_key(), fake_key()
-    llms = {"gpt": {"backend": "openai", "api_key_env": "CQA_KEY_GPT"},
-            "other": {"backend": "openai", "api_key_env": "CQA_KEY_OTHER"}, "local": {"backend": "hf"}}
+    llms = {
+        "gpt": {"backend": "openai", "api_key_env": "CQA_KEY_GPT"},
+        "other": {"backend": "openai", "api_key_env": "CQA_KEY_OTHER"},
+        "local": {"backend": "hf"},
+    }
     redaction.register_env_keys(llms, {"CQA_KEY_GPT": a, "CQA_KEY_OTHER": b, "TOGETHER_API_KEY": c, "HOME": "/root"})
     try:
         assert redaction.redact(f"{a} {b} {c} /root") == "[redacted] [redacted] [redacted] /root"
@@ -203,8 +220,11 @@ def test_the_body_snippet_is_redacted_before_it_is_cut() -> None:
 
 # -- the real openai backend against the echoing proxy ---------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["html", "json", "401", "500", "header"])
-def test_an_echoed_key_reaches_no_log_and_no_raised_error(mode: str, key: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_echoed_key_reaches_no_log_and_no_raised_error(
+    mode: str, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, the openai and httpx clients' included
     with EchoingProxyTestDouble(mode) as api:
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_retries=2, max_concurrency=1)))
@@ -231,9 +251,12 @@ def test_an_answer_that_quotes_the_key_is_returned_redacted(key: str) -> None:
 
 # -- `cqabench generate` as Snakemake runs it: a process, its console, its files ----------------------
 
+
 @pytest.fixture
 def queries(tmp_path: Path) -> Path:
-    data = CanonicalData(queries=[Query("q1", "Which city hosts the tower alpha?"), Query("q2", "Which river is bravo?")])
+    data = CanonicalData(
+        queries=[Query("q1", "Which city hosts the tower alpha?"), Query("q2", "Which river is bravo?")]
+    )
     path = tmp_path / "split" / "queries.parquet"
     path.parent.mkdir()
     write_parquet(data.tables()["queries"], path)
@@ -242,13 +265,41 @@ def queries(tmp_path: Path) -> Path:
 
 def _generate_process(queries: Path, out: Path, base_url: str, key: str) -> subprocess.CompletedProcess:
     """One closed-book cell's `cqabench generate`, console (stdout + stderr) captured."""
-    settings = {"llm": api_llm_config(base_url, api_key_env="OPENAI_API_KEY", max_retries=2, timeout_s=10),
-                "sampling": {"max_new_tokens": 16}, "max_questions": None}
-    cmd = [sys.executable, "-m", "cqabench.cli", "generate", "--dataset", "musique", "--split", "dev",
-           "--serialization", "pipe", "--llm", "api", "--prompt", "few-shot", "--setting", "closed",
-           "--queries", str(queries), "--template", str(TEMPLATE), "--settings", json.dumps(settings),
-           "--cache", str(out / "cache"), "--out", str(out / "cell" / "predictions.parquet"),
-           "--summary", str(out / "cell" / "summary.json")]
+    settings = {
+        "llm": api_llm_config(base_url, api_key_env="OPENAI_API_KEY", max_retries=2, timeout_s=10),
+        "sampling": {"max_new_tokens": 16},
+        "max_questions": None,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "cqabench.cli",
+        "generate",
+        "--dataset",
+        "musique",
+        "--split",
+        "dev",
+        "--serialization",
+        "pipe",
+        "--llm",
+        "api",
+        "--prompt",
+        "few-shot",
+        "--setting",
+        "closed",
+        "--queries",
+        str(queries),
+        "--template",
+        str(TEMPLATE),
+        "--settings",
+        json.dumps(settings),
+        "--cache",
+        str(out / "cache"),
+        "--out",
+        str(out / "cell" / "predictions.parquet"),
+        "--summary",
+        str(out / "cell" / "summary.json"),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key}
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
@@ -286,20 +337,26 @@ def test_a_generate_job_stores_an_answer_that_quotes_the_key_redacted(key: str, 
     _assert_echoed(api, key)
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     rows = pq.read_table(out / "cell" / "predictions.parquet").to_pylist()
-    assert [r["raw_output"] for r in rows] == ["Final Answer: alpha? (you sent Bearer [redacted])",
-                                               "Final Answer: bravo? (you sent Bearer [redacted])"]
+    assert [r["raw_output"] for r in rows] == [
+        "Final Answer: alpha? (you sent Bearer [redacted])",
+        "Final Answer: bravo? (you sent Bearer [redacted])",
+    ]
     assert any((out / "cache").rglob("*.json")), "the answers were cached"
     assert files_with_key(out, key) == {} and leaks(done.stdout + done.stderr, key) == []
 
 
 def test_an_uncaught_traceback_is_redacted(key: str) -> None:
     """Exceptions that are not cqabench's own reach the console through Python's traceback printer."""
-    code = ("import os, threading; from cqabench.common import redact; redact.install()\n"
-            "t = threading.Thread(target=lambda: exec('raise RuntimeError(\"thread: Bearer \" + os.environ[\"OPENAI_API_KEY\"])'))\n"
-            "t.start(); t.join()\n"
-            "raise ValueError('main: ' + os.environ['OPENAI_API_KEY'][:30])")
+    code = (
+        "import os, threading; from cqabench.common import redact; redact.install()\n"
+        't = threading.Thread(target=lambda: exec(\'raise RuntimeError("thread: Bearer " + os.environ["OPENAI_API_KEY"])\'))\n'
+        "t.start(); t.join()\n"
+        "raise ValueError('main: ' + os.environ['OPENAI_API_KEY'][:30])"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 1
     assert "RuntimeError: thread: Bearer [redacted]" in done.stderr and "ValueError: main: [redacted]" in done.stderr
     assert leaks(done.stderr, key) == []
@@ -349,10 +406,22 @@ def test_snakemake_logs_console_and_results_never_hold_the_key(mode: str, key: s
     default profile asks), its .snakemake/log folder, the job log, results/ and cache/ are grepped."""
     with EchoingProxyTestDouble(mode) as api:
         work = _snakemake_work(tmp_path, api.base_url)
-        env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1",
-               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        done = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1", CELL],
-                              cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "workflow"),
+            "OPENAI_API_KEY": key,
+            "HF_HUB_OFFLINE": "1",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1", CELL],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     console = done.stdout + done.stderr
     _assert_echoed(api, key)
     job_log = work / "results/redact/logs/generate/musique/train/pipe/none/api/few-shot/closed-k0.log"

@@ -50,8 +50,11 @@ def _walk(node: Any, path: str = ""):
 def test_the_schema_lists_the_registrys_datasets_once() -> None:
     schema = _schema()
     assert schema["$defs"]["dataset_name"]["enum"] == list(LOADERS), f"keep $defs.dataset_name = LOADERS ({GUIDE})"
-    repeats = [path for path, node in _walk(schema) if path != "/$defs/dataset_name"
-               and isinstance(node.get("enum"), list) and set(node["enum"]) & set(LOADERS)]
+    repeats = [
+        path
+        for path, node in _walk(schema)
+        if path != "/$defs/dataset_name" and isinstance(node.get("enum"), list) and set(node["enum"]) & set(LOADERS)
+    ]
     assert not repeats, f"dataset names listed again at {repeats}; refer to #/$defs/dataset_name ({GUIDE})"
     refs = [path for path, node in _walk(schema) if node == REF]
     assert len(refs) == 10  # corpora members, datasets keys, retrieval / decomposition / external runs,
@@ -60,8 +63,12 @@ def test_the_schema_lists_the_registrys_datasets_once() -> None:
 
 def test_every_dataset_has_a_scorer_and_a_template_family() -> None:
     names = set(LOADERS)
-    for table, what in ((scoring.METRICS, "scoring.METRICS"), (scoring.PRIMARY, "scoring.PRIMARY"),
-                        (scoring._SCORERS, "scoring._SCORERS"), (prompts.DATASET_FAMILY, "prompts.DATASET_FAMILY")):
+    for table, what in (
+        (scoring.METRICS, "scoring.METRICS"),
+        (scoring.PRIMARY, "scoring.PRIMARY"),
+        (scoring._SCORERS, "scoring._SCORERS"),
+        (prompts.DATASET_FAMILY, "prompts.DATASET_FAMILY"),
+    ):
         assert set(table) == names, f"{what} covers {sorted(set(table))}, the registry {sorted(names)} ({GUIDE})"
 
 
@@ -92,11 +99,16 @@ PLACES = {
     "retrieval.datasets": lambda c, bad: c["retrieval"]["datasets"].append(bad),
     "retrieval.decomposition.datasets": lambda c, bad: c["retrieval"]["decomposition"]["datasets"].append(bad),
     "external_runs.*.dataset": lambda c, bad: c.__setitem__(
-        "external_runs", {"ext": {"path": "x.trec", "dataset": bad, "split": "dev"}}),
-    "generation.max_questions_by_dataset": lambda c, bad: c["generation"].__setitem__("max_questions_by_dataset", {bad: 3}),
+        "external_runs", {"ext": {"path": "x.trec", "dataset": bad, "split": "dev"}}
+    ),
+    "generation.max_questions_by_dataset": lambda c, bad: c["generation"].__setitem__(
+        "max_questions_by_dataset", {bad: 3}
+    ),
     "generation.oracle_distractors": lambda c, bad: c["generation"].__setitem__("oracle_distractors", {bad: 1}),
     "generation.open_book.datasets": lambda c, bad: c["generation"]["open_book"]["datasets"].append(bad),
-    "generation.open_book.corpus.datasets": lambda c, bad: c["generation"]["open_book"]["corpus"]["datasets"].append(bad),
+    "generation.open_book.corpus.datasets": lambda c, bad: c["generation"]["open_book"]["corpus"]["datasets"].append(
+        bad
+    ),
 }
 
 

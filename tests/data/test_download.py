@@ -20,8 +20,19 @@ REAL = RAW / "finqa" / "dev.json"  # one real FinQA record
 
 def _download(url: str, out: Path, member: str | None = None, sha256: str | None = None) -> int:
     spec = {"url": url, **({"member": member} if member else {}), **({"sha256": sha256} if sha256 else {})}
-    return main(["download", "--name", "finqa/dev.json", "--spec", json.dumps(spec), "--raw-dir", "resources/raw",
-                 "--out", str(out)])
+    return main(
+        [
+            "download",
+            "--name",
+            "finqa/dev.json",
+            "--spec",
+            json.dumps(spec),
+            "--raw-dir",
+            "resources/raw",
+            "--out",
+            str(out),
+        ]
+    )
 
 
 def test_a_real_zip_member_and_gzip_unpack_and_verify(tmp_path: Path) -> None:
@@ -39,8 +50,9 @@ def test_a_real_zip_member_and_gzip_unpack_and_verify(tmp_path: Path) -> None:
         out.unlink()
 
 
-@pytest.mark.parametrize("kind", ["not a zip", "truncated zip", "not a gzip", "truncated gzip", "no such member",
-                                  "empty reply"])
+@pytest.mark.parametrize(
+    "kind", ["not a zip", "truncated zip", "not a gzip", "truncated gzip", "no such member", "empty reply"]
+)
 def test_a_bad_archive_is_an_error_naming_the_url_and_leaves_nothing(kind: str, tmp_path: Path, capsys) -> None:
     content = REAL.read_bytes()
     served = tmp_path / "served"
@@ -67,9 +79,14 @@ def test_a_bad_archive_is_an_error_naming_the_url_and_leaves_nothing(kind: str, 
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err
     assert src.as_uri() in err and "finqa/dev.json" in err and "place the file at resources/raw/finqa/dev.json" in err
-    expected = {"not a zip": "not a valid zip archive", "truncated zip": "not a valid zip archive",
-                "not a gzip": "not a valid gzip file", "truncated gzip": "not a valid gzip file",
-                "no such member": "has no member 'dataset/dev.json'", "empty reply": "sent 0 bytes"}[kind]
+    expected = {
+        "not a zip": "not a valid zip archive",
+        "truncated zip": "not a valid zip archive",
+        "not a gzip": "not a valid gzip file",
+        "truncated gzip": "not a valid gzip file",
+        "no such member": "has no member 'dataset/dev.json'",
+        "empty reply": "sent 0 bytes",
+    }[kind]
     assert expected in err
     assert list(out_dir.iterdir()) == []  # neither the output nor a temporary
 
@@ -78,14 +95,28 @@ def test_a_bad_archive_is_an_error_naming_the_url_and_leaves_nothing(kind: str, 
     ("spec", "expected"),
     [
         # Hand check: the "'" is the 2nd character of line 1, where json expects a property name.
-        ("{'url': 'x'}", "--spec: not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes"),
+        (
+            "{'url': 'x'}",
+            "--spec: not valid JSON at line 1, column 2: Expecting property name enclosed in double quotes",
+        ),
         ('["https://x"]', "--spec: expected a JSON object {url, sha256, member}, got list"),
     ],
 )
 def test_a_bad_spec_is_one_error_line_naming_spec(spec: str, expected: str, tmp_path: Path, capsys) -> None:
     """Issue 21 (WEAK): bad JSON in --spec was a JSONDecodeError traceback."""
-    code = main(["download", "--name", "finqa/dev.json", "--spec", spec, "--raw-dir", "resources/raw",
-                 "--out", str(tmp_path / "dev.json")])
+    code = main(
+        [
+            "download",
+            "--name",
+            "finqa/dev.json",
+            "--spec",
+            spec,
+            "--raw-dir",
+            "resources/raw",
+            "--out",
+            str(tmp_path / "dev.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert err.startswith(f"cqabench download: error: {expected}"), err

@@ -100,11 +100,16 @@ def _indexer_problems(log: str) -> list[str]:
 
 
 @pytest.mark.jvm
-def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
+def test_pyserini_json_collection_reproduces_our_bm25(
+    musique: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
     export_dir = musique["export"]
     n_docs = _pyserini_index_and_search(
-        "JsonCollection", export_dir / "pyserini", musique["base"] / "pyserini-json",
-        export_dir / "pyserini" / "topics.tsv", musique["base"] / "pyserini-json.trec",
+        "JsonCollection",
+        export_dir / "pyserini",
+        musique["base"] / "pyserini-json",
+        export_dir / "pyserini" / "topics.tsv",
+        musique["base"] / "pyserini-json.trec",
     )
     manifest = json.loads((export_dir / MANIFEST).read_text())
     # every document indexed (a JsonCollection without `id` gives an index of 0 documents, exit 0),
@@ -115,7 +120,9 @@ def test_pyserini_json_collection_reproduces_our_bm25(musique: dict[str, Path], 
 
 
 @pytest.mark.jvm
-def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], capfd: pytest.CaptureFixture[str]) -> None:
+def test_beir_multifield_recipe_reproduces_our_bm25(
+    musique: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
     """docs/data.md's second recipe: BEIR's corpus.jsonl, alone in a folder (BeirMultifieldCollection
     reads every file under --input, queries.jsonl and export.json included), indexed with --fields title."""
     import shutil
@@ -127,8 +134,11 @@ def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], ca
     alone.mkdir()
     shutil.copy(export_dir / "corpus.jsonl", alone / "corpus.jsonl")
     n_docs = _pyserini_index_and_search(
-        "BeirMultifieldCollection", alone, musique["base"] / "pyserini-beir",
-        export_dir / "pyserini" / "topics.tsv", musique["base"] / "pyserini-beir.trec",
+        "BeirMultifieldCollection",
+        alone,
+        musique["base"] / "pyserini-beir",
+        export_dir / "pyserini" / "topics.tsv",
+        musique["base"] / "pyserini-beir.trec",
     )
     assert n_docs == 1890
     assert _indexer_problems(capfd.readouterr().err) == []
@@ -138,6 +148,7 @@ def test_beir_multifield_recipe_reproduces_our_bm25(musique: dict[str, Path], ca
 @pytest.mark.jvm
 def test_ranx_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str, Path]) -> None:
     import ranx  # requirements.txt: missing fails, not skips
+
     qrels = ranx.Qrels.from_file(str(musique["export"] / "qrels" / "train.trec"))
     run = ranx.Run.from_file(str(musique["run"]))
     assert len(qrels.keys()) == len(run.keys()) == 100
@@ -152,6 +163,7 @@ def test_ranx_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str
 @pytest.mark.jvm
 def test_ir_measures_reads_our_qrels_and_run_and_computes_our_metrics(musique: dict[str, Path]) -> None:
     import ir_measures  # requirements.txt: missing fails, not skips
+
     qrels = list(ir_measures.read_trec_qrels(str(musique["export"] / "qrels" / "train.trec")))
     run = list(ir_measures.read_trec_run(str(musique["run"])))
     assert len(qrels) == json.loads((musique["export"] / MANIFEST).read_text())["counts"]["qrels"] == 237
@@ -271,7 +283,9 @@ def test_annotators_merge_to_the_highest_grade_as_our_metrics_merge_them(tmp_pat
     from cqabench.data.schema import Document, Qrel, Query
 
     corpus, queries, qrels = _tables(
-        tmp_path, [Query("q1", "Which\tteam\nwon?")], [Document("d1", "Club", "A club."), Document("d2", "Title only", "")],
+        tmp_path,
+        [Query("q1", "Which\tteam\nwon?")],
+        [Document("d1", "Club", "A club."), Document("d2", "Title only", "")],
         [Qrel("q1", "d1", 1, "0"), Qrel("q1", "d1", 2, "1"), Qrel("q1", "d2", 0, "0")],
     )
     manifest = export(corpus, queries, qrels, "dev", "pipe", tmp_path / "out")

@@ -41,8 +41,11 @@ def ott_files() -> dict[str, Path]:
     """The bundled sample: the first 40 dev questions, 80 tables, 1,844 passages (resources/README.md;
     the whole dev release has 2,214 questions, 789 tables and 17,841 passages)."""
     d = RAW / "ottqa"
-    return {"questions": d / "dev.traced.sample.json", "tables": d / "dev_tables.sample.json",
-            "passages": d / "dev_passages.sample.json"}
+    return {
+        "questions": d / "dev.traced.sample.json",
+        "tables": d / "dev_tables.sample.json",
+        "passages": d / "dev_passages.sample.json",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +113,23 @@ def test_ottqa_plain_dev_gold_is_table_only(ott_files):
 
 # --------------------------------------------------------------------------- OTT-QA (malformed)
 
-_TABLE = {"url": "u", "title": "T", "header": [["A", []], ["B", []]], "data": [[["1", []], ["x", ["/wiki/X"]]]],
-          "section_title": "", "section_text": "", "uid": "T_0", "intro": ""}
-_Q = {"question_id": "q1", "question": "?", "table_id": "T_0", "answer-text": "x",
-      "answer-node": [["x", [0, 1], "/wiki/X", "passage"]]}
+_TABLE = {
+    "url": "u",
+    "title": "T",
+    "header": [["A", []], ["B", []]],
+    "data": [[["1", []], ["x", ["/wiki/X"]]]],
+    "section_title": "",
+    "section_text": "",
+    "uid": "T_0",
+    "intro": "",
+}
+_Q = {
+    "question_id": "q1",
+    "question": "?",
+    "table_id": "T_0",
+    "answer-text": "x",
+    "answer-node": [["x", [0, 1], "/wiki/X", "passage"]],
+}
 
 
 def _ott_tmp(tmp_path: Path, questions=None, tables=None, passages=None) -> dict[str, Path]:
@@ -201,16 +217,22 @@ def test_tatqa_real():
     assert a.numeric_type == "multi-span"
     kinds = [a.numeric_type for a in data.answers]
     assert {k: kinds.count(k) for k in set(kinds)} == {"arithmetic": 99, "span": 104, "multi-span": 32, "count": 5}
-    assert all(a.answer_type == "number" and a.number is not None for a in data.answers
-               if a.numeric_type in ("arithmetic", "count"))
+    assert all(
+        a.answer_type == "number" and a.number is not None
+        for a in data.answers
+        if a.numeric_type in ("arithmetic", "count")
+    )
     # questions answered from the table may still list paragraphs; only the table is gold
     table_only = [q.qid for q in data.queries if json.loads(q.meta)["answer_from"] == "table"]
     assert len(table_only) == 106
     assert all(len(gold[qid]) == 1 and docs[gold[qid][0]].kind == "table" for qid in table_only)
     # qrel count straight from the raw annotation: one table + each distinct listed paragraph
     raw = json.loads(TATQA_SAMPLE.read_text(encoding="utf-8"))
-    expected = sum((q["answer_from"] != "text") + (len(set(q["rel_paragraphs"])) if q["answer_from"] != "table" else 0)
-                   for ctx in raw for q in ctx["questions"])
+    expected = sum(
+        (q["answer_from"] != "text") + (len(set(q["rel_paragraphs"])) if q["answer_from"] != "table" else 0)
+        for ctx in raw
+        for q in ctx["questions"]
+    )
     assert len(data.qrels) == expected == 327
 
 
@@ -220,18 +242,47 @@ def test_tatqa_real():
 def _tat_ctx() -> dict:
     return {
         "table": {"uid": "t1", "table": [["", "2019", "2018"], ["Revenue", "10", "8"]]},
-        "paragraphs": [{"uid": "p1", "order": 1, "text": "Revenue grew."},
-                       {"uid": "p2", "order": 2, "text": "Costs fell by 2."}],
+        "paragraphs": [
+            {"uid": "p1", "order": 1, "text": "Revenue grew."},
+            {"uid": "p2", "order": 2, "text": "Costs fell by 2."},
+        ],
         "questions": [
-            {"uid": "q1", "order": 1, "question": "Change in revenue?", "answer": 2, "derivation": "10 - 8",
-             "answer_type": "arithmetic", "answer_from": "table", "rel_paragraphs": [], "req_comparison": False,
-             "scale": "million"},
-            {"uid": "q2", "order": 2, "question": "How many years?", "answer": "2", "derivation": "",
-             "answer_type": "count", "answer_from": "table-text", "rel_paragraphs": ["2"], "req_comparison": False,
-             "scale": ""},
-            {"uid": "q3", "order": 3, "question": "What changed?", "answer": ["Revenue", "Costs"], "derivation": "",
-             "answer_type": "multi-span", "answer_from": "text", "rel_paragraphs": ["1", "2"],
-             "req_comparison": False, "scale": ""},
+            {
+                "uid": "q1",
+                "order": 1,
+                "question": "Change in revenue?",
+                "answer": 2,
+                "derivation": "10 - 8",
+                "answer_type": "arithmetic",
+                "answer_from": "table",
+                "rel_paragraphs": [],
+                "req_comparison": False,
+                "scale": "million",
+            },
+            {
+                "uid": "q2",
+                "order": 2,
+                "question": "How many years?",
+                "answer": "2",
+                "derivation": "",
+                "answer_type": "count",
+                "answer_from": "table-text",
+                "rel_paragraphs": ["2"],
+                "req_comparison": False,
+                "scale": "",
+            },
+            {
+                "uid": "q3",
+                "order": 3,
+                "question": "What changed?",
+                "answer": ["Revenue", "Costs"],
+                "derivation": "",
+                "answer_type": "multi-span",
+                "answer_from": "text",
+                "rel_paragraphs": ["1", "2"],
+                "req_comparison": False,
+                "scale": "",
+            },
         ],
     }
 
@@ -260,7 +311,12 @@ def test_tatqa_small(tmp_path):
     path = _write(tmp_path / "dev.json", [_tat_ctx()])
     data = tatqa.load({"questions": path}, "dev")
     assert [(q.qid, q.docid) for q in data.qrels] == [
-        ("q1", "t1"), ("q2", "t1"), ("q2", "p2"), ("q3", "p1"), ("q3", "p2")]
+        ("q1", "t1"),
+        ("q2", "t1"),
+        ("q2", "p2"),
+        ("q3", "p1"),
+        ("q3", "p2"),
+    ]
     a1, a2, a3 = data.answers
     assert (a1.answer_type, a1.number, a1.aliases, a1.scale, a1.program) == ("number", 2.0, ["2"], "million", "10 - 8")
     assert (a2.number, a2.numeric_type) == (2.0, "count")
@@ -329,7 +385,12 @@ def test_finqa_real():
     assert [q.qid for q in data.queries] == ["V/2008/page_17.pdf-1"]
     (a,) = data.answers
     assert (a.answer_type, a.number, a.aliases, a.program, a.scale) == (
-        "number", 127.4, ["127.40"], "divide(637, const_5)", "")
+        "number",
+        127.4,
+        ["127.40"],
+        "divide(637, const_5)",
+        "",
+    )
     assert [(q.qid, q.docid) for q in data.qrels] == [("V/2008/page_17.pdf-1", "V/2008/page_17.pdf#table")]
     docs = {d.docid: d for d in data.corpus}
     # 44 pre_text + 21 post_text sentences + the table
@@ -339,25 +400,38 @@ def test_finqa_real():
     # FinQA's own indexes in the same record (model_input, tfidftopn) name these sentences
     assert docs["V/2008/page_17.pdf#text_43"].text == "$ 2457 $ 3822 50.3 1592 ."
     assert docs["V/2008/page_17.pdf#text_55"].text == (
-        "american express and discover include business from third-party issuers .")
+        "american express and discover include business from third-party issuers ."
+    )
     _check_closed(data)
 
 
 def _fin(qid: str, filename: str, answer: str, exe_ans, program: str, gold_inds: dict, table=None) -> dict:
     return {
-        "id": qid, "filename": filename,
+        "id": qid,
+        "filename": filename,
         "pre_text": ["revenue was 10 in 2019 .", "it was 8 in 2018 ."],
         "post_text": ["costs rose .", "margins fell ."],
         "table": table if table is not None else [["", "2019", "2018"], ["revenue", "10", "8"], ["costs", "6", "7"]],
-        "qa": {"question": f"question {qid}?", "answer": answer, "program": program, "gold_inds": gold_inds,
-               "exe_ans": exe_ans},
+        "qa": {
+            "question": f"question {qid}?",
+            "answer": answer,
+            "program": program,
+            "gold_inds": gold_inds,
+            "exe_ans": exe_ans,
+        },
     }
 
 
 _FIN = [
     _fin("A/2019/page_1.pdf-1", "A/2019/page_1.pdf", "yes", "yes", "greater(10, 8)", {"table_1": "..."}),
-    _fin("A/2019/page_1.pdf-2", "A/2019/page_1.pdf", "25%", 0.25, "subtract(10, 8), divide(#0, 8)",
-         {"table_1": "...", "text_1": "it was 8 in 2018 ."}),
+    _fin(
+        "A/2019/page_1.pdf-2",
+        "A/2019/page_1.pdf",
+        "25%",
+        0.25,
+        "subtract(10, 8), divide(#0, 8)",
+        {"table_1": "...", "text_1": "it was 8 in 2018 ."},
+    ),
     _fin("B/2020/page_9.pdf-1", "B/2020/page_9.pdf", "-1", -1.0, "subtract(6, 7)", {"text_3": "margins fell ."}),
     _fin("B/2020/page_9.pdf-2", "B/2020/page_9.pdf", "no", "no", "greater(6, 7)", {"table_2": "..."}),
 ]
@@ -393,17 +467,25 @@ def _without_exe_ans(rec: dict) -> dict:
 @pytest.mark.parametrize(
     "record, fieldname, rec",
     [
-        ("B/2020/page_9.pdf-1 qa", "gold_inds",
-         lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", "not a dict")),
-        ("B/2020/page_9.pdf-1", "qa.gold_inds",
-         lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {"text_4": "x"})),  # 4 sentences: 0..3
-        ("B/2020/page_9.pdf-1 qa", "exe_ans",
-         lambda: _without_exe_ans(_fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}))),
+        ("B/2020/page_9.pdf-1 qa", "gold_inds", lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", "not a dict")),
+        (
+            "B/2020/page_9.pdf-1",
+            "qa.gold_inds",
+            lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {"text_4": "x"}),
+        ),  # 4 sentences: 0..3
+        (
+            "B/2020/page_9.pdf-1 qa",
+            "exe_ans",
+            lambda: _without_exe_ans(_fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {})),
+        ),
         ("B/2020/page_9.pdf-1", "qa.exe_ans", lambda: _fin("B/2020/page_9.pdf-1", "B", "x", "n/a", "", {})),
         ("B/2020/page_9.pdf-1", "table", lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[])),
         ("B/2020/page_9.pdf-1", "table", lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[["a", "b"]])),
-        ("B/2020/page_9.pdf-1", "table[1][0]",
-         lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[["a"], [3.5]])),
+        (
+            "B/2020/page_9.pdf-1",
+            "table[1][0]",
+            lambda: _fin("B/2020/page_9.pdf-1", "B", "1", 1, "", {}, table=[["a"], [3.5]]),
+        ),
         ("index 0", "id", lambda: {k: v for k, v in _fin("x", "B", "1", 1, "", {}).items() if k != "id"}),
     ],
 )
@@ -462,10 +544,18 @@ def test_tanq_real_sample():
     a = data.answers[0]
     assert a.answer_type == "table"
     assert a.table_header == ["entity", "original language", "composer", "country of origin", "genre"]
-    assert a.table_rows[4] == ["Spaceballs", "English", "John Morris, Mel Brooks", "United States of America",
-                               "science fiction comedy, parody film, comedy film, science fiction film, adventure film"]
+    assert a.table_rows[4] == [
+        "Spaceballs",
+        "English",
+        "John Morris, Mel Brooks",
+        "United States of America",
+        "science fiction comedy, parody film, comedy film, science fiction film, adventure film",
+    ]
     assert {q.question_type for q in data.queries} == {
-        "wikidata_intersection", "wikitables_composition", "wikidata_comp"}
+        "wikidata_intersection",
+        "wikitables_composition",
+        "wikidata_comp",
+    }
     _check_closed(data)
 
 
@@ -479,29 +569,70 @@ def _tanq_full(qid: str = "7__wikidata_comp__dev") -> dict:
         "question_properties": ["genre"],
         "extended_types": ["genre"],
         "answer_list": [
-            {"init_answer_wikidata_id": "Q1",
-             "init_answer_proof": [{"proof_text": "Film A is a 1990 film directed by X.",
-                                    "found_in_url": "https://en.wikipedia.org/wiki/Film_A"}],
-             "extension_answer": [
-                 {"extension_property_label": "genre",
-                  "proof": [
-                      {"key": "Genre", "value": "drama", "section": "", "parent_section": "",
-                       "found_in_url": "https://en.wikipedia.org/wiki/Film_A", "index": 0, "proof_type": "infobox",
-                       "eval_result": "yes"},
-                      {"rows": [{"cells": [{"cell_value": "Film"}, {"cell_value": "Genre"}]},
-                                {"cells": [{"cell_value": "Film A"}, {"cell_value": "drama"}]}],
-                       "caption": "Filmography", "section": "Films", "parent_section": "",
-                       "found_in_url": "https://en.wikipedia.org/wiki/X_(director)", "index": 2,
-                       "proof_type": "table", "eval_result": "yes"},
-                  ]}]},
-            {"init_answer_wikidata_id": "Q2",
-             "init_answer_proof": [{"proof_text": "Film B is a 1995 film directed by X.",
-                                    "found_in_url": "https://en.wikipedia.org/wiki/Film_B"}],
-             "extension_answer": [
-                 {"extension_property_label": "genre",
-                  "proof": [{"text": "Film B is a comedy.", "section": "Plot", "parent_section": "",
-                             "found_in_url": "https://en.wikipedia.org/wiki/Film_B", "index": 1,
-                             "proof_type": "text", "eval_result": "no"}]}]},
+            {
+                "init_answer_wikidata_id": "Q1",
+                "init_answer_proof": [
+                    {
+                        "proof_text": "Film A is a 1990 film directed by X.",
+                        "found_in_url": "https://en.wikipedia.org/wiki/Film_A",
+                    }
+                ],
+                "extension_answer": [
+                    {
+                        "extension_property_label": "genre",
+                        "proof": [
+                            {
+                                "key": "Genre",
+                                "value": "drama",
+                                "section": "",
+                                "parent_section": "",
+                                "found_in_url": "https://en.wikipedia.org/wiki/Film_A",
+                                "index": 0,
+                                "proof_type": "infobox",
+                                "eval_result": "yes",
+                            },
+                            {
+                                "rows": [
+                                    {"cells": [{"cell_value": "Film"}, {"cell_value": "Genre"}]},
+                                    {"cells": [{"cell_value": "Film A"}, {"cell_value": "drama"}]},
+                                ],
+                                "caption": "Filmography",
+                                "section": "Films",
+                                "parent_section": "",
+                                "found_in_url": "https://en.wikipedia.org/wiki/X_(director)",
+                                "index": 2,
+                                "proof_type": "table",
+                                "eval_result": "yes",
+                            },
+                        ],
+                    }
+                ],
+            },
+            {
+                "init_answer_wikidata_id": "Q2",
+                "init_answer_proof": [
+                    {
+                        "proof_text": "Film B is a 1995 film directed by X.",
+                        "found_in_url": "https://en.wikipedia.org/wiki/Film_B",
+                    }
+                ],
+                "extension_answer": [
+                    {
+                        "extension_property_label": "genre",
+                        "proof": [
+                            {
+                                "text": "Film B is a comedy.",
+                                "section": "Plot",
+                                "parent_section": "",
+                                "found_in_url": "https://en.wikipedia.org/wiki/Film_B",
+                                "index": 1,
+                                "proof_type": "text",
+                                "eval_result": "no",
+                            }
+                        ],
+                    }
+                ],
+            },
         ],
         "answer_table": "entity|genre\nFilm A|drama\nFilm B|comedy\n\n",
     }
@@ -518,7 +649,11 @@ def test_tanq_full_record_proofs(tmp_path):
     assert (infobox.title, infobox.table_header, infobox.table_rows) == ("Film A", ["Genre"], [["drama"]])
     # the section reaches the title: page - section
     assert (table.title, table.text, table.table_header, table.table_rows) == (
-        "X (director) - Films", "Filmography", ["Film", "Genre"], [["Film A", "drama"]])
+        "X (director) - Films",
+        "Filmography",
+        ["Film", "Genre"],
+        [["Film A", "drama"]],
+    )
     assert (text_b2.title, text_b2.text) == ("Film B - Plot", "Film B is a comedy.")
     # docids do not depend on the section: a text proof keeps the content id of (page, text)
     assert text_b2.docid == text_docid("Film B", "Film B is a comedy.")
@@ -532,33 +667,67 @@ def test_tanq_full_record_proofs(tmp_path):
 
 
 def _text_proof(text: str, url: str, section: str = "", parent: str = "", index: int = 0) -> dict:
-    return {"text": text, "section": section, "parent_section": parent, "found_in_url": url, "index": index,
-            "proof_type": "text", "eval_result": "yes"}
+    return {
+        "text": text,
+        "section": section,
+        "parent_section": parent,
+        "found_in_url": url,
+        "index": index,
+        "proof_type": "text",
+        "eval_result": "yes",
+    }
 
 
-def _table_proof(grid: list[list[str]], url: str, section: str, parent: str = "", index: int = 0,
-                 caption: str = "") -> dict:
-    return {"rows": [{"cells": [{"cell_value": c} for c in row]} for row in grid], "caption": caption,
-            "section": section, "parent_section": parent, "found_in_url": url, "index": index,
-            "proof_type": "table", "eval_result": "yes"}
+def _table_proof(
+    grid: list[list[str]], url: str, section: str, parent: str = "", index: int = 0, caption: str = ""
+) -> dict:
+    return {
+        "rows": [{"cells": [{"cell_value": c} for c in row]} for row in grid],
+        "caption": caption,
+        "section": section,
+        "parent_section": parent,
+        "found_in_url": url,
+        "index": index,
+        "proof_type": "table",
+        "eval_result": "yes",
+    }
 
 
 def _infobox_proof(key: str, value: str, url: str, section: str = "", index: int = 0) -> dict:
-    return {"key": key, "value": value, "section": section, "parent_section": "", "found_in_url": url,
-            "index": index, "proof_type": "infobox", "eval_result": "yes"}
+    return {
+        "key": key,
+        "value": value,
+        "section": section,
+        "parent_section": "",
+        "found_in_url": url,
+        "index": index,
+        "proof_type": "infobox",
+        "eval_result": "yes",
+    }
 
 
 def _answer(qid: str, proofs_by_property: dict[str, list[dict]], init: list[dict] | None = None) -> dict:
-    return {"init_answer_wikidata_id": qid, "init_answer_wikipedia_id": qid, "filter_pass": True,
-            "init_answer_proof": init or [],
-            "extension_answer": [{"extension_property_id": "P", "extension_property_label": label, "proof": proofs}
-                                 for label, proofs in proofs_by_property.items()]}
+    return {
+        "init_answer_wikidata_id": qid,
+        "init_answer_wikipedia_id": qid,
+        "filter_pass": True,
+        "init_answer_proof": init or [],
+        "extension_answer": [
+            {"extension_property_id": "P", "extension_property_label": label, "proof": proofs}
+            for label, proofs in proofs_by_property.items()
+        ],
+    }
 
 
 W = "https://en.wikipedia.org/wiki/"
-SHARED_TABLE = _table_proof([["Year", "Film", "Role"], ["1974", "Blazing Saddles", "Director"],
-                             ["1987", "Spaceballs", "Director"]],
-                            W + "Mel_Brooks", section="Filmography", parent="Career", index=3, caption="Films")
+SHARED_TABLE = _table_proof(
+    [["Year", "Film", "Role"], ["1974", "Blazing Saddles", "Director"], ["1987", "Spaceballs", "Director"]],
+    W + "Mel_Brooks",
+    section="Filmography",
+    parent="Career",
+    index=3,
+    caption="Films",
+)
 
 
 def _tanq_two_questions() -> list[dict]:
@@ -568,11 +737,21 @@ def _tanq_two_questions() -> list[dict]:
         "init_qid": "1__wikidata_intersection__dev",
         "ext_question_rephrased": "Which films did Mel Brooks direct, and in which year?",
         "answer_list": [
-            _answer("Q1", {"publication date": [SHARED_TABLE]},
-                    init=[{"proof_text": "Blazing Saddles is a 1974 film directed by Mel Brooks.",
-                           "found_in_url": W + "Blazing_Saddles"}]),
-            _answer("Q2", {"publication date": [_infobox_proof("Release date", "1987", W + "Spaceballs")]},
-                    init=[{"proof_text": "Spaceballs is a 1987 parody film.", "found_in_url": W + "Spaceballs"}]),
+            _answer(
+                "Q1",
+                {"publication date": [SHARED_TABLE]},
+                init=[
+                    {
+                        "proof_text": "Blazing Saddles is a 1974 film directed by Mel Brooks.",
+                        "found_in_url": W + "Blazing_Saddles",
+                    }
+                ],
+            ),
+            _answer(
+                "Q2",
+                {"publication date": [_infobox_proof("Release date", "1987", W + "Spaceballs")]},
+                init=[{"proof_text": "Spaceballs is a 1987 parody film.", "found_in_url": W + "Spaceballs"}],
+            ),
         ],
         "answer_table": "entity|publication date\nBlazing Saddles|1974\nSpaceballs|1987",
     }
@@ -580,12 +759,35 @@ def _tanq_two_questions() -> list[dict]:
         "init_qid": "2__wikidata_comp__dev",
         "ext_question_rephrased": "Which films did Mel Brooks produce, and who composed their music?",
         "answer_list": [
-            _answer("Q2", {"composer": [_text_proof("Spaceballs is a 1987 parody film.", W + "Spaceballs",
-                                                    section="Music", parent="Production", index=4),
-                                        SHARED_TABLE]}),
-            _answer("Q3", {"composer": [_text_proof("The score was written by John Morris.",
-                                                    W + "The_Producers_(1967_film)", section="Music",
-                                                    parent="Music", index=5)]}),
+            _answer(
+                "Q2",
+                {
+                    "composer": [
+                        _text_proof(
+                            "Spaceballs is a 1987 parody film.",
+                            W + "Spaceballs",
+                            section="Music",
+                            parent="Production",
+                            index=4,
+                        ),
+                        SHARED_TABLE,
+                    ]
+                },
+            ),
+            _answer(
+                "Q3",
+                {
+                    "composer": [
+                        _text_proof(
+                            "The score was written by John Morris.",
+                            W + "The_Producers_(1967_film)",
+                            section="Music",
+                            parent="Music",
+                            index=5,
+                        )
+                    ]
+                },
+            ),
         ],
         "answer_table": "entity|composer\nSpaceballs|John Morris\nThe Producers|John Morris",
     }
@@ -609,7 +811,10 @@ def test_tanq_sections_several_answers_and_a_shared_proof(tmp_path):
     assert table.title == "Mel Brooks - Career - Filmography" and table.text == "Films"
     assert table.table_header == ["Year", "Film", "Role"] and table.table_rows[1] == ["1987", "Spaceballs", "Director"]
     assert (docs[g1[3]].title, docs[g1[3]].table_header, docs[g1[3]].table_rows) == (
-        "Spaceballs", ["Release date"], [["1987"]])
+        "Spaceballs",
+        ["Release date"],
+        [["1987"]],
+    )
     # one paragraph cited by q1 without a section (QAMPARI's init proof) and by q2 with one:
     # one document (content id of page and text), the more specific title kept
     assert g1[2] == g2[0] == text_docid("Spaceballs", "Spaceballs is a 1987 parody film.")
@@ -661,38 +866,87 @@ Q7 = "7__wikidata_comp__dev"
         (lambda r: r.__setitem__("answer_table", "\n"), Q7, "answer_table"),
         (lambda r: r.pop("answer_table"), Q7, "answer_table"),
         (lambda r: r.__setitem__("answer_list", {"a": 1}), Q7, "answer_list"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__("rows", []),
-         f"{Q7} answer_list[0].extension_answer[0].proof[1]", "rows"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("proof_type", "chart"),
-         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "proof_type"),
-        (lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("proof_text", None),
-         f"{Q7} answer_list[1].init_answer_proof[0]", "proof_text"),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__("rows", []),
+            f"{Q7} answer_list[0].extension_answer[0].proof[1]",
+            "rows",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("proof_type", "chart"),
+            f"{Q7} answer_list[0].extension_answer[0].proof[0]",
+            "proof_type",
+        ),
+        (
+            lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("proof_text", None),
+            f"{Q7} answer_list[1].init_answer_proof[0]",
+            "proof_text",
+        ),
         (lambda r: r.pop("init_qid"), "line 1", "init_qid"),
         # malformed proofs, each named by its place in the record
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__("section", 3),
-         f"{Q7} answer_list[0].extension_answer[0].proof[1]", "section"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("parent_section", ["a"]),
-         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "parent_section"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1]["cells"][1].__setitem__(
-            "cell_value", 7), f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1].cells[1]", "cell_value"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1].pop("cells"),
-         f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1]", "cells"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__(
-            "rows", [{"cells": [{"cell_value": "Film"}]}]), f"{Q7} answer_list[0].extension_answer[0].proof[1]", "rows"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].pop("value"),
-         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "value"),
-        (lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("key", " "),
-         f"{Q7} answer_list[0].extension_answer[0].proof[0]", "key"),
-        (lambda r: r["answer_list"][1]["extension_answer"][0]["proof"][0].pop("text"),
-         f"{Q7} answer_list[1].extension_answer[0].proof[0]", "text"),
-        (lambda r: r["answer_list"][1]["extension_answer"][0]["proof"].__setitem__(0, "Film B is a comedy."),
-         f"{Q7} answer_list[1].extension_answer[0].proof[0]", "-"),
-        (lambda r: r["answer_list"][1]["extension_answer"][0].__setitem__("proof", {"text": "x"}),
-         f"{Q7} answer_list[1].extension_answer[0]", "proof"),
-        (lambda r: r["answer_list"][1].__setitem__("extension_answer", "genre"), f"{Q7} answer_list[1]",
-         "extension_answer"),
-        (lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("found_in_url", 5),
-         f"{Q7} answer_list[1].init_answer_proof[0]", "found_in_url"),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__("section", 3),
+            f"{Q7} answer_list[0].extension_answer[0].proof[1]",
+            "section",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("parent_section", ["a"]),
+            f"{Q7} answer_list[0].extension_answer[0].proof[0]",
+            "parent_section",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1]["cells"][1].__setitem__(
+                "cell_value", 7
+            ),
+            f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1].cells[1]",
+            "cell_value",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1]["rows"][1].pop("cells"),
+            f"{Q7} answer_list[0].extension_answer[0].proof[1] rows[1]",
+            "cells",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][1].__setitem__(
+                "rows", [{"cells": [{"cell_value": "Film"}]}]
+            ),
+            f"{Q7} answer_list[0].extension_answer[0].proof[1]",
+            "rows",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].pop("value"),
+            f"{Q7} answer_list[0].extension_answer[0].proof[0]",
+            "value",
+        ),
+        (
+            lambda r: r["answer_list"][0]["extension_answer"][0]["proof"][0].__setitem__("key", " "),
+            f"{Q7} answer_list[0].extension_answer[0].proof[0]",
+            "key",
+        ),
+        (
+            lambda r: r["answer_list"][1]["extension_answer"][0]["proof"][0].pop("text"),
+            f"{Q7} answer_list[1].extension_answer[0].proof[0]",
+            "text",
+        ),
+        (
+            lambda r: r["answer_list"][1]["extension_answer"][0]["proof"].__setitem__(0, "Film B is a comedy."),
+            f"{Q7} answer_list[1].extension_answer[0].proof[0]",
+            "-",
+        ),
+        (
+            lambda r: r["answer_list"][1]["extension_answer"][0].__setitem__("proof", {"text": "x"}),
+            f"{Q7} answer_list[1].extension_answer[0]",
+            "proof",
+        ),
+        (
+            lambda r: r["answer_list"][1].__setitem__("extension_answer", "genre"),
+            f"{Q7} answer_list[1]",
+            "extension_answer",
+        ),
+        (
+            lambda r: r["answer_list"][1]["init_answer_proof"][0].__setitem__("found_in_url", 5),
+            f"{Q7} answer_list[1].init_answer_proof[0]",
+            "found_in_url",
+        ),
         (lambda r: r["answer_list"].__setitem__(1, "Q2"), f"{Q7} answer_list[1]", "-"),
     ],
 )
@@ -714,8 +968,13 @@ def test_tanq_truncated_line(tmp_path):
 
 
 def test_tanq_question_fallbacks(tmp_path):
-    rec = {"init_qid": "1", "question": "Plain?", "question_type": "custom", "skills": ["time calculation"],
-           "answer_table": "a|b\n1|2"}
+    rec = {
+        "init_qid": "1",
+        "question": "Plain?",
+        "question_type": "custom",
+        "skills": ["time calculation"],
+        "answer_table": "a|b\n1|2",
+    }
     path = tmp_path / "x.jsonl"
     path.write_text(json.dumps(rec) + "\n")
     q = tanq.load({"questions": path}, "dev").queries[0]

@@ -173,8 +173,10 @@ def test_musique_truncated(tmp_path: Path):
 def twowiki_files() -> dict[str, Path]:
     # the bundled 2 dev records, and the first 641 of HippoRAG's 6,119 distractor passages (the
     # 641st is the one that is also a context paragraph; tests/fixtures/README.md)
-    return {"questions": RAW / "2wikimultihopqa" / "dev.json",
-            "passages": FIXTURE_DATA / "2wikimultihopqa" / "distractor_corpus_641.json"}
+    return {
+        "questions": RAW / "2wikimultihopqa" / "dev.json",
+        "passages": FIXTURE_DATA / "2wikimultihopqa" / "distractor_corpus_641.json",
+    }
 
 
 def test_twowiki_real_dev(twowiki_files: dict[str, Path]):
@@ -341,17 +343,21 @@ def test_strategyqa_with_paragraphs(strategyqa_files: dict[str, Path], tmp_path:
     }
     pfile = tmp_path / "strategyqa_train_paragraphs.json"
     pfile.write_text(json.dumps(paragraphs), encoding="utf-8")
-    data = strategyqa.load({"questions": strategyqa_files["questions"], "paragraphs": pfile}, "dev",
-                           relevance="paragraphs")
+    data = strategyqa.load(
+        {"questions": strategyqa_files["questions"], "paragraphs": pfile}, "dev", relevance="paragraphs"
+    )
     _check_consistent(data)
     assert len(data.corpus) == len(ids)
     assert sum(len(_evidence_ids(ann)) for r in raw for ann in r["evidence"]) == len(data.qrels)
     assert {r.annotator for r in data.qrels} == {"0", "1", "2", "3"}  # two questions have 4 annotators
     qid = raw[0]["qid"]
     assert sorted((r.annotator, r.docid) for r in data.qrels if r.qid == qid) == [
-        ("0", "Albany, Georgia-1"), ("0", "Albany, New York-2"),
-        ("1", "Albany, Georgia-35"), ("1", "Albany, New York-2"),
-        ("2", "Albany, Georgia-1"), ("2", "Albany, New York-2"),
+        ("0", "Albany, Georgia-1"),
+        ("0", "Albany, New York-2"),
+        ("1", "Albany, Georgia-35"),
+        ("1", "Albany, New York-2"),
+        ("2", "Albany, Georgia-1"),
+        ("2", "Albany, New York-2"),
     ]
     doc = next(d for d in data.corpus if d.docid == "Albany, Georgia-1")
     assert (doc.title, doc.text) == ("Albany, Georgia", "text of Albany, Georgia-1")
@@ -360,7 +366,11 @@ def test_strategyqa_with_paragraphs(strategyqa_files: dict[str, Path], tmp_path:
     pfile.write_text(json.dumps(paragraphs), encoding="utf-8")
     _raises(
         lambda: strategyqa.load({"questions": strategyqa_files["questions"], "paragraphs": pfile}, "dev"),
-        str(strategyqa_files["questions"]), qid, "'evidence'", "Albany, Georgia-35", "absent",
+        str(strategyqa_files["questions"]),
+        qid,
+        "'evidence'",
+        "Albany, Georgia-35",
+        "absent",
     )
 
 
@@ -433,7 +443,10 @@ def test_ambigqa_real_dev_light():
         assert ans.aliases == pooled
     multi = next(a for a, r in zip(data.answers, raw) if r["annotations"][0]["type"] == "multipleQAs")
     pair = multi.annotations[0].answers[0]
-    assert pair == {"question": "Who is the 4th chairman of african union commission?", "aliases": ["Moussa Faki", "Moussa Faki Mahamat"]}
+    assert pair == {
+        "question": "Who is the 4th chairman of african union commission?",
+        "aliases": ["Moussa Faki", "Moussa Faki Mahamat"],
+    }
     assert data.answers[0].annotations[0].answers == [{"question": "", "aliases": ["Tony Goldwyn", "Goldwyn"]}]
     assert data.tables()["answers"].num_rows == 40
 
@@ -472,8 +485,12 @@ def test_ambigqa_qrels_from_viewed_titles(tmp_path: Path):
     title = rows[next(iter(rows))][1]  # fixture titles are lower case; annotators' are not
     expected = sorted(pid for pid, (_, t) in rows.items() if t == title)
     records = [
-        {"id": "9", "question": "a?", "annotations": [{"type": "singleAnswer", "answer": ["x"]}],
-         "viewed_doc_titles": [title.title(), "Page Not In Corpus"]},
+        {
+            "id": "9",
+            "question": "a?",
+            "annotations": [{"type": "singleAnswer", "answer": ["x"]}],
+            "viewed_doc_titles": [title.title(), "Page Not In Corpus"],
+        },
         {"id": "7", "question": "b?", "annotations": [{"type": "singleAnswer", "answer": ["y"]}]},
     ]
     q = tmp_path / "dev.json"

@@ -24,8 +24,14 @@ def _corpus(path: Path) -> list[str]:
     """A corpus file of ROWS documents whose text is random hex (so Parquet cannot shrink it)."""
     docids = [f"d{i:06d}" for i in range(ROWS)]
     texts = [os.urandom(TEXT_BYTES).hex() for _ in range(ROWS)]
-    cols = {"docid": docids, "title": [""] * ROWS, "text": texts, "kind": ["text"] * ROWS,
-            "table_header": [[]] * ROWS, "table_rows": [[]] * ROWS}
+    cols = {
+        "docid": docids,
+        "title": [""] * ROWS,
+        "text": texts,
+        "kind": ["text"] * ROWS,
+        "table_header": [[]] * ROWS,
+        "table_rows": [[]] * ROWS,
+    }
     pq.write_table(pa.table(cols, schema=CORPUS_SCHEMA), path, row_group_size=GROUP)
     return docids
 

@@ -33,7 +33,12 @@ SAMPLE = {
         229,
         0,
     ),
-    "ambigqa": ("dev", {"questions": "ambigqa/dev_light_40.json", "passages": "ambigqa/psgs_w100_sample.tsv"}, 40, 1100),
+    "ambigqa": (
+        "dev",
+        {"questions": "ambigqa/dev_light_40.json", "passages": "ambigqa/psgs_w100_sample.tsv"},
+        40,
+        1100,
+    ),
     "ottqa": (
         "dev",
         {
@@ -99,7 +104,9 @@ def test_malformed_raw_file_exits_nonzero_with_named_record_and_no_output(tmp_pa
     del record["paragraphs"][0]["paragraph_text"]
     bad.write_text("\n".join([lines[0], json.dumps(record), lines[2]]) + "\n")
     out = tmp_path / "out"
-    code = main(["prepare", "--dataset", "musique", "--split", "train", "--file", f"questions={bad}", "--out-dir", str(out)])
+    code = main(
+        ["prepare", "--dataset", "musique", "--split", "train", "--file", f"questions={bad}", "--out-dir", str(out)]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert str(bad) in err and record["id"] in err and "paragraph_text" in err
@@ -109,8 +116,19 @@ def test_malformed_raw_file_exits_nonzero_with_named_record_and_no_output(tmp_pa
 def test_unknown_dataset_and_role_are_rejected_with_valid_values(tmp_path: Path, capsys) -> None:
     assert main(["prepare", "--dataset", "hotpotqa", "--split", "dev", "--out-dir", str(tmp_path)]) == 1
     assert "valid: musique, 2wikimultihopqa" in capsys.readouterr().err
-    code = main(["prepare", "--dataset", "finqa", "--split", "dev", "--file", f"tables={RAW / 'finqa/dev.json'}",
-                 "--out-dir", str(tmp_path)])
+    code = main(
+        [
+            "prepare",
+            "--dataset",
+            "finqa",
+            "--split",
+            "dev",
+            "--file",
+            f"tables={RAW / 'finqa/dev.json'}",
+            "--out-dir",
+            str(tmp_path),
+        ]
+    )
     assert code == 1
     assert "valid roles" in capsys.readouterr().err
 
@@ -140,16 +158,30 @@ def test_beir_export_is_plain_beir(tmp_path: Path) -> None:
         queries=[Query("q1", "Which team?")],
         corpus=[
             Document("d1", "Club", "A football club."),
-            Document("t1", "Results", "", kind="table", table_header=["Year", "Team"], table_rows=[["1911", "Notre Dame"]]),
+            Document(
+                "t1", "Results", "", kind="table", table_header=["Year", "Team"], table_rows=[["1911", "Notre Dame"]]
+            ),
         ],
         qrels=[Qrel("q1", "t1", 1, "0"), Qrel("q1", "t1", 1, "1")],
     )
     tables = data.tables()
     for name in ("queries", "corpus", "qrels"):
         pq.write_table(tables[name], tmp_path / f"{name}.parquet")
-    export(tmp_path / "corpus.parquet", tmp_path / "queries.parquet", tmp_path / "qrels.parquet", "dev", "pipe", tmp_path / "beir")
+    export(
+        tmp_path / "corpus.parquet",
+        tmp_path / "queries.parquet",
+        tmp_path / "qrels.parquet",
+        "dev",
+        "pipe",
+        tmp_path / "beir",
+    )
     corpus = [json.loads(line) for line in (tmp_path / "beir/corpus.jsonl").read_text().splitlines()]
-    assert corpus[1] == {"_id": "t1", "title": "Results", "text": "Year|Team\n1911|Notre Dame", "metadata": {"kind": "table"}}
+    assert corpus[1] == {
+        "_id": "t1",
+        "title": "Results",
+        "text": "Year|Team\n1911|Notre Dame",
+        "metadata": {"kind": "table"},
+    }
     assert (tmp_path / "beir/queries.jsonl").read_text() == '{"_id": "q1", "text": "Which team?"}\n'
     # two annotators naming the same document give one BEIR qrel, and the same TREC qrel beside it
     assert (tmp_path / "beir/qrels/dev.tsv").read_text() == "query-id\tcorpus-id\tscore\nq1\tt1\t1\n"
@@ -184,8 +216,9 @@ EMPTY_CONTENT = {
 
 @pytest.mark.parametrize("dataset", sorted(SAMPLE))
 @pytest.mark.parametrize("kind", sorted(EMPTY_CONTENT))
-def test_an_empty_question_file_is_an_error_not_four_empty_tables(dataset: str, kind: str, tmp_path: Path,
-                                                                   capsys) -> None:
+def test_an_empty_question_file_is_an_error_not_four_empty_tables(
+    dataset: str, kind: str, tmp_path: Path, capsys
+) -> None:
     files = _real_files(dataset)
     empty = tmp_path / Path(files["questions"]).name
     empty.write_bytes(EMPTY_CONTENT[kind])
@@ -194,8 +227,11 @@ def test_an_empty_question_file_is_an_error_not_four_empty_tables(dataset: str, 
     assert main(_prepare_args(dataset, files, out)) == 1
     err = capsys.readouterr().err
     assert str(empty) in err
-    assert ("empty (0 bytes)" in err) if kind == "zero bytes" else ("no questions" in err or "expected a JSON" in err
-                                                                    or "empty file" in err)
+    assert (
+        ("empty (0 bytes)" in err)
+        if kind == "zero bytes"
+        else ("no questions" in err or "expected a JSON" in err or "empty file" in err)
+    )
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -222,8 +258,13 @@ def test_a_folder_as_raw_file_is_named(dataset: str, tmp_path: Path, capsys) -> 
 
 
 # (dataset, role, line to corrupt (1-based)): JSON over many lines, JSONL, TSV.
-NON_UTF8 = [("tatqa", "questions", 40), ("musique", "questions", 3), ("tanq", "questions", 5),
-            ("ambigqa", "passages", 7), ("strategyqa", "decompositions", 2)]
+NON_UTF8 = [
+    ("tatqa", "questions", 40),
+    ("musique", "questions", 3),
+    ("tanq", "questions", 5),
+    ("ambigqa", "passages", 7),
+    ("strategyqa", "decompositions", 2),
+]
 
 
 @pytest.mark.parametrize("dataset, role, line", NON_UTF8)
@@ -284,12 +325,18 @@ sys.exit(main(sys.argv[1:]))
 def test_prepare_killed_between_tables_leaves_no_table_and_the_rerun_sweeps_its_temporaries(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = _prepare_args("tatqa", _real_files("tatqa"), out)
-    killed = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_TABLES, *args], capture_output=True, text=True,
-                            env=dict(os.environ), timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILL_BETWEEN_TABLES, *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     left = sorted(p.name for p in out.iterdir())
     assert not any(name.endswith(".parquet") for name in left)  # all or nothing: nothing
     assert len(left) == 4 and all(name.endswith(".tmp") for name in left)  # the killed job's temporaries
     assert main(args) == 0  # the next run of the rule
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.parquet" for t in
-                                                          ("queries", "corpus", "qrels", "answers"))
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{t}.parquet" for t in ("queries", "corpus", "qrels", "answers")
+    )

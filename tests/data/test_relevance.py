@@ -52,9 +52,14 @@ def _qrels_by_qid(data) -> dict[str, list[str]]:
 
 def test_every_loader_names_its_modes_paper_first() -> None:
     expected = {
-        "musique": ["paper", "supporting"], "2wikimultihopqa": ["paper", "supporting"],
-        "ambigqa": ["paper", "viewed"], "finqa": ["paper", "gold_inds"], "strategyqa": ["paper", "paragraphs"],
-        "tatqa": ["paper", "order", "rows"], "ottqa": ["paper", "section_titles"], "tanq": ["paper"],
+        "musique": ["paper", "supporting"],
+        "2wikimultihopqa": ["paper", "supporting"],
+        "ambigqa": ["paper", "viewed"],
+        "finqa": ["paper", "gold_inds"],
+        "strategyqa": ["paper", "paragraphs"],
+        "tatqa": ["paper", "order", "rows"],
+        "ottqa": ["paper", "section_titles"],
+        "tanq": ["paper"],
     }
     assert {ds: list(relevance_modes(ds)) for ds in DATASETS} == expected
     assert all(isinstance(v, str) and v for ds in DATASETS for v in relevance_modes(ds).values())
@@ -75,8 +80,13 @@ def test_unknown_mode_names_the_config_key_and_the_valid_modes(dataset: str, tmp
 
 def test_prepare_refuses_an_unknown_mode_before_reading(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"datasets\.musique\.relevance: unknown mode 'viewed'"):
-        prepare("musique", "train", {"questions": RAW / "musique" / "musique_train_100.jsonl"}, tmp_path / "out",
-                relevance="viewed")  # AmbigQA's mode, not MuSiQue's
+        prepare(
+            "musique",
+            "train",
+            {"questions": RAW / "musique" / "musique_train_100.jsonl"},
+            tmp_path / "out",
+            relevance="viewed",
+        )  # AmbigQA's mode, not MuSiQue's
     assert not (tmp_path / "out").exists()
 
 
@@ -93,7 +103,9 @@ def test_musique_paper_every_paired_paragraph_is_relevant() -> None:
     assert (len(paper.qrels), len(strict.qrels)) == (2000, 237)
     first = raw[0]
     assert first["id"] == "2hop__150763_14904" and len(first["paragraphs"]) == 20
-    assert _qrels_by_qid(paper)[first["id"]] == [text_docid(p["title"], p["paragraph_text"]) for p in first["paragraphs"]]
+    assert _qrels_by_qid(paper)[first["id"]] == [
+        text_docid(p["title"], p["paragraph_text"]) for p in first["paragraphs"]
+    ]
     # supporting is a subset of paper for every question; the corpus is the same in both modes
     for qid, docs in _qrels_by_qid(strict).items():
         assert set(docs) <= set(_qrels_by_qid(paper)[qid])
@@ -211,19 +223,47 @@ def test_ambigqa_answer_check_on_written_passages(tmp_path: Path) -> None:
         ("p7", "the beatles again", "Birds"),
     ]
     passages = _tsv(tmp_path / "psgs.tsv", rows)
-    questions = _write(tmp_path / "dev.json", [
-        {"id": "A", "question": "who?", "viewed_doc_titles": ["cats", "Dogs"],
-         "annotations": [{"type": "singleAnswer", "answer": ["The Beatles"]},
-                         {"type": "multipleQAs", "qaPairs": [{"question": "drummer?", "answer": ["Ringo Starr"]},
-                                                             {"question": "where?", "answer": ["U.S."]}]}]},
-        {"id": "B", "question": "is it?", "viewed_doc_titles": ["Dogs"],
-         "annotations": [{"type": "singleAnswer", "answer": ["no"]}]},
-    ])
+    questions = _write(
+        tmp_path / "dev.json",
+        [
+            {
+                "id": "A",
+                "question": "who?",
+                "viewed_doc_titles": ["cats", "Dogs"],
+                "annotations": [
+                    {"type": "singleAnswer", "answer": ["The Beatles"]},
+                    {
+                        "type": "multipleQAs",
+                        "qaPairs": [
+                            {"question": "drummer?", "answer": ["Ringo Starr"]},
+                            {"question": "where?", "answer": ["U.S."]},
+                        ],
+                    },
+                ],
+            },
+            {
+                "id": "B",
+                "question": "is it?",
+                "viewed_doc_titles": ["Dogs"],
+                "annotations": [{"type": "singleAnswer", "answer": ["no"]}],
+            },
+        ],
+    )
     files = {"questions": questions, "passages": passages}
     paper = ambigqa.load(files, "dev")
     grades = {(r.qid, r.docid): r.relevance for r in paper.qrels}
-    assert grades == {("A", "p1"): 1, ("A", "p2"): 1, ("A", "p3"): 1, ("A", "p4"): 0, ("A", "p5"): 0, ("A", "p6"): 1,
-                      ("B", "p3"): 0, ("B", "p4"): 0, ("B", "p5"): 0, ("B", "p6"): 0}
+    assert grades == {
+        ("A", "p1"): 1,
+        ("A", "p2"): 1,
+        ("A", "p3"): 1,
+        ("A", "p4"): 0,
+        ("A", "p5"): 0,
+        ("A", "p6"): 1,
+        ("B", "p3"): 0,
+        ("B", "p4"): 0,
+        ("B", "p5"): 0,
+        ("B", "p6"): 0,
+    }
     viewed = ambigqa.load(files, "dev", relevance="viewed")
     assert {(r.qid, r.docid): r.relevance for r in viewed.qrels} == dict.fromkeys(grades, 1)
 
@@ -247,11 +287,15 @@ def test_ambigqa_answer_check_on_the_sample_passages(tmp_path: Path) -> None:
     aliases = {a.qid: a.aliases for a in data.answers}
 
     def holds(passage: str, alias: str) -> bool:
-        for norm_p, norm_a in ((normalize_answer(passage), normalize_answer(alias)),
-                               (normalize_answer(ambigqa._PUNCT_RUN.sub(" ", passage)),
-                                normalize_answer(ambigqa._PUNCT_RUN.sub(" ", alias)))):
+        for norm_p, norm_a in (
+            (normalize_answer(passage), normalize_answer(alias)),
+            (
+                normalize_answer(ambigqa._PUNCT_RUN.sub(" ", passage)),
+                normalize_answer(ambigqa._PUNCT_RUN.sub(" ", alias)),
+            ),
+        ):
             p, a = norm_p.split(), norm_a.split()
-            if a and any(p[i:i + len(a)] == a for i in range(len(p) - len(a) + 1)):
+            if a and any(p[i : i + len(a)] == a for i in range(len(p) - len(a) + 1)):
                 return True
         return False
 
@@ -268,8 +312,16 @@ def test_ambigqa_answer_check_on_the_sample_passages(tmp_path: Path) -> None:
 
 
 def _sqa(qid: str, evidence: list) -> dict:
-    return {"qid": qid, "term": "T", "description": "d", "question": f"{qid}?", "answer": True, "facts": [],
-            "decomposition": ["s"], "evidence": evidence}
+    return {
+        "qid": qid,
+        "term": "T",
+        "description": "d",
+        "question": f"{qid}?",
+        "answer": True,
+        "facts": [],
+        "decomposition": ["s"],
+        "evidence": evidence,
+    }
 
 
 def test_strategyqa_paper_qrels_by_cited_title(tmp_path: Path) -> None:
@@ -286,15 +338,20 @@ def test_strategyqa_paper_qrels_by_cited_title(tmp_path: Path) -> None:
         "Paris-3": {"title": "Paris", "content": "a capital"},
     }
     pfile = _write(tmp_path / "paragraphs.json", paragraphs)
-    qfile = _write(tmp_path / "dev.json", [
-        _sqa("q1", [[[["Albany, Georgia-1"]], ["operation"]], [[["Odd-7"]]]]),
-        _sqa("q2", [[["no_evidence"]]]),
-    ])
+    qfile = _write(
+        tmp_path / "dev.json",
+        [
+            _sqa("q1", [[[["Albany, Georgia-1"]], ["operation"]], [[["Odd-7"]]]]),
+            _sqa("q2", [[["no_evidence"]]]),
+        ],
+    )
     files = {"questions": qfile, "paragraphs": pfile}
     paper = strategyqa.load(files, "dev")
     assert [(r.qid, r.docid, r.relevance, r.annotator) for r in paper.qrels] == [
-        ("q1", "Albany, Georgia-1", 1, ""), ("q1", "Albany, Georgia-2", 1, ""),
-        ("q1", "Albany, New York-1", 1, ""), ("q1", "Odd-7", 1, ""),
+        ("q1", "Albany, Georgia-1", 1, ""),
+        ("q1", "Albany, Georgia-2", 1, ""),
+        ("q1", "Albany, New York-1", 1, ""),
+        ("q1", "Odd-7", 1, ""),
     ]
     strict = strategyqa.load(files, "dev", relevance="paragraphs")
     assert [(r.docid, r.annotator) for r in strict.qrels] == [("Albany, Georgia-1", "0"), ("Odd-7", "1")]
@@ -317,10 +374,22 @@ def test_tatqa_paper_and_order_agree_on_the_sample() -> None:
 def test_tatqa_paper_reads_rel_paragraphs_by_position(tmp_path: Path) -> None:
     """Paragraphs listed out of order: rel "1" is the first listed (uid pB, order 2) for the
     toolkit, the one with order 1 (pA) by the order field; answer_from "text": no table."""
-    ctx = {"table": {"uid": "t", "table": [["", "2019"], ["a", "1"]]},
-           "paragraphs": [{"uid": "pB", "order": 2, "text": "second"}, {"uid": "pA", "order": 1, "text": "first"}],
-           "questions": [{"uid": "q", "question": "which?", "answer": ["first"], "derivation": "", "answer_type": "span",
-                          "answer_from": "text", "rel_paragraphs": ["1"], "scale": ""}]}
+    ctx = {
+        "table": {"uid": "t", "table": [["", "2019"], ["a", "1"]]},
+        "paragraphs": [{"uid": "pB", "order": 2, "text": "second"}, {"uid": "pA", "order": 1, "text": "first"}],
+        "questions": [
+            {
+                "uid": "q",
+                "question": "which?",
+                "answer": ["first"],
+                "derivation": "",
+                "answer_type": "span",
+                "answer_from": "text",
+                "rel_paragraphs": ["1"],
+                "scale": "",
+            }
+        ],
+    }
     path = _write(tmp_path / "dev.json", [ctx])
     assert [r.docid for r in tatqa.load({"questions": path}, "dev").qrels] == ["pB"]
     assert [r.docid for r in tatqa.load({"questions": path}, "dev", relevance="order").qrels] == ["pA"]
@@ -372,8 +441,16 @@ def test_dexter_config_plans_the_paper_mode_everywhere() -> None:
 def _cell(dataset: str, split: str, setting: str, retriever: str, llm: str = "smollm2-135m"):
     from types import SimpleNamespace
 
-    return SimpleNamespace(dataset=dataset, split=split, serialization="pipe", retriever=retriever,
-                           llm=llm, prompt="few-shot", setting=setting, k="1")
+    return SimpleNamespace(
+        dataset=dataset,
+        split=split,
+        serialization="pipe",
+        retriever=retriever,
+        llm=llm,
+        prompt="few-shot",
+        setting=setting,
+        k="1",
+    )
 
 
 def test_a_stricter_mode_is_planned_and_recorded() -> None:
@@ -390,7 +467,9 @@ def test_a_mode_of_another_dataset_is_a_config_error_naming_the_key() -> None:
     config["datasets"]["musique"]["relevance"] = "viewed"  # in the schema's enum (AmbigQA's), not MuSiQue's
     with pytest.raises(ConfigError) as exc:
         _plan(config)
-    assert "datasets.musique.relevance: 'viewed' is not a relevance mode of musique; valid: paper, supporting" in str(exc.value)
+    assert "datasets.musique.relevance: 'viewed' is not a relevance mode of musique; valid: paper, supporting" in str(
+        exc.value
+    )
 
 
 def test_schema_refuses_a_mode_no_dataset_has() -> None:
@@ -411,8 +490,11 @@ def test_snakemake_dry_run_of_dexter_passes_the_mode_to_every_prepare() -> None:
     from dry_runs import dry_run
 
     config = _plan_config("dexter.yaml")
-    targets = [f"results/dexter/data/{ds}/{sp}/qrels.parquet" for ds, spec in config["datasets"].items()
-               for sp in dict.fromkeys(spec["splits"] + (spec.get("corpus_splits") or []))]
+    targets = [
+        f"results/dexter/data/{ds}/{sp}/qrels.parquet"
+        for ds, spec in config["datasets"].items()
+        for sp in dict.fromkeys(spec["splits"] + (spec.get("corpus_splits") or []))
+    ]
     commands = [job.shell for job in dry_run("dexter.yaml").of_rule("prepare") if set(targets) & set(job.output)]
     assert len(commands) == len(targets) == 12  # musique, 2wiki: 2 splits; finqa: 3; the other five: 1
     assert all(line.startswith("cqabench prepare") and "--relevance paper " in line for line in commands)
@@ -428,15 +510,30 @@ def test_the_mode_is_a_column_of_metrics_parquet(tmp_path: Path) -> None:
     cells = {"new": "supporting", "old": None}
     files = []
     for name, mode in cells.items():
-        cell = {"stage": "retrieval", "dataset": "2wikimultihopqa", "split": "dev", "corpus": "wiki-multihop",
-                "serialization": "pipe", "retriever": "bm25", "identical_id_policy": "drop"}
+        cell = {
+            "stage": "retrieval",
+            "dataset": "2wikimultihopqa",
+            "split": "dev",
+            "corpus": "wiki-multihop",
+            "serialization": "pipe",
+            "retriever": "bm25",
+            "identical_id_policy": "drop",
+        }
         if mode:
             cell["relevance"] = mode
         folder = tmp_path / "results" / "retrieval" / name
         folder.mkdir(parents=True)
-        (folder / "metrics.json").write_text(json.dumps({
-            "cell": cell, "provenance": {},
-            "metrics": [{"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.4, "n": 2, "unit": "fraction"}]}))
+        (folder / "metrics.json").write_text(
+            json.dumps(
+                {
+                    "cell": cell,
+                    "provenance": {},
+                    "metrics": [
+                        {"metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.4, "n": 2, "unit": "fraction"}
+                    ],
+                }
+            )
+        )
         files.append(folder / "metrics.json")
     table = build_metrics_table(files, tmp_path / "results")
     assert sorted(table.column("relevance").to_pylist(), key=str) == [None, "supporting"]

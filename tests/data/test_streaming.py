@@ -30,11 +30,19 @@ RAW = ROOT / "resources" / "raw"
 SAMPLE = {
     "musique": ("train", {"questions": "musique/musique_train_100.jsonl"}),
     "2wikimultihopqa": ("dev", {"questions": "2wikimultihopqa/dev.json"}),
-    "strategyqa": ("dev", {"questions": "strategyqa/dev.json",
-                           "decompositions": "strategyqa/bart_decomp_dev_predictions.jsonl"}),
+    "strategyqa": (
+        "dev",
+        {"questions": "strategyqa/dev.json", "decompositions": "strategyqa/bart_decomp_dev_predictions.jsonl"},
+    ),
     "ambigqa": ("dev", {"questions": "ambigqa/dev_light_40.json", "passages": "ambigqa/psgs_w100_sample.tsv"}),
-    "ottqa": ("dev", {"questions": "ottqa/dev.traced.sample.json", "tables": "ottqa/dev_tables.sample.json",
-                      "passages": "ottqa/dev_passages.sample.json"}),
+    "ottqa": (
+        "dev",
+        {
+            "questions": "ottqa/dev.traced.sample.json",
+            "tables": "ottqa/dev_tables.sample.json",
+            "passages": "ottqa/dev_passages.sample.json",
+        },
+    ),
     "tatqa": ("dev", {"questions": "tatqa/tatqa_dataset_dev.sample.json"}),
     "finqa": ("dev", {"questions": "finqa/dev.json"}),
     "tanq": ("test", {"questions": "tanq/test_questions_10.jsonl"}),
@@ -68,14 +76,22 @@ def test_streaming_prepare_writes_the_in_memory_tables(dataset: str, tmp_path: P
 
 
 def _paragraphs(n: int) -> dict[str, dict]:
-    return {f"Page {i}-{i % 3}": {"title": f"Page {i}", "section": "", "headers": [], "para_index": i % 3,
-                                  "content": f"paragraph {i} " + "word " * (i % 50)} for i in range(n)}
+    return {
+        f"Page {i}-{i % 3}": {
+            "title": f"Page {i}",
+            "section": "",
+            "headers": [],
+            "para_index": i % 3,
+            "content": f"paragraph {i} " + "word " * (i % 50),
+        }
+        for i in range(n)
+    }
 
 
 def test_json_object_reader_matches_json_load_across_window_edges(tmp_path: Path, monkeypatch) -> None:
     """Members, numbers and escapes cut by every possible window boundary come out as json.load reads them."""
     monkeypatch.setattr(common, "_READ_CHARS", 13)
-    obj = {**_paragraphs(40), "n": 1234567890, "x": [1.5, None, True, {"é": "\"q\"\n"}], "last": -0.25}
+    obj = {**_paragraphs(40), "n": 1234567890, "x": [1.5, None, True, {"é": '"q"\n'}], "last": -0.25}
     for indent in (None, 1):
         path = tmp_path / f"p{indent}.json"
         path.write_text(json.dumps(obj, indent=indent, ensure_ascii=indent is None), encoding="utf-8")
@@ -104,8 +120,17 @@ def test_streamed_paragraphs_name_file_record_and_field(tmp_path: Path, monkeypa
     monkeypatch.setattr(common, "_READ_CHARS", 4096)
     questions = RAW / "strategyqa" / "dev.json"
     raw = json.loads(questions.read_text(encoding="utf-8"))
-    ids = sorted({p for r in raw for ann in r["evidence"] for step in ann for item in step
-                  if isinstance(item, list) for p in item})
+    ids = sorted(
+        {
+            p
+            for r in raw
+            for ann in r["evidence"]
+            for step in ann
+            for item in step
+            if isinstance(item, list)
+            for p in item
+        }
+    )
     pars = {**_paragraphs(1500), **{pid: {"title": pid.rsplit("-", 1)[0], "content": f"text of {pid}"} for pid in ids}}
     path = tmp_path / "paragraphs.json"
     path.write_text(json.dumps(pars), encoding="utf-8")  # one line, as the official file
@@ -161,7 +186,10 @@ def test_id_digests_find_repeats_and_absent_ids() -> None:
 def test_id_digests_spilled_to_buckets_answer_as_in_memory() -> None:
     """Past `buffer` digests go to bucket files on disk (flat memory); the answers do not change.
     Real ids: the bundled psgs_w100 sample's passage ids, with every 7th one added twice."""
-    ids = [line.split("\t", 1)[0] for line in (RAW / "ambigqa/psgs_w100_sample.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    ids = [
+        line.split("\t", 1)[0]
+        for line in (RAW / "ambigqa/psgs_w100_sample.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    ]
     stream = ids + ids[::7]
     memory, spilled = IdDigests(), IdDigests(buffer=50)
     for v in stream:
@@ -214,8 +242,10 @@ def test_a_single_member_corpus_is_the_prepared_file_itself(tmp_path: Path) -> N
 
 
 def test_row_group_writer_holds_one_group(tmp_path: Path) -> None:
-    rows = [{"docid": str(i), "title": "", "text": "x" * i, "kind": "text", "table_header": [], "table_rows": []}
-            for i in range(10)]
+    rows = [
+        {"docid": str(i), "title": "", "text": "x" * i, "kind": "text", "table_header": [], "table_rows": []}
+        for i in range(10)
+    ]
     with cio.RowGroupWriter(tmp_path / "c.parquet", CORPUS_SCHEMA, rows_per_group=4, chars_per_group=10**9) as w:
         for row in rows:
             w.add(row)

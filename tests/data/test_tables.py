@@ -21,8 +21,7 @@ RAW = Path(__file__).resolve().parents[2] / "resources" / "raw"  # the bundled s
 
 @pytest.fixture(scope="module")
 def tat_doc() -> dict:
-    data = tatqa.load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev", limit=1,
-                      relevance="rows")
+    data = tatqa.load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev", limit=1, relevance="rows")
     return asdict(data.corpus[0])
 
 
@@ -41,8 +40,15 @@ def fin_doc() -> dict:
 @pytest.fixture(scope="module")
 def ott_doc() -> dict:
     d = RAW / "ottqa"
-    data = ottqa.load({"questions": d / "dev.traced.sample.json", "tables": d / "dev_tables.sample.json",
-                       "passages": d / "dev_passages.sample.json"}, "dev", limit=0)
+    data = ottqa.load(
+        {
+            "questions": d / "dev.traced.sample.json",
+            "tables": d / "dev_tables.sample.json",
+            "passages": d / "dev_passages.sample.json",
+        },
+        "dev",
+        limit=0,
+    )
     return asdict(next(doc for doc in data.corpus if doc.docid == "1953–54_Scottish_Cup_5"))
 
 
@@ -104,18 +110,22 @@ FIN_MARKDOWN = (
 
 
 def _fin_sentence(name: str, a: str, b: str, c: str, d: str) -> str:
-    return (f"company is {name}, payments volume ( billions ) is {a}, total volume ( billions ) is {b}, "
-            f"total transactions ( billions ) is {c}, cards ( millions ) is {d}.")
+    return (
+        f"company is {name}, payments volume ( billions ) is {a}, total volume ( billions ) is {b}, "
+        f"total transactions ( billions ) is {c}, cards ( millions ) is {d}."
+    )
 
 
-FIN_LINEAR = " ".join([
-    _fin_sentence("visa inc. ( 1 )", "$ 2457", "$ 3822", "50.3", "1592"),
-    _fin_sentence("mastercard", "1697", "2276", "27.0", "916"),
-    _fin_sentence("american express", "637", "647", "5.0", "86"),
-    _fin_sentence("discover", "102", "119", "1.6", "57"),
-    _fin_sentence("jcb", "55", "61", "0.6", "58"),
-    _fin_sentence("diners club", "29", "30", "0.2", "7"),
-])
+FIN_LINEAR = " ".join(
+    [
+        _fin_sentence("visa inc. ( 1 )", "$ 2457", "$ 3822", "50.3", "1592"),
+        _fin_sentence("mastercard", "1697", "2276", "27.0", "916"),
+        _fin_sentence("american express", "637", "647", "5.0", "86"),
+        _fin_sentence("discover", "102", "119", "1.6", "57"),
+        _fin_sentence("jcb", "55", "61", "0.6", "58"),
+        _fin_sentence("diners club", "29", "30", "0.2", "7"),
+    ]
+)
 
 OTT_ROWS = [
     ("Berwick Rangers", "3 - 0", "Dundee"),
@@ -128,9 +138,8 @@ OTT_ROWS = [
     ("Third Lanark", "0 - 0", "Rangers"),
 ]
 OTT_PIPE = "Home team|Score|Away team\n" + "\n".join("|".join(r) for r in OTT_ROWS)
-OTT_MARKDOWN = (
-    "| Home team | Score | Away team |\n| --- | --- | --- |\n"
-    + "\n".join(f"| {h} | {s} | {a} |" for h, s, a in OTT_ROWS)
+OTT_MARKDOWN = "| Home team | Score | Away team |\n| --- | --- | --- |\n" + "\n".join(
+    f"| {h} | {s} | {a} |" for h, s, a in OTT_ROWS
 )
 # The title sentence comes first: the page title (mode paper: the toolkit's table['title']), a full stop.
 OTT_LINEAR = "1953–54 Scottish Cup. " + " ".join(
@@ -141,10 +150,16 @@ OTT_LINEAR = "1953–54 Scottish Cup. " + " ".join(
 @pytest.mark.parametrize(
     "which, serialization, expected",
     [
-        ("tat", "pipe", TAT_PIPE), ("tat", "markdown", TAT_MARKDOWN), ("tat", "linear", TAT_LINEAR),
+        ("tat", "pipe", TAT_PIPE),
+        ("tat", "markdown", TAT_MARKDOWN),
+        ("tat", "linear", TAT_LINEAR),
         ("tat_paper", "pipe", TAT_PIPE_PAPER),
-        ("fin", "pipe", FIN_PIPE), ("fin", "markdown", FIN_MARKDOWN), ("fin", "linear", FIN_LINEAR),
-        ("ott", "pipe", OTT_PIPE), ("ott", "markdown", OTT_MARKDOWN), ("ott", "linear", OTT_LINEAR),
+        ("fin", "pipe", FIN_PIPE),
+        ("fin", "markdown", FIN_MARKDOWN),
+        ("fin", "linear", FIN_LINEAR),
+        ("ott", "pipe", OTT_PIPE),
+        ("ott", "markdown", OTT_MARKDOWN),
+        ("ott", "linear", OTT_LINEAR),
     ],
 )
 def test_document_text_real_tables(which, serialization, expected, tat_doc, tat_paper_doc, fin_doc, ott_doc):

@@ -39,8 +39,10 @@ KNOWN = FIXTURES / "toolkit_differences.yaml"
 try:
     from dexter.data.loaders.RetrieverDataset import RetrieverDataset
 except ImportError as exc:  # a clear failure, not a skip: a fresh `make setup` installs it
-    raise ImportError("the toolkit reference test needs the dexter-cqa 1.0.9 wheel: "
-                      "`python -m pip install --no-deps -r envs/test-nodeps.txt` (make setup does)") from exc
+    raise ImportError(
+        "the toolkit reference test needs the dexter-cqa 1.0.9 wheel: "
+        "`python -m pip install --no-deps -r envs/test-nodeps.txt` (make setup does)"
+    ) from exc
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,12 @@ def _ours(dataset: str, files: dict[str, Path], out: Path) -> dict[str, Any]:
         if r["relevance"] > 0:
             qrels.setdefault(r["qid"], set()).add(r["docid"])
     queries = {q["qid"]: q["question"] for q in pq.read_table(out / "queries.parquet").to_pylist()}
-    return {"docs": {d["docid"]: d for d in corpus}, "order": [d["docid"] for d in corpus], "qrels": qrels,
-            "queries": queries}
+    return {
+        "docs": {d["docid"]: d for d in corpus},
+        "order": [d["docid"] for d in corpus],
+        "qrels": qrels,
+        "queries": queries,
+    }
 
 
 def _toolkit(alias: str, records: list[dict], corpus: dict[str, dict], tmp: Path) -> tuple[dict, list]:
@@ -84,13 +90,17 @@ def _toolkit_corpus(ours: dict[str, Any], positional: bool) -> tuple[dict[str, d
     out: dict[str, dict] = {}
     for i, docid in enumerate(ours["order"]):
         d = ours["docs"][docid]
-        out[str(i) if positional else docid] = {"text": document_text(d, "pipe"), "title": d["title"] or None,
-                                                 "type": "table" if d["kind"] == "table" else "text"}
+        out[str(i) if positional else docid] = {
+            "text": document_text(d, "pipe"),
+            "title": d["title"] or None,
+            "type": "table" if d["kind"] == "table" else "text",
+        }
     return out, ours["order"]
 
 
-def _compare(dataset: str, ours: dict[str, Any], qrels: dict, samples: list,
-             docid_of=str) -> tuple[list[Difference], int]:
+def _compare(
+    dataset: str, ours: dict[str, Any], qrels: dict, samples: list, docid_of=str
+) -> tuple[list[Difference], int]:
     """(the differences, how many toolkit samples were compared)."""
     diffs: list[Difference] = []
     theirs = {str(q): {docid_of(d) for d in docs} for q, docs in qrels.items()}
@@ -138,16 +148,25 @@ def _ottqa(tmp: Path) -> tuple[list[Difference], int]:
     the loader reads it: the tables file's record of `table_id` (title, header, data, uid) and
     each passage an answer node names, by its key."""
     d = RAW / "ottqa"
-    files = {"questions": d / "dev.traced.sample.json", "tables": d / "dev_tables.sample.json",
-             "passages": d / "dev_passages.sample.json"}
+    files = {
+        "questions": d / "dev.traced.sample.json",
+        "tables": d / "dev_tables.sample.json",
+        "passages": d / "dev_passages.sample.json",
+    }
     ours = _ours("ottqa", files, tmp / "ours")
     tables = json.loads(files["tables"].read_text(encoding="utf-8"))
     passages = json.loads(files["passages"].read_text(encoding="utf-8"))
     expanded = []
     for q in json.loads(files["questions"].read_text(encoding="utf-8")):
         links = dict.fromkeys(n[2] for n in q["answer-node"] if n[3] == "passage")
-        expanded.append({"qid": q["question_id"], "question": q["question"], "answer": q["answer-text"],
-                         "evidence": {"table": tables[q["table_id"]], "passages": {k: passages[k] for k in links}}})
+        expanded.append(
+            {
+                "qid": q["question_id"],
+                "question": q["question"],
+                "answer": q["answer-text"],
+                "evidence": {"table": tables[q["table_id"]], "passages": {k: passages[k] for k in links}},
+            }
+        )
     corpus, _ = _toolkit_corpus(ours, positional=False)
     qrels, samples = _toolkit("ottqa", expanded, corpus, tmp / "tk")
     return _compare("ottqa", ours, qrels, samples)
@@ -169,8 +188,9 @@ def _twowiki(tmp: Path) -> tuple[list[Difference], int]:
     files = {"questions": d / "dev_38.json", "passages": d / "distractor_corpus_641.json"}
     ours = _ours("2wikimultihopqa", files, tmp / "ours")
     corpus, order = _toolkit_corpus(ours, positional=True)
-    qrels, samples = _toolkit("wikimultihopqa", json.loads(files["questions"].read_text(encoding="utf-8")),
-                              corpus, tmp / "tk")
+    qrels, samples = _toolkit(
+        "wikimultihopqa", json.loads(files["questions"].read_text(encoding="utf-8")), corpus, tmp / "tk"
+    )
     return _compare("2wikimultihopqa", ours, qrels, samples, docid_of=lambda i: order[int(i)])
 
 
@@ -197,6 +217,7 @@ def built(tmp_path_factory: pytest.TempPathFactory):
             tmp = tmp_path_factory.mktemp(dataset)
             cache[dataset] = (*BUILDERS[dataset](tmp), tmp)
         return cache[dataset]
+
     return get
 
 

@@ -23,8 +23,12 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_read_json_names_the_record_and_field(tmp_path: Path) -> None:
-    path = _write(tmp_path, "q.json", f'[{{"id": "a", "question": "ok {PAIR}"}}, {{"id": "b", "question": "x{LONE}y"}}]')
-    with pytest.raises(DataError, match=r"q\.json: record 1, field 'question': holds a lone UTF-16 surrogate \(\\ud800\)"):
+    path = _write(
+        tmp_path, "q.json", f'[{{"id": "a", "question": "ok {PAIR}"}}, {{"id": "b", "question": "x{LONE}y"}}]'
+    )
+    with pytest.raises(
+        DataError, match=r"q\.json: record 1, field 'question': holds a lone UTF-16 surrogate \(\\ud800\)"
+    ):
         read_json(path)
 
 

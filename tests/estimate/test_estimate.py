@@ -113,6 +113,7 @@ def test_strategyqa_dev_is_counted_from_the_bundled_release_file() -> None:
     assert len(json.loads(local.read_text())) == 229
     assert load_published()["datasets"]["strategyqa"]["splits"]["dev"]["questions"] == 229
     assert _costs("config.yaml").sizes.split("strategyqa", "dev").questions == 229
+
     # config/sizes.yaml's bound on the paragraphs file: 998 distinct cited paragraph ids in dev, x 10
     def ids(node: object) -> set[str]:  # evidence: annotators > steps > lists of ids, or a marker string
         return {node} if isinstance(node, str) else set().union(*map(ids, node)) if node else set()
@@ -127,8 +128,12 @@ def test_the_sample_is_counted_from_its_files() -> None:
     # resources/README.md and docs/data.md: 100 MuSiQue train records, 1,890 distinct paragraphs; the
     # DEXTER AmbigQA fixture's 1,100 passages for 40 questions; TAT-QA's 240 questions, 252 documents
     # (docs/retrievers_neural.md); FinQA's 30 dev records, 90 documents (config/config.yaml)
-    for (ds, sp), (q, d) in {("musique", "train"): (100, 1890), ("ambigqa", "dev"): (40, 1100),
-                             ("tatqa", "dev"): (240, 252), ("finqa", "dev"): (30, 90)}.items():
+    for (ds, sp), (q, d) in {
+        ("musique", "train"): (100, 1890),
+        ("ambigqa", "dev"): (40, 1100),
+        ("tatqa", "dev"): (240, 252),
+        ("finqa", "dev"): (30, 90),
+    }.items():
         counts = sizes.split(ds, sp)
         assert (counts.questions, counts.selected, counts.documents, counts.counted) == (q, q, d, True), ds
         assert counts.source.startswith("counted from resources/raw/")
@@ -137,8 +142,18 @@ def test_the_sample_is_counted_from_its_files() -> None:
     # (which hold its 38 records' paragraphs: resources/README.md), no docid in both
     assert sizes.corpus_documents("wiki-multihop") == 1890 + 1000
     # generation.max_questions 30 caps a cell, not the split: 240 TAT-QA questions, 30 prompts
-    work = _costs("config.yaml").cell_work({"dataset": "tatqa", "split": "dev", "serialization": "pipe", "retriever": "none",
-                                             "llm": "smollm2-135m", "prompt": "few-shot", "setting": "closed", "k": "0"})
+    work = _costs("config.yaml").cell_work(
+        {
+            "dataset": "tatqa",
+            "split": "dev",
+            "serialization": "pipe",
+            "retriever": "none",
+            "llm": "smollm2-135m",
+            "prompt": "few-shot",
+            "setting": "closed",
+            "k": "0",
+        }
+    )
     # an answer's tokens: between the few-shot answers that stopped (14.26 tokens) and 56.16 % cut at
     # max_new_tokens 24 (rates.output.data.few-shot, benchmarks/output_lengths.py): the middle at the values
     fast, slow = 14.26, 0.5616 * 24 + (1 - 0.5616) * 14.26
@@ -163,13 +178,21 @@ def test_the_full_config_is_sized_from_the_published_tables() -> None:
 def test_a_split_with_no_files_and_no_published_size_names_its_key(capsys: pytest.CaptureFixture) -> None:
     config = _config("config.yaml")
     config["datasets"]["tatqa"]["splits"] = ["train"]
-    config["datasets"]["tatqa"]["files"] = {"train": {"questions": {"path": "tatqa/train.json", "url": "https://example.org/t.json"}}}
+    config["datasets"]["tatqa"]["files"] = {
+        "train": {"questions": {"path": "tatqa/train.json", "url": "https://example.org/t.json"}}
+    }
     costs = run.plan_costs(config, root=REPO)
-    with pytest.raises(ConfigError, match=r"datasets\.tatqa\.files\.train: the raw files are not on disk and config/sizes"):
+    with pytest.raises(
+        ConfigError, match=r"datasets\.tatqa\.files\.train: the raw files are not on disk and config/sizes"
+    ):
         costs.cost("prepare", {"dataset": "tatqa", "split": "train"})
     # the rules' estimate is not strict: the job asks for the sizes it asked for before, and says why once
     lenient = JobCosts(costs.plan, strict=False)
-    assert lenient.request("prepare", {"dataset": "tatqa", "split": "train"}) == {"mem_mb": 4000, "runtime": 60, "gpu": 0}
+    assert lenient.request("prepare", {"dataset": "tatqa", "split": "train"}) == {
+        "mem_mb": 4000,
+        "runtime": 60,
+        "gpu": 0,
+    }
     lenient.request("prepare", {"dataset": "tatqa", "split": "train"})
     err = capsys.readouterr().err
     assert err.count("cqabench: no estimate for prepare jobs (datasets.tatqa.files.train") == 1
@@ -227,31 +250,53 @@ def test_a_config_snakemake_refuses_is_one_line_naming_it(tmp_path: Path) -> Non
 
 @pytest.mark.snakemake
 def test_data_and_bm25_costs_are_rate_times_documents() -> None:
-    rates = _rates_with({"prepare.cpu.any.fixed_s": 10, "prepare.cpu.any.s_per_mdoc": 100,
-                         "prepare.cpu.any.cpu_s_per_mdoc": 50, "prepare.cpu.any.peak_mb": 300,
-                         "prepare.cpu.any.out_mb_per_mdoc": 400, "bm25_index.cpu.any.fixed_s": 20,
-                         "bm25_index.cpu.any.s_per_mdoc": 200, "bm25_index.cpu.any.peak_mb": 700})
+    rates = _rates_with(
+        {
+            "prepare.cpu.any.fixed_s": 10,
+            "prepare.cpu.any.s_per_mdoc": 100,
+            "prepare.cpu.any.cpu_s_per_mdoc": 50,
+            "prepare.cpu.any.peak_mb": 300,
+            "prepare.cpu.any.out_mb_per_mdoc": 400,
+            "bm25_index.cpu.any.fixed_s": 20,
+            "bm25_index.cpu.any.s_per_mdoc": 200,
+            "bm25_index.cpu.any.peak_mb": 700,
+        }
+    )
     costs = _costs("dexter.yaml", rates)
     c = costs.cost("prepare", {"dataset": "ambigqa", "split": "dev"})
     assert c.wall_s == pytest.approx(10 + 100 * 24.3)  # 2,440 s for 24.3M passages
     assert c.cpu_s == pytest.approx(10 + 50 * 24.3)
     assert c.disk_mb == pytest.approx(400 * 24.3)  # 9,720 MB of corpus.parquet
     # first attempt: max(1000, ceil((300 x 1.25 + 256) / 100) x 100) = 1000 MB; 3 x 2,440 s = 122 min
-    assert costs.request("prepare", {"dataset": "ambigqa", "split": "dev"}) == {"mem_mb": 1000, "runtime": 122, "gpu": 0}
+    assert costs.request("prepare", {"dataset": "ambigqa", "split": "dev"}) == {
+        "mem_mb": 1000,
+        "runtime": 122,
+        "gpu": 0,
+    }
     b = costs.cost("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})
     assert b.wall_s == pytest.approx(20 + 200 * 0.00998) and b.gpus == 0  # the 9,980 paragraphs it loads
     # 700 x 1.25 + 256 = 1,131 -> 1,200 MB
-    assert costs.request("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})["mem_mb"] == 1200
+    assert (
+        costs.request("index", {"corpus": "strategyqa", "serialization": "pipe", "retriever": "bm25"})["mem_mb"] == 1200
+    )
 
 
 @pytest.mark.snakemake
 def test_colbert_costs_follow_colbert_ai_per_embedding() -> None:
-    rates = _rates_with({"colbert.data.any.embeddings_per_doc": 100, "colbert.rtx3090.any.base_peak_mb": 1000,
-                         "colbert.rtx3090.any.fixed_s": 100, "colbert.rtx3090.any.docs_per_s": 100,
-                         "colbert.cpu.any.base_peak_mb": 1000})  # the gather runs on the CPU
+    rates = _rates_with(
+        {
+            "colbert.data.any.embeddings_per_doc": 100,
+            "colbert.rtx3090.any.base_peak_mb": 1000,
+            "colbert.rtx3090.any.fixed_s": 100,
+            "colbert.rtx3090.any.docs_per_s": 100,
+            "colbert.cpu.any.base_peak_mb": 1000,
+        }
+    )  # the gather runs on the CPU
     costs = _costs("dexter.yaml", rates)
     w = {"corpus": "ambigqa", "serialization": "pipe", "retriever": "colbertv2"}
-    search = costs.cost("search", {"dataset": "ambigqa", "split": "dev", "serialization": "pipe", "retriever": "colbertv2"})
+    search = costs.cost(
+        "search", {"dataset": "ambigqa", "split": "dev", "serialization": "pipe", "retriever": "colbertv2"}
+    )
     assert search.peak_mb == pytest.approx(1000 + 24.3e6 * 100 * 36 / 1e6)  # 88,480 MB: every code and residual
     gather = costs.cost("gather_index", w)
     assert gather.peak_mb == pytest.approx(1000 + 24.3e6 * 100 * 32 / 1e6) and gather.gpus == 0  # IVF build
@@ -271,13 +316,28 @@ def test_colbert_costs_follow_colbert_ai_per_embedding() -> None:
 
 
 def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
-    rates = _rates_with({"text.data.any.chars_per_token": 4, "text.data.finqa.question_chars": 100,
-                         "llm.rtx3090.vllm.engine_start_s": 100, "llm.rtx3090.vllm.prefill_tok_s": 1000,
-                         "llm.rtx3090.vllm.decode_step_s": 0.02, "llm.rtx3090.vllm.reserve_gb": 1.5,
-                         "llm.rtx3090.vllm.peak_mb": 16000})
+    rates = _rates_with(
+        {
+            "text.data.any.chars_per_token": 4,
+            "text.data.finqa.question_chars": 100,
+            "llm.rtx3090.vllm.engine_start_s": 100,
+            "llm.rtx3090.vllm.prefill_tok_s": 1000,
+            "llm.rtx3090.vllm.decode_step_s": 0.02,
+            "llm.rtx3090.vllm.reserve_gb": 1.5,
+            "llm.rtx3090.vllm.peak_mb": 16000,
+        }
+    )
     costs = JobCosts(run.plan_costs(_per_cell(), root=REPO).plan, rates)
-    cell = {"dataset": "finqa", "split": "test", "serialization": "pipe", "retriever": "none", "llm": "mistral-7b",
-            "prompt": "few-shot", "setting": "closed", "k": "0"}
+    cell = {
+        "dataset": "finqa",
+        "split": "test",
+        "serialization": "pipe",
+        "retriever": "none",
+        "llm": "mistral-7b",
+        "prompt": "few-shot",
+        "setting": "closed",
+        "k": "0",
+    }
     template = len((REPO / "resources/prompts/few-shot/numeric.txt").read_text(encoding="utf-8"))
     tokens = (template + 100) / 4
     work = costs.cell_work(cell)
@@ -294,8 +354,9 @@ def test_generation_cost_is_prefill_plus_decode_rounds() -> None:
     concurrency = math.floor(6.58e9 / (131_072 * (tokens + answer)))
     assert c.items["concurrency"] == concurrency and 1 < concurrency < 128
     # start + uncached tokens / 1,000 tok/s + ceil(1,147 / concurrency) rounds x answer steps x 0.02 s
-    assert c.wall_s == pytest.approx(100 + work["uncached prompt tokens"] / 1000
-                                     + math.ceil(1147 / concurrency) * answer * 0.02)
+    assert c.wall_s == pytest.approx(
+        100 + work["uncached prompt tokens"] / 1000 + math.ceil(1147 / concurrency) * answer * 0.02
+    )
     assert c.gpus == 1 and c.device == "rtx3090"
     assert costs.request("generate", cell)["mem_mb"] == 20300  # 16,000 x 1.25 + 256 -> 20,300 MB
 
@@ -339,7 +400,9 @@ def test_a_rerank_costs_its_pairs_at_the_rerank_rates() -> None:
     assert g.rates == {f"rerank.rtx3090.{CE}.pairs_per_s", "rerank.rtx3090.any.fixed_s", "rerank.rtx3090.any.peak_mb"}
     # the package MiniLM is that checkpoint's architecture: its rates; 1,668 x 20 = 33,360 pairs
     p = costs.cost("rerank_run", {**w, "name": "ce-pkg"})
-    assert p.wall_s == pytest.approx(10 + 33_360 / 4) == pytest.approx(8350) and f"rerank.cpu.{CE}.pairs_per_s" in p.rates
+    assert (
+        p.wall_s == pytest.approx(10 + 33_360 / 4) == pytest.approx(8350) and f"rerank.cpu.{CE}.pairs_per_s" in p.rates
+    )
 
 
 def test_a_rerank_model_without_a_rate_names_the_missing_key() -> None:
@@ -347,8 +410,11 @@ def test_a_rerank_model_without_a_rate_names_the_missing_key() -> None:
     `cqabench estimate`'s lenient resources fall back to the default sizes instead."""
     costs = _rerank_costs()
     w = {"dataset": "tatqa", "split": "dev", "serialization": "pipe", "name": "ce-electra"}
-    with pytest.raises(ConfigError, match=r"no rate rates\.rerank\.cpu\.cross-encoder/ms-marco-electra-base\.fixed_s "
-                                          r"\(nor rates\.rerank\.cpu\.any\.fixed_s\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no rate rates\.rerank\.cpu\.cross-encoder/ms-marco-electra-base\.fixed_s "
+        r"\(nor rates\.rerank\.cpu\.any\.fixed_s\)",
+    ):
         costs.cost("rerank_run", w)
     assert JobCosts(costs.plan, strict=False).request("rerank_run", w) == {"mem_mb": 4000, "runtime": 60, "gpu": 0}
     # the shipped file holds the measured CPU rates of the checkpoint (benchmarks/rerank_ottqa.py)
@@ -361,8 +427,16 @@ def test_an_llms_own_mem_mb_and_runtime_win() -> None:
     config = _per_cell()
     config["llms"]["mistral-7b"].update(mem_mb=30000, runtime_min=600)
     costs = run.plan_costs(config, root=REPO)
-    cell = {"dataset": "finqa", "split": "test", "serialization": "pipe", "retriever": "none", "llm": "mistral-7b",
-            "prompt": "few-shot", "setting": "closed", "k": "0"}
+    cell = {
+        "dataset": "finqa",
+        "split": "test",
+        "serialization": "pipe",
+        "retriever": "none",
+        "llm": "mistral-7b",
+        "prompt": "few-shot",
+        "setting": "closed",
+        "k": "0",
+    }
     assert costs.request("generate", cell) == {"mem_mb": 30000, "runtime": 600, "gpu": 1}
 
 
@@ -402,9 +476,18 @@ def test_paper_scale_jobs_ask_for_at_least_what_the_docs_measure() -> None:
 
 
 def test_makespan_bounds_and_list_schedule_by_hand() -> None:
-    jobs = [Job("a", {"i": "1"}), Job("a", {"i": "2"}), Job("b", {"i": "3"}, ["a(i=1)"]), Job("c", {"i": "4"}, ["b(i=3)"])]
-    costs = [Cost("a", {"i": "1"}, "g", gpus=1, wall_s=10), Cost("a", {"i": "2"}, "g", gpus=1, wall_s=10),
-             Cost("b", {"i": "3"}, "cpu", threads=2, wall_s=3), Cost("c", {"i": "4"}, "cpu", wall_s=4)]
+    jobs = [
+        Job("a", {"i": "1"}),
+        Job("a", {"i": "2"}),
+        Job("b", {"i": "3"}, ["a(i=1)"]),
+        Job("c", {"i": "4"}, ["b(i=3)"]),
+    ]
+    costs = [
+        Cost("a", {"i": "1"}, "g", gpus=1, wall_s=10),
+        Cost("a", {"i": "2"}, "g", gpus=1, wall_s=10),
+        Cost("b", {"i": "3"}, "cpu", threads=2, wall_s=3),
+        Cost("c", {"i": "4"}, "cpu", wall_s=4),
+    ]
     span = makespan(jobs, costs, gpus=1, cores=2)
     # GPU work 20 s on one GPU; core work (a GPU job holds its one core too) 10 + 10 + 3 x 2 + 4 = 30 s
     # on 2 cores: 15 s; critical path a1 -> b -> c = 17 s
@@ -444,9 +527,15 @@ def test_every_rate_says_where_it_comes_from() -> None:
 
 def test_update_rates_replaces_only_its_entries(tmp_path: Path) -> None:
     path = tmp_path / "rates.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "device_classes": {"cpu": "x"},
-                                    "rates": {"other": {"cpu": {"any": {"kept": {"value": 1, "unit": "u",
-                                                                                 "assumed": {"source": "s"}}}}}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "device_classes": {"cpu": "x"},
+                "rates": {"other": {"cpu": {"any": {"kept": {"value": 1, "unit": "u", "assumed": {"source": "s"}}}}}},
+            }
+        )
+    )
     prov = {"machine": "m", "date": "2026-12-02", "command": "python b.py"}
     update_rates(path, "prepare", "cpu", "any", {"s_per_mdoc": (31.23456, "s")}, prov)
     rates = load_rates(path)
@@ -468,8 +557,12 @@ def test_update_rates_writes_this_checkouts_paths_relative_to_it(tmp_path: Path)
 
     path = tmp_path / "rates.yaml"
     path.write_text(yaml.safe_dump({"version": 1, "device_classes": {"cpu": "x"}}))
-    prov = {"machine": "m", "date": "2026-12-04", "command": f"python {REPO}/benchmarks/b.py --x /tmp/y",
-            "from": f"{REPO}/benchmarks/out/b.json"}
+    prov = {
+        "machine": "m",
+        "date": "2026-12-04",
+        "command": f"python {REPO}/benchmarks/b.py --x /tmp/y",
+        "from": f"{REPO}/benchmarks/out/b.json",
+    }
     update_rates(path, "prepare", "cpu", "any", {"s": (1.0, "s")}, prov)
     written = load_rates(path).get("prepare", "cpu", "any", "s").provenance
     assert written["from"] == "benchmarks/out/b.json"
@@ -478,10 +571,19 @@ def test_update_rates_writes_this_checkouts_paths_relative_to_it(tmp_path: Path)
 
 def test_a_malformed_rate_is_refused_with_its_key(tmp_path: Path) -> None:
     path = tmp_path / "rates.yaml"
-    path.write_text(yaml.safe_dump({"device_classes": {"cpu": "x"},
-                                    "rates": {"prepare": {"cpu": {"any": {"s_per_mdoc": {"value": 1, "unit": "s",
-                                                                                         "measured": {"machine": "m"}}}}}}}))
-    with pytest.raises(ConfigError, match=r"rates\.prepare\.cpu\.any\.s_per_mdoc\.measured lacks \['date', 'command'\]"):
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "device_classes": {"cpu": "x"},
+                "rates": {
+                    "prepare": {"cpu": {"any": {"s_per_mdoc": {"value": 1, "unit": "s", "measured": {"machine": "m"}}}}}
+                },
+            }
+        )
+    )
+    with pytest.raises(
+        ConfigError, match=r"rates\.prepare\.cpu\.any\.s_per_mdoc\.measured lacks \['date', 'command'\]"
+    ):
         load_rates(path)
 
 
@@ -497,10 +599,27 @@ def test_estimate_command_runs_in_seconds_without_a_job(name: str, tmp_path: Pat
 
     work = workflow_workdir(tmp_path)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "cqabench.cli", "estimate", "--configfile", f"config/{name}",
-                           "--gpus", "8", "--cores", "64", "--out-dir", str(tmp_path / "out")],
-                          cwd=work, capture_output=True, text=True, check=False,
-                          env={"PYTHONPATH": str(REPO / "workflow"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cqabench.cli",
+            "estimate",
+            "--configfile",
+            f"config/{name}",
+            "--gpus",
+            "8",
+            "--cores",
+            "64",
+            "--out-dir",
+            str(tmp_path / "out"),
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PYTHONPATH": str(REPO / "workflow"), "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert done.returncode == 0, done.stderr[-2000:]
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -524,8 +643,9 @@ def test_costs_doc_is_the_generators_output() -> None:
     from cqabench.estimate.costs_doc import CONFIGS, page
 
     jobs = {c: planned_jobs(c.removeprefix("config/")) for c in CONFIGS}
-    assert (REPO / "docs/costs.md").read_text(encoding="utf-8") == page(jobs=jobs), \
+    assert (REPO / "docs/costs.md").read_text(encoding="utf-8") == page(jobs=jobs), (
         "docs/costs.md is stale: python -m cqabench.estimate.costs_doc > docs/costs.md"
+    )
 
 
 # ---- measured beside estimated ----
@@ -534,12 +654,29 @@ def test_costs_doc_is_the_generators_output() -> None:
 def test_benchmark_paths_map_back_to_their_jobs() -> None:
     assert measured.job_of("prepare", Path("ambigqa/dev.tsv")) == {"dataset": "ambigqa", "split": "dev"}
     assert measured.job_of("encode_part", Path("ambigqa/pipe/dpr/3-of-32.tsv")) == {
-        "corpus": "ambigqa", "serialization": "pipe", "retriever": "dpr", "part": "3", "parts": "32"}
+        "corpus": "ambigqa",
+        "serialization": "pipe",
+        "retriever": "dpr",
+        "part": "3",
+        "parts": "32",
+    }
     assert measured.job_of("decompose_search", Path("strategyqa/dev/pipe/bm25-ird-gold.tsv")) == {
-        "dataset": "strategyqa", "split": "dev", "serialization": "pipe", "retriever": "bm25", "kind": "ird-gold"}
+        "dataset": "strategyqa",
+        "split": "dev",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "kind": "ird-gold",
+    }
     assert measured.job_of("generate", Path("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k3.tsv")) == {
-        "dataset": "tatqa", "split": "dev", "serialization": "pipe", "retriever": "bm25", "llm": "smollm2-135m",
-        "prompt": "few-shot", "setting": "rag", "k": "3"}
+        "dataset": "tatqa",
+        "split": "dev",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "llm": "smollm2-135m",
+        "prompt": "few-shot",
+        "setting": "rag",
+        "k": "3",
+    }
     assert measured.job_of("download", Path("ottqa/all_passages.json.tsv")) == {"path": "ottqa/all_passages.json"}
     assert measured.job_of("aggregate", Path()) == {}
     assert measured.job_of("prepare", Path("too/many/parts.tsv")) is None
@@ -547,14 +684,32 @@ def test_benchmark_paths_map_back_to_their_jobs() -> None:
 
 def test_comparison_sums_the_jobs_that_ran(tmp_path: Path) -> None:
     bench = tmp_path / "benchmarks"
-    for rel, s, rss in (("index/tatqa/pipe/bm25.tsv", 30.0, 650.0), ("index/finqa/pipe/bm25.tsv", 10.0, 700.0),
-                        ("aggregate.tsv", 4.0, 300.0), ("index/nowhere/pipe/bm25.tsv", 1.0, 1.0)):
+    for rel, s, rss in (
+        ("index/tatqa/pipe/bm25.tsv", 30.0, 650.0),
+        ("index/finqa/pipe/bm25.tsv", 10.0, 700.0),
+        ("aggregate.tsv", 4.0, 300.0),
+        ("index/nowhere/pipe/bm25.tsv", 1.0, 1.0),
+    ):
         (bench / rel).parent.mkdir(parents=True, exist_ok=True)
         (bench / rel).write_text(f"s\th:m:s\tmax_rss\tcpu_time\n{s}\t0:00:01\t{rss}\t{s / 2}\n")
-    est = pd.DataFrame([{"rule": "index", "job": "index(corpus=tatqa,retriever=bm25,serialization=pipe)", "wall_s": 60.0,
-                         "cpu_s": 60.0, "peak_mb": 700.0},
-                        {"rule": "index", "job": "index(corpus=finqa,retriever=bm25,serialization=pipe)", "wall_s": 20.0,
-                         "cpu_s": 20.0, "peak_mb": 700.0}])
+    est = pd.DataFrame(
+        [
+            {
+                "rule": "index",
+                "job": "index(corpus=tatqa,retriever=bm25,serialization=pipe)",
+                "wall_s": 60.0,
+                "cpu_s": 60.0,
+                "peak_mb": 700.0,
+            },
+            {
+                "rule": "index",
+                "job": "index(corpus=finqa,retriever=bm25,serialization=pipe)",
+                "wall_s": 20.0,
+                "cpu_s": 20.0,
+                "peak_mb": 700.0,
+            },
+        ]
+    )
     frame = measured.compare(est, measured.read(bench)).set_index("rule")
     # the two planned index jobs: 80 s estimated against 40 s measured; the unknown corpus is left out
     assert frame.loc["index", "jobs"] == 2 and frame.loc["index", "estimated_s"] == 80.0
@@ -569,9 +724,12 @@ def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -
     from cqabench.common.job_memory import PEAK_PREFIX
 
     bench, logs = tmp_path / "benchmarks", tmp_path / "logs"
-    for rel, rss, log in (("generate_batch/a.tsv", 534.0, f"{PEAK_PREFIX} 1170.5 MB (kernel peak RSS: ...)"),
-                          ("generate_batch/b.tsv", 900.0, f"{PEAK_PREFIX} 800.0 MB (...)"),  # the sample is larger
-                          ("generate_batch/c.tsv", 650.0, "no peak stated"), ("generate_batch/d.tsv", "NA", None)):
+    for rel, rss, log in (
+        ("generate_batch/a.tsv", 534.0, f"{PEAK_PREFIX} 1170.5 MB (kernel peak RSS: ...)"),
+        ("generate_batch/b.tsv", 900.0, f"{PEAK_PREFIX} 800.0 MB (...)"),  # the sample is larger
+        ("generate_batch/c.tsv", 650.0, "no peak stated"),
+        ("generate_batch/d.tsv", "NA", None),
+    ):
         (bench / rel).parent.mkdir(parents=True, exist_ok=True)
         (bench / rel).write_text(f"s\th:m:s\tmax_rss\tcpu_time\n40.0\t0:00:40\t{rss}\t30.0\n")
         if log is not None:
@@ -579,8 +737,12 @@ def test_the_peak_is_the_larger_of_the_sample_and_the_jobs_log(tmp_path: Path) -
             (logs / rel).with_suffix(".log").write_text(f"vLLM says things\n{log}\n")
     (logs / "generate_batch/d.log").write_text(f"{PEAK_PREFIX} 700.0 MB\n")  # no sample at all
     peaks = measured.read(bench).set_index("job")["max_rss"].to_dict()
-    assert peaks == {"generate_batch(llm=a)": 1170.5, "generate_batch(llm=b)": 900.0, "generate_batch(llm=c)": 650.0,
-                     "generate_batch(llm=d)": 700.0}
+    assert peaks == {
+        "generate_batch(llm=a)": 1170.5,
+        "generate_batch(llm=b)": 900.0,
+        "generate_batch(llm=c)": 650.0,
+        "generate_batch(llm=d)": 700.0,
+    }
     assert measured.read(bench, logs_dir=tmp_path / "elsewhere").set_index("job")["max_rss"].iloc[0] == 534.0
     # the page's per-rule table (section 10) reads the same peaks
     from cqabench.report.page import read_benchmarks
@@ -604,7 +766,9 @@ def test_report_section_shows_estimate_beside_measured(tmp_path: Path) -> None:
     assert "not written" in section_body(tmp_path / "missing", None)
     from cqabench.report.page_costs import cpu_model
 
-    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nprocessor\t: 1\nmodel name\t: Test CPU 9000\n")
+    (tmp_path / "cpuinfo").write_text(
+        "processor\t: 0\nmodel name\t: Test CPU 9000\nprocessor\t: 1\nmodel name\t: Test CPU 9000\n"
+    )
     assert cpu_model(tmp_path / "cpuinfo").startswith("Test CPU 9000, ") and "this page was built on" in body
     assert cpu_model(tmp_path / "absent").startswith("an unknown processor")
 
@@ -643,7 +807,8 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     (logs / "2026-12-06T080000.000000.snakemake.log").write_text("Provided cores: 16\n")
     (logs / "2026-12-07T060952.107713.snakemake.log").write_text(
         "Assuming unrestricted shared filesystem usage.\nBuilding DAG of jobs...\nUsing shell: /usr/bin/bash\n"
-        "Provided cores: 2\nRules claiming more threads will be scaled down.\n")
+        "Provided cores: 2\nRules claiming more threads will be scaled down.\n"
+    )
     assert provided(logs) == (2, None)  # the newest log: the run building the page
     assert provided(tmp_path / "absent") == (None, None)
     (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: Test CPU 9000\n")
@@ -654,8 +819,10 @@ def test_cost_section_describes_the_machine_the_run_used(tmp_path: Path) -> None
     core_h = float((jobs["wall_s"] * jobs["threads"].clip(upper=2)).sum()) / 3600
     bound = max(core_h / 2, est.span.critical_path_s / 3600)
     assert "This run: Snakemake with 2 cores (its log: Provided cores) on Test CPU 9000, 2 CPUs, no GPU." in body
-    assert (f"On it the estimated jobs take at least {bound:.2f} h (they hold cores for {core_h:.2f} core-hours, "
-            "wall time × threads, shared by 2 cores; critical path") in body
+    assert (
+        f"On it the estimated jobs take at least {bound:.2f} h (they hold cores for {core_h:.2f} core-hours, "
+        "wall time × threads, shared by 2 cores; critical path"
+    ) in body
     assert body.index("This run:") < body.index("reference node") < body.index("8 GPU(s) rtx3090 and 64 cores")
     assert "not this run's machine" in body
     cluster = section_body(tmp_path / "estimate", None, Machine("Test CPU", 0, None, 100))

@@ -42,8 +42,16 @@ def _profile(tmp: Path) -> Path:
 @pytest.mark.snakemake
 def test_slurm_requests_for_dexter_are_the_estimate_and_cover_the_documented_costs(tmp_path: Path) -> None:
     work = workflow_workdir(tmp_path)
-    plan = snakemake_n(work, "--forceall", "--workflow-profile", "none", "--profile", str(_profile(tmp_path)),
-                       "--configfile", "config/dexter.yaml")  # its own profile: no other test asks this
+    plan = snakemake_n(
+        work,
+        "--forceall",
+        "--workflow-profile",
+        "none",
+        "--profile",
+        str(_profile(tmp_path)),
+        "--configfile",
+        "config/dexter.yaml",
+    )  # its own profile: no other test asks this
     assert "no estimate for" not in plan.text  # every job was costed
     jobs = [(job.rule, job.wildcards, job.resources) for job in plan.jobs if job.rule != "all" and job.resources]
     from conftest import planned_jobs

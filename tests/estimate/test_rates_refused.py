@@ -63,14 +63,19 @@ def test_negative_rates_through_the_command_exit_1_without_a_bill(tmp_path: Path
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("- a\n- b\n", "the rates file holds a mapping (version, device_classes, rates), got list"),
-    ("rates: [\n", "line 2, column 1: while parsing a flow node"),
-    ("rates:\n  download: [1, 2]\n", "rates.download must be a mapping, got list"),
-    ("device_classes: {cpu: x}\nrates:\n  download:\n    cpu:\n      any:\n        fixed_s: 3\n",
-     "rates.download.cpu.any.fixed_s must be a mapping with value, unit and measured or assumed"),
-    ("version: 1\nversion: 2\n", "duplicated key 'version'"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "the rates file holds a mapping (version, device_classes, rates), got list"),
+        ("rates: [\n", "line 2, column 1: while parsing a flow node"),
+        ("rates:\n  download: [1, 2]\n", "rates.download must be a mapping, got list"),
+        (
+            "device_classes: {cpu: x}\nrates:\n  download:\n    cpu:\n      any:\n        fixed_s: 3\n",
+            "rates.download.cpu.any.fixed_s must be a mapping with value, unit and measured or assumed",
+        ),
+        ("version: 1\nversion: 2\n", "duplicated key 'version'"),
+    ],
+)
 def test_a_malformed_rates_file_is_one_line(text: str, message: str, tmp_path: Path, capsys) -> None:
     rates = tmp_path / "rates.yaml"
     rates.write_text(text, encoding="utf-8")
@@ -83,12 +88,15 @@ def test_a_missing_config_file_is_named(tmp_path: Path, capsys) -> None:
     assert rc == 1 and f"{tmp_path / 'nope.yaml'}: config file not found" in err
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--cores", "0", "argument --cores: expected a whole number >= 1, got 0"),
-    ("--cores", "-3", "argument --cores: expected a whole number >= 1, got -3"),
-    ("--gpus", "-1", "argument --gpus: expected a whole number >= 0, got -1"),
-    ("--gpus", "two", "argument --gpus: expected a whole number >= 0, got 'two'"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--cores", "0", "argument --cores: expected a whole number >= 1, got 0"),
+        ("--cores", "-3", "argument --cores: expected a whole number >= 1, got -3"),
+        ("--gpus", "-1", "argument --gpus: expected a whole number >= 0, got -1"),
+        ("--gpus", "two", "argument --gpus: expected a whole number >= 0, got 'two'"),
+    ],
+)
 def test_counts_are_whole_numbers_checked_by_argparse(flag: str, value: str, message: str, capsys) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["estimate", "--configfile", str(CONFIG), flag, value])
@@ -115,8 +123,9 @@ def test_a_broken_rates_file_stops_snakemake_n_with_one_line(tmp_path: Path) -> 
         (work / name).symlink_to(REPO / name)
     (work / "benchmarks").mkdir()
     (work / "benchmarks" / "rates.yaml").write_text(RATES_FILE.read_text(encoding="utf-8") + "rates: [\n")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=work,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1"], cwd=work, capture_output=True, text=True, timeout=600
+    )
     lines = [line for line in proc.stderr.splitlines() if line.startswith("cqabench:")]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and 'File "' not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and f"{work}/benchmarks/rates.yaml: line " in lines[0] and "while parsing" in lines[0]

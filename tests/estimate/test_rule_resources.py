@@ -40,7 +40,10 @@ def test_a_retried_rule_asks_for_twice_the_memory_per_attempt() -> None:
     # Snakemake passes `attempt` by name, to the functions that declare it
     assert list(inspect.signature(res["mem_mb"]).parameters) == ["wildcards", "attempt"]
     # each call asks the estimate for this rule's job, with the job's wildcards as a plain dict
-    assert est.asked[0] == ("search", {"dataset": "tatqa", "split": "dev", "serialization": "pipe", "retriever": "bm25"})
+    assert est.asked[0] == (
+        "search",
+        {"dataset": "tatqa", "split": "dev", "serialization": "pipe", "retriever": "bm25"},
+    )
     assert {rule for rule, _ in est.asked} == {"search"}
 
 

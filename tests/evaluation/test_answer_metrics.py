@@ -86,8 +86,9 @@ BOOLEAN_COVER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("case", "answer", "gold", "expected"), BOOLEAN_COVER_CASES,
-                         ids=[c[0] for c in BOOLEAN_COVER_CASES])
+@pytest.mark.parametrize(
+    ("case", "answer", "gold", "expected"), BOOLEAN_COVER_CASES, ids=[c[0] for c in BOOLEAN_COVER_CASES]
+)
 def test_boolean_cover_em_matches_the_gold_as_a_whole_word(case: str, answer: str, gold: bool, expected: float):
     assert boolean_cover_em(answer, gold) == expected, case
 
@@ -138,10 +139,13 @@ def test_boolean_accuracy():
 
 # --- AmbigQA F1_ans ----------------------------------------------------------------------------
 
-MULTI = {"type": "multipleQAs", "answers": [
-    {"question": "who played ike", "aliases": ["Laurence Fishburne", "Fishburne"]},
-    {"question": "who sings", "aliases": ["Tina Turner"]},
-]}
+MULTI = {
+    "type": "multipleQAs",
+    "answers": [
+        {"question": "who played ike", "aliases": ["Laurence Fishburne", "Fishburne"]},
+        {"question": "who sings", "aliases": ["Tina Turner"]},
+    ],
+}
 SINGLE = {"type": "singleAnswer", "answers": [{"question": "", "aliases": ["Tina Turner"]}]}
 
 
@@ -279,12 +283,16 @@ def _summary(summary):
 def test_score_text_dataset_counts_missing_predictions_as_wrong():
     queries, answers = _tables(
         [Query("q1", "?"), Query("q2", "?"), Query("q3", "?"), Query("q4", "?")],
-        [Answer("q1", "aliases", ["Paris"]), Answer("q2", "aliases", ["Rome"]),
-         Answer("q3", "aliases", ["Oslo"]), Answer("q4", "aliases", ["Bern"])],
+        [
+            Answer("q1", "aliases", ["Paris"]),
+            Answer("q2", "aliases", ["Rome"]),
+            Answer("q3", "aliases", ["Oslo"]),
+            Answer("q4", "aliases", ["Bern"]),
+        ],
     )
-    preds = pd.DataFrame({"qid": ["q1", "q2", "q3"],
-                          "prediction": ["It is Paris.", "Rome", "Bergen"],
-                          "parse_ok": [True, False, True]})
+    preds = pd.DataFrame(
+        {"qid": ["q1", "q2", "q3"], "prediction": ["It is Paris.", "Rome", "Bergen"], "parse_ok": [True, False, True]}
+    )
     summary, per_q = score_predictions("musique", queries, answers, preds)
     s = _summary(summary)
     # q1 covered, q2 failed extraction (scored wrong), q3 wrong, q4 missing -> 1/4
@@ -331,11 +339,21 @@ def test_score_strategyqa_and_tatqa_multispan():
 def test_score_ambigqa_all_and_multi():
     queries, answers = _tables(
         [Query("m", "?", "multi"), Query("s", "?", "single")],
-        [Answer("m", "interpretations", ["Laurence Fishburne", "Fishburne", "Tina Turner"],
-                annotations=[Annotation(MULTI["type"], MULTI["answers"])]),
-         Answer("s", "interpretations", ["Tina Turner"], annotations=[Annotation(SINGLE["type"], SINGLE["answers"])])],
+        [
+            Answer(
+                "m",
+                "interpretations",
+                ["Laurence Fishburne", "Fishburne", "Tina Turner"],
+                annotations=[Annotation(MULTI["type"], MULTI["answers"])],
+            ),
+            Answer(
+                "s", "interpretations", ["Tina Turner"], annotations=[Annotation(SINGLE["type"], SINGLE["answers"])]
+            ),
+        ],
     )
-    preds = pd.DataFrame({"qid": ["m", "s"], "prediction": ["- Tina Turner\n- Fishburne\n- Angela Bassett", "Tina Turner"]})
+    preds = pd.DataFrame(
+        {"qid": ["m", "s"], "prediction": ["- Tina Turner\n- Fishburne\n- Angela Bassett", "Tina Turner"]}
+    )
     s = _summary(score_predictions("ambigqa", queries, answers, preds)[0])
     # m: 0.8 (see test_f1_ans_takes_the_best_annotation); s: 1.0 -> all 0.9, multi (m only) 0.8
     assert s[("f1_ans", "official")] == (pytest.approx(0.9), 2)
@@ -349,8 +367,7 @@ def test_score_ambigqa_all_and_multi():
 def test_score_finqa_both_variants():
     queries, answers = _tables(
         [Query("p", "?"), Query("y", "?")],
-        [Answer("p", "number", ["5.2%"], number=0.052, scale="percent"),
-         Answer("y", "boolean", ["yes"], boolean=True)],
+        [Answer("p", "number", ["5.2%"], number=0.052, scale="percent"), Answer("y", "boolean", ["yes"], boolean=True)],
     )
     preds = pd.DataFrame({"qid": ["p", "y"], "prediction": ["0.052", "yes"]})
     s = _summary(score_predictions("finqa", queries, answers, preds)[0])
@@ -372,11 +389,14 @@ def test_score_finqa_published_gold_differs_from_exe_ans():
 def test_score_tanq_with_breakdowns():
     queries, answers = _tables(
         [Query("t1", "?", "composition", skills=["filtering", "date_conversion"]), Query("t2", "?", "intersection")],
-        [Answer("t1", "table", table_header=["entity", "a", "b"], table_rows=[["x", "1", "foo"], ["y", "2", "bar"]]),
-         Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]])],
+        [
+            Answer("t1", "table", table_header=["entity", "a", "b"], table_rows=[["x", "1", "foo"], ["y", "2", "bar"]]),
+            Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]]),
+        ],
     )
-    preds = pd.DataFrame({"qid": ["t1", "t2"],
-                          "prediction": ["entity | a | b\n---|---|---\nx | 1 | foo", "entity,a\nz,105"]})
+    preds = pd.DataFrame(
+        {"qid": ["t1", "t2"], "prediction": ["entity | a | b\n---|---|---\nx | 1 | foo", "entity,a\nz,105"]}
+    )
     summary, per_q = score_predictions("tanq", queries, answers, preds)
     s = _summary(summary)
     # cqabench_parse: t1 is the table [x, 1, foo] (separator dropped): P 1, R 0.5, F1 2/3
@@ -424,9 +444,14 @@ def test_tanq_no_answer_scores_what_tanqs_script_gives_and_an_empty_table_keeps_
         [Query("t1", "?", "composition"), Query("t2", "?", "composition"), Query("t3", "?", "composition")],
         [Answer(q, "table", table_header=["entity", "a"], table_rows=[["z", "100"]]) for q in ("t1", "t2", "t3")],
     )
-    preds = pd.DataFrame({"qid": ["t1", "t2", "t3"],
-                          "prediction": ["I do not know, sorry.", "entity,a\nz,100", "| entity | a |\n|---|---|"],
-                          "parse_ok": [True, False, True], "parse_reason": ["", "open-book: step limit", ""]})
+    preds = pd.DataFrame(
+        {
+            "qid": ["t1", "t2", "t3"],
+            "prediction": ["I do not know, sorry.", "entity,a\nz,100", "| entity | a |\n|---|---|"],
+            "parse_ok": [True, False, True],
+            "parse_reason": ["", "open-book: step limit", ""],
+        }
+    )
     _, per_q = score_predictions("tanq", queries, answers, preds)
     got = {(r.qid, r.metric, r.variant): r.value for r in per_q.itertuples() if r.metric.startswith("rms_")}
 
@@ -443,16 +468,27 @@ def test_tanq_no_answer_scores_what_tanqs_script_gives_and_an_empty_table_keeps_
 
 
 def test_tanq_groups_buckets():
-    g = tanq_groups({"question_type": "", "skills": ["a", "b", "c", "d"]},
-                    {"table_header": ["e"] + ["c"] * 7, "table_rows": [["r"]] * 11})
-    assert g == {"question_type": ["unknown"], "tanq_type": ["unknown", "all"], "skill": ["a", "b", "c", "d"],
-                 "n_skills": ["3"], "n_relations": ["10"], "table_length": ["long"]}
-    g = tanq_groups({"question_type": "wikitables_composition", "skills": []},
-                    {"table_header": ["e", "a", "b", "c", "d"], "table_rows": [["r"] * 5] * 6})
+    g = tanq_groups(
+        {"question_type": "", "skills": ["a", "b", "c", "d"]},
+        {"table_header": ["e"] + ["c"] * 7, "table_rows": [["r"]] * 11},
+    )
+    assert g == {
+        "question_type": ["unknown"],
+        "tanq_type": ["unknown", "all"],
+        "skill": ["a", "b", "c", "d"],
+        "n_skills": ["3"],
+        "n_relations": ["10"],
+        "table_length": ["long"],
+    }
+    g = tanq_groups(
+        {"question_type": "wikitables_composition", "skills": []},
+        {"table_header": ["e", "a", "b", "c", "d"], "table_rows": [["r"] * 5] * 6},
+    )
     assert g["tanq_type"] == ["composition", "all"] and g["skill"] == [] and g["n_skills"] == []
     assert g["n_relations"] == ["5"] and g["table_length"] == ["medium"]  # 4 relations: up to five; 6 rows
     # Table 8's groups read as upper bounds, Table 9's as the paper states them
     from cqabench.evaluation.metrics.tanq_breakdowns import n_relations, table_length
+
     assert [n_relations(c) for c in (1, 2, 3, 4, 5, 6, 7, 11, 12)] == [None, "1", "3", "3", "5", "5", "10", "10", "11+"]
     assert [table_length(n) for n in (1, 3, 4, 6, 7, None)] == ["short", "short", "medium", "medium", "long", None]
 
@@ -479,10 +515,12 @@ def test_real_ambigqa_gold_answers_score_full_f1_ans():
     data = loader("ambigqa").load({"questions": RAW / "ambigqa" / "dev_light_40.json"}, "dev")
     t = data.tables()
     # predict the first alias of every answer of the first annotation, one per line
-    preds = pd.DataFrame({
-        "qid": [a.qid for a in data.answers],
-        "prediction": ["\n".join(item["aliases"][0] for item in a.annotations[0].answers) for a in data.answers],
-    })
+    preds = pd.DataFrame(
+        {
+            "qid": [a.qid for a in data.answers],
+            "prediction": ["\n".join(item["aliases"][0] for item in a.annotations[0].answers) for a in data.answers],
+        }
+    )
     s = _summary(score_predictions("ambigqa", t["queries"], t["answers"], preds)[0])
     assert s[("f1_ans", "official")] == (pytest.approx(1.0), 40)
     # the official multi subset (no singleAnswer annotation): 23 of the 40, counted in the raw file
@@ -499,8 +537,9 @@ def test_real_tatqa_gold_answers_score_full_marks():
     data = loader("tatqa").load({"questions": RAW / "tatqa" / "tatqa_dataset_dev.sample.json"}, "dev")
     t = data.tables()
     # multi-span golds joined with " and " in reverse order: EM must still hold
-    preds = pd.DataFrame({"qid": [a.qid for a in data.answers],
-                          "prediction": [" and ".join(reversed(a.aliases)) for a in data.answers]})
+    preds = pd.DataFrame(
+        {"qid": [a.qid for a in data.answers], "prediction": [" and ".join(reversed(a.aliases)) for a in data.answers]}
+    )
     s = _summary(score_predictions("tatqa", t["queries"], t["answers"], preds)[0])
     for metric in ("cover_em", "em", "f1"):
         assert s[(metric, "default")] == (pytest.approx(1.0), 240)

@@ -27,8 +27,10 @@ from cqabench.evaluation.metrics.dexter_scripts import cover_em_script
 @cache
 def real_aliases(dataset: str) -> dict[str, list[str]]:
     """qid -> aliases of the bundled sample (the prepared answers.parquet's aliases)."""
-    files = {"tatqa": ("dev", RAW / "tatqa" / "tatqa_dataset_dev.sample.json"),
-             "musique": ("train", RAW / "musique" / "musique_train_100.jsonl")}
+    files = {
+        "tatqa": ("dev", RAW / "tatqa" / "tatqa_dataset_dev.sample.json"),
+        "musique": ("train", RAW / "musique" / "musique_train_100.jsonl"),
+    }
     split, path = files[dataset]
     return {a.qid: list(a.aliases) for a in loader(dataset).load({"questions": path}, split).answers}
 
@@ -53,50 +55,100 @@ FIVE_ONE = "musique:2hop__799102_160837"  # 5.1
 THIRTY_FIVE = "musique:4hop1__709382_146811_31223_91015"  # 35
 FOUR = "musique:2hop__590911_47465"  # 4
 
-GOLDS = {TATQA_NEG: ["-12.6"], TATQA_PCT: ["-22.22"], TATQA_THOU: ["-16458"], TATQA_5687: ["5,687"],
-         TATQA_ACC: ["$(9.8) million"], TATQA_1305: ["$1,305"], TATQA_21: ["2.1"], TATQA_2019: ["2019"],
-         NORWAY: ["Norway", "NO", "NOR", "no"], ND: ["western North Dakota", "North Dakota", "ND"],
-         ILM: ["Wilmington International Airport", "KILM", "ILM"],
-         ITALY: ["seemingly in Italy", "IT", "ITA", "Italy", "Italia", "it"],
-         US: ["U.S.", "America", "U.S", "the United States", "United States", "US"],
-         MARCH: ["march", "Mar", "March"], FIVE_ONE: ["5.1"], THIRTY_FIVE: ["35"], FOUR: ["4"]}
+GOLDS = {
+    TATQA_NEG: ["-12.6"],
+    TATQA_PCT: ["-22.22"],
+    TATQA_THOU: ["-16458"],
+    TATQA_5687: ["5,687"],
+    TATQA_ACC: ["$(9.8) million"],
+    TATQA_1305: ["$1,305"],
+    TATQA_21: ["2.1"],
+    TATQA_2019: ["2019"],
+    NORWAY: ["Norway", "NO", "NOR", "no"],
+    ND: ["western North Dakota", "North Dakota", "ND"],
+    ILM: ["Wilmington International Airport", "KILM", "ILM"],
+    ITALY: ["seemingly in Italy", "IT", "ITA", "Italy", "Italia", "it"],
+    US: ["U.S.", "America", "U.S", "the United States", "United States", "US"],
+    MARCH: ["march", "Mar", "March"],
+    FIVE_ONE: ["5.1"],
+    THIRTY_FIVE: ["35"],
+    FOUR: ["4"],
+}
 
 COVER_CASES = [
     # a number keeps its sign and decimal point: none of these is -12.6 (issue 34's example)
-    (TATQA_NEG, "126", 0.0), (TATQA_NEG, "1260", 0.0), (TATQA_NEG, "0.126", 0.0), (TATQA_NEG, "12.6", 0.0),
-    (TATQA_NEG, "-12.6", 1.0), (TATQA_NEG, "It fell by -12.6 million.", 1.0),
+    (TATQA_NEG, "126", 0.0),
+    (TATQA_NEG, "1260", 0.0),
+    (TATQA_NEG, "0.126", 0.0),
+    (TATQA_NEG, "12.6", 0.0),
+    (TATQA_NEG, "-12.6", 1.0),
+    (TATQA_NEG, "It fell by -12.6 million.", 1.0),
     (TATQA_NEG, "\u221212.6", 1.0),  # the typographic minus sign is a minus
     (TATQA_NEG, "-12.60", 1.0),  # decided: trailing fractional zeros do not make another number
-    (TATQA_NEG, "-112.6", 0.0), (TATQA_NEG, "-12.65", 0.0),  # the gold must be a whole number token
+    (TATQA_NEG, "-112.6", 0.0),
+    (TATQA_NEG, "-12.65", 0.0),  # the gold must be a whole number token
     (TATQA_NEG, "(12.6)", 0.0),  # brackets alone are not a minus ("Titanic (1997)")
-    (TATQA_PCT, "-22.22%", 1.0), (TATQA_PCT, "22.22%", 0.0), (TATQA_PCT, "-22.2", 0.0),  # no tolerance in cover-EM
-    (TATQA_THOU, "-16,458", 1.0), (TATQA_THOU, "16458", 0.0),
+    (TATQA_PCT, "-22.22%", 1.0),
+    (TATQA_PCT, "22.22%", 0.0),
+    (TATQA_PCT, "-22.2", 0.0),  # no tolerance in cover-EM
+    (TATQA_THOU, "-16,458", 1.0),
+    (TATQA_THOU, "16458", 0.0),
     # thousands separators alike on both sides
-    (TATQA_5687, "5687", 1.0), (TATQA_5687, "5,687 thousand", 1.0), (TATQA_5687, "15,687", 0.0),
-    (TATQA_1305, "1305", 1.0), (TATQA_1305, "$1,305.0", 1.0),
+    (TATQA_5687, "5687", 1.0),
+    (TATQA_5687, "5,687 thousand", 1.0),
+    (TATQA_5687, "15,687", 0.0),
+    (TATQA_1305, "1305", 1.0),
+    (TATQA_1305, "$1,305.0", 1.0),
     # "$(9.8)" is the accounting negative -9.8
-    (TATQA_ACC, "-9.8 million", 1.0), (TATQA_ACC, "-$9.8 million", 1.0), (TATQA_ACC, "$9.8 million", 0.0),
-    (TATQA_21, "2.1%", 1.0), (TATQA_21, "21", 0.0), (TATQA_21, "12.1%", 0.0), (TATQA_21, "2.10%", 1.0),
-    (TATQA_2019, "in 2019.", 1.0), (TATQA_2019, "20190", 0.0), (TATQA_2019, "2018-2019", 1.0),
+    (TATQA_ACC, "-9.8 million", 1.0),
+    (TATQA_ACC, "-$9.8 million", 1.0),
+    (TATQA_ACC, "$9.8 million", 0.0),
+    (TATQA_21, "2.1%", 1.0),
+    (TATQA_21, "21", 0.0),
+    (TATQA_21, "12.1%", 0.0),
+    (TATQA_21, "2.10%", 1.0),
+    (TATQA_2019, "in 2019.", 1.0),
+    (TATQA_2019, "20190", 0.0),
+    (TATQA_2019, "2018-2019", 1.0),
     # short aliases match whole words only (issue 34's examples and the sample's other hits)
-    (NORWAY, "I do not know", 0.0), (NORWAY, "Nordic", 0.0), (NORWAY, "NO", 1.0), (NORWAY, "Norway.", 1.0),
-    (ND, "band and orchestra", 0.0), (ND, "ND", 1.0), (ND, "in North Dakota", 1.0),
-    (ILM, "a film by him", 0.0), (ILM, "ILM", 1.0),
-    (ITALY, "United Kingdom", 0.0), (ITALY, "Italy", 1.0),
-    (US, "August 16, 1967", 0.0), (US, "the U.S.", 1.0),
-    (MARCH, "The Finnish markka", 0.0), (MARCH, "Mar.", 1.0),
-    (FIVE_ONE, "513", 0.0), (FIVE_ONE, "5.1", 1.0),
-    (THIRTY_FIVE, "1935", 0.0), (THIRTY_FIVE, "3.5", 0.0), (THIRTY_FIVE, "35 years", 1.0),
+    (NORWAY, "I do not know", 0.0),
+    (NORWAY, "Nordic", 0.0),
+    (NORWAY, "NO", 1.0),
+    (NORWAY, "Norway.", 1.0),
+    (ND, "band and orchestra", 0.0),
+    (ND, "ND", 1.0),
+    (ND, "in North Dakota", 1.0),
+    (ILM, "a film by him", 0.0),
+    (ILM, "ILM", 1.0),
+    (ITALY, "United Kingdom", 0.0),
+    (ITALY, "Italy", 1.0),
+    (US, "August 16, 1967", 0.0),
+    (US, "the U.S.", 1.0),
+    (MARCH, "The Finnish markka", 0.0),
+    (MARCH, "Mar.", 1.0),
+    (FIVE_ONE, "513", 0.0),
+    (FIVE_ONE, "5.1", 1.0),
+    (THIRTY_FIVE, "1935", 0.0),
+    (THIRTY_FIVE, "3.5", 0.0),
+    (THIRTY_FIVE, "35 years", 1.0),
     (FOUR, "February 4, 1948", 1.0),  # a number gold found as a whole token: cover-EM cannot tell
     # constructed
-    ("-", "1234", 1.0, ["1,234"]), ("-", "1,234", 1.0, ["1234"]), ("-", "1,234,567", 1.0, ["1234567"]),
-    ("-", "12.6", 1.0, ["12.60"]), ("-", "5", 1.0, ["5.0"]), ("-", "+12.6", 1.0, ["12.6"]),
+    ("-", "1234", 1.0, ["1,234"]),
+    ("-", "1,234", 1.0, ["1234"]),
+    ("-", "1,234,567", 1.0, ["1234567"]),
+    ("-", "12.6", 1.0, ["12.60"]),
+    ("-", "5", 1.0, ["5.0"]),
+    ("-", "+12.6", 1.0, ["12.6"]),
     ("-", "-12.6", 0.0, ["12.6"]),  # a minus in front makes another number
-    ("-", "B52", 1.0, ["B-52"]), ("-", "1990-1995", 1.0, ["1995"]),
+    ("-", "B52", 1.0, ["B-52"]),
+    ("-", "1990-1995", 1.0, ["1995"]),
     ("-", "thebeatles", 1.0, ["The Beatles"]),  # longer text golds keep the character substring test
     ("-", "It is the Eiffel-Tower.", 0.0, ["Eiffel Tower"]),  # the hyphen is deleted, as SQuAD does
     # OTT-QA dev's answer "A" (a grade): only an article, compared with articles kept (SQuAD: "" in anything)
-    ("-", "A", 1.0, ["A"]), ("-", "Grade A.", 1.0, ["A"]), ("-", "Paris", 0.0, ["A"]), ("-", "a cat", 1.0, ["A"]),
+    ("-", "A", 1.0, ["A"]),
+    ("-", "Grade A.", 1.0, ["A"]),
+    ("-", "Paris", 0.0, ["A"]),
+    ("-", "a cat", 1.0, ["A"]),
 ]
 
 
@@ -130,8 +182,11 @@ def test_squad_normalization_counted_the_unsigned_number_and_the_short_alias():
     assert normalize_answer("-12.6") == "126"
     for prediction in ("126", "1260", "0.126", "12.6"):
         assert squad_cover_em(prediction, ["-12.6"]) == 1.0 and cover_em(prediction, ["-12.6"]) == 0.0
-    for prediction, aliases in (("I do not know", GOLDS[NORWAY]), ("band and orchestra", GOLDS[ND]),
-                                ("a film by him", GOLDS[ILM])):
+    for prediction, aliases in (
+        ("I do not know", GOLDS[NORWAY]),
+        ("band and orchestra", GOLDS[ND]),
+        ("a film by him", GOLDS[ILM]),
+    ):
         assert squad_cover_em(prediction, aliases) == 1.0 and cover_em(prediction, aliases) == 0.0
 
 

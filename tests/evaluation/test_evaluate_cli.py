@@ -27,10 +27,14 @@ def _prepare(root: Path, dataset: str, split: str, queries, answers) -> Path:
 def tanq_split(tmp_path: Path) -> Path:
     data = tmp_path / "data"
     _prepare(
-        data, "tanq", "test",
+        data,
+        "tanq",
+        "test",
         [Query("t1", "?", "composition", skills=["filtering"]), Query("t2", "?", "intersection")],
-        [Answer("t1", "table", table_header=["entity", "a", "b"], table_rows=[["x", "1", "foo"], ["y", "2", "bar"]]),
-         Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]])],
+        [
+            Answer("t1", "table", table_header=["entity", "a", "b"], table_rows=[["x", "1", "foo"], ["y", "2", "bar"]]),
+            Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]]),
+        ],
     )
     return data
 
@@ -41,15 +45,33 @@ def _jsonl(path: Path, rows: list) -> Path:
 
 
 def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tmp_path: Path, capsys):
-    preds = _jsonl(tmp_path / "preds.jsonl", [
-        {"qid": "t1", "prediction": "entity|a|b\nx|1|foo\ny|2|bar"},  # exact: 1, 1, 1
-        # no table: cqabench_parse finds none -> P 0, R 0, F1 0; the official reading reads the text,
-        # one one-cell line, no datapoints -> P 1, R 0, F1 0 (tanq_utils.py:246-247)
-        {"qid": "t2", "prediction": "no idea"},
-    ])
+    preds = _jsonl(
+        tmp_path / "preds.jsonl",
+        [
+            {"qid": "t1", "prediction": "entity|a|b\nx|1|foo\ny|2|bar"},  # exact: 1, 1, 1
+            # no table: cqabench_parse finds none -> P 0, R 0, F1 0; the official reading reads the text,
+            # one one-cell line, no datapoints -> P 1, R 0, F1 0 (tanq_utils.py:246-247)
+            {"qid": "t2", "prediction": "no idea"},
+        ],
+    )
     out, per_q = tmp_path / "m" / "metrics.json", tmp_path / "m" / "per_question.parquet"
-    rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
-               "--data-dir", str(tanq_split), "--out", str(out), "--out-per-question", str(per_q)])
+    rc = main(
+        [
+            "evaluate",
+            "--dataset",
+            "tanq",
+            "--split",
+            "test",
+            "--predictions",
+            str(preds),
+            "--data-dir",
+            str(tanq_split),
+            "--out",
+            str(out),
+            "--out-per-question",
+            str(per_q),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "rms_f1" in printed
@@ -78,16 +100,37 @@ def test_evaluate_tanq_writes_metrics_json_and_per_question(tanq_split: Path, tm
 
 
 def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
-    preds = _jsonl(tmp_path / "p.jsonl", [
-        # the prompt's format after the marker: both readings read the gold table exactly -> 1
-        {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\nentity | a | b\nx | 1 | foo\ny | 2 | bar"},
-        # no marker under a CoT prompt: no final answer; F1 0 in both readings, and the official one
-        # hands TANQ's script "" for it, which scores (P 1, R 0, F1 0) (test_tanq_non_tables.py)
-        {"qid": "t2", "prediction": "entity|a\nz|100"},
-    ])
+    preds = _jsonl(
+        tmp_path / "p.jsonl",
+        [
+            # the prompt's format after the marker: both readings read the gold table exactly -> 1
+            {"qid": "t1", "prediction": "Let me think.\n[Final Answer]:\nentity | a | b\nx | 1 | foo\ny | 2 | bar"},
+            # no marker under a CoT prompt: no final answer; F1 0 in both readings, and the official one
+            # hands TANQ's script "" for it, which scores (P 1, R 0, F1 0) (test_tanq_non_tables.py)
+            {"qid": "t2", "prediction": "entity|a\nz|100"},
+        ],
+    )
     out = tmp_path / "metrics.json"
-    assert main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
-                 "--data-dir", str(tanq_split), "--prompt", "few-shot-cot", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--dataset",
+                "tanq",
+                "--split",
+                "test",
+                "--predictions",
+                str(preds),
+                "--data-dir",
+                str(tanq_split),
+                "--prompt",
+                "few-shot-cot",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     m = {(r["metric"], r["variant"]): r["value"] for r in json.loads(out.read_text())["metrics"]}
     assert m[("rms_f1", "official")] == m[("rms_f1", "cqabench_parse")] == pytest.approx(0.5)
     assert m[("rms_precision", "official")] == pytest.approx(1.0)  # (1 + 1) / 2: TANQ's convention for ""
@@ -108,8 +151,21 @@ def test_evaluate_raw_outputs_with_prompt(tanq_split: Path, tmp_path: Path):
 def test_bad_predictions_file_names_file_line_and_field(tanq_split: Path, tmp_path: Path, capsys, lines, where, field):
     preds = _jsonl(tmp_path / "bad.jsonl", lines)
     out = tmp_path / "metrics.json"
-    rc = main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
-               "--data-dir", str(tanq_split), "--out", str(out)])
+    rc = main(
+        [
+            "evaluate",
+            "--dataset",
+            "tanq",
+            "--split",
+            "test",
+            "--predictions",
+            str(preds),
+            "--data-dir",
+            str(tanq_split),
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1
     assert str(preds) in err and where in err and field in err
@@ -118,33 +174,68 @@ def test_bad_predictions_file_names_file_line_and_field(tanq_split: Path, tmp_pa
 
 def test_missing_prepared_split_is_a_data_error(tmp_path: Path, capsys):
     preds = _jsonl(tmp_path / "p.jsonl", [{"qid": "a", "prediction": "x"}])
-    rc = main(["evaluate", "--dataset", "musique", "--split", "dev", "--predictions", str(preds),
-               "--data-dir", str(tmp_path / "none")])
+    rc = main(
+        [
+            "evaluate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--predictions",
+            str(preds),
+            "--data-dir",
+            str(tmp_path / "none"),
+        ]
+    )
     assert rc == 1 and "queries.parquet" in capsys.readouterr().err
 
 
 def test_evaluate_generation(tmp_path: Path):
-    d = _prepare(tmp_path / "data", "finqa", "test",
-                 [Query("p", "?"), Query("y", "?"), Query("n", "?")],
-                 [Answer("p", "number", ["5.2%"], number=0.052, scale="percent"),
-                  Answer("y", "boolean", ["yes"], boolean=True),
-                  Answer("n", "number", ["10"], number=10.0)])
-    preds = pd.DataFrame({
-        "qid": ["p", "y", "n"],
-        "raw_output": ["... [Final Answer]: 5.2%", "[Final Answer]: yes", "I am not sure"],
-        "prediction": ["5.2%", "yes", "I am not sure"],
-        "parse_ok": [True, True, False],
-        "parse_reason": ["", "", "no final-answer marker"],
-        "prompt_tokens": [100, 120, 90],
-        "output_tokens": [10, 5, 7],
-    })
+    d = _prepare(
+        tmp_path / "data",
+        "finqa",
+        "test",
+        [Query("p", "?"), Query("y", "?"), Query("n", "?")],
+        [
+            Answer("p", "number", ["5.2%"], number=0.052, scale="percent"),
+            Answer("y", "boolean", ["yes"], boolean=True),
+            Answer("n", "number", ["10"], number=10.0),
+        ],
+    )
+    preds = pd.DataFrame(
+        {
+            "qid": ["p", "y", "n"],
+            "raw_output": ["... [Final Answer]: 5.2%", "[Final Answer]: yes", "I am not sure"],
+            "prediction": ["5.2%", "yes", "I am not sure"],
+            "parse_ok": [True, True, False],
+            "parse_reason": ["", "", "no final-answer marker"],
+            "prompt_tokens": [100, 120, 90],
+            "output_tokens": [10, 5, 7],
+        }
+    )
     pred_path = tmp_path / "predictions.parquet"
     pq.write_table(pa.Table.from_pandas(preds, preserve_index=False), pred_path)
     cell = {"dataset": "finqa", "split": "test", "llm": "tiny", "prompt": "few-shot-cot", "setting": "oracle", "k": 5}
     out_json, out_pq = tmp_path / "o" / "metrics.json", tmp_path / "o" / "per_question.parquet"
-    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
-               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
-               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    rc = main(
+        [
+            "evaluate-generation",
+            "--dataset",
+            "finqa",
+            "--predictions",
+            str(pred_path),
+            "--queries",
+            str(d / "queries.parquet"),
+            "--answers",
+            str(d / "answers.parquet"),
+            "--cell",
+            json.dumps(cell),
+            "--out-json",
+            str(out_json),
+            "--out-per-question",
+            str(out_pq),
+        ]
+    )
     assert rc == 0
     doc = json.loads(out_json.read_text())
     assert doc["cell"]["llm"] == "tiny" and doc["cell"]["stage"] == "generation"
@@ -160,37 +251,101 @@ def test_evaluate_generation(tmp_path: Path):
 
     # A cell capped by max_questions asked only p and y: n was never asked and is not scored.
     pq.write_table(pa.Table.from_pandas(preds.iloc[:2], preserve_index=False), pred_path)
-    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
-               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
-               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    rc = main(
+        [
+            "evaluate-generation",
+            "--dataset",
+            "finqa",
+            "--predictions",
+            str(pred_path),
+            "--queries",
+            str(d / "queries.parquet"),
+            "--answers",
+            str(d / "answers.parquet"),
+            "--cell",
+            json.dumps(cell),
+            "--out-json",
+            str(out_json),
+            "--out-per-question",
+            str(out_pq),
+        ]
+    )
     assert rc == 0
     rows = {(r["metric"], r["variant"]): r for r in json.loads(out_json.read_text())["metrics"]}
     assert rows[("em_tol", "default")]["n"] == 2 and rows[("em_tol", "default")]["value"] == pytest.approx(1.0)
 
     # A cell that asked no question: every metric is null with the reason, never 0.
     pq.write_table(pa.Table.from_pandas(preds.iloc[:0], preserve_index=False), pred_path)
-    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
-               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
-               "--cell", json.dumps(cell), "--out-json", str(out_json), "--out-per-question", str(out_pq)])
+    rc = main(
+        [
+            "evaluate-generation",
+            "--dataset",
+            "finqa",
+            "--predictions",
+            str(pred_path),
+            "--queries",
+            str(d / "queries.parquet"),
+            "--answers",
+            str(d / "answers.parquet"),
+            "--cell",
+            json.dumps(cell),
+            "--out-json",
+            str(out_json),
+            "--out-per-question",
+            str(out_pq),
+        ]
+    )
     assert rc == 0
     entries = json.loads(out_json.read_text())["metrics"]
-    assert [(r["metric"], r["variant"]) for r in entries] == [("em_tol", "default"), ("em_tol", "dexter"),
-                                                              ("em_tol", "exe_ans"), ("parse_ok", "default")]
-    assert all(r["value"] is None and r["n"] == 0 and r["unit"] == "fraction" and "no question" in r["reason"]
-               for r in entries)
+    assert [(r["metric"], r["variant"]) for r in entries] == [
+        ("em_tol", "default"),
+        ("em_tol", "dexter"),
+        ("em_tol", "exe_ans"),
+        ("parse_ok", "default"),
+    ]
+    assert all(
+        r["value"] is None and r["n"] == 0 and r["unit"] == "fraction" and "no question" in r["reason"] for r in entries
+    )
     assert pq.read_table(out_pq).num_rows == 0
 
 
 def test_evaluate_ambigqa_without_multi_answer_questions_is_na(tmp_path: Path, capsys):
     from cqabench.data.schema import Annotation
 
-    d = _prepare(tmp_path / "data", "ambigqa", "dev", [Query("a", "?")],
-                 [Answer("a", "interpretations", ["x"],
-                         annotations=[Annotation("singleAnswer", [{"question": "", "aliases": ["x"]}])])])
+    d = _prepare(
+        tmp_path / "data",
+        "ambigqa",
+        "dev",
+        [Query("a", "?")],
+        [
+            Answer(
+                "a",
+                "interpretations",
+                ["x"],
+                annotations=[Annotation("singleAnswer", [{"question": "", "aliases": ["x"]}])],
+            )
+        ],
+    )
     preds = _jsonl(tmp_path / "p.jsonl", [{"qid": "a", "prediction": "x"}])
     out = tmp_path / "m.json"
-    assert main(["evaluate", "--dataset", "ambigqa", "--split", "dev", "--predictions", str(preds),
-                 "--data-dir", str(d.parent.parent), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--dataset",
+                "ambigqa",
+                "--split",
+                "dev",
+                "--predictions",
+                str(preds),
+                "--data-dir",
+                str(d.parent.parent),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     m = {(r["metric"], r["variant"]): r for r in json.loads(out.read_text())["metrics"]}
     assert m[("f1_ans", "official")]["value"] == pytest.approx(1.0)
     # f1_ans_multi averages only multi-answer questions; there are none: null + reason, not 0.
@@ -201,8 +356,25 @@ def test_evaluate_ambigqa_without_multi_answer_questions_is_na(tmp_path: Path, c
 
 
 def test_evaluate_generation_bad_cell(tmp_path: Path, capsys):
-    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", "x", "--queries", "q",
-               "--answers", "a", "--cell", "{not json", "--out-json", "o", "--out-per-question", "p"])
+    rc = main(
+        [
+            "evaluate-generation",
+            "--dataset",
+            "finqa",
+            "--predictions",
+            "x",
+            "--queries",
+            "q",
+            "--answers",
+            "a",
+            "--cell",
+            "{not json",
+            "--out-json",
+            "o",
+            "--out-per-question",
+            "p",
+        ]
+    )
     assert rc == 1 and "--cell" in capsys.readouterr().err
 
 
@@ -222,8 +394,23 @@ def real_tanq(tmp_path: Path) -> tuple[Path, list[str]]:
 
 
 def _evaluate(data: Path, preds: Path, out: Path) -> int:
-    return main(["evaluate", "--dataset", "tanq", "--split", "test", "--predictions", str(preds),
-                 "--data-dir", str(data), "--out", str(out), "--out-per-question", str(out.with_suffix(".parquet"))])
+    return main(
+        [
+            "evaluate",
+            "--dataset",
+            "tanq",
+            "--split",
+            "test",
+            "--predictions",
+            str(preds),
+            "--data-dir",
+            str(data),
+            "--out",
+            str(out),
+            "--out-per-question",
+            str(out.with_suffix(".parquet")),
+        ]
+    )
 
 
 @pytest.mark.parametrize("content", [b"", b"\n   \n"])
@@ -297,10 +484,25 @@ def test_a_bad_generation_summary_is_named(tmp_path: Path, capsys):
     summary = tmp_path / "summary.json"
     summary.write_bytes(b'{"backend": "vllm", "model": "caf\xe9"}')  # Latin-1, not UTF-8
     out_json = tmp_path / "o" / "metrics.json"
-    rc = main(["evaluate-generation", "--dataset", "finqa", "--predictions", str(pred_path),
-               "--queries", str(d / "queries.parquet"), "--answers", str(d / "answers.parquet"),
-               "--summary", str(summary), "--out-json", str(out_json),
-               "--out-per-question", str(tmp_path / "o" / "per_question.parquet")])
+    rc = main(
+        [
+            "evaluate-generation",
+            "--dataset",
+            "finqa",
+            "--predictions",
+            str(pred_path),
+            "--queries",
+            str(d / "queries.parquet"),
+            "--answers",
+            str(d / "answers.parquet"),
+            "--summary",
+            str(summary),
+            "--out-json",
+            str(out_json),
+            "--out-per-question",
+            str(tmp_path / "o" / "per_question.parquet"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and str(summary) in err and "not UTF-8" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

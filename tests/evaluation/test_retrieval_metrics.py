@@ -139,7 +139,9 @@ def _write(rows: list[dict], schema: pa.Schema, path: Path) -> Path:
 
 def test_evaluate_files_writes_contract(tmp_path: Path):
     queries = _write(
-        [asdict(Query("q1", "first?", evidence=[[["d1"]]])), asdict(Query("q2", "second?"))], QUERY_SCHEMA, tmp_path / "queries.parquet"
+        [asdict(Query("q1", "first?", evidence=[[["d1"]]])), asdict(Query("q2", "second?"))],
+        QUERY_SCHEMA,
+        tmp_path / "queries.parquet",
     )
     qrels = _write(
         [{"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""},
@@ -174,8 +176,12 @@ def _split(tmp_path: Path, queries: list[Query], qrels: list[dict], run_text: st
 
 
 def test_every_entry_is_a_fraction_with_its_unit(tmp_path: Path):
-    run, qrels, queries = _split(tmp_path, [Query("q1", "?")], [{"qid": "q1", "docid": "d1", "relevance": 1,
-                                                                 "annotator": ""}], "q1 Q0 d1 1 2.5 bm25\n")
+    run, qrels, queries = _split(
+        tmp_path,
+        [Query("q1", "?")],
+        [{"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""}],
+        "q1 Q0 d1 1 2.5 bm25\n",
+    )
     doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet")
     assert {m["unit"] for m in doc["metrics"]} == {"fraction"}
     assert all(0.0 <= m["value"] <= 1.0 for m in doc["metrics"])
@@ -185,10 +191,21 @@ def test_every_entry_is_a_fraction_with_its_unit(tmp_path: Path):
 def test_empty_qrels_make_every_measure_null_with_reason(tmp_path: Path):
     """AmbigQA light sample / StrategyQA without paragraphs: nothing to evaluate is n/a, not 0."""
     evidence = [[["Greed-10"], ["Theft-1"]], [["Obesity-4"]]]
-    run, qrels, queries = _split(tmp_path, [Query("q1", "?", evidence=evidence), Query("q2", "?")], [],
-                                 "q1 Q0 Greed-10 1 2.5 bm25\nq2 Q0 x 1 1.0 bm25\n")
-    doc = evaluate_files(run, qrels, queries, {"dataset": "strategyqa"}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                         with_strategyqa_recall=True)
+    run, qrels, queries = _split(
+        tmp_path,
+        [Query("q1", "?", evidence=evidence), Query("q2", "?")],
+        [],
+        "q1 Q0 Greed-10 1 2.5 bm25\nq2 Q0 x 1 1.0 bm25\n",
+    )
+    doc = evaluate_files(
+        run,
+        qrels,
+        queries,
+        {"dataset": "strategyqa"},
+        tmp_path / "m.json",
+        tmp_path / "pq.parquet",
+        with_strategyqa_recall=True,
+    )
     trec = [m for m in doc["metrics"] if m["variant"] == "trec_eval"]
     assert len(trec) == 11 and all(m["value"] is None and m["n"] == 0 for m in trec)
     assert all("qrels empty" in m["reason"] for m in trec)
@@ -207,17 +224,29 @@ def test_gold_outside_the_searched_corpus_is_not_evaluable(tmp_path: Path):
     corpus = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"docid": ["a", "b"], "text": ["", ""]}), corpus)
     evidence = [[["g1"]]]
-    run, qrels, queries = _split(tmp_path, [Query("q1", "?", evidence=evidence)],
-                                 [{"qid": "q1", "docid": "g1", "relevance": 1, "annotator": "0"}],
-                                 "q1 Q0 a 1 2.5 bm25\n")
+    run, qrels, queries = _split(
+        tmp_path,
+        [Query("q1", "?", evidence=evidence)],
+        [{"qid": "q1", "docid": "g1", "relevance": 1, "annotator": "0"}],
+        "q1 Q0 a 1 2.5 bm25\n",
+    )
     # Without the corpus the qrels decide: q1 is evaluable and scores 0.
-    doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                         with_strategyqa_recall=True)
+    doc = evaluate_files(
+        run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet", with_strategyqa_recall=True
+    )
     by = {(m["metric"], m["variant"]): m for m in doc["metrics"]}
     assert by[("ndcg_cut_10", "trec_eval")]["value"] == 0.0 and by[("recall_10", "strategyqa_best_annotator")]["n"] == 1
     # With it, g1 is not in the corpus that was searched: every measure n/a.
-    doc = evaluate_files(run, qrels, queries, {}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                         with_strategyqa_recall=True, corpus_path=corpus)
+    doc = evaluate_files(
+        run,
+        qrels,
+        queries,
+        {},
+        tmp_path / "m.json",
+        tmp_path / "pq.parquet",
+        with_strategyqa_recall=True,
+        corpus_path=corpus,
+    )
     by = {(m["metric"], m["variant"]): m for m in doc["metrics"]}
     assert by[("ndcg_cut_10", "trec_eval")]["value"] is None
     assert "searched corpus" in by[("ndcg_cut_10", "trec_eval")]["reason"]
@@ -240,11 +269,34 @@ def test_cli_evaluate_retrieval_takes_the_corpus(tmp_path: Path):
 
     corpus = tmp_path / "corpus.parquet"
     pq.write_table(pa.table({"docid": ["d1"]}), corpus)
-    run, qrels, queries = _split(tmp_path, [Query("q1", "?")], [{"qid": "q1", "docid": "d1", "relevance": 1,
-                                                                 "annotator": ""}], "q1 Q0 d1 1 2.5 bm25\n")
+    run, qrels, queries = _split(
+        tmp_path,
+        [Query("q1", "?")],
+        [{"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""}],
+        "q1 Q0 d1 1 2.5 bm25\n",
+    )
     out = tmp_path / "m.json"
-    assert main(["evaluate-retrieval", "--run", str(run), "--qrels", str(qrels), "--queries", str(queries),
-                 "--cell", "{}", "--corpus", str(corpus), "--out-json", str(out),
-                 "--out-per-query", str(tmp_path / "pq.parquet")]) == 0
+    assert (
+        main(
+            [
+                "evaluate-retrieval",
+                "--run",
+                str(run),
+                "--qrels",
+                str(qrels),
+                "--queries",
+                str(queries),
+                "--cell",
+                "{}",
+                "--corpus",
+                str(corpus),
+                "--out-json",
+                str(out),
+                "--out-per-query",
+                str(tmp_path / "pq.parquet"),
+            ]
+        )
+        == 0
+    )
     by = {m["metric"]: m for m in json.loads(out.read_text())["metrics"]}
     assert by["P_1"]["value"] == 1.0 and by["P_1"]["unit"] == "fraction"

@@ -158,8 +158,9 @@ def test_real_tanq_gold_tables_score_perfectly_through_both_readers():
         assert rms(header, rows, th, tr).f1 == pytest.approx(1.0)
         # the official reading of the released answer_table string gives the datapoints that
         # our gold (the loader's header and rows, re-joined by gold_text) gives
-        assert official_datapoints(read_table_official(rec["answer_table"])) == \
-            official_datapoints(read_table_official(gold_text(header, rows)))
+        assert official_datapoints(read_table_official(rec["answer_table"])) == official_datapoints(
+            read_table_official(gold_text(header, rows))
+        )
         # and the prompt's format (one line per row, " | " between cells) scores 1 officially
         prompt_format = "\n".join(" | ".join(r) for r in [header, *rows])
         assert rms_official(header, rows, prompt_format).f1 == pytest.approx(1.0)
@@ -208,38 +209,70 @@ READER_CASES = [
     # P 7/27, R 7/18, F1 2*(7/9)/(3+2) = 14/45. Transposed: keys "film ", "studio ", " "; "up studio"
     # vs "studio " 4 edits / 9 -> 5/9, F1 2*(5/9)/5 = 2/9 < 14/45. The separator row adds nothing
     # (its keys are overwritten too). Ours drops the outer pipes and the separator: perfect.
-    ("markdown: outer pipes and separator row", "| Film | Studio |\n|---|---|\n| Up | Pixar |\n| Cars | Pixar |",
-     (("", "film", "studio", ""), (("", "---", "---", ""), ("", "up", "pixar", ""), ("", "cars", "pixar", ""))),
-     (7 / 27, 7 / 18, 14 / 45), (1, 1, 1)),
-    ("outer pipes, no separator", "| film | studio |\n| up | pixar |\n| cars | pixar |",
-     (("", "film", "studio", ""), (("", "up", "pixar", ""), ("", "cars", "pixar", ""))),
-     (7 / 27, 7 / 18, 14 / 45), (1, 1, 1)),
+    (
+        "markdown: outer pipes and separator row",
+        "| Film | Studio |\n|---|---|\n| Up | Pixar |\n| Cars | Pixar |",
+        (("", "film", "studio", ""), (("", "---", "---", ""), ("", "up", "pixar", ""), ("", "cars", "pixar", ""))),
+        (7 / 27, 7 / 18, 14 / 45),
+        (1, 1, 1),
+    ),
+    (
+        "outer pipes, no separator",
+        "| film | studio |\n| up | pixar |\n| cars | pixar |",
+        (("", "film", "studio", ""), (("", "up", "pixar", ""), ("", "cars", "pixar", ""))),
+        (7 / 27, 7 / 18, 14 / 45),
+        (1, 1, 1),
+    ),
     # official: the separator line is a data row "--- studio" -> "---": one extra datapoint,
     # score 2 of 3 predicted -> P 2/3, R 1, F1 0.8 (transposed keys "studio up"...: ANLS 0)
-    ("separator row without outer pipes", "film | studio\n--- | ---\nup | pixar\ncars | pixar",
-     (("film", "studio"), (("---", "---"), ("up", "pixar"), ("cars", "pixar"))), (2 / 3, 1, 0.8), (1, 1, 1)),
+    (
+        "separator row without outer pipes",
+        "film | studio\n--- | ---\nup | pixar\ncars | pixar",
+        (("film", "studio"), (("---", "---"), ("up", "pixar"), ("cars", "pixar"))),
+        (2 / 3, 1, 0.8),
+        (1, 1, 1),
+    ),
     # official: the fence is the header, one cell -> no datapoints (1, 0, 0); transposed: header
     # ("```", film, up, cars, "```"), keys " film", " up"... all ANLS 0 -> (0, 0, 0); both F1 0,
     # the transposed reading comes first and wins the tie -> (0, 0, 0). Ours skips fences.
-    ("fenced", "```\nfilm | studio\nup | pixar\ncars | pixar\n```",
-     (("```",), (("film", "studio"), ("up", "pixar"), ("cars", "pixar"), ("```",))), (0, 0, 0), (1, 1, 1)),
+    (
+        "fenced",
+        "```\nfilm | studio\nup | pixar\ncars | pixar\n```",
+        (("```",), (("film", "studio"), ("up", "pixar"), ("cars", "pixar"), ("```",))),
+        (0, 0, 0),
+        (1, 1, 1),
+    ),
     # official: the prose line is the header (one cell): as for the fence -> (0, 0, 0)
-    ("prose before and after", "Here is the table:\nfilm | studio\nup | pixar\ncars | pixar\nHope this helps.",
-     (("here is the table:",), (("film", "studio"), ("up", "pixar"), ("cars", "pixar"), ("hope this helps.",))),
-     (0, 0, 0), (1, 1, 1)),
+    (
+        "prose before and after",
+        "Here is the table:\nfilm | studio\nup | pixar\ncars | pixar\nHope this helps.",
+        (("here is the table:",), (("film", "studio"), ("up", "pixar"), ("cars", "pixar"), ("hope this helps.",))),
+        (0, 0, 0),
+        (1, 1, 1),
+    ),
     # prose after the table is harmless to both: one-cell rows have no datapoints
-    ("prose after only", "film | studio\nup | pixar\ncars | pixar\n\nHope this helps.",
-     (("film", "studio"), (("up", "pixar"), ("cars", "pixar"), ("",), ("hope this helps.",))), (1, 1, 1), (1, 1, 1)),
+    (
+        "prose after only",
+        "film | studio\nup | pixar\ncars | pixar\n\nHope this helps.",
+        (("film", "studio"), (("up", "pixar"), ("cars", "pixar"), ("",), ("hope this helps.",))),
+        (1, 1, 1),
+        (1, 1, 1),
+    ),
     # where ours is lower: two prose lines end our table (MAX_STRAY_LINES = 1), so we score the
     # rows above them only (P 1, R 1/2, F1 2/3); the official reading keeps every line -> perfect
-    ("two prose lines inside the table", "film | studio\nup | pixar\nBoth are Pixar films.\nSee above.\ncars | pixar",
-     (("film", "studio"), (("up", "pixar"), ("both are pixar films.",), ("see above.",), ("cars", "pixar"))),
-     (1, 1, 1), (1, 0.5, 2 / 3)),
+    (
+        "two prose lines inside the table",
+        "film | studio\nup | pixar\nBoth are Pixar films.\nSee above.\ncars | pixar",
+        (("film", "studio"), (("up", "pixar"), ("both are pixar films.",), ("see above.",), ("cars", "pixar"))),
+        (1, 1, 1),
+        (1, 0.5, 2 / 3),
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "output", "official_table", "official", "ours"), READER_CASES,
-                         ids=[c[0] for c in READER_CASES])
+@pytest.mark.parametrize(
+    ("case", "output", "official_table", "official", "ours"), READER_CASES, ids=[c[0] for c in READER_CASES]
+)
 def test_both_readers_on_the_same_output(case, output, official_table, official, ours):
     header, rows = official_table
     assert read_table_official(output) == OfficialTable(None, header, rows), case
@@ -257,8 +290,9 @@ def test_official_reading_is_a_split_at_every_pipe():
     # an escaped pipe is a pipe too (ours keeps "\|" inside a cell)
     assert read_table_official("a | b\\|c") == OfficialTable(None, ("a", "b\\", "c"), ())
     # transposed: columns become rows, ragged lines padded with ""
-    assert read_table_official("h | x | y\nr | 1", transposed=True) == \
-        OfficialTable(None, ("h", "r"), (("x", "1"), ("y", "")))
+    assert read_table_official("h | x | y\nr | 1", transposed=True) == OfficialTable(
+        None, ("h", "r"), (("x", "1"), ("y", ""))
+    )
     assert read_table_official("") == OfficialTable()
 
 

@@ -29,9 +29,11 @@ FIXTURE = Path(__file__).parents[1] / "fixtures" / "tanq_failures_10.yaml"
 
 # A gold table as TANQ writes them: the entity column, then the requested relations.
 HEADER = ["entity", "director", "publication date", "genre"]
-ROWS = [["Alien (film)", "Ridley Scott", "1979-05-25", "science fiction film, horror film"],
-        ["Blade Runner", "Ridley Scott", "1982-06-25", "science fiction film"],
-        ["Gladiator", "Ridley Scott", "2000", "epic film"]]
+ROWS = [
+    ["Alien (film)", "Ridley Scott", "1979-05-25", "science fiction film, horror film"],
+    ["Blade Runner", "Ridley Scott", "1982-06-25", "science fiction film"],
+    ["Gladiator", "Ridley Scott", "2000", "epic film"],
+]
 CORRECT = """| Film | Director | Publication date | Genre |
 |---|---|---|---|
 | Alien | Ridley Scott | 1979-05-25 | horror film, science fiction film |
@@ -57,8 +59,10 @@ def test_non_table() -> None:
 
 
 def test_relation_missing() -> None:
-    text = "| Film | Director | Genre |\n| Alien | Ridley Scott | science fiction film, horror film |\n" \
-           "| Blade Runner | Ridley Scott | science fiction film |\n| Gladiator | Ridley Scott | epic film |"
+    text = (
+        "| Film | Director | Genre |\n| Alien | Ridley Scott | science fiction film, horror film |\n"
+        "| Blade Runner | Ridley Scott | science fiction film |\n| Gladiator | Ridley Scott | epic film |"
+    )
     f = classify(HEADER, ROWS, parse_table(text))
     assert f.names() == {"relation_missing"} and f.missing_relations == ("publication date",)
 
@@ -72,13 +76,17 @@ def test_hallucinated_relations() -> None:
 
 def test_no_header() -> None:
     # The first line is already a film: read as data, columns aligned by content.
-    text = "| Alien | Ridley Scott | 1979-05-25 | science fiction film, horror film |\n" \
-           "| Blade Runner | Ridley Scott | 1982-06-25 | science fiction film |\n" \
-           "| Gladiator | Ridley Scott | 2000 | epic film |"
+    text = (
+        "| Alien | Ridley Scott | 1979-05-25 | science fiction film, horror film |\n"
+        "| Blade Runner | Ridley Scott | 1982-06-25 | science fiction film |\n"
+        "| Gladiator | Ridley Scott | 2000 | epic film |"
+    )
     assert names(text) == {"no_header"}
     # A first row of values that are no gold entity still reads as data (a date is no label).
-    assert "no_header" in names("| Prometheus | Ridley Scott | 2012-06-08 | science fiction film |\n"
-                                "| Alien | Ridley Scott | 1979-05-25 | horror film, science fiction film |")
+    assert "no_header" in names(
+        "| Prometheus | Ridley Scott | 2012-06-08 | science fiction film |\n"
+        "| Alien | Ridley Scott | 1979-05-25 | horror film, science fiction film |"
+    )
 
 
 def test_missing_entity() -> None:
@@ -110,9 +118,11 @@ def test_an_empty_cell_is_an_omission_not_a_wrong_answer() -> None:
 
 
 def test_a_transposed_table_is_read_as_rms_reads_it() -> None:
-    text = "| Film | Alien | Blade Runner | Gladiator |\n| Director | Ridley Scott | Ridley Scott | Ridley Scott |\n" \
-           "| Publication date | 1979-05-25 | 1982-06-25 | 2000 |\n" \
-           "| Genre | science fiction film, horror film | science fiction film | epic film |"
+    text = (
+        "| Film | Alien | Blade Runner | Gladiator |\n| Director | Ridley Scott | Ridley Scott | Ridley Scott |\n"
+        "| Publication date | 1979-05-25 | 1982-06-25 | 2000 |\n"
+        "| Genre | science fiction film, horror film | science fiction film | epic film |"
+    )
     f = classify(HEADER, ROWS, parse_table(text))
     assert f.transposed and f.names() == set()
 
@@ -158,9 +168,12 @@ def test_cells() -> None:
 
 
 def test_every_category_of_table_10_is_decided_or_marked_not_computed() -> None:
-    assert [label for _, label, _ in CATEGORIES] == list(yaml.safe_load(
-        "[relation missing, no header, filter issues, hallucinated relations, hallucination other, "
-        "missing entity, non-table, partial answers, wrong answer]"))
+    assert [label for _, label, _ in CATEGORIES] == list(
+        yaml.safe_load(
+            "[relation missing, no header, filter issues, hallucinated relations, hallucination other, "
+            "missing entity, non-table, partial answers, wrong answer]"
+        )
+    )
     assert set(COMPUTED) | set(NOT_COMPUTED) == {m for m, _, _ in CATEGORIES}
     assert set(NOT_COMPUTED) == {"failure_filter_issues", "failure_hallucination_other"}
 
@@ -168,9 +181,11 @@ def test_every_category_of_table_10_is_decided_or_marked_not_computed() -> None:
 def test_scoring_writes_the_share_of_predictions_per_category() -> None:
     queries = [{"qid": q, "question": "?", "question_type": "wikidata_comp", "skills": []} for q in "abcd"]
     answers = [{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS} for q in "abcd"]
-    preds = [{"qid": "a", "prediction": CORRECT},
-             {"qid": "b", "prediction": CORRECT.replace("horror film, science fiction film", "horror film")},
-             {"qid": "c", "prediction": "Ridley Scott directed them all."}]  # d: no prediction
+    preds = [
+        {"qid": "a", "prediction": CORRECT},
+        {"qid": "b", "prediction": CORRECT.replace("horror film, science fiction film", "horror film")},
+        {"qid": "c", "prediction": "Ridley Scott directed them all."},
+    ]  # d: no prediction
     summary, per_q = score_predictions("tanq", queries, answers, preds)
     s = {r["metric"]: r for r in summary if r["variant"] == "tanq"}
     assert s["failure_partial_answer"]["value"] == pytest.approx(0.25) and s["failure_partial_answer"]["n"] == 4
@@ -208,8 +223,12 @@ def test_hand_labels_on_the_ten_sample_questions(source: str) -> None:
     answers = [{"qid": q, "answer_type": "table", "table_header": h, "table_rows": r} for q, (h, r) in gold.items()]
     queries = [{"qid": q, "question": "?"} for q in gold]
     summary, per_q = score_predictions("tanq", queries, answers, preds)
-    got = {qid: {m.removeprefix("failure_") for m, v in zip(g["metric"], g["value"]) if m.startswith("failure_") and v == 1}
-           for qid, g in per_q.groupby("qid")}
+    got = {
+        qid: {
+            m.removeprefix("failure_") for m, v in zip(g["metric"], g["value"]) if m.startswith("failure_") and v == 1
+        }
+        for qid, g in per_q.groupby("qid")
+    }
     assert got == {c["qid"]: set(c["labels"]) for c in cases}
     shares = {r["metric"]: r["value"] for r in summary if r["metric"].startswith("failure_")}
     expected = {m: sum(m.removeprefix("failure_") in c["labels"] for c in cases) / 10 for m in COMPUTED}
@@ -217,8 +236,11 @@ def test_hand_labels_on_the_ten_sample_questions(source: str) -> None:
     if source == "smollm2":  # the recorded outputs' shares, as docs/metrics.md quotes them (not a fresh run's)
         assert expected["failure_relation_missing"] == 1.0 and expected["failure_hallucinated_relations"] == 0.9
         assert expected["failure_missing_entity"] == 1.0
-        assert all(expected[m] == 0 for m in COMPUTED if m not in (
-            "failure_relation_missing", "failure_hallucinated_relations", "failure_missing_entity"))
+        assert all(
+            expected[m] == 0
+            for m in COMPUTED
+            if m not in ("failure_relation_missing", "failure_hallucinated_relations", "failure_missing_entity")
+        )
 
 
 def test_table_10_puts_our_shares_beside_the_papers() -> None:
@@ -233,8 +255,15 @@ def test_table_10_puts_our_shares_beside_the_papers() -> None:
     queries = [{"qid": q, "question": "?"} for q in "ab"]
     answers = [{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS} for q in "ab"]
     summary, _ = score_predictions("tanq", queries, answers, [{"qid": "a", "prediction": CORRECT}])
-    cell = {"cell_id": "metrics/tanq/c", "stage": "generation", "dataset": "tanq", "split": "test",
-            "setting": "oracle", "llm": "gpt4", "prompt": "few-shot"}
+    cell = {
+        "cell_id": "metrics/tanq/c",
+        "stage": "generation",
+        "dataset": "tanq",
+        "split": "test",
+        "setting": "oracle",
+        "llm": "gpt4",
+        "prompt": "few-shot",
+    }
     rows = []
     for r in summary:
         metric, breakdown, bucket = split_breakdown(r["metric"])
@@ -259,13 +288,27 @@ def test_tanq_failures_command_lists_each_question_and_why(tmp_path: Path, capsy
     from cqabench.cli import main
 
     answers = tmp_path / "answers.parquet"
-    pq.write_table(pa.Table.from_pylist([{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS}
-                                         for q in ("a", "b", "c")]), answers)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{"qid": q, "answer_type": "table", "table_header": HEADER, "table_rows": ROWS} for q in ("a", "b", "c")]
+        ),
+        answers,
+    )
     preds = tmp_path / "predictions.parquet"
-    pq.write_table(pa.Table.from_pylist([
-        {"qid": "a", "prediction": CORRECT.replace("horror film, science fiction film", "horror film"), "parse_ok": True,
-         "parse_reason": ""},
-        {"qid": "b", "prediction": "", "parse_ok": False, "parse_reason": "no table"}]), preds)  # c: not asked
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "qid": "a",
+                    "prediction": CORRECT.replace("horror film, science fiction film", "horror film"),
+                    "parse_ok": True,
+                    "parse_reason": "",
+                },
+                {"qid": "b", "prediction": "", "parse_ok": False, "parse_reason": "no table"},
+            ]
+        ),
+        preds,
+    )  # c: not asked
     out = tmp_path / "f" / "failures.jsonl"
     assert main(["tanq-failures", "--predictions", str(preds), "--answers", str(answers), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()

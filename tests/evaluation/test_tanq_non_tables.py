@@ -26,7 +26,11 @@ ANSWERS = [{"qid": "q", "answer_type": "table", "table_header": HEADER, "table_r
 def _scores(row: dict | None, prompt: str | None = None) -> dict[tuple[str, str], float]:
     """(metric, variant) -> value of the one question, through the same path as `cqabench evaluate`."""
     summary, _ = score_predictions("tanq", QUERIES, ANSWERS, [] if row is None else [{"qid": "q", **row}], prompt)
-    return {(r["metric"], r["variant"]): r["value"] for r in summary if r["metric"].startswith("rms_") and "/" not in r["metric"]}
+    return {
+        (r["metric"], r["variant"]): r["value"]
+        for r in summary
+        if r["metric"].startswith("rms_") and "/" not in r["metric"]
+    }
 
 
 def _prf(scores: dict[tuple[str, str], float], variant: str) -> tuple[float, float, float]:
@@ -50,8 +54,15 @@ def _prf(scores: dict[tuple[str, str], float], variant: str) -> tuple[float, flo
         ({"prediction": "Let me think. [Final Answer]:"}, "few-shot-cot", (1.0, 0.0, 0.0)),
         # an open-book dialogue cut off at its step limit (generation marks it parse_ok False): its
         # last text would read as a one-line table; no final answer -> "" -> (1, 0, 0)
-        ({"prediction": "Action: WikiSearch[a | b]", "parse_ok": False,
-          "parse_reason": "no final answer: the open-book dialogue stopped at max_steps"}, None, (1.0, 0.0, 0.0)),
+        (
+            {
+                "prediction": "Action: WikiSearch[a | b]",
+                "parse_ok": False,
+                "parse_reason": "no final answer: the open-book dialogue stopped at max_steps",
+            },
+            None,
+            (1.0, 0.0, 0.0),
+        ),
         # a title line alone: one datapoint ("title"), which matches no gold key (ANLS 0 against
         # "x a", "x b", "y a", "y b"): score 0 -> (0, 0, 0), not the empty-prediction convention
         ({"prediction": "title|Beatles"}, None, (0.0, 0.0, 0.0)),
@@ -66,8 +77,11 @@ def test_official_variant_scores_non_tables_as_tanqs_script(row, prompt, officia
 
 @pytest.mark.parametrize(
     "row, prompt",
-    [({"prediction": "I don't know."}, None), ({"prediction": ""}, None),
-     ({"prediction": "entity|a|b\nx|1|foo\ny|2|bar"}, "few-shot-cot")],
+    [
+        ({"prediction": "I don't know."}, None),
+        ({"prediction": ""}, None),
+        ({"prediction": "entity|a|b\nx|1|foo\ny|2|bar"}, "few-shot-cot"),
+    ],
 )
 def test_our_parse_variant_scores_every_non_table_zero(row, prompt):
     assert _prf(_scores(row, prompt), "cqabench_parse") == (0.0, 0.0, 0.0)

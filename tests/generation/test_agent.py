@@ -44,13 +44,21 @@ RAW = REPO / "resources/raw"
 TEMPLATE = REPO / "resources/prompts/few-shot/table.open-book.txt"
 BM25 = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en", "threads": 1}
 SOURCES = {  # the default config's tool corpus: real Wikipedia text of the bundled sample
-    "ottqa": ("dev", {"questions": "ottqa/dev.traced.sample.json", "tables": "ottqa/dev_tables.sample.json",
-                      "passages": "ottqa/dev_passages.sample.json"}),
+    "ottqa": (
+        "dev",
+        {
+            "questions": "ottqa/dev.traced.sample.json",
+            "tables": "ottqa/dev_tables.sample.json",
+            "passages": "ottqa/dev_passages.sample.json",
+        },
+    ),
     "2wikimultihopqa": ("dev", {"questions": "2wikimultihopqa/dev.json"}),
     "ambigqa": ("dev", {"questions": "ambigqa/dev_light_40.json", "passages": "ambigqa/psgs_w100_sample.tsv"}),
 }
-QUESTION = ("Which NHL FaceOff games came out for the PlayStation 2, and how many years after the first "
-            "NHL FaceOff game was each released?")
+QUESTION = (
+    "Which NHL FaceOff games came out for the PlayStation 2, and how many years after the first "
+    "NHL FaceOff game was each released?"
+)
 
 
 # ---- the calculator ---------------------------------------------------------------------------
@@ -69,27 +77,30 @@ def test_calc_arithmetic_rounding_comparisons_and_dates() -> None:
     assert format_value(evaluate("10 / 4")) == "2.5" and format_value(evaluate("8 / 4")) == "2"
 
 
-@pytest.mark.parametrize("source, why", [
-    ("(1).__class__", "Attribute is not allowed"),
-    ("().__class__.__bases__[0].__subclasses__()", "Attribute is not allowed"),
-    ("__import__('os').system('true')", "calling Attribute is not allowed"),  # refused before anything runs
-    ("__import__('os')", "calling __import__ is not allowed"),
-    ("import os", "not a single expression"),
-    ("open('/etc/passwd')", "calling open is not allowed"),
-    ("eval('1+1')", "calling eval is not allowed"),
-    ("9 ** 9 ** 9", "exponents are limited"),
-    ("10 ** 64 * 10 ** 64", "exceeds the limit"),
-    ("2 ** 200", "exponents are limited"),
-    ("10 ** 40", "exceeds the limit"),  # exponent allowed, result too large: refused before computing
-    ("x + 1", "unknown name 'x'"),
-    ("(lambda: 1)()", "calling Lambda is not allowed"),
-    ("[i for i in (1, 2)]", "ListComp is not allowed"),
-    ("(1, 2)[0]", "Subscript is not allowed"),
-    ("'ab' * 3", "strings cannot be multiplied"),
-    ("1 / 0", "division by zero"),
-    ("+".join(["1"] * 300), "longer than 400 characters"),
-    ("round(2.5, ndigits=1)", "keyword arguments are not allowed"),
-])
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        ("(1).__class__", "Attribute is not allowed"),
+        ("().__class__.__bases__[0].__subclasses__()", "Attribute is not allowed"),
+        ("__import__('os').system('true')", "calling Attribute is not allowed"),  # refused before anything runs
+        ("__import__('os')", "calling __import__ is not allowed"),
+        ("import os", "not a single expression"),
+        ("open('/etc/passwd')", "calling open is not allowed"),
+        ("eval('1+1')", "calling eval is not allowed"),
+        ("9 ** 9 ** 9", "exponents are limited"),
+        ("10 ** 64 * 10 ** 64", "exceeds the limit"),
+        ("2 ** 200", "exponents are limited"),
+        ("10 ** 40", "exceeds the limit"),  # exponent allowed, result too large: refused before computing
+        ("x + 1", "unknown name 'x'"),
+        ("(lambda: 1)()", "calling Lambda is not allowed"),
+        ("[i for i in (1, 2)]", "ListComp is not allowed"),
+        ("(1, 2)[0]", "Subscript is not allowed"),
+        ("'ab' * 3", "strings cannot be multiplied"),
+        ("1 / 0", "division by zero"),
+        ("+".join(["1"] * 300), "longer than 400 characters"),
+        ("round(2.5, ndigits=1)", "keyword arguments are not allowed"),
+    ],
+)
 def test_calc_refuses_everything_else(source: str, why: str) -> None:
     with pytest.raises(CalcError, match=re.escape(why)):
         evaluate(source)
@@ -106,9 +117,11 @@ def test_parse_turn_forms() -> None:
     assert p.call == ToolCall("FindEvidence", "Spaceballs | composer [music]")  # up to the line's last "]"
     assert parse_turn("Final Answer:\n| a | b |\n| 1 | 2 |").kind == "final"
     assert parse_turn("Final Answer: x\nAction: Python[1]").kind == "final"  # whichever comes first
-    for text, message in [("I think the answer is 5.", "no action found"),
-                          ("Action: WikiSearch Mel Brooks", "malformed action"),
-                          ("Action: Google[Mel Brooks]", "unknown tool 'Google'")]:
+    for text, message in [
+        ("I think the answer is 5.", "no action found"),
+        ("Action: WikiSearch Mel Brooks", "malformed action"),
+        ("Action: Google[Mel Brooks]", "unknown tool 'Google'"),
+    ]:
         p = parse_turn(text)
         assert p.kind == "error" and message in p.error, (text, p)
 
@@ -133,8 +146,22 @@ def tool_corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     corpus = root / "wiki-tools" / "corpus.parquet"
     assert main(["pool-corpus", *corpora, "--out", str(corpus)]) == 0
     index = root / "index"
-    assert main(["index", "--corpus", str(corpus), "--serialization", "pipe",
-                 "--retriever-settings", json.dumps(BM25), "--out", str(index)]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "--corpus",
+                str(corpus),
+                "--serialization",
+                "pipe",
+                "--retriever-settings",
+                json.dumps(BM25),
+                "--out",
+                str(index),
+            ]
+        )
+        == 0
+    )
     return corpus, index
 
 
@@ -147,14 +174,16 @@ def toolbox(tool_corpus: tuple[Path, Path]) -> Iterator[Toolbox]:
 
 @pytest.mark.jvm
 def test_tools_on_the_real_sample_corpus(toolbox: Toolbox) -> None:
-    search, intro, evidence, calc, missing, bad = toolbox.run_many([
-        ToolCall("WikiSearch", "NHL FaceOff video game first game series"),
-        ToolCall("GetIntro", "NHL FaceOff (video game)"),
-        ToolCall("FindEvidence", "NHL FaceOff | PlayStation 2"),
-        ToolCall("Python", "2002 - 1995"),
-        ToolCall("GetIntro", "No Such Article"),
-        ToolCall("FindEvidence", "NHL FaceOff"),
-    ])
+    search, intro, evidence, calc, missing, bad = toolbox.run_many(
+        [
+            ToolCall("WikiSearch", "NHL FaceOff video game first game series"),
+            ToolCall("GetIntro", "NHL FaceOff (video game)"),
+            ToolCall("FindEvidence", "NHL FaceOff | PlayStation 2"),
+            ToolCall("Python", "2002 - 1995"),
+            ToolCall("GetIntro", "No Such Article"),
+            ToolCall("FindEvidence", "NHL FaceOff"),
+        ]
+    )
     # OTT-QA's passage of the first game (its docid is the Wikipedia path)
     assert search.text.startswith("NHL FaceOff (video game): NHL FaceOff is a video game developed by Sony")
     assert search.docids == ["/wiki/NHL_FaceOff_(video_game)"]
@@ -175,8 +204,9 @@ def test_tools_on_the_real_sample_corpus(toolbox: Toolbox) -> None:
     assert missing.error and "no article titled 'No Such Article'" in missing.text
     assert bad.error and "FindEvidence[Article title | keywords]" in bad.text
     # Lucene query syntax in the keywords is just text; no keywords is an error observation
-    odd, empty = toolbox.run_many([ToolCall("WikiSearch", 'NHL "FaceOff" (video game) AND [x]: ?* -OR'),
-                                   ToolCall("WikiSearch", "  ")])
+    odd, empty = toolbox.run_many(
+        [ToolCall("WikiSearch", 'NHL "FaceOff" (video game) AND [x]: ?* -OR'), ToolCall("WikiSearch", "  ")]
+    )
     assert odd.text.startswith("NHL FaceOff (video game): ")
     assert empty.error and "WikiSearch needs keywords" in empty.text
 
@@ -213,8 +243,9 @@ class ScriptedModel:
         self.calls: list[Chat] = []
         self.closed = False
 
-    def generate(self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
-                 ) -> Iterator[list[tuple[int, Completion]]]:
+    def generate(
+        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None
+    ) -> Iterator[list[tuple[int, Completion]]]:
         out = []
         for i, chat in enumerate(chats):
             self.calls.append(chat)
@@ -277,22 +308,47 @@ def _script(chat: Chat) -> str:
 
 
 CELL = Cell("tanq", "test", "pipe", "bm25", "scripted", "few-shot", "open-book", 1)
-OPTIONS = CellOptions(max_questions=None, open_book={"max_steps": 8, "max_tool_chars": 600, "max_total_tokens": 100000,
-                                                     "max_new_tokens": 96, "retriever_settings": BM25})
+OPTIONS = CellOptions(
+    max_questions=None,
+    open_book={
+        "max_steps": 8,
+        "max_tool_chars": 600,
+        "max_total_tokens": 100000,
+        "max_new_tokens": 96,
+        "retriever_settings": BM25,
+    },
+)
 
 
-def _run(tmp: Path, tool_corpus: tuple[Path, Path], queries: Path, cache: Path, model: ScriptedModel,
-         options: CellOptions = OPTIONS) -> tuple[dict, list[dict]]:
+def _run(
+    tmp: Path,
+    tool_corpus: tuple[Path, Path],
+    queries: Path,
+    cache: Path,
+    model: ScriptedModel,
+    options: CellOptions = OPTIONS,
+) -> tuple[dict, list[dict]]:
     inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
     out = tmp / "predictions.parquet"
-    summary = run_cell(CELL, _spec(), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs, out, cache,
-                       options, tmp / "summary.json", backend_factory=lambda: model)
+    summary = run_cell(
+        CELL,
+        _spec(),
+        Sampling(max_new_tokens=24),
+        load_template(TEMPLATE),
+        inputs,
+        out,
+        cache,
+        options,
+        tmp / "summary.json",
+        backend_factory=lambda: model,
+    )
     return summary, pq.read_table(out).to_pylist()
 
 
 @pytest.mark.jvm
 def test_scripted_agent_reaches_the_correct_table_through_all_four_tools(
-        tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path
+) -> None:
     model = ScriptedModel(_script)
     summary, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "cache", model)
     nhl = next(r for r in rows if r["qid"] == "nhl")
@@ -339,16 +395,29 @@ def test_token_limit_ends_a_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Pa
     _, rows = _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script), options)
     assert {json.loads(r["transcript"])["stop_reason"] for r in rows} == {"max_total_tokens"}
     with pytest.raises(ConfigError, match=r"generation.open_book.max_steps: expected a positive integer"):
-        _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script),
-             CellOptions(open_book={**OPTIONS.open_book, "max_steps": 0}))
+        _run(
+            tmp_path,
+            tool_corpus,
+            queries,
+            tmp_path / "c",
+            ScriptedModel(_script),
+            CellOptions(open_book={**OPTIONS.open_book, "max_steps": 0}),
+        )
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['max_step'\]"):
-        _run(tmp_path, tool_corpus, queries, tmp_path / "c", ScriptedModel(_script),
-             CellOptions(open_book={"max_step": 3}))
+        _run(
+            tmp_path,
+            tool_corpus,
+            queries,
+            tmp_path / "c",
+            ScriptedModel(_script),
+            CellOptions(open_book={"max_step": 3}),
+        )
 
 
 @pytest.mark.jvm
 def test_resume_mid_dialogue_makes_only_the_missing_calls(
-        tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path
+) -> None:
     """A job killed in its third round (the engine dies) keeps the two rounds it finished; the
     restart makes only the other calls and ends with the predictions of an uninterrupted run;
     a warm cache makes none."""
@@ -372,6 +441,7 @@ def test_resume_mid_dialogue_makes_only_the_missing_calls(
     resumed = ScriptedModel(_script)
     _, rows_resumed = _run(tmp_path / "b", tool_corpus, queries, cache, resumed)
     assert len(resumed.calls) == 15 - 4
+
     def keep(rs: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if k not in ("cached", "latency_s", "transcript")} for r in rs]
 
@@ -386,8 +456,18 @@ def test_resume_mid_dialogue_makes_only_the_missing_calls(
         raise AssertionError("a warm cache must not load a model")
 
     inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
-    summary = run_cell(CELL, _spec(), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs,
-                       tmp_path / "c.parquet", cache, OPTIONS, None, backend_factory=no_model)
+    summary = run_cell(
+        CELL,
+        _spec(),
+        Sampling(max_new_tokens=24),
+        load_template(TEMPLATE),
+        inputs,
+        tmp_path / "c.parquet",
+        cache,
+        OPTIONS,
+        None,
+        backend_factory=no_model,
+    )
     assert summary["n_cached"] == 2 and summary["open_book"]["n_model_calls_generated"] == 0
     replay = pq.read_table(tmp_path / "c.parquet").to_pylist()
     assert keep(replay) == keep(rows) and all(r["cached"] for r in replay)
@@ -395,7 +475,8 @@ def test_resume_mid_dialogue_makes_only_the_missing_calls(
 
 @pytest.mark.jvm
 def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
-        tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path
+) -> None:
     engines: list[ScriptedModel] = []
     round_sizes: list[int] = []
 
@@ -413,14 +494,23 @@ def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
 
     closed_template = REPO / "resources/prompts/few-shot/table.txt"
     members = [
-        BatchCell(Cell("tanq", "test", "pipe", "none", "scripted", "few-shot", "closed", 0),
-                  CellInputs(queries=queries, template=closed_template), CellOptions(), load_template(closed_template)),
-        BatchCell(CELL, CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0],
-                                   tool_index=tool_corpus[1]), OPTIONS, load_template(TEMPLATE)),
+        BatchCell(
+            Cell("tanq", "test", "pipe", "none", "scripted", "few-shot", "closed", 0),
+            CellInputs(queries=queries, template=closed_template),
+            CellOptions(),
+            load_template(closed_template),
+        ),
+        BatchCell(
+            CELL,
+            CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1]),
+            OPTIONS,
+            load_template(TEMPLATE),
+        ),
     ]
     cache = tmp_path / "cache"
-    manifest = run_batch(members, _spec(), Sampling(max_new_tokens=24), cache, tmp_path / "manifest.json",
-                         backend_factory=factory)
+    manifest = run_batch(
+        members, _spec(), Sampling(max_new_tokens=24), cache, tmp_path / "manifest.json", backend_factory=factory
+    )
     assert len(engines) == 1 and engines[0].closed  # one engine session for everything
     # 2 closed-book prompts, then the dialogues: both questions per round until the NHL one answers
     # (7 rounds), then the other alone to its 8th turn
@@ -434,7 +524,9 @@ def test_batch_runs_plain_cells_and_dialogues_on_one_engine_step_by_step(
     assert sum(x.startswith(f"{closed} ") for x in labels) == 2
     assert sum(x.startswith(f"{CELL.label} open-book round ") for x in labels) == 15
     # the cell job then assembles from the cache without an engine
-    summary, _ = _run(tmp_path, tool_corpus, queries, cache, ScriptedModel(lambda chat: pytest.fail("no call expected")))
+    summary, _ = _run(
+        tmp_path, tool_corpus, queries, cache, ScriptedModel(lambda chat: pytest.fail("no call expected"))
+    )
     assert summary["n_generated"] == 0
 
 
@@ -460,18 +552,35 @@ class ToolApiDouble:
                 if last["role"] == "tool":  # tools API: the tool's result
                     message["content"] = f"Final Answer:\n| Gap |\n| {last['content'].split()[0]} |"
                 elif last["content"].startswith("Observation: "):
-                    message["content"] = f"Final Answer:\n| Gap |\n| {last['content'].removeprefix('Observation: ').split()[0]} |"
+                    message["content"] = (
+                        f"Final Answer:\n| Gap |\n| {last['content'].removeprefix('Observation: ').split()[0]} |"
+                    )
                 elif "tools" in body:
                     message["content"] = "I will compute it."
-                    message["tool_calls"] = [{"id": "srv_1", "type": "function", "function": {
-                        "name": "Python", "arguments": json.dumps({"expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"})}}]
+                    message["tool_calls"] = [
+                        {
+                            "id": "srv_1",
+                            "type": "function",
+                            "function": {
+                                "name": "Python",
+                                "arguments": json.dumps(
+                                    {"expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"}
+                                ),
+                            },
+                        }
+                    ]
                 else:
                     message["content"] = "Action: Python[years_between(date(1995, 1, 1), date(2002, 6, 1))]"
-                data = json.dumps({
-                    "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                }).encode()
+                data = json.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -492,20 +601,39 @@ class ToolApiDouble:
 
 
 def _api_spec(api: ToolApiDouble, **extra: object) -> LlmSpec:
-    return llm_spec("api", {"backend": "openai", "source": "test-model", "revision": "t", "api_key_env": "CQA_TEST_AGENT_KEY",
-                            "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0, **extra})
+    return llm_spec(
+        "api",
+        {
+            "backend": "openai",
+            "source": "test-model",
+            "revision": "t",
+            "api_key_env": "CQA_TEST_AGENT_KEY",
+            "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1",
+            "max_retries": 0,
+            **extra,
+        },
+    )
 
 
 @pytest.mark.jvm
-def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_backend_runs_the_dialogue(
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
     with ToolApiDouble() as api:
         spec = _api_spec(api)
         cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
         inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
-        run_cell(cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
-                 tmp_path / "c", OPTIONS)
+        run_cell(
+            cell,
+            spec,
+            Sampling(max_new_tokens=24),
+            load_template(TEMPLATE),
+            inputs,
+            tmp_path / "p.parquet",
+            tmp_path / "c",
+            OPTIONS,
+        )
     rows = pq.read_table(tmp_path / "p.parquet").to_pylist()
     assert [extract_answer("tanq", r["raw_output"], "few-shot").value.rows for r in rows] == [[["7"]], [["7"]]]
     second = next(b for b in api.bodies if len(b["messages"]) == 4)
@@ -516,24 +644,37 @@ def test_openai_backend_runs_the_dialogue(tmp_path: Path, tool_corpus: tuple[Pat
 
 
 @pytest.mark.jvm
-def test_openai_tools_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
-                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_tools_api(
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """tools_api: tool definitions go out, tool_calls come back as the text format's action line,
     and the next request carries the call and its result as assistant tool_calls + a tool message."""
     monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
     with ToolApiDouble() as api:
         cell = Cell("tanq", "test", "pipe", "bm25", "api", "few-shot", "open-book", 1)
         inputs = CellInputs(queries=queries, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
-        run_cell(cell, _api_spec(api, tools_api=True), Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs,
-                 tmp_path / "p.parquet", tmp_path / "c", OPTIONS)
-    assert all([t["function"]["name"] for t in b["tools"]] == ["WikiSearch", "FindEvidence", "GetIntro", "Python"]
-               for b in api.bodies)
+        run_cell(
+            cell,
+            _api_spec(api, tools_api=True),
+            Sampling(max_new_tokens=24),
+            load_template(TEMPLATE),
+            inputs,
+            tmp_path / "p.parquet",
+            tmp_path / "c",
+            OPTIONS,
+        )
+    assert all(
+        [t["function"]["name"] for t in b["tools"]] == ["WikiSearch", "FindEvidence", "GetIntro", "Python"]
+        for b in api.bodies
+    )
     second = next(b for b in api.bodies if len(b["messages"]) == 4)
     assistant, tool = second["messages"][2:]
     assert assistant["content"] == "I will compute it."
     call = assistant["tool_calls"][0]
     assert call["function"]["name"] == "Python" and call["id"] == tool["tool_call_id"] == "call_1"
-    assert json.loads(call["function"]["arguments"]) == {"expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"}
+    assert json.loads(call["function"]["arguments"]) == {
+        "expression": "years_between(date(1995, 1, 1), date(2002, 6, 1))"
+    }
     assert tool == {"role": "tool", "tool_call_id": "call_1", "content": "7"}
     rows = pq.read_table(tmp_path / "p.parquet").to_pylist()
     steps = json.loads(rows[0]["transcript"])["steps"]
@@ -550,31 +691,77 @@ def test_tool_call_translation_round_trip() -> None:
 
     text = action_text(None, "FindEvidence", json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"}))
     assert text == "Action: FindEvidence[NHL FaceOff | PlayStation 2]"
-    assert action_text("", "WikiSearch", "not json") == "Action: WikiSearch[not json]"  # the tool will say what is wrong
-    chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
-            {"role": "assistant", "content": text}, {"role": "user", "content": "Observation: rows"},
-            {"role": "assistant", "content": "Action: Google[x]"}, {"role": "user", "content": "Observation: Error: unknown"}]
+    assert (
+        action_text("", "WikiSearch", "not json") == "Action: WikiSearch[not json]"
+    )  # the tool will say what is wrong
+    chat = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": text},
+        {"role": "user", "content": "Observation: rows"},
+        {"role": "assistant", "content": "Action: Google[x]"},
+        {"role": "user", "content": "Observation: Error: unknown"},
+    ]
     api = to_api_messages(chat)
-    assert api[2]["tool_calls"][0]["function"] == {"name": "FindEvidence",
-                                                   "arguments": json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"})}
+    assert api[2]["tool_calls"][0]["function"] == {
+        "name": "FindEvidence",
+        "arguments": json.dumps({"article": "NHL FaceOff", "keywords": "PlayStation 2"}),
+    }
     assert api[3] == {"role": "tool", "tool_call_id": "call_1", "content": "rows"}
     assert api[4:] == chat[4:]  # a turn without a valid call stays text
 
 
 @pytest.mark.jvm
-def test_generate_cli_open_book_over_the_api(tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generate_cli_open_book_over_the_api(
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`cqabench generate --setting open-book` as a job runs it; its tool inputs are required."""
     monkeypatch.setenv("CQA_TEST_AGENT_KEY", "sk-test-agent")
     with ToolApiDouble() as api:
-        settings = {"llm": {"backend": "openai", "source": "test-model", "revision": "t", "api_key_env": "CQA_TEST_AGENT_KEY",
-                            "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1", "max_retries": 0},
-                    "sampling": {"temperature": 0, "max_new_tokens": 24}, "max_questions": 1,
-                    "open_book": OPTIONS.open_book}
-        args = ["generate", "--dataset", "tanq", "--split", "test", "--serialization", "pipe", "--retriever", "bm25",
-                "--llm", "api", "--prompt", "few-shot", "--setting", "open-book", "--k", "1", "--queries", str(queries),
-                "--template", str(TEMPLATE), "--settings", json.dumps(settings), "--cache", str(tmp_path / "c"),
-                "--out", str(tmp_path / "p.parquet"), "--summary", str(tmp_path / "s.json")]
+        settings = {
+            "llm": {
+                "backend": "openai",
+                "source": "test-model",
+                "revision": "t",
+                "api_key_env": "CQA_TEST_AGENT_KEY",
+                "base_url": f"http://127.0.0.1:{api.server.server_address[1]}/v1",
+                "max_retries": 0,
+            },
+            "sampling": {"temperature": 0, "max_new_tokens": 24},
+            "max_questions": 1,
+            "open_book": OPTIONS.open_book,
+        }
+        args = [
+            "generate",
+            "--dataset",
+            "tanq",
+            "--split",
+            "test",
+            "--serialization",
+            "pipe",
+            "--retriever",
+            "bm25",
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            "open-book",
+            "--k",
+            "1",
+            "--queries",
+            str(queries),
+            "--template",
+            str(TEMPLATE),
+            "--settings",
+            json.dumps(settings),
+            "--cache",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "p.parquet"),
+            "--summary",
+            str(tmp_path / "s.json"),
+        ]
         assert main(args) == 1  # no --tool-corpus / --tool-index: a clear error, nothing written
         assert not (tmp_path / "p.parquet").exists()
         assert main([*args, "--tool-corpus", str(tool_corpus[0]), "--tool-index", str(tool_corpus[1])]) == 0
@@ -587,10 +774,22 @@ def test_generate_cli_open_book_over_the_api(tmp_path: Path, tool_corpus: tuple[
 def test_missing_tool_inputs_name_the_flags(tmp_path: Path, queries: Path) -> None:
     inputs = CellInputs(queries=queries, template=TEMPLATE)
     with pytest.raises(ConfigError, match="setting open-book needs --tool-corpus and --tool-index"):
-        run_cell(CELL, _spec(), Sampling(), load_template(TEMPLATE), inputs, tmp_path / "p.parquet",
-                 tmp_path / "c", OPTIONS, backend_factory=lambda: ScriptedModel(_script))
-    with pytest.raises(ConfigError, match="open-book needs a retriever, not 'none'; open-book's WikiSearch shows one "
-                                          "article: its folder is open-book-k1, not open-book-k0"):
+        run_cell(
+            CELL,
+            _spec(),
+            Sampling(),
+            load_template(TEMPLATE),
+            inputs,
+            tmp_path / "p.parquet",
+            tmp_path / "c",
+            OPTIONS,
+            backend_factory=lambda: ScriptedModel(_script),
+        )
+    with pytest.raises(
+        ConfigError,
+        match="open-book needs a retriever, not 'none'; open-book's WikiSearch shows one "
+        "article: its folder is open-book-k1, not open-book-k0",
+    ):
         Cell("tanq", "test", "pipe", "none", "x", "few-shot", "open-book", 0).check()
 
 
@@ -607,25 +806,35 @@ def test_default_plans_open_book_for_tanq_over_the_tool_corpus(tmp_path: Path, w
 
     out = dry_run("config.yaml").stdout  # `-n --forceall`: in an empty results/ the jobs `-n` plans
     cells = set(re.findall(r"results/sample/generation/\S+/open-book-k1/predictions\.parquet", out))
-    assert cells == {"results/sample/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"}
+    assert cells == {
+        "results/sample/generation/tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k1/predictions.parquet"
+    }
     assert "results/sample/index/wiki-tools/pipe/bm25" in out
-    assert ("cqabench pool-corpus --corpus results/sample/data/ottqa/dev/corpus.parquet --corpus "
-            "results/sample/data/2wikimultihopqa/dev/corpus.parquet --corpus results/sample/data/ambigqa/dev/corpus.parquet "
-            "--out results/sample/corpora/wiki-tools/corpus.parquet") in out
-    assert "--tool-corpus results/sample/corpora/wiki-tools/corpus.parquet --tool-index results/sample/index/wiki-tools/pipe/bm25" in out
+    assert (
+        "cqabench pool-corpus --corpus results/sample/data/ottqa/dev/corpus.parquet --corpus "
+        "results/sample/data/2wikimultihopqa/dev/corpus.parquet --corpus results/sample/data/ambigqa/dev/corpus.parquet "
+        "--out results/sample/corpora/wiki-tools/corpus.parquet"
+    ) in out
+    assert (
+        "--tool-corpus results/sample/corpora/wiki-tools/corpus.parquet --tool-index results/sample/index/wiki-tools/pipe/bm25"
+        in out
+    )
     # a dense retriever cannot serve WikiSearch: planning stops and says so
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["generation"]["open_book"]["retriever"] = "minilm"
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    bad = subprocess.run([*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
+    bad = subprocess.run(
+        [*SNAKEMAKE, "-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True
+    )
     assert bad.returncode != 0
     assert "generation.open_book.retriever: 'minilm' must name a bm25 retriever" in bad.stdout + bad.stderr
 
 
 @pytest.mark.engine
-def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_corpus: tuple[Path, Path],
-                                                         smollm2_dir: Path) -> None:
+def test_real_model_dialogue_on_hf_replays_from_the_cache(
+    tmp_path: Path, tool_corpus: tuple[Path, Path], smollm2_dir: Path
+) -> None:
     """The embedded SmolLM2-135M (hf backend) on a real TANQ question, two turns: the multi-turn
     chat goes through the model's chat template, and a replay makes no model call."""
     from cqabench.data.datasets import tanq
@@ -634,12 +843,22 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
     data = tanq.load({"questions": RAW / "tanq/test_questions_10.jsonl"}, "test", limit=1)
     qpath = tmp_path / "queries.parquet"
     write_parquet(data.tables()["queries"], qpath)
-    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 2},
-                    models_dir=smollm2_dir.parent)
+    spec = llm_spec(
+        "smollm2-135m",
+        {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 2},
+        models_dir=smollm2_dir.parent,
+    )
     cell = Cell("tanq", "test", "pipe", "bm25", "smollm2-135m", "few-shot", "open-book", 1)
     inputs = CellInputs(queries=qpath, template=TEMPLATE, tool_corpus=tool_corpus[0], tool_index=tool_corpus[1])
-    options = CellOptions(open_book={"max_steps": 2, "max_tool_chars": 300, "max_total_tokens": 4096,
-                                     "max_new_tokens": 16, "retriever_settings": BM25})
+    options = CellOptions(
+        open_book={
+            "max_steps": 2,
+            "max_tool_chars": 300,
+            "max_total_tokens": 4096,
+            "max_new_tokens": 16,
+            "retriever_settings": BM25,
+        }
+    )
     args = (cell, spec, Sampling(max_new_tokens=24), load_template(TEMPLATE), inputs)
     first = run_cell(*args, tmp_path / "a.parquet", tmp_path / "c", options)
     assert first["open_book"]["n_model_calls_generated"] == first["open_book"]["n_model_calls"] >= 1
@@ -659,8 +878,10 @@ def test_real_model_dialogue_on_hf_replays_from_the_cache(tmp_path: Path, tool_c
 
 @pytest.mark.jvm
 def test_a_turn_the_backend_gives_up_on_ends_its_dialogue_uncached(
-        tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path) -> None:
+    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path
+) -> None:
     """An empty reply (asked again once, then failed: never cached) ends that dialogue only; a rerun asks it again."""
+
     def script(chat: Chat) -> str:
         return "" if "Which tools" in chat[1]["content"] else _script(chat)
 

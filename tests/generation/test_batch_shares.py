@@ -68,7 +68,7 @@ def test_shares_are_disjoint_cover_the_batch_and_keep_a_question_whole() -> None
     prepared = _batch()
     shares = [restrict(prepared, i, 3) for i in (1, 2, 3)]
     keys = [{it.key for p in share for it in p.items} for share in shares]
-    assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1:])  # disjoint
+    assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1 :])  # disjoint
     assert set().union(*keys) == {it.key for p in prepared for it in p.items}  # the whole batch
     owner = {}
     for i, share in enumerate(shares, start=1):
@@ -76,7 +76,11 @@ def test_shares_are_disjoint_cover_the_batch_and_keep_a_question_whole() -> None
             for it in p.items:
                 assert owner.setdefault(it.qid, i) == i, it.qid  # all five prompts of a question in one share
     # 7 sorted qids over 3 shares: q0 q3 q6 | q1 q4 | q2 q5
-    assert [sorted({it.qid for p in s for it in p.items}) for s in shares] == [["q0", "q3", "q6"], ["q1", "q4"], ["q2", "q5"]]
+    assert [sorted({it.qid for p in s for it in p.items}) for s in shares] == [
+        ["q0", "q3", "q6"],
+        ["q1", "q4"],
+        ["q2", "q5"],
+    ]
     # the same deal whatever the order of the cells (each job prepares them in the plan's order)
     assert restrict(prepared[::-1], 2, 3) == shares[1][::-1]
     assert restrict(prepared, 1, 1) == prepared
@@ -107,8 +111,12 @@ class CountingModel:
     def __init__(self, job: str, asked: list[str]) -> None:
         self.job, self.asked, self.retries = job, asked, 0
 
-    def generate(self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None,
-                 ) -> Iterator[list[tuple[int, Completion]]]:
+    def generate(
+        self,
+        chats: Sequence[Chat],
+        sampling: Sampling,
+        labels: Sequence[str] | None = None,
+    ) -> Iterator[list[tuple[int, Completion]]]:
         self.asked += [json.dumps(c) for c in chats]
         yield [(i, Completion(f"answer by {self.job}", 3, 2, 0.0, "stop")) for i in range(len(chats))]
 
@@ -126,8 +134,18 @@ def test_two_share_jobs_on_one_cache_generate_every_prompt_once(tmp_path: Path, 
     monkeypatch.setattr(batch_mod, "prepare_cell", lambda cell, *a: prepared[cell])
     members = [BatchCell(c, CellInputs(Path("q.parquet"), Path("t.txt")), CellOptions(), TEMPLATE) for c in prepared]
     asked: dict[str, list[str]] = {"1": [], "2": []}
-    manifests = [run_batch(members, SPEC, SAMPLING, tmp_path / "cache", tmp_path / f"{i}.json",
-                           backend_factory=lambda i=i: CountingModel(i, asked[i]), share=(int(i), 2)) for i in ("1", "2")]
+    manifests = [
+        run_batch(
+            members,
+            SPEC,
+            SAMPLING,
+            tmp_path / "cache",
+            tmp_path / f"{i}.json",
+            backend_factory=lambda i=i: CountingModel(i, asked[i]),
+            share=(int(i), 2),
+        )
+        for i in ("1", "2")
+    ]
     everything = {json.dumps(it.chat) for p in prepared.values() for it in p.items}
     assert not set(asked["1"]) & set(asked["2"]) and set(asked["1"]) | set(asked["2"]) == everything
     assert len(asked["1"]) + len(asked["2"]) == len(everything) == 7 * 5 - 1
@@ -137,14 +155,17 @@ def test_two_share_jobs_on_one_cache_generate_every_prompt_once(tmp_path: Path, 
     assert manifests[1]["n_cached"] == 1 and manifests[1]["n_generated"] == 14  # q1's closed prompt: share 1's answer
 
 
-def test_a_prompt_that_cannot_fit_is_refused_before_the_engine_naming_cell_and_question(tmp_path: Path,
-                                                                                          monkeypatch) -> None:
+def test_a_prompt_that_cannot_fit_is_refused_before_the_engine_naming_cell_and_question(
+    tmp_path: Path, monkeypatch
+) -> None:
     """max_new_tokens 8 and a max_model_len that the RAG prompts at k 5 fill exactly (prompt + 8): those
     at k 10 cannot be answered in full. Tokens are words here (the job counts with the model's own
     tokenizer); share 1's four questions are named, and the job stops before any backend is made."""
     prepared = {p.cell: p for p in _batch()}
     monkeypatch.setattr(batch_mod, "prepare_cell", lambda cell, *a: prepared[cell])
-    monkeypatch.setattr("cqabench.generation.prompt_fit.prompt_token_ids", lambda tok, chat: chat[-1]["content"].split())
+    monkeypatch.setattr(
+        "cqabench.generation.prompt_fit.prompt_token_ids", lambda tok, chat: chat[-1]["content"].split()
+    )
     words = {k: len(_cell("rag", k).items[0].chat[-1]["content"].split()) for k in K}
     limit = words[5] + 8  # k 5 fits exactly (prompt + 8 = max_model_len); k 10 does not
     members = [BatchCell(c, CellInputs(Path("q.parquet"), Path("t.txt")), CellOptions(), TEMPLATE) for c in prepared]
@@ -154,11 +175,21 @@ def test_a_prompt_that_cannot_fit_is_refused_before_the_engine_naming_cell_and_q
 
     spec = LlmSpec(name="m", backend="vllm", source="org/m", revision="r1", options={"max_model_len": limit})
     with pytest.raises(ConfigError) as err:
-        run_batch(members, spec, SAMPLING, tmp_path / "cache", tmp_path / "m.json", backend_factory=never,
-                  share=(1, 2), tokenizer_loader=lambda s: "a tokenizer")
+        run_batch(
+            members,
+            spec,
+            SAMPLING,
+            tmp_path / "cache",
+            tmp_path / "m.json",
+            backend_factory=never,
+            share=(1, 2),
+            tokenizer_loader=lambda s: "a tokenizer",
+        )
     text = str(err.value)
-    assert text.startswith(f"llms.m.max_model_len: 4 prompt(s) cannot fit, refused before the engine starts: "
-                           f"musique/dev/pipe/bm25/m/few-shot/rag-k10 question q0: the prompt has {words[10]} tokens; "
-                           f"with max_new_tokens 8 that is {words[10] + 8} > max_model_len {limit}")
+    assert text.startswith(
+        f"llms.m.max_model_len: 4 prompt(s) cannot fit, refused before the engine starts: "
+        f"musique/dev/pipe/bm25/m/few-shot/rag-k10 question q0: the prompt has {words[10]} tokens; "
+        f"with max_new_tokens 8 that is {words[10] + 8} > max_model_len {limit}"
+    )
     assert [f"rag-k10 question {q}:" in text for q in ("q0", "q2", "q4", "q6", "q1")] == [True] * 4 + [False]
     assert not (tmp_path / "m.json").exists()

@@ -30,8 +30,22 @@ N = 20
 WORDS = [f"w{i:02d}" for i in range(N)]
 KEYS = {"a": "sk-test-job-A", "b": "sk-test-job-B"}
 SERIALIZATION = {"a": "pipe", "b": "markdown"}
-COMPARED = ("qid", "prompt_hash", "raw_output", "prediction", "parse_ok", "parse_reason", "prompt_tokens",
-            "output_tokens", "finish_reason", "context_docids", "setting", "k", "sampling", "template_hash")
+COMPARED = (
+    "qid",
+    "prompt_hash",
+    "raw_output",
+    "prediction",
+    "parse_ok",
+    "parse_reason",
+    "prompt_tokens",
+    "output_tokens",
+    "finish_reason",
+    "context_docids",
+    "setting",
+    "k",
+    "sampling",
+    "template_hash",
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +59,43 @@ def queries(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _start(job: str, queries: Path, base_url: str, cache: Path, out_dir: Path) -> subprocess.Popen:
     """One cell's job as Snakemake runs it; each job has its own API key so the double tells them apart."""
     env_name = f"CQA_TEST_KEY_{job.upper()}"
-    settings = {"llm": api_llm_config(base_url, api_key_env=env_name, max_concurrency=2, timeout_s=30),
-                "sampling": {"max_new_tokens": 16}, "max_questions": None}
+    settings = {
+        "llm": api_llm_config(base_url, api_key_env=env_name, max_concurrency=2, timeout_s=30),
+        "sampling": {"max_new_tokens": 16},
+        "max_questions": None,
+    }
     out = out_dir / job / "predictions.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "cqabench.cli", "generate", "--dataset", "musique", "--split", "dev",
-           "--serialization", SERIALIZATION[job], "--llm", "api", "--prompt", "few-shot", "--setting", "closed",
-           "--queries", str(queries), "--template", str(TEMPLATE), "--settings", json.dumps(settings),
-           "--cache", str(cache), "--out", str(out), "--summary", str(out.with_name("summary.json"))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cqabench.cli",
+        "generate",
+        "--dataset",
+        "musique",
+        "--split",
+        "dev",
+        "--serialization",
+        SERIALIZATION[job],
+        "--llm",
+        "api",
+        "--prompt",
+        "few-shot",
+        "--setting",
+        "closed",
+        "--queries",
+        str(queries),
+        "--template",
+        str(TEMPLATE),
+        "--settings",
+        json.dumps(settings),
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--summary",
+        str(out.with_name("summary.json")),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), env_name: KEYS[job]}
     with open(out_dir / f"{job}.log", "w") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -123,7 +166,8 @@ def test_two_concurrent_jobs_generate_each_prompt_once_and_agree(queries: Path, 
 
 
 def test_a_job_killed_mid_generation_leaves_its_claims_to_the_other_which_finishes_them(
-        queries: Path, serial: dict, tmp_path: Path) -> None:
+    queries: Path, serial: dict, tmp_path: Path
+) -> None:
     """Job A answers 5 prompts, claims the rest and is SIGKILLed with 2 requests in flight; job B was
     waiting for A's claims, takes them over and generates the 15 missing prompts, each once; A
     started again (as Snakemake would) finds everything cached."""

@@ -55,10 +55,35 @@ def _generate(tmp_path: Path, queries: Path, cache: Path, base_url: str) -> int:
     from test_openai_backend import api_llm_config
 
     settings = {"llm": api_llm_config(base_url, max_retries=1), "sampling": {"max_new_tokens": 16}}
-    return main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                 "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries), "--template", str(TEMPLATE),
-                 "--settings", json.dumps(settings), "--cache", str(cache), "--out", str(tmp_path / "p.parquet"),
-                 "--summary", str(tmp_path / "s.json")])
+    return main(
+        [
+            "generate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--serialization",
+            "pipe",
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            "closed",
+            "--queries",
+            str(queries),
+            "--template",
+            str(TEMPLATE),
+            "--settings",
+            json.dumps(settings),
+            "--cache",
+            str(cache),
+            "--out",
+            str(tmp_path / "p.parquet"),
+            "--summary",
+            str(tmp_path / "s.json"),
+        ]
+    )
 
 
 def _one_error_line(err: str) -> str:
@@ -99,7 +124,8 @@ def _remount(mnt: Path, mode: str) -> None:
 
 
 def test_a_fully_cached_cell_runs_from_a_read_only_mount_and_a_missing_item_names_the_path(
-        tmp_path: Path, tmpfs: Path, monkeypatch, capsys) -> None:
+    tmp_path: Path, tmpfs: Path, monkeypatch, capsys
+) -> None:
     from test_openai_backend import ENV as KEY_ENV
     from test_openai_backend import KEY, OpenAITestDouble
 
@@ -127,7 +153,8 @@ def test_a_fully_cached_cell_runs_from_a_read_only_mount_and_a_missing_item_name
 
 
 def test_a_full_cache_filesystem_names_the_path_keeps_what_was_published_and_still_serves_it(
-        tmp_path: Path, tmpfs: Path) -> None:
+    tmp_path: Path, tmpfs: Path
+) -> None:
     root = tmpfs / "llm"
     published: list[str] = []
     with ItemCache(root) as cache, pytest.raises(CacheError) as err:
@@ -167,7 +194,8 @@ def _refuse(monkeypatch, root: Path, code: int, after: int = 0) -> None:
 
 
 def test_simulated_read_only_cache_serves_cached_items_and_names_the_path_on_the_first_write(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     root = tmp_path / "c"
     with ItemCache(root) as cache:
         cache.put_many([("k1", Completion("one", 1, 1, 0.0), "cell q1")])
@@ -193,7 +221,9 @@ def test_simulated_full_disk_mid_run_is_one_error_and_a_short_write_is_completed
         stored = cache.put_many([("k1", Completion("one", 1, 1, 0.0), "cell q1")])
         with pytest.raises(CacheError) as err:
             cache.put_many([("k2", Completion("two", 1, 1, 0.0), "cell q2")])
-        assert "no space left for the item cache" in str(err.value) and "the items published so far are kept" in str(err.value)
+        assert "no space left for the item cache" in str(err.value) and "the items published so far are kept" in str(
+            err.value
+        )
         assert stored["k1"].text == "one" and cache.get_many(["k1", "k2"]).keys() == {"k1"}
     finally:
         cache.close()
@@ -220,7 +250,9 @@ def test_each_item_stores_the_sha256_of_its_canonical_json(tmp_path: Path) -> No
     body = json.loads(_item(root, "k1").read_text())
     rest = {k: v for k, v in body.items() if k != "sha256"}
     # hand check: sha256 over json.dumps(sort_keys, compact separators) of every other field
-    want = hashlib.sha256(json.dumps(rest, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+    want = hashlib.sha256(
+        json.dumps(rest, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    ).hexdigest()
     assert body["sha256"] == want and len(want) == 64
 
 
@@ -232,8 +264,12 @@ def test_an_edited_item_fails_verify_by_file_and_key_and_a_job_asks_again(tmp_pa
 
     root = tmp_path / "c"
     with ItemCache(root) as cache:
-        cache.put_many([("k1", Completion("Final Answer: Paris", 1, 1, 0.0), "cell q1"),
-                        ("k2", Completion("Final Answer: Rome", 1, 1, 0.0), "cell q2")])
+        cache.put_many(
+            [
+                ("k1", Completion("Final Answer: Paris", 1, 1, 0.0), "cell q1"),
+                ("k2", Completion("Final Answer: Rome", 1, 1, 0.0), "cell q2"),
+            ]
+        )
     path = _item(root, "k1")
     body = json.loads(path.read_text())
     body["completion"]["text"] = "Final Answer: Lyon"  # still valid JSON, still a plausible answer
@@ -244,10 +280,17 @@ def test_an_edited_item_fails_verify_by_file_and_key_and_a_job_asks_again(tmp_pa
     assert f"bad item {path}: {EDITED} (key k1)" in out and "2 item(s), 1 bad" in out
 
     backend = ScriptedBackend({"p1": ["Final Answer: Paris"], "p2": ["Final Answer: Rome"]})
-    items = [Item("q1", [{"role": "user", "content": "p1"}], "k1", []), Item("q2", [{"role": "user", "content": "p2"}], "k2", [])]
+    items = [
+        Item("q1", [{"role": "user", "content": "p1"}], "k1", []),
+        Item("q2", [{"role": "user", "content": "p2"}], "k2", []),
+    ]
     with ItemCache(root) as cache:
         cached, generated, _ = generate_missing(lambda: backend, [(Sampling(), items)], cache, "cell")
-    assert backend.calls == ["p1"] and generated["k1"].text == "Final Answer: Paris" and cached["k2"].text == "Final Answer: Rome"
+    assert (
+        backend.calls == ["p1"]
+        and generated["k1"].text == "Final Answer: Paris"
+        and cached["k2"].text == "Final Answer: Rome"
+    )
     assert f"{path} {EDITED}; not used, asked again" in caplog.text
     assert json.loads(path.read_text())["completion"]["text"] == "Final Answer: Paris"  # republished, checksummed
     aside = list(path.parent.glob(".k1.json.*.edited"))
@@ -260,7 +303,9 @@ def test_an_edited_item_fails_verify_by_file_and_key_and_a_job_asks_again(tmp_pa
 def test_an_item_written_before_checksums_is_reported_unverifiable_not_ok(tmp_path: Path, capsys) -> None:
     root = tmp_path / "c"
     with ItemCache(root) as cache:
-        cache.put_many([("k1", Completion("one", 1, 1, 0.0), "cell q1"), ("k2", Completion("two", 1, 1, 0.0), "cell q2")])
+        cache.put_many(
+            [("k1", Completion("one", 1, 1, 0.0), "cell q1"), ("k2", Completion("two", 1, 1, 0.0), "cell q2")]
+        )
     old = _item(root, "k2")
     body = json.loads(old.read_text())
     del body["sha256"]  # as the previous version wrote it
@@ -294,8 +339,13 @@ _HOLDER = textwrap.dedent(
 
 def test_a_stopped_jobs_claim_expires_by_its_lease_and_its_late_answer_does_not_win(tmp_path: Path) -> None:
     lease = 2.0
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path / "c"), str(lease)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path / "c"), str(lease)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         assert proc.stdout.readline().strip() == "k1"
         os.kill(proc.pid, signal.SIGSTOP)  # alive (same host, pid checks out), but its heartbeat stops
@@ -325,13 +375,17 @@ def test_a_stopped_jobs_claim_expires_by_its_lease_and_its_late_answer_does_not_
 # ---- planning ----
 
 
-@pytest.mark.parametrize(("cache_dir", "folder"), [
-    ("results/sample/index/musique/pipe/bm25/llm", "results/sample/index"),
-    ("results/sample/cache/../index_parts/x", "results/sample/index_parts"),  # normalised before the check
-    ("{root}/results/sample/models/llm-cache", "results/sample/models"),  # absolute
-])
+@pytest.mark.parametrize(
+    ("cache_dir", "folder"),
+    [
+        ("results/sample/index/musique/pipe/bm25/llm", "results/sample/index"),
+        ("results/sample/cache/../index_parts/x", "results/sample/index_parts"),  # normalised before the check
+        ("{root}/results/sample/models/llm-cache", "results/sample/models"),  # absolute
+    ],
+)
 def test_a_cache_dir_inside_a_rebuilt_output_folder_is_refused_naming_the_key_and_both_paths(
-        cache_dir: str, folder: str) -> None:
+    cache_dir: str, folder: str
+) -> None:
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["generation"]["cache_dir"] = cache_dir.format(root=REPO)
     env = Environment(root=REPO, python="python", vllm_python=sys.executable)

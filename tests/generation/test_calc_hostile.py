@@ -166,8 +166,15 @@ def child_results() -> dict[str, Any]:
     """Every case run once through the tool box in a child limited to 512 MB of address space."""
     cases = [(name, source) for name, source, _ in HOSTILE + LEGITIMATE]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "workflow"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(MEMORY_LIMIT)], input=json.dumps(cases),
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(MEMORY_LIMIT)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["limit_bites"], "the 512 MB address-space limit was not in force in the child"
@@ -180,8 +187,9 @@ def test_names_are_unique() -> None:
 
 
 @pytest.mark.parametrize("name, source, refused", HOSTILE, ids=[c[0] for c in HOSTILE])
-def test_hostile_expression_is_an_error_observation(child_results: dict[str, Any], name: str, source: str,
-                                                    refused: str) -> None:
+def test_hostile_expression_is_an_error_observation(
+    child_results: dict[str, Any], name: str, source: str, refused: str
+) -> None:
     row = child_results[name]
     assert "escaped" not in row, f"{source[:60]!r} escaped the tool box: {row['escaped']}"
     assert row["error"] is True, row
@@ -190,8 +198,7 @@ def test_hostile_expression_is_an_error_observation(child_results: dict[str, Any
 
 
 @pytest.mark.parametrize("name, source, value", LEGITIMATE, ids=[c[0] for c in LEGITIMATE])
-def test_legitimate_expression_still_works(child_results: dict[str, Any], name: str, source: str,
-                                           value: str) -> None:
+def test_legitimate_expression_still_works(child_results: dict[str, Any], name: str, source: str, value: str) -> None:
     row = child_results[name]
     assert "escaped" not in row, row
     assert (row["text"], row["error"]) == (value, False)
@@ -214,20 +221,28 @@ class NoSearch:
 def _raise(exc: BaseException) -> Any:
     def fail(*_: Any, **__: Any) -> Any:
         raise exc
+
     return fail
 
 
-@pytest.mark.parametrize("exc", [MemoryError(), RecursionError("maximum recursion depth exceeded"),
-                                 OverflowError("int too large"), KeyError("docid")],
-                         ids=lambda e: type(e).__name__)
-def test_toolbox_turns_any_tool_failure_into_an_observation(monkeypatch: pytest.MonkeyPatch,
-                                                            exc: Exception) -> None:
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MemoryError(),
+        RecursionError("maximum recursion depth exceeded"),
+        OverflowError("int too large"),
+        KeyError("docid"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_toolbox_turns_any_tool_failure_into_an_observation(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
     """A calculator (or article lookup) that raises gives the agent an error observation."""
     box = Toolbox(ArticleStore([]), NoSearch())
     monkeypatch.setattr(tools, "evaluate", _raise(exc))
     monkeypatch.setattr(ArticleStore, "find", _raise(exc))
-    calc, intro, after = box.run_many([ToolCall("Python", "1 + 1"), ToolCall("GetIntro", "Anything"),
-                                       ToolCall("Unknown", "x")])
+    calc, intro, after = box.run_many(
+        [ToolCall("Python", "1 + 1"), ToolCall("GetIntro", "Anything"), ToolCall("Unknown", "x")]
+    )
     name = type(exc).__name__
     assert calc.error and calc.text.startswith(f"Error: the Python tool failed on this input ({name}"), calc
     assert intro.error and intro.text.startswith(f"Error: the GetIntro tool failed on this input ({name}"), intro

@@ -34,17 +34,28 @@ def test_a_label_names_the_cell_and_back() -> None:
     book = Cell.from_label("tanq/test/pipe/bm25/llm/few-shot/open-book-k1")
     assert (book.setting, book.k) == ("open-book", 1)
     assert book.label == "tanq/test/pipe/bm25/llm/few-shot/open-book-k1"
-    assert RAG.as_dict() == {"dataset": "musique", "split": "dev", "serialization": "pipe", "retriever": "bm25",
-                             "llm": "smollm2-135m", "prompt": "few-shot", "setting": "rag", "k": 2}
+    assert RAG.as_dict() == {
+        "dataset": "musique",
+        "split": "dev",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "llm": "smollm2-135m",
+        "prompt": "few-shot",
+        "setting": "rag",
+        "k": 2,
+    }
 
 
-@pytest.mark.parametrize(("label", "message"), [
-    ("musique/dev/rag-k1", "--cells[0]: 'musique/dev/rag-k1' is not '<dataset>/<split>/"),
-    ("musique/dev/pipe/bm25/m/few-shot/rag", "is not '<dataset>/<split>/"),  # no -k
-    ("musique/dev/pipe/bm25/m/few-shot/rag-k", "is not '<dataset>/<split>/"),  # no k after it
-    ("musique/dev/pipe/bm25/m/few-shot/rag-k05", "k '05' is not a whole number written plainly (k0, k5)"),
-    ("musique/dev/pipe/bm25/m/few-shot/rag-kx", "k 'x' is not a whole number written plainly"),
-])
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        ("musique/dev/rag-k1", "--cells[0]: 'musique/dev/rag-k1' is not '<dataset>/<split>/"),
+        ("musique/dev/pipe/bm25/m/few-shot/rag", "is not '<dataset>/<split>/"),  # no -k
+        ("musique/dev/pipe/bm25/m/few-shot/rag-k", "is not '<dataset>/<split>/"),  # no k after it
+        ("musique/dev/pipe/bm25/m/few-shot/rag-k05", "k '05' is not a whole number written plainly (k0, k5)"),
+        ("musique/dev/pipe/bm25/m/few-shot/rag-kx", "k 'x' is not a whole number written plainly"),
+    ],
+)
 def test_a_malformed_label_is_refused_naming_where(label: str, message: str) -> None:
     with pytest.raises(ConfigError, match=r"^--cells\[0\]") as err:
         Cell.from_label(label, "--cells[0]")
@@ -54,8 +65,16 @@ def test_a_malformed_label_is_refused_naming_where(label: str, message: str) -> 
 def test_wildcards_by_attribute_by_key_or_snakemakes_own_make_the_same_cell() -> None:
     from snakemake.iocontainers import Wildcards
 
-    texts = {"dataset": "musique", "split": "dev", "serialization": "pipe", "retriever": "bm25",
-             "llm": "smollm2-135m", "prompt": "few-shot", "setting": "rag", "k": "2"}
+    texts = {
+        "dataset": "musique",
+        "split": "dev",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "llm": "smollm2-135m",
+        "prompt": "few-shot",
+        "setting": "rag",
+        "k": "2",
+    }
     assert Cell.from_wildcards(SimpleNamespace(**texts)) == RAG
     assert Cell.from_wildcards(texts) == RAG
     assert Cell.from_wildcards(Wildcards(fromdict=texts)) == RAG
@@ -84,23 +103,38 @@ def test_cells_sort_as_the_tuples_did_k_as_a_number() -> None:
     assert len({RAG, Cell.from_label(RAG_LABEL)}) == 1  # hashable, equal by value
 
 
-@pytest.mark.parametrize(("label", "why"), [
-    ("tatqa/dev/pipe/none/m/few-shot/closed-k0", []),
-    ("tatqa/dev/pipe/none/m/few-shot/oracle-k0", []),
-    ("tatqa/dev/pipe/bm25/m/few-shot/rag-k1", []),
-    ("tanq/test/pipe/bm25/m/few-shot/open-book-k1", []),
-    ("tatqa/dev/pipe/bm25/m/few-shot/closed-k3",
-     ["closed-book shows no documents, so it has no k: its folder is closed-k0, not closed-k3",
-      "closed-book shows no documents and retrieves nothing: its retriever is 'none', not 'bm25'"]),
-    ("tatqa/dev/pipe/none/m/few-shot/oracle-k5",
-     ["oracle shows every gold document, so it has no k: its folder is oracle-k0, not oracle-k5"]),
-    ("tatqa/dev/pipe/none/m/few-shot/rag-k0",
-     ["rag needs a retriever, not 'none'", "rag shows the top k documents: k must be at least 1"]),
-    ("tanq/test/pipe/bm25/m/few-shot/open-book-k2",
-     ["open-book's WikiSearch shows one article: its folder is open-book-k1, not open-book-k2"]),
-    ("tatqa/dev/pipe/none/m/few-shot/closedbook-k0",
-     ["setting 'closedbook' is unknown; valid: ['closed', 'rag', 'oracle', 'open-book']"]),
-])
+@pytest.mark.parametrize(
+    ("label", "why"),
+    [
+        ("tatqa/dev/pipe/none/m/few-shot/closed-k0", []),
+        ("tatqa/dev/pipe/none/m/few-shot/oracle-k0", []),
+        ("tatqa/dev/pipe/bm25/m/few-shot/rag-k1", []),
+        ("tanq/test/pipe/bm25/m/few-shot/open-book-k1", []),
+        (
+            "tatqa/dev/pipe/bm25/m/few-shot/closed-k3",
+            [
+                "closed-book shows no documents, so it has no k: its folder is closed-k0, not closed-k3",
+                "closed-book shows no documents and retrieves nothing: its retriever is 'none', not 'bm25'",
+            ],
+        ),
+        (
+            "tatqa/dev/pipe/none/m/few-shot/oracle-k5",
+            ["oracle shows every gold document, so it has no k: its folder is oracle-k0, not oracle-k5"],
+        ),
+        (
+            "tatqa/dev/pipe/none/m/few-shot/rag-k0",
+            ["rag needs a retriever, not 'none'", "rag shows the top k documents: k must be at least 1"],
+        ),
+        (
+            "tanq/test/pipe/bm25/m/few-shot/open-book-k2",
+            ["open-book's WikiSearch shows one article: its folder is open-book-k1, not open-book-k2"],
+        ),
+        (
+            "tatqa/dev/pipe/none/m/few-shot/closedbook-k0",
+            ["setting 'closedbook' is unknown; valid: ['closed', 'rag', 'oracle', 'open-book']"],
+        ),
+    ],
+)
 def test_the_setting_decides_retriever_and_k(label: str, why: list[str]) -> None:
     cell = Cell.from_label(label)
     assert cell.problems() == why

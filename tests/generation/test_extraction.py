@@ -32,12 +32,16 @@ def test_zero_shot_cot_falls_back_to_final_answer_then_answer_is():
     assert final_answer("Step 1 ... Final Answer: 42", "zero-shot-cot").answer == "42"
     assert final_answer("Thinking... so the answer is Lyon.", "zero_shot_cot").answer == "Lyon."
     # "[Final Answer]:" outranks a later "answer is"
-    assert final_answer("[Final Answer]: Rome\nThe answer is Milan", "few-shot-cot").answer == "Rome\nThe answer is Milan"
+    assert (
+        final_answer("[Final Answer]: Rome\nThe answer is Milan", "few-shot-cot").answer == "Rome\nThe answer is Milan"
+    )
 
 
 def test_self_ask_marker():
-    raw = ("Are follow up questions needed here: Yes.\nFollow up: Who directed Jaws?\n"
-           "Intermediate answer: Steven Spielberg.\nSo the final answer is: Steven Spielberg")
+    raw = (
+        "Are follow up questions needed here: Yes.\nFollow up: Who directed Jaws?\n"
+        "Intermediate answer: Steven Spielberg.\nSo the final answer is: Steven Spielberg"
+    )
     out = final_answer(raw, "self-ask")
     assert out.ok and out.answer == "Steven Spielberg"
     # without its own marker, self-ask falls back to the generic ones
@@ -101,7 +105,12 @@ def test_parse_yes_no():
 def test_parse_answer_list_strips_bullets_and_numbering():
     text = "- Tina Turner\n* Laurence Fishburne\n\n1. Angela Bassett\n2) Washington, D.C.\n(3) 1990s\n\u2022 -5"
     assert parse_answer_list(text) == [
-        "Tina Turner", "Laurence Fishburne", "Angela Bassett", "Washington, D.C.", "1990s", "-5",
+        "Tina Turner",
+        "Laurence Fishburne",
+        "Angela Bassett",
+        "Washington, D.C.",
+        "1990s",
+        "-5",
     ]
     # a literal backslash-n (as DEXTER's few-shot examples print it) separates answers too
     assert parse_answer_list("18 \\n Nebraska ( 19 ) \\n ") == ["18", "Nebraska ( 19 )"]
@@ -109,7 +118,9 @@ def test_parse_answer_list_strips_bullets_and_numbering():
 
 # --- tables -------------------------------------------------------------------------------------
 
-EXPECTED = ParsedTable(["entity", "genre"], [["Spaceballs", "comedy film, parody film"], ["Life Stinks", "comedy drama"]])
+EXPECTED = ParsedTable(
+    ["entity", "genre"], [["Spaceballs", "comedy film, parody film"], ["Life Stinks", "comedy drama"]]
+)
 
 
 def _cells(t: ParsedTable | None) -> tuple[list[str], list[list[str]]]:
@@ -173,8 +184,9 @@ def test_no_table():
 
 
 def test_blank_line_inside_a_markdown_table_does_not_end_it():
-    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n\n"
-            "| Life Stinks | comedy drama |\n")
+    text = (
+        "| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n\n| Life Stinks | comedy drama |\n"
+    )
     assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
     # plain pipe rows (TANQ's gold format) with blank lines, several of them
     text = "entity|genre\n\nSpaceballs|comedy film, parody film\n\n\nLife Stinks|comedy drama"
@@ -182,8 +194,10 @@ def test_blank_line_inside_a_markdown_table_does_not_end_it():
 
 
 def test_a_line_without_separator_inside_a_table_is_skipped_not_the_end():
-    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
-            "(Mel Brooks also stars in it)\n| Life Stinks | comedy drama |\n\nHope this helps.")
+    text = (
+        "| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+        "(Mel Brooks also stars in it)\n| Life Stinks | comedy drama |\n\nHope this helps."
+    )
     t = parse_table(text)
     assert t.source == "pipe" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
     # a stray line, then a blank line, then more rows: still one table
@@ -192,9 +206,11 @@ def test_a_line_without_separator_inside_a_table_is_skipped_not_the_end():
 
 
 def test_a_paragraph_ends_the_table():
-    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
-            "| Life Stinks | comedy drama |\n\nI left out these because I am not sure:\n"
-            "they may be TV films.\n| Dracula | horror |")
+    text = (
+        "| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+        "| Life Stinks | comedy drama |\n\nI left out these because I am not sure:\n"
+        "they may be TV films.\n| Dracula | horror |"
+    )
     assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
     # lines without separators before the table are not part of it either
     text = "Sure.\nHere is the table:\n\n" + text
@@ -202,8 +218,10 @@ def test_a_paragraph_ends_the_table():
 
 
 def test_a_second_markdown_table_is_not_merged_into_the_first():
-    text = ("| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
-            "| Life Stinks | comedy drama |\n\n| film | year |\n|---|---|\n| Spaceballs | 1987 |")
+    text = (
+        "| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |\n"
+        "| Life Stinks | comedy drama |\n\n| film | year |\n|---|---|\n| Spaceballs | 1987 |"
+    )
     assert _cells(parse_table(text)) == (EXPECTED.header, EXPECTED.rows)
     # a caption row above the header is its own one-row block; the table under it is returned
     text = "| **Films** |\n| entity | genre |\n|---|---|\n| Spaceballs | comedy film, parody film |"
@@ -215,17 +233,20 @@ def test_tsv_rows_across_a_blank_line():
     assert t.source == "tsv" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
 
 
-@pytest.mark.parametrize("text", [
-    # two lines of prose with commas: same cell count, but the first line is no header
-    "The films are Spaceballs, Life Stinks and Dracula.\nAll of them were directed by Mel Brooks, who produced them.",
-    "Mel Brooks directed several films, including Spaceballs\nMost of them were comedies, and some were musicals",
-    "Well, I am not sure\nMaybe, but it could be Spaceballs",
-    "Yes, the film is a comedy.\nNo, it is not a drama.",
-    # prose with a different number of commas per line
-    "Spaceballs, a comedy, came out in 1987\nIt was directed by Mel Brooks, a comedian",
-    # a single comma line is no table
-    "entity,genre",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # two lines of prose with commas: same cell count, but the first line is no header
+        "The films are Spaceballs, Life Stinks and Dracula.\nAll of them were directed by Mel Brooks, who produced them.",
+        "Mel Brooks directed several films, including Spaceballs\nMost of them were comedies, and some were musicals",
+        "Well, I am not sure\nMaybe, but it could be Spaceballs",
+        "Yes, the film is a comedy.\nNo, it is not a drama.",
+        # prose with a different number of commas per line
+        "Spaceballs, a comedy, came out in 1987\nIt was directed by Mel Brooks, a comedian",
+        # a single comma line is no table
+        "entity,genre",
+    ],
+)
 def test_prose_with_commas_is_not_a_csv_table(text):
     assert parse_table(text) is None
 
@@ -238,8 +259,10 @@ def test_csv_needs_a_consistent_cell_count():
 
 
 def test_csv_after_an_intro_line_with_commas():
-    text = ('Here are the films, with their genres:\nentity,genre\nSpaceballs,"comedy film, parody film"\n'
-            "Life Stinks,comedy drama")
+    text = (
+        'Here are the films, with their genres:\nentity,genre\nSpaceballs,"comedy film, parody film"\n'
+        "Life Stinks,comedy drama"
+    )
     t = parse_table(text)
     assert t.source == "csv" and _cells(t) == (EXPECTED.header, EXPECTED.rows)
     # TANQ-style headers of up to four words are labels

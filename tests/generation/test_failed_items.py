@@ -41,22 +41,27 @@ FAILED_REASON = "generation failed: empty reply (message content is empty) after
 
 # -- scoring: a failed item is left out of the mean and counted ---------------------------------------
 
+
 def _tables(n: int = 4):
     golds = ["Paris", "Rome", "Oslo", "Bern"][:n]
-    t = CanonicalData(queries=[Query(f"q{i + 1}", "?") for i in range(n)],
-                      answers=[Answer(f"q{i + 1}", "aliases", [g]) for i, g in enumerate(golds)]).tables()
+    t = CanonicalData(
+        queries=[Query(f"q{i + 1}", "?") for i in range(n)],
+        answers=[Answer(f"q{i + 1}", "aliases", [g]) for i, g in enumerate(golds)],
+    ).tables()
     return t["queries"], t["answers"]
 
 
 def _preds(failed_mark: bool = True) -> pd.DataFrame:
     """q1 right, q2 wrong, q3 failed (the generation job's row), q4 right."""
-    return pd.DataFrame({
-        "qid": ["q1", "q2", "q3", "q4"],
-        "prediction": ["Paris", "Milan", "", "Bern"],
-        "parse_ok": [True, True, False, True],
-        "parse_reason": ["", "", FAILED_REASON if failed_mark else "no answer marker", ""],
-        "finish_reason": ["stop", "stop", "failed" if failed_mark else "stop", "stop"],
-    })
+    return pd.DataFrame(
+        {
+            "qid": ["q1", "q2", "q3", "q4"],
+            "prediction": ["Paris", "Milan", "", "Bern"],
+            "parse_ok": [True, True, False, True],
+            "parse_reason": ["", "", FAILED_REASON if failed_mark else "no answer marker", ""],
+            "finish_reason": ["stop", "stop", "failed" if failed_mark else "stop", "stop"],
+        }
+    )
 
 
 def _by_key(summary):
@@ -72,7 +77,9 @@ def test_a_failed_item_is_left_out_of_every_mean_and_counted_in_n_failed() -> No
     assert s[("em", "default")]["value"] == pytest.approx(2 / 3)
     assert all(r["n_failed"] == 1 and r["n"] == 3 for r in summary)  # n + n_failed = the 4 asked
     assert (s[("parse_ok", "default")]["value"], s[("parse_ok", "default")]["n"]) == (1.0, 3)
-    assert "q3" not in set(per_q["qid"]) and len(per_q) == 3 * 5  # 3 questions x (cover_em, em, f1, cover_em dexter, parse_ok)
+    assert (
+        "q3" not in set(per_q["qid"]) and len(per_q) == 3 * 5
+    )  # 3 questions x (cover_em, em, f1, cover_em dexter, parse_ok)
     assert failed_qids(_preds()) == ["q3"]
 
 
@@ -89,8 +96,15 @@ def test_without_the_generation_mark_an_unparsed_answer_still_scores_as_wrong() 
 
 def test_a_cell_whose_every_item_failed_is_na_with_the_reason_never_0() -> None:
     queries, answers = _tables(2)
-    preds = pd.DataFrame({"qid": ["q1", "q2"], "prediction": ["", ""], "parse_ok": [False, False],
-                          "parse_reason": [FAILED_REASON] * 2, "finish_reason": ["failed"] * 2})
+    preds = pd.DataFrame(
+        {
+            "qid": ["q1", "q2"],
+            "prediction": ["", ""],
+            "parse_ok": [False, False],
+            "parse_reason": [FAILED_REASON] * 2,
+            "finish_reason": ["failed"] * 2,
+        }
+    )
     summary, per_q = score_predictions("musique", queries, answers, preds)
     assert all(r["value"] is None and r["n"] == 0 and r["n_failed"] == 2 and r["reason"] == ALL_FAILED for r in summary)
     assert per_q.empty
@@ -98,13 +112,23 @@ def test_a_cell_whose_every_item_failed_is_na_with_the_reason_never_0() -> None:
 
 # -- fact table and report ---------------------------------------------------------------------------
 
+
 def _metric_file(root: Path, setting: str, cover: float | None, n: int, n_failed: int) -> Path:
     k = 0 if setting == "closed" else 3
     retriever = "none" if setting == "closed" else "bm25"
     path = root / "metrics" / "musique/dev/pipe" / retriever / "m/p" / f"{setting}-k{k}" / "metrics.json"
     path.parent.mkdir(parents=True)
-    cell = {"stage": "generation", "dataset": "musique", "split": "dev", "serialization": "pipe",
-            "retriever": retriever, "llm": "m", "prompt": "p", "setting": setting, "k": k}
+    cell = {
+        "stage": "generation",
+        "dataset": "musique",
+        "split": "dev",
+        "serialization": "pipe",
+        "retriever": retriever,
+        "llm": "m",
+        "prompt": "p",
+        "setting": setting,
+        "k": k,
+    }
     row = {"metric": "cover_em", "variant": "default", "value": cover, "n": n, "n_failed": n_failed, "unit": "fraction"}
     path.write_text(json.dumps({"cell": cell, "metrics": [row], "provenance": {}}))
     return path
@@ -115,10 +139,16 @@ def test_the_fact_table_has_n_failed_per_cell_and_null_where_unrecorded(tmp_path
     _metric_file(tmp_path, "rag", 2 / 3, 3, 1)
     old = tmp_path / "retrieval/musique/dev/pipe/bm25/metrics.json"  # a file without the key
     old.parent.mkdir(parents=True)
-    old.write_text(json.dumps({"cell": {"stage": "retrieval"}, "metrics": [{"metric": "ndcg@10", "value": 0.4, "n": 9}]}))
+    old.write_text(
+        json.dumps({"cell": {"stage": "retrieval"}, "metrics": [{"metric": "ndcg@10", "value": 0.4, "n": 9}]})
+    )
     rows = build_metrics_table(find_metric_files(tmp_path), tmp_path).to_pylist()
     by_setting = {r.get("setting") or r["stage"]: r for r in rows}
-    assert (by_setting["closed"]["n_failed"], by_setting["rag"]["n_failed"], by_setting["retrieval"]["n_failed"]) == (0, 1, None)
+    assert (by_setting["closed"]["n_failed"], by_setting["rag"]["n_failed"], by_setting["retrieval"]["n_failed"]) == (
+        0,
+        1,
+        None,
+    )
     assert (by_setting["rag"]["n"], by_setting["rag"]["value"]) == (3, pytest.approx(2 / 3))
 
 
@@ -135,6 +165,7 @@ def test_answers_by_setting_shows_the_failed_items_of_a_cell(tmp_path: Path) -> 
 
 
 # -- the external boundary: a chat API that fails some items, then recovers ----------------------------
+
 
 class FlakyApiTestDouble:
     """Loopback chat-completions server (test double at the external boundary).
@@ -171,7 +202,7 @@ class FlakyApiTestDouble:
 
     def question_of(self, prompt: str) -> str:
         """The question a prompt asks: the longest known question it contains (few-shot prompts quote others)."""
-        tail = prompt[prompt.rfind("Question:"):] if "Question:" in prompt else prompt
+        tail = prompt[prompt.rfind("Question:") :] if "Question:" in prompt else prompt
         found = [q for q in self.answers if q in tail]
         if not found:
             raise AssertionError(f"the double knows no question in {tail[:200]!r}")
@@ -185,9 +216,14 @@ class FlakyApiTestDouble:
         if self.failing and question in self.flaky and first:
             return 500, b'{"error": {"message": "overloaded"}}'
         text = "" if self.failing and question in self.empty else f"Final Answer: {self.answers[question]}"
-        answer = {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": model,
-                  "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                  "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+        answer = {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
         return 200, json.dumps(answer).encode()
 
     def requests_after_recovery(self) -> list[str]:
@@ -214,8 +250,12 @@ def _musique_train(n: int) -> list[dict]:
 
 # -- `cqabench generate` and `generate-batch` as processes ----------------------------------------------
 
-QUESTIONS = {"q1": "Which city hosts the tower alpha?", "q2": "Which river is bravo?",
-             "q3": "Which lake is charlie?", "q4": "Which mountain is delta?"}
+QUESTIONS = {
+    "q1": "Which city hosts the tower alpha?",
+    "q2": "Which river is bravo?",
+    "q3": "Which lake is charlie?",
+    "q4": "Which mountain is delta?",
+}
 
 
 @pytest.fixture
@@ -229,8 +269,9 @@ def split(tmp_path: Path) -> Path:
 
 def _cli(args: list[str], key: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "CQA_TEST_KEY": key}
-    return subprocess.run([sys.executable, "-m", "cqabench.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cqabench.cli", *args], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
 
 
 def _settings(base_url: str, **extra: object) -> str:
@@ -239,10 +280,36 @@ def _settings(base_url: str, **extra: object) -> str:
 
 
 def _generate(split: Path, out: Path, base_url: str, key: str, **extra: object) -> subprocess.CompletedProcess:
-    return _cli(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                 "--prompt", "few-shot", "--setting", "closed", "--queries", str(split), "--template", str(TEMPLATE),
-                 "--settings", _settings(base_url, **extra), "--cache", str(out / "cache"),
-                 "--out", str(out / "cell/predictions.parquet"), "--summary", str(out / "cell/summary.json")], key)
+    return _cli(
+        [
+            "generate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--serialization",
+            "pipe",
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            "closed",
+            "--queries",
+            str(split),
+            "--template",
+            str(TEMPLATE),
+            "--settings",
+            _settings(base_url, **extra),
+            "--cache",
+            str(out / "cache"),
+            "--out",
+            str(out / "cell/predictions.parquet"),
+            "--summary",
+            str(out / "cell/summary.json"),
+        ],
+        key,
+    )
 
 
 def test_a_generate_job_with_failed_items_writes_them_exits_3_and_the_rerun_asks_only_for_them(
@@ -279,11 +346,26 @@ def test_an_engine_batch_with_failed_items_exits_3_naming_cell_and_question_and_
 ) -> None:
     """The batch path: one engine session for two cells (closed, two prompts), then a rerun."""
     answers = {text: f"answer {q}" for q, text in QUESTIONS.items()}
-    cells = json.dumps([{"cell": f"musique/dev/pipe/none/api/{p}/closed-k0",
-                         "inputs": {"queries": str(split), "template": str(REPO / f"resources/prompts/{p}/multihop.txt")}}
-                        for p in ("few-shot", "few-shot-cot")])
-    args = ["generate-batch", "--llm", "api", "--cells", cells, "--cache", str(tmp_path / "cache"),
-            "--out", str(tmp_path / "manifest.json")]
+    cells = json.dumps(
+        [
+            {
+                "cell": f"musique/dev/pipe/none/api/{p}/closed-k0",
+                "inputs": {"queries": str(split), "template": str(REPO / f"resources/prompts/{p}/multihop.txt")},
+            }
+            for p in ("few-shot", "few-shot-cot")
+        ]
+    )
+    args = [
+        "generate-batch",
+        "--llm",
+        "api",
+        "--cells",
+        cells,
+        "--cache",
+        str(tmp_path / "cache"),
+        "--out",
+        str(tmp_path / "manifest.json"),
+    ]
     with FlakyApiTestDouble(answers, empty={QUESTIONS["q3"]}) as api:
         first = _cli([*args, "--settings", _settings(api.base_url)], key)
         manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -333,13 +415,25 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
     with FlakyApiTestDouble(answers, empty=empty, flaky={records[0]["question"]}) as api:
         work = _snakemake_work(tmp_path, api.base_url)
         (work / "config.yaml").write_text(SNAKEMAKE_CONFIG.format(base_url=api.base_url))
-        env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1",
-               "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO / "workflow"),
+            "OPENAI_API_KEY": key,
+            "HF_HUB_OFFLINE": "1",
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        }
         target = f"results/failed/metrics/{CELL}/metrics.json"
 
         def snakemake() -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1",
-                                   target], cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
+            return subprocess.run(
+                [sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--cores", "1", target],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
 
         first = snakemake()
         asked_first = len(api.asked)
@@ -367,12 +461,16 @@ def test_snakemake_fails_the_cell_then_asks_again_for_just_the_failed_items(key:
 
 # -- the open-book agent path ------------------------------------------------------------------------------
 
+
 @pytest.mark.jvm
 def test_an_open_book_dialogue_whose_turn_failed_is_a_failed_item_and_is_asked_again(
-    tmp_path: Path, tool_corpus: tuple[Path, Path], queries: Path  # noqa: F811 (test_agent's fixtures)
+    tmp_path: Path,
+    tool_corpus: tuple[Path, Path],
+    queries: Path,  # noqa: F811 (test_agent's fixtures)
 ) -> None:
     """A dialogue ended by a failed turn counts in n_failed / failed_qids and is scored apart; the
     rerun continues it from its cached turns while the other dialogue replays without a call."""
+
     def failing(chat) -> str:
         return "" if "Which tools" in chat[1]["content"] else _script(chat)
 

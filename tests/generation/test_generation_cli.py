@@ -24,17 +24,31 @@ TEMPLATE = REPO / "resources/prompts/few-shot/multihop.txt"
 @pytest.fixture
 def split(tmp_path: Path) -> dict[str, Path]:
     data = CanonicalData(
-        queries=[Query("q1", "Which city hosts the tower alpha?"), Query("q2", "Which river runs past bravo?"),
-                 Query("q3", "In what year was the structure named charlie?")],
+        queries=[
+            Query("q1", "Which city hosts the tower alpha?"),
+            Query("q2", "Which river runs past bravo?"),
+            Query("q3", "In what year was the structure named charlie?"),
+        ],
         corpus=[
             Document("d1", "Tower", "The tower stands in Paris."),
             Document("d2", "River", "The Seine runs through Paris."),
-            Document("t1", "Heights", "Tall structures", kind="table", table_header=["Name", "Metres"],
-                     table_rows=[["Tower", "330"]]),
+            Document(
+                "t1",
+                "Heights",
+                "Tall structures",
+                kind="table",
+                table_header=["Name", "Metres"],
+                table_rows=[["Tower", "330"]],
+            ),
             Document("d4", "Unused", "Never retrieved."),
         ],
-        qrels=[Qrel("q1", "d2"), Qrel("q1", "d1"), Qrel("q1", "d1", annotator="b"), Qrel("q2", "t1"),
-               Qrel("q3", "d4", relevance=0)],
+        qrels=[
+            Qrel("q1", "d2"),
+            Qrel("q1", "d1"),
+            Qrel("q1", "d1", annotator="b"),
+            Qrel("q2", "t1"),
+            Qrel("q3", "d4", relevance=0),
+        ],
     )
     paths = {}
     for name, table in data.tables().items():
@@ -45,17 +59,58 @@ def split(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
-def _generate(split: dict[str, Path], tmp_path: Path, base_url: str, setting: str, *, retriever="none", k=0,
-              serialization="markdown", extra=()) -> int:
+def _generate(
+    split: dict[str, Path],
+    tmp_path: Path,
+    base_url: str,
+    setting: str,
+    *,
+    retriever="none",
+    k=0,
+    serialization="markdown",
+    extra=(),
+) -> int:
     settings = {"llm": api_llm_config(base_url), "sampling": {"max_new_tokens": 32}, "max_questions": None}
-    return main([
-        "generate", "--dataset", "musique", "--split", "dev", "--serialization", serialization,
-        "--llm", "api", "--prompt", "few-shot", "--setting", setting, "--retriever", retriever, "--k", str(k),
-        "--queries", str(split["queries"]), "--corpus", str(split["corpus"]), "--qrels", str(split["qrels"]),
-        "--run", str(split["run"]), "--template", str(TEMPLATE), "--settings", json.dumps(settings),
-        "--cache", str(tmp_path / "cache" / "api.sqlite"), "--out", str(tmp_path / setting / "predictions.parquet"),
-        "--summary", str(tmp_path / setting / "summary.json"), *extra,
-    ])
+    return main(
+        [
+            "generate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--serialization",
+            serialization,
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            setting,
+            "--retriever",
+            retriever,
+            "--k",
+            str(k),
+            "--queries",
+            str(split["queries"]),
+            "--corpus",
+            str(split["corpus"]),
+            "--qrels",
+            str(split["qrels"]),
+            "--run",
+            str(split["run"]),
+            "--template",
+            str(TEMPLATE),
+            "--settings",
+            json.dumps(settings),
+            "--cache",
+            str(tmp_path / "cache" / "api.sqlite"),
+            "--out",
+            str(tmp_path / setting / "predictions.parquet"),
+            "--summary",
+            str(tmp_path / setting / "summary.json"),
+            *extra,
+        ]
+    )
 
 
 def _user_prompts(api: OpenAITestDouble) -> dict[str, str]:
@@ -80,7 +135,13 @@ def test_rag_cell_uses_the_top_k_of_the_run_in_rank_order(split, tmp_path: Path,
     row = rows["q1"]
     assert (row["prediction"], row["parse_ok"], row["parse_reason"]) == ("alpha", True, "")
     assert row["raw_output"] == "Final Answer: alpha" and not row["cached"]
-    assert (row["setting"], row["k"], row["retriever"], row["serialization"], row["backend"]) == ("rag", 2, "bm25", "markdown", "openai")
+    assert (row["setting"], row["k"], row["retriever"], row["serialization"], row["backend"]) == (
+        "rag",
+        2,
+        "bm25",
+        "markdown",
+        "openai",
+    )
     assert row["template_hash"] == file_hash(TEMPLATE) and row["prompt"] == "few-shot"
     assert json.loads(row["sampling"])["stop"] == ["\nQuestion:"]  # the template's stop joins the sampling
     assert row["prompt_tokens"] == len(prompts["alpha"].split()) and row["output_tokens"] == 3
@@ -142,10 +203,33 @@ def test_max_questions_takes_the_first_questions_in_file_order(split, tmp_path: 
     settings = {"llm": api_llm_config("x"), "max_questions": 2}
     with OpenAITestDouble() as api:
         settings["llm"]["base_url"] = api.base_url
-        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                   "--prompt", "few-shot", "--setting", "closed", "--queries", str(split["queries"]),
-                   "--template", str(TEMPLATE), "--settings", json.dumps(settings),
-                   "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "p.parquet")])
+        rc = main(
+            [
+                "generate",
+                "--dataset",
+                "musique",
+                "--split",
+                "dev",
+                "--serialization",
+                "pipe",
+                "--llm",
+                "api",
+                "--prompt",
+                "few-shot",
+                "--setting",
+                "closed",
+                "--queries",
+                str(split["queries"]),
+                "--template",
+                str(TEMPLATE),
+                "--settings",
+                json.dumps(settings),
+                "--cache",
+                str(tmp_path / "c.sqlite"),
+                "--out",
+                str(tmp_path / "p.parquet"),
+            ]
+        )
     assert rc == 0
     assert pq.read_table(tmp_path / "p.parquet").column("qid").to_pylist() == ["q1", "q2"]
 
@@ -153,13 +237,38 @@ def test_max_questions_takes_the_first_questions_in_file_order(split, tmp_path: 
 def test_missing_api_key_fails_first_naming_the_variable(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv(ENV, raising=False)
     settings = {"llm": api_llm_config("http://127.0.0.1:9/v1")}
-    rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-               "--prompt", "few-shot", "--setting", "closed", "--queries", str(tmp_path / "absent.parquet"),
-               "--template", str(TEMPLATE), "--settings", json.dumps(settings),
-               "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "p.parquet")])
+    rc = main(
+        [
+            "generate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--serialization",
+            "pipe",
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            "closed",
+            "--queries",
+            str(tmp_path / "absent.parquet"),
+            "--template",
+            str(TEMPLATE),
+            "--settings",
+            json.dumps(settings),
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--out",
+            str(tmp_path / "p.parquet"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and f"environment variable {ENV}" in err and "absent.parquet" not in err
-    llms = json.dumps({"api": {"backend": "openai", "source": "m", "api_key_env": ENV}, "local": {"backend": "hf", "source": "x"}})
+    llms = json.dumps(
+        {"api": {"backend": "openai", "source": "m", "api_key_env": ENV}, "local": {"backend": "hf", "source": "x"}}
+    )
     assert main(["check-api-keys", "--llms", llms]) == 1
     assert f"${ENV}, which is not set" in capsys.readouterr().err
     monkeypatch.setenv(ENV, KEY)
@@ -169,14 +278,26 @@ def test_missing_api_key_fails_first_naming_the_variable(tmp_path: Path, monkeyp
 
 @pytest.mark.parametrize(
     ("setting", "retriever", "k", "message"),
-    [("closed", "bm25", 0, "closed-k0: closed-book shows no documents and retrieves nothing: its retriever is 'none', "
-                           "not 'bm25'"),
-     ("oracle", "none", 5, "oracle-k5: oracle shows every gold document, so it has no k: its folder is oracle-k0, "
-                           "not oracle-k5"),
-     ("rag", "none", 5, "/none/api/few-shot/rag-k5: rag needs a retriever, not 'none'"),
-     ("rag", "bm25", 0, "/bm25/api/few-shot/rag-k0: rag shows the top k documents: k must be at least 1")],
+    [
+        (
+            "closed",
+            "bm25",
+            0,
+            "closed-k0: closed-book shows no documents and retrieves nothing: its retriever is 'none', not 'bm25'",
+        ),
+        (
+            "oracle",
+            "none",
+            5,
+            "oracle-k5: oracle shows every gold document, so it has no k: its folder is oracle-k0, not oracle-k5",
+        ),
+        ("rag", "none", 5, "/none/api/few-shot/rag-k5: rag needs a retriever, not 'none'"),
+        ("rag", "bm25", 0, "/bm25/api/few-shot/rag-k0: rag shows the top k documents: k must be at least 1"),
+    ],
 )
-def test_inconsistent_cells_are_rejected(split, tmp_path: Path, monkeypatch, capsys, setting, retriever, k, message) -> None:
+def test_inconsistent_cells_are_rejected(
+    split, tmp_path: Path, monkeypatch, capsys, setting, retriever, k, message
+) -> None:
     monkeypatch.setenv(ENV, KEY)
     assert _generate(split, tmp_path, "http://127.0.0.1:9/v1", setting, retriever=retriever, k=k) == 1
     assert message in capsys.readouterr().err
@@ -210,11 +331,39 @@ def test_oracle_distractors_are_other_questions_gold_documents(split, tmp_path: 
     settings = {"llm": None, "sampling": {"max_new_tokens": 8}, "oracle_distractors": 1, "oracle_seed": 0}
     with OpenAITestDouble() as api:
         settings["llm"] = api_llm_config(api.base_url)
-        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                   "--prompt", "few-shot", "--setting", "oracle", "--queries", str(split["queries"]),
-                   "--corpus", str(split["corpus"]), "--qrels", str(split["qrels"]), "--template", str(TEMPLATE),
-                   "--settings", json.dumps(settings), "--cache", str(tmp_path / "c.sqlite"),
-                   "--out", str(tmp_path / "p.parquet"), "--summary", str(tmp_path / "s.json")])
+        rc = main(
+            [
+                "generate",
+                "--dataset",
+                "musique",
+                "--split",
+                "dev",
+                "--serialization",
+                "pipe",
+                "--llm",
+                "api",
+                "--prompt",
+                "few-shot",
+                "--setting",
+                "oracle",
+                "--queries",
+                str(split["queries"]),
+                "--corpus",
+                str(split["corpus"]),
+                "--qrels",
+                str(split["qrels"]),
+                "--template",
+                str(TEMPLATE),
+                "--settings",
+                json.dumps(settings),
+                "--cache",
+                str(tmp_path / "c.sqlite"),
+                "--out",
+                str(tmp_path / "p.parquet"),
+                "--summary",
+                str(tmp_path / "s.json"),
+            ]
+        )
     assert rc == 0
     rows = {r["qid"]: r["context_docids"] for r in pq.read_table(tmp_path / "p.parquet").to_pylist()}
     # q2's only gold document is t1; its one distractor must be one of q1's gold documents
@@ -228,44 +377,128 @@ def test_a_batch_fills_the_cache_so_each_cell_job_needs_no_model(split, tmp_path
     cache = tmp_path / "cache.sqlite"
     with OpenAITestDouble() as api:
         settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
-        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
-                  "qrels": str(split["qrels"]), "run": str(split["run"])}
+        inputs = {
+            "queries": str(split["queries"]),
+            "template": str(TEMPLATE),
+            "corpus": str(split["corpus"]),
+            "qrels": str(split["qrels"]),
+            "run": str(split["run"]),
+        }
         members = [
-            {"cell": "musique/dev/pipe/none/api/few-shot/closed-k0", "inputs": {k: inputs[k] for k in ("queries", "template")}},
-            {"cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1", "inputs": inputs, "settings": {"max_questions": None}},
+            {
+                "cell": "musique/dev/pipe/none/api/few-shot/closed-k0",
+                "inputs": {k: inputs[k] for k in ("queries", "template")},
+            },
+            {
+                "cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1",
+                "inputs": inputs,
+                "settings": {"max_questions": None},
+            },
         ]
-        rc = main(["generate-batch", "--llm", "api", "--settings", json.dumps(settings), "--cells", json.dumps(members),
-                   "--cache", str(cache), "--out", str(tmp_path / "batch.json")])
+        rc = main(
+            [
+                "generate-batch",
+                "--llm",
+                "api",
+                "--settings",
+                json.dumps(settings),
+                "--cells",
+                json.dumps(members),
+                "--cache",
+                str(cache),
+                "--out",
+                str(tmp_path / "batch.json"),
+            ]
+        )
         assert rc == 0
         asked = len(api.bodies)
     manifest = json.loads((tmp_path / "batch.json").read_text())
     # closed q1..q3 and rag q1, q2 (q3 has no ranking: its rag prompt equals the closed one)
-    assert (manifest["n_cells"], manifest["n_items"], manifest["n_unique_prompts"], manifest["n_generated"]) == (2, 6, 5, 5)
+    assert (manifest["n_cells"], manifest["n_items"], manifest["n_unique_prompts"], manifest["n_generated"]) == (
+        2,
+        6,
+        5,
+        5,
+    )
     assert asked == 5
     # the double is gone, its endpoint (which keys the items) has no model behind it: the cells must come from the cache
-    rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-               "--prompt", "few-shot", "--setting", "rag", "--retriever", "bm25", "--k", "1",
-               "--queries", inputs["queries"], "--corpus", inputs["corpus"], "--run", inputs["run"],
-               "--template", inputs["template"], "--settings", json.dumps(settings), "--cache", str(cache),
-               "--out", str(tmp_path / "rag.parquet")])
+    rc = main(
+        [
+            "generate",
+            "--dataset",
+            "musique",
+            "--split",
+            "dev",
+            "--serialization",
+            "pipe",
+            "--llm",
+            "api",
+            "--prompt",
+            "few-shot",
+            "--setting",
+            "rag",
+            "--retriever",
+            "bm25",
+            "--k",
+            "1",
+            "--queries",
+            inputs["queries"],
+            "--corpus",
+            inputs["corpus"],
+            "--run",
+            inputs["run"],
+            "--template",
+            inputs["template"],
+            "--settings",
+            json.dumps(settings),
+            "--cache",
+            str(cache),
+            "--out",
+            str(tmp_path / "rag.parquet"),
+        ]
+    )
     assert rc == 0
     assert all(pq.read_table(tmp_path / "rag.parquet").column("cached").to_pylist())
 
 
 def test_cache_drop_by_cell_label_finds_the_items_an_engine_batch_generated(
-        split, tmp_path: Path, monkeypatch, capsys) -> None:
+    split, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """The batch used to label every item "batch <llm> <qid>", so `--label '<cell glob>'` matched nothing."""
     monkeypatch.setenv(ENV, KEY)
     cache = tmp_path / "cache"
     closed, rag = "musique/dev/pipe/none/api/few-shot/closed-k0", "musique/dev/pipe/bm25/api/few-shot/rag-k1"
     with OpenAITestDouble() as api:
         settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
-        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
-                  "qrels": str(split["qrels"]), "run": str(split["run"])}
-        members = [{"cell": closed, "inputs": {k: inputs[k] for k in ("queries", "template")}},
-                   {"cell": rag, "inputs": inputs}]
-        assert main(["generate-batch", "--llm", "api", "--settings", json.dumps(settings), "--cells",
-                     json.dumps(members), "--cache", str(cache), "--out", str(tmp_path / "batch.json")]) == 0
+        inputs = {
+            "queries": str(split["queries"]),
+            "template": str(TEMPLATE),
+            "corpus": str(split["corpus"]),
+            "qrels": str(split["qrels"]),
+            "run": str(split["run"]),
+        }
+        members = [
+            {"cell": closed, "inputs": {k: inputs[k] for k in ("queries", "template")}},
+            {"cell": rag, "inputs": inputs},
+        ]
+        assert (
+            main(
+                [
+                    "generate-batch",
+                    "--llm",
+                    "api",
+                    "--settings",
+                    json.dumps(settings),
+                    "--cells",
+                    json.dumps(members),
+                    "--cache",
+                    str(cache),
+                    "--out",
+                    str(tmp_path / "batch.json"),
+                ]
+            )
+            == 0
+        )
     labels = sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json"))
     # q3 has no ranking, so its rag prompt is its closed-book prompt: one item, both cells named
     assert labels == sorted([f"{closed} q1", f"{closed} q2", f"{closed} q3\n{rag} q3", f"{rag} q1", f"{rag} q2"])
@@ -274,15 +507,28 @@ def test_cache_drop_by_cell_label_finds_the_items_an_engine_batch_generated(
     assert capsys.readouterr().out.endswith("would drop 3 file(s)\n")
     assert main(["cache", "drop", "--cache", str(cache), "--label", f"{rag} q1", "--label", "*/closed-k0 q3"]) == 0
     assert capsys.readouterr().out.endswith("dropped 2 file(s)\n")
-    assert sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json")) == sorted([
-        f"{closed} q1", f"{closed} q2", f"{rag} q2"])
+    assert sorted(json.loads(f.read_text())["label"] for f in cache.glob("items/*/*.json")) == sorted(
+        [f"{closed} q1", f"{closed} q2", f"{rag} q2"]
+    )
 
 
 def test_a_batch_rejects_a_malformed_cell_label(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv(ENV, KEY)
-    rc = main(["generate-batch", "--llm", "api", "--settings", json.dumps({"llm": api_llm_config("x")}),
-               "--cells", json.dumps([{"cell": "musique/dev/rag-k1", "inputs": {}}]),
-               "--cache", str(tmp_path / "c.sqlite"), "--out", str(tmp_path / "b.json")])
+    rc = main(
+        [
+            "generate-batch",
+            "--llm",
+            "api",
+            "--settings",
+            json.dumps({"llm": api_llm_config("x")}),
+            "--cells",
+            json.dumps([{"cell": "musique/dev/rag-k1", "inputs": {}}]),
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+            "--out",
+            str(tmp_path / "b.json"),
+        ]
+    )
     assert rc == 1
     assert "--cells[0]: 'musique/dev/rag-k1' is not '<dataset>/<split>/" in capsys.readouterr().err
     assert not (tmp_path / "b.json").exists()
@@ -296,24 +542,70 @@ def test_a_batch_split_in_two_shares_asks_for_every_prompt_once(split, tmp_path:
     cache = tmp_path / "cache"
     with OpenAITestDouble() as api:
         settings = {"llm": api_llm_config(api.base_url), "sampling": {"max_new_tokens": 8}, "max_questions": None}
-        inputs = {"queries": str(split["queries"]), "template": str(TEMPLATE), "corpus": str(split["corpus"]),
-                  "qrels": str(split["qrels"]), "run": str(split["run"])}
-        members = [{"cell": "musique/dev/pipe/none/api/few-shot/closed-k0",
-                    "inputs": {k: inputs[k] for k in ("queries", "template")}},
-                   {"cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1", "inputs": inputs}]
+        inputs = {
+            "queries": str(split["queries"]),
+            "template": str(TEMPLATE),
+            "corpus": str(split["corpus"]),
+            "qrels": str(split["qrels"]),
+            "run": str(split["run"]),
+        }
+        members = [
+            {
+                "cell": "musique/dev/pipe/none/api/few-shot/closed-k0",
+                "inputs": {k: inputs[k] for k in ("queries", "template")},
+            },
+            {"cell": "musique/dev/pipe/bm25/api/few-shot/rag-k1", "inputs": inputs},
+        ]
         asked = []
         for share in ("1-of-2", "2-of-2"):
-            assert main(["generate-batch", "--llm", "api", "--share", share, "--settings", json.dumps(settings),
-                         "--cells", json.dumps(members), "--cache", str(cache),
-                         "--out", str(tmp_path / f"{share}.json")]) == 0
+            assert (
+                main(
+                    [
+                        "generate-batch",
+                        "--llm",
+                        "api",
+                        "--share",
+                        share,
+                        "--settings",
+                        json.dumps(settings),
+                        "--cells",
+                        json.dumps(members),
+                        "--cache",
+                        str(cache),
+                        "--out",
+                        str(tmp_path / f"{share}.json"),
+                    ]
+                )
+                == 0
+            )
             asked.append(len(api.bodies) - sum(asked))
     manifests = [json.loads((tmp_path / f"{s}.json").read_text()) for s in ("1-of-2", "2-of-2")]
     # share 1: closed q1, q3 and rag q1, q3 (q3's rag prompt is its closed one): 4 items, 3 prompts
     assert [(m["share"], m["n_items"], m["n_unique_prompts"], m["n_generated"]) for m in manifests] == [
-        ("1-of-2", 4, 3, 3), ("2-of-2", 2, 2, 2)]
+        ("1-of-2", 4, 3, 3),
+        ("2-of-2", 2, 2, 2),
+    ]
     assert asked == [3, 2]
     capsys.readouterr()
-    assert main(["generate-batch", "--llm", "api", "--share", "3-of-2", "--settings", json.dumps(settings),
-                 "--cells", json.dumps(members), "--cache", str(cache), "--out", str(tmp_path / "bad.json")]) == 1
+    assert (
+        main(
+            [
+                "generate-batch",
+                "--llm",
+                "api",
+                "--share",
+                "3-of-2",
+                "--settings",
+                json.dumps(settings),
+                "--cells",
+                json.dumps(members),
+                "--cache",
+                str(cache),
+                "--out",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 1
+    )
     assert "--share: expected <i>-of-<n> with 1 <= i <= n (e.g. 2-of-8), got '3-of-2'" in capsys.readouterr().err
     assert not (tmp_path / "bad.json").exists()

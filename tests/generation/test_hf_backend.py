@@ -16,13 +16,28 @@ from cqabench.generation.llm.base import Sampling
 from cqabench.generation.llm.convert import DEFAULT_SOURCE, ensure_converted, locate_gguf
 
 CHATS = [
-    [{"role": "user", "content": "Question: What is the capital of France?\nReply with one line: Final Answer: <answer>."}],
-    [{"role": "system", "content": "You answer factual questions with a short answer."},
-     {"role": "user", "content": "Question: Which planet is known as the Red Planet, and why is it called that? "
-                                 "Think about its surface and colour before answering."}],
+    [
+        {
+            "role": "user",
+            "content": "Question: What is the capital of France?\nReply with one line: Final Answer: <answer>.",
+        }
+    ],
+    [
+        {"role": "system", "content": "You answer factual questions with a short answer."},
+        {
+            "role": "user",
+            "content": "Question: Which planet is known as the Red Planet, and why is it called that? "
+            "Think about its surface and colour before answering.",
+        },
+    ],
     [{"role": "user", "content": "Name a primary colour."}],
-    [{"role": "user", "content": "Question: Who wrote the play Romeo and Juliet? Answer briefly, then explain in one sentence "
-                                 "what the play is about and where it is set, mentioning the two families."}],
+    [
+        {
+            "role": "user",
+            "content": "Question: Who wrote the play Romeo and Juliet? Answer briefly, then explain in one sentence "
+            "what the play is about and where it is set, mentioning the two families.",
+        }
+    ],
 ]
 
 
@@ -30,8 +45,11 @@ CHATS = [
 def backend(smollm2_dir: Path):
     from cqabench.generation.llm.hf import HfBackend
 
-    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 4},
-                    models_dir=smollm2_dir.parent)
+    spec = llm_spec(
+        "smollm2-135m",
+        {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 4},
+        models_dir=smollm2_dir.parent,
+    )
     b = HfBackend(spec)
     yield b
     b.close()
@@ -77,7 +95,9 @@ def test_batched_left_padded_greedy_equals_unbatched(backend) -> None:
 def test_stop_strings_cut_the_text_and_end_only_their_row(backend) -> None:
     free = dict(pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20)) for pair in batch)
     word = free[0].text.split()[1]  # a word the model writes early in its first answer
-    stopped = dict(pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20, stop=(word,))) for pair in batch)
+    stopped = dict(
+        pair for batch in backend.generate(CHATS[:2], Sampling(max_new_tokens=20, stop=(word,))) for pair in batch
+    )
     assert stopped[0].text == free[0].text[: free[0].text.index(word)]
     assert stopped[0].finish_reason == "stop" and stopped[0].output_tokens < free[0].output_tokens
     if word not in free[1].text:
@@ -103,7 +123,11 @@ def test_folders_of_an_older_converter_are_converted_again(tmp_path: Path, monke
 
     calls = []
     monkeypatch.setattr(convert, "convert_gguf", lambda source, out, dtype: calls.append(out))
-    old = {"source": DEFAULT_SOURCE, "dtype": "float32", "gguf_sha256": "0" * 64}  # a version-1 folder: no converter_version
+    old = {
+        "source": DEFAULT_SOURCE,
+        "dtype": "float32",
+        "gguf_sha256": "0" * 64,
+    }  # a version-1 folder: no converter_version
     (tmp_path / "provenance.json").write_text(json.dumps(old))
     convert.ensure_converted(DEFAULT_SOURCE, tmp_path)
     assert calls == [tmp_path]
@@ -127,8 +151,10 @@ def test_hf_cuda_without_a_gpu_is_one_line_naming_the_device_key(device: str, tm
     spec = llm_spec("tiny", {"backend": "hf", "source": str(tmp_path / "no-model"), "device": device})
     with pytest.raises(ConfigError) as err:
         HfBackend(spec)
-    assert str(err.value) == (f"llms.tiny.device: {device!r}, but torch sees no GPU on this machine "
-                              "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is")
+    assert str(err.value) == (
+        f"llms.tiny.device: {device!r}, but torch sees no GPU on this machine "
+        "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is"
+    )
 
 
 def test_hf_device_names_torch_does_not_know_and_missing_gpus_are_refused() -> None:
@@ -137,7 +163,9 @@ def test_hf_device_names_torch_does_not_know_and_missing_gpus_are_refused() -> N
 
     with pytest.raises(ConfigError, match=r"^llms\.m\.device: 'gpu' is not a torch device; use cpu, cuda or cuda:N$"):
         resolve_device("m", "gpu", cuda_available=True, cuda_count=1)
-    with pytest.raises(ConfigError, match=r"^llms\.m\.device: 'cuda:2', but torch sees 2 GPU\(s\) \(cuda:0\.\.cuda:1\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^llms\.m\.device: 'cuda:2', but torch sees 2 GPU\(s\) \(cuda:0\.\.cuda:1\)$"
+    ):
         resolve_device("m", "cuda:2", cuda_available=True, cuda_count=2)
     assert str(resolve_device("m", "cuda:1", cuda_available=True, cuda_count=2)) == "cuda:1"
     assert str(resolve_device("m", None, cuda_available=False, cuda_count=0)) == "cpu"  # unset: the GPU if any

@@ -53,11 +53,21 @@ def test_sampling_from_config_validates_and_serializes_canonically() -> None:
     s = Sampling.from_config({"temperature": 0.3, "max_new_tokens": 512, "stop": ["\nQ:"]})
     assert s.stop == ("\nQ:",) and not s.greedy
     assert json.loads(s.to_json()) == {
-        "temperature": 0.3, "top_p": 1.0, "max_new_tokens": 512, "frequency_penalty": 0.0,
-        "presence_penalty": 0.0, "seed": 0, "stop": ["\nQ:"],
+        "temperature": 0.3,
+        "top_p": 1.0,
+        "max_new_tokens": 512,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "seed": 0,
+        "stop": ["\nQ:"],
     }
-    for bad, msg in [({"temp": 1}, "unknown parameter"), ({"temperature": -1}, "temperature"),
-                     ({"top_p": 0}, "top_p"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"stop": "x"}, "stop")]:
+    for bad, msg in [
+        ({"temp": 1}, "unknown parameter"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"stop": "x"}, "stop"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             Sampling.from_config(bad)
 
@@ -82,10 +92,14 @@ def test_put_get_round_trip_and_first_answer_wins(tmp_path: Path) -> None:
 def test_empty_failed_and_oversized_completions_are_never_stored(tmp_path: Path) -> None:
     assert completion_problem(Completion("", 3, 0, 0.1)) == "empty completion"
     assert completion_problem(Completion(" \n", 3, 1, 0.1)) == "empty completion"
-    assert completion_problem(Completion("x", 3, 1, 0.1, error="empty reply (no choices) after 7 attempt(s)")) \
+    assert (
+        completion_problem(Completion("x", 3, 1, 0.1, error="empty reply (no choices) after 7 attempt(s)"))
         == "empty reply (no choices) after 7 attempt(s)"
-    assert completion_problem(Completion("abcdef", 3, 1, 0.1), max_chars=5) \
+    )
+    assert (
+        completion_problem(Completion("abcdef", 3, 1, 0.1), max_chars=5)
         == "completion of 6 characters exceeds max_completion_chars=5"
+    )
     assert completion_problem(Completion("abcde", 3, 1, 0.1), max_chars=5) == ""
     with ItemCache(tmp_path / "c", max_chars=5) as cache:
         for bad in (Completion("", 1, 0, 0.0), Completion("abcdef", 1, 1, 0.0), Completion("ok", 1, 1, 0.0, error="x")):
@@ -123,8 +137,9 @@ _CLAIMER = textwrap.dedent(
 
 
 def test_the_claims_of_a_killed_job_are_taken_over_and_a_live_jobs_are_not(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _CLAIMER, str(tmp_path / "c"), "k1,k2"], stdout=subprocess.PIPE,
-                            text=True, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLAIMER, str(tmp_path / "c"), "k1,k2"], stdout=subprocess.PIPE, text=True, env=ENV
+    )
     try:
         assert proc.stdout.readline().strip() == "k1,k2"
         with ItemCache(tmp_path / "c") as cache:
@@ -177,8 +192,12 @@ _WRITER = textwrap.dedent(
 def test_published_items_survive_sigkill_and_parallel_writers_share_the_folder(tmp_path: Path) -> None:
     """Two processes publish 50 items each and are SIGKILLed mid-write: all 100 are there, nothing is torn."""
     db = tmp_path / "c"
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), tag, "50"], stdout=subprocess.PIPE, text=True,
-                              env=ENV) for tag in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(db), tag, "50"], stdout=subprocess.PIPE, text=True, env=ENV
+        )
+        for tag in ("a", "b")
+    ]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "committed"
@@ -197,8 +216,12 @@ def test_published_items_survive_sigkill_and_parallel_writers_share_the_folder(t
 def test_a_corrupt_item_names_its_file_and_the_recovery_commands(tmp_path: Path, capsys) -> None:
     root = tmp_path / "c"
     with ItemCache(root) as cache:
-        cache.put_many([("k1", Completion("one", 1, 1, 0.0), "musique/dev/pipe/none/m/few-shot/closed-k0 q1"),
-                        ("k2", Completion("two", 1, 1, 0.0), "musique/dev/pipe/none/m/few-shot/closed-k0 q2")])
+        cache.put_many(
+            [
+                ("k1", Completion("one", 1, 1, 0.0), "musique/dev/pipe/none/m/few-shot/closed-k0 q1"),
+                ("k2", Completion("two", 1, 1, 0.0), "musique/dev/pipe/none/m/few-shot/closed-k0 q2"),
+            ]
+        )
     bad = root / "items" / "k1" / "k1.json"
     bad.write_bytes(bad.read_bytes()[:20])  # truncated, as by a full disk or a bad copy
     with ItemCache(root) as cache, pytest.raises(CacheError) as err:
@@ -220,28 +243,38 @@ def test_a_corrupt_item_names_its_file_and_the_recovery_commands(tmp_path: Path,
 def test_drop_selects_items_by_key_and_label_and_sweeps_leftovers_of_dead_jobs(tmp_path: Path, capsys) -> None:
     root = tmp_path / "c"
     with ItemCache(root) as cache:
-        cache.put_many([(f"k{i}", Completion(f"a{i}" * (i + 1), 1, 1, 0.0), f"musique/dev/cell{i % 2} q{i}")
-                        for i in range(6)])
-    proc = subprocess.Popen([sys.executable, "-c", _CLAIMER, str(root), "k9"], stdout=subprocess.PIPE, text=True, env=ENV)
+        cache.put_many(
+            [(f"k{i}", Completion(f"a{i}" * (i + 1), 1, 1, 0.0), f"musique/dev/cell{i % 2} q{i}") for i in range(6)]
+        )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLAIMER, str(root), "k9"], stdout=subprocess.PIPE, text=True, env=ENV
+    )
     try:
         assert proc.stdout.readline().strip() == "k9"
     finally:  # the claimer sleeps 120 s: never left behind, pass or fail
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert main(["cache", "drop", "--cache", str(root), "--label", "musique/dev/cell1 *", "--key", "k0",
-                 "--dry-run"]) == 0
+    assert (
+        main(["cache", "drop", "--cache", str(root), "--label", "musique/dev/cell1 *", "--key", "k0", "--dry-run"]) == 0
+    )
     assert "would drop 4 file(s)" in capsys.readouterr().out  # k0 and cell1's k1, k3, k5
-    assert main(["cache", "drop", "--cache", str(root), "--label", "musique/dev/cell1 *", "--key", "k0",
-                 "--stale"]) == 0
+    assert (
+        main(["cache", "drop", "--cache", str(root), "--label", "musique/dev/cell1 *", "--key", "k0", "--stale"]) == 0
+    )
     out = capsys.readouterr().out
     assert "dropped 6 file(s)" in out  # the same four, and the killed job's claim on k9 and its job file
     with ItemCache(root) as cache:
         assert sorted(cache.get_many([f"k{i}" for i in range(6)])) == ["k2", "k4"]
-        assert not list((root / "claims").glob("*/*")) and [p.name for p in (root / "jobs").iterdir()] == [f"{cache.job}.json"]
+        assert not list((root / "claims").glob("*/*")) and [p.name for p in (root / "jobs").iterdir()] == [
+            f"{cache.job}.json"
+        ]
     # --max-chars flags long completions as bad: k4 is "a4" * 5 = 10 characters
     assert main(["cache", "verify", "--cache", str(root), "--max-chars", "8"]) == 1
     assert "exceeds max_completion_chars=8" in capsys.readouterr().out
-    with ItemCache(root, max_chars=8) as cache, pytest.raises(CacheError, match=r"drop --cache .* --bad --max-chars 8`"):
+    with (
+        ItemCache(root, max_chars=8) as cache,
+        pytest.raises(CacheError, match=r"drop --cache .* --bad --max-chars 8`"),
+    ):
         cache.get_many(["k4"])  # a job with a lower cap than the stored item says how to drop it
     assert main(["cache", "drop", "--cache", str(root)]) == 1
     assert "say what to drop" in capsys.readouterr().err
@@ -252,8 +285,10 @@ def test_an_old_sqlite_cache_is_refused_with_a_hint_and_can_be_imported(tmp_path
 
     old = tmp_path / "m.sqlite"
     db = sqlite3.connect(old)
-    db.execute("CREATE TABLE items (key TEXT PRIMARY KEY, completion TEXT NOT NULL, created REAL NOT NULL,"
-               " label TEXT NOT NULL DEFAULT '')")
+    db.execute(
+        "CREATE TABLE items (key TEXT PRIMARY KEY, completion TEXT NOT NULL, created REAL NOT NULL,"
+        " label TEXT NOT NULL DEFAULT '')"
+    )
     rows = [("k1", Completion("Final Answer: 4", 3, 2, 0.1)), ("k2", Completion("", 3, 0, 0.1))]  # k2: cause 4
     db.executemany("INSERT INTO items VALUES (?, ?, 0, 'cell q')", [(k, json.dumps(c.to_dict())) for k, c in rows])
     db.commit()
@@ -308,7 +343,9 @@ def test_an_empty_or_oversized_completion_is_asked_again_then_recorded_as_failed
         assert not list((tmp_path / "c" / "claims").glob("*/*"))  # ... and not left claimed
 
 
-def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(tmp_path: Path, monkeypatch, request) -> None:
+def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(
+    tmp_path: Path, monkeypatch, request
+) -> None:
     """Issue 11, cause 4: an empty `choices` or `content: null` was stored as an empty answer for good."""
     import pyarrow.parquet as pq
 
@@ -318,18 +355,53 @@ def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(t
 
     monkeypatch.setenv(ENV, KEY)
     queries = tmp_path / "queries.parquet"
-    write_parquet(CanonicalData(queries=[Query("q1", "Which city hosts alpha?"), Query("q2", "Which city hosts bravo?"),
-                                         Query("q3", "Which city hosts charlie?")]).tables()["queries"], queries)
+    write_parquet(
+        CanonicalData(
+            queries=[
+                Query("q1", "Which city hosts alpha?"),
+                Query("q2", "Which city hosts bravo?"),
+                Query("q3", "Which city hosts charlie?"),
+            ]
+        ).tables()["queries"],
+        queries,
+    )
 
     def generate(base_url: str, status: int = 0) -> dict[str, dict]:
         """Run the cell; `status` 3: items failed, outputs written, the job fails (issue 21)."""
         settings = {"llm": api_llm_config(base_url, max_retries=2), "sampling": {"max_new_tokens": 16}}
         out = tmp_path / "p.parquet"
-        assert main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                     "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries),
-                     "--template", str(REPO / "resources/prompts/few-shot/multihop.txt"),
-                     "--settings", json.dumps(settings), "--cache", str(tmp_path / "cache"), "--out", str(out),
-                     "--summary", str(tmp_path / "s.json")]) == status
+        assert (
+            main(
+                [
+                    "generate",
+                    "--dataset",
+                    "musique",
+                    "--split",
+                    "dev",
+                    "--serialization",
+                    "pipe",
+                    "--llm",
+                    "api",
+                    "--prompt",
+                    "few-shot",
+                    "--setting",
+                    "closed",
+                    "--queries",
+                    str(queries),
+                    "--template",
+                    str(REPO / "resources/prompts/few-shot/multihop.txt"),
+                    "--settings",
+                    json.dumps(settings),
+                    "--cache",
+                    str(tmp_path / "cache"),
+                    "--out",
+                    str(out),
+                    "--summary",
+                    str(tmp_path / "s.json"),
+                ]
+            )
+            == status
+        )
         return {r["qid"]: r for r in pq.read_table(out).to_pylist()}
 
     # one server throughout: an API model's items are keyed by its endpoint (its port included)
@@ -350,8 +422,9 @@ def test_an_api_that_answers_nothing_gives_a_failed_row_and_a_rerun_asks_again(t
     assert rows["q3"]["cached"] and not rows["q1"]["cached"]
 
 
-def test_a_reply_that_stays_malformed_fails_the_job_keeping_what_was_answered(tmp_path: Path, monkeypatch,
-                                                                               capsys) -> None:
+def test_a_reply_that_stays_malformed_fails_the_job_keeping_what_was_answered(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     """A 200 HTML page (a proxy) was a traceback with no retry; now: retried, then exit 1 naming it, no output."""
     from cqabench.common.io import write_parquet
     from cqabench.data.schema import CanonicalData, Query
@@ -359,15 +432,41 @@ def test_a_reply_that_stays_malformed_fails_the_job_keeping_what_was_answered(tm
 
     monkeypatch.setenv(ENV, KEY)
     queries = tmp_path / "queries.parquet"
-    write_parquet(CanonicalData(queries=[Query("q1", "Which city hosts alpha?"),
-                                         Query("q2", "Which city hosts bravo?")]).tables()["queries"], queries)
+    write_parquet(
+        CanonicalData(
+            queries=[Query("q1", "Which city hosts alpha?"), Query("q2", "Which city hosts bravo?")]
+        ).tables()["queries"],
+        queries,
+    )
     with OpenAITestDouble({"bravo?": ["html"] * 10}) as api:
         settings = {"llm": api_llm_config(api.base_url, max_retries=1, max_concurrency=1)}
-        rc = main(["generate", "--dataset", "musique", "--split", "dev", "--serialization", "pipe", "--llm", "api",
-                   "--prompt", "few-shot", "--setting", "closed", "--queries", str(queries),
-                   "--template", str(REPO / "resources/prompts/few-shot/multihop.txt"),
-                   "--settings", json.dumps(settings), "--cache", str(tmp_path / "cache"),
-                   "--out", str(tmp_path / "p.parquet")])
+        rc = main(
+            [
+                "generate",
+                "--dataset",
+                "musique",
+                "--split",
+                "dev",
+                "--serialization",
+                "pipe",
+                "--llm",
+                "api",
+                "--prompt",
+                "few-shot",
+                "--setting",
+                "closed",
+                "--queries",
+                str(queries),
+                "--template",
+                str(REPO / "resources/prompts/few-shot/multihop.txt"),
+                "--settings",
+                json.dumps(settings),
+                "--cache",
+                str(tmp_path / "cache"),
+                "--out",
+                str(tmp_path / "p.parquet"),
+            ]
+        )
     err = capsys.readouterr().err
     assert rc == 1 and "failed (malformed reply (an HTML page, not a chat completion: '<html><head><title>502" in err
     assert "after 2 attempt(s)" in err and "Traceback" not in err

@@ -25,18 +25,30 @@ ENV = "CQA_TEST_OPENAI_KEY"
 
 
 def _reply(model: str, choices: list) -> tuple[bytes, str]:
-    return json.dumps({"id": "cmpl-x", "object": "chat.completion", "created": 0, "model": model, "choices": choices,
-                       "usage": {"prompt_tokens": 4, "completion_tokens": 0, "total_tokens": 4}}).encode(), "application/json"
+    return json.dumps(
+        {
+            "id": "cmpl-x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": choices,
+            "usage": {"prompt_tokens": 4, "completion_tokens": 0, "total_tokens": 4},
+        }
+    ).encode(), "application/json"
 
 
 # 200 replies that are no answer (issue 11): what a proxy, a cut connection or a filtering API sends
 BAD_200 = {
     "html": lambda model: (b"<html><head><title>502</title></head><body>Bad gateway</body></html>", "text/html"),
-    "truncated": lambda model: (b'{"id": "cmpl-x", "object": "chat.completion", "choices": [{"index"', "application/json"),
+    "truncated": lambda model: (
+        b'{"id": "cmpl-x", "object": "chat.completion", "choices": [{"index"',
+        "application/json",
+    ),
     "emptybody": lambda model: (b"", "application/json"),
     "nochoices": lambda model: _reply(model, []),
-    "null": lambda model: _reply(model, [{"index": 0, "finish_reason": "content_filter",
-                                          "message": {"role": "assistant", "content": None}}]),
+    "null": lambda model: _reply(
+        model, [{"index": 0, "finish_reason": "content_filter", "message": {"role": "assistant", "content": None}}]
+    ),
 }
 
 
@@ -54,8 +66,13 @@ class OpenAITestDouble:
     reply (requests in flight when that client is killed).
     """
 
-    def __init__(self, script: dict[str, list[str]] | None = None, slow_s: float = 1.0, vary: bool = False,
-                 hold_after: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        script: dict[str, list[str]] | None = None,
+        slow_s: float = 1.0,
+        vary: bool = False,
+        hold_after: dict[str, int] | None = None,
+    ) -> None:
         self.script = script or {}
         self.slow_s = slow_s
         self.vary = vary
@@ -102,8 +119,11 @@ class OpenAITestDouble:
                     if action in ("429", "500", "401"):
                         status = int(action)
                         msg = {"401": f"Incorrect API key provided: {KEY}"}.get(action, "try later")
-                        self._send(status, {"error": {"message": msg, "type": "test", "code": action}},
-                                   {"Retry-After": "0"} if status == 429 else {})
+                        self._send(
+                            status,
+                            {"error": {"message": msg, "type": "test", "code": action}},
+                            {"Retry-After": "0"} if status == 429 else {},
+                        )
                         return
                     word = question.split()[-1].strip("?")
                     with double._lock:
@@ -112,13 +132,27 @@ class OpenAITestDouble:
                         double.answers_by_auth[auth] += 1
                     if double.vary and seen:
                         word = f"{word}-again{seen}"
-                    self._send(200, {
-                        "id": f"cmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": f"Final Answer: {word}"}}],
-                        "usage": {"prompt_tokens": len(question.split()), "completion_tokens": 3,
-                                  "total_tokens": len(question.split()) + 3},
-                    })
+                    self._send(
+                        200,
+                        {
+                            "id": f"cmpl-{n}",
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": body["model"],
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": f"Final Answer: {word}"},
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": len(question.split()),
+                                "completion_tokens": 3,
+                                "total_tokens": len(question.split()) + 3,
+                            },
+                        },
+                    )
                 finally:
                     with double._lock:
                         double.in_flight -= 1
@@ -160,9 +194,18 @@ def api_llm_config(base_url: str, **extra: object) -> dict:
     """The client timeout is far above what a loopback answer takes at a load of 10 (at 0.5 s a
     busy CI timed out ordinary requests, and a 401 or 500 then counted as a timeout); a test of
     timeouts gives its own, with a "slow" reply far past it."""
-    return {"backend": "openai", "source": "test-model", "base_url": base_url, "api_key_env": ENV,
-            "max_concurrency": 3, "max_retries": 4, "backoff_s": 0.01, "max_backoff_s": 0.05,
-            "timeout_s": 10, **extra}
+    return {
+        "backend": "openai",
+        "source": "test-model",
+        "base_url": base_url,
+        "api_key_env": ENV,
+        "max_concurrency": 3,
+        "max_retries": 4,
+        "backoff_s": 0.01,
+        "max_backoff_s": 0.05,
+        "timeout_s": 10,
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -175,7 +218,9 @@ def _chats(n: int) -> list[list[dict]]:
     return [[{"role": "user", "content": f"Question: which item is number{i}?"}] for i in range(n)]
 
 
-def test_retries_on_429_500_and_timeouts_complete_every_item_once(api_key: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_retries_on_429_500_and_timeouts_complete_every_item_once(
+    api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     script = {"number1?": ["429", "429"], "number4?": ["500"], "number7?": ["slow"]}
     # the slow reply waits far past the client's timeout, and that timeout is far above what a
     # loopback answer takes even on a loaded machine (at 0.5 s a busy CI timed out ordinary
@@ -183,7 +228,9 @@ def test_retries_on_429_500_and_timeouts_complete_every_item_once(api_key: str, 
     with OpenAITestDouble(script, slow_s=60) as api:
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, timeout_s=5)))
         with caplog.at_level(logging.WARNING, logger="cqabench.generation.llm.openai_backend"):
-            batches = list(backend.generate(_chats(10), Sampling(max_new_tokens=16), labels=[f"q{i}" for i in range(10)]))
+            batches = list(
+                backend.generate(_chats(10), Sampling(max_new_tokens=16), labels=[f"q{i}" for i in range(10)])
+            )
         backend.close()
     indices = [i for batch in batches for i, _ in batch]
     assert sorted(indices) == list(range(10))  # every item exactly once
@@ -205,7 +252,9 @@ def test_retries_on_429_500_and_timeouts_complete_every_item_once(api_key: str, 
     assert body["model"] == "test-model" and body["max_tokens"] == 16 and body["temperature"] == 0
 
 
-def test_a_non_retryable_error_stops_at_once_without_leaking_the_key(api_key: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_non_retryable_error_stops_at_once_without_leaking_the_key(
+    api_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     with OpenAITestDouble({"number0?": ["401"]}) as api:
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_concurrency=1)))
         with pytest.raises(ApiError) as err:
@@ -246,14 +295,17 @@ def test_a_malformed_200_reply_is_retried_like_a_server_error(api_key: str, bad:
     with OpenAITestDouble({"number1?": [bad, bad]}) as api:
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url)))
         with caplog.at_level(logging.WARNING, logger="cqabench.generation.llm.openai_backend"):
-            results = dict(p for batch in backend.generate(_chats(3), Sampling(), labels=["q0", "q1", "q2"]) for p in batch)
+            results = dict(
+                p for batch in backend.generate(_chats(3), Sampling(), labels=["q0", "q1", "q2"]) for p in batch
+            )
     assert [results[i].text for i in range(3)] == [f"Final Answer: number{i}" for i in range(3)]
     assert api.attempts["Question: which item is number1?"] == 3 and backend.retries == 2
     assert sum("request q1 got malformed reply" in r.getMessage() for r in caplog.records) == 2
 
 
-@pytest.mark.parametrize(("bad", "what"), [("html", "an HTML page"), ("truncated", "invalid JSON"),
-                                           ("emptybody", "invalid JSON")])
+@pytest.mark.parametrize(
+    ("bad", "what"), [("html", "an HTML page"), ("truncated", "invalid JSON"), ("emptybody", "invalid JSON")]
+)
 def test_a_reply_that_stays_malformed_stops_the_job_naming_what_came_back(api_key: str, bad: str, what: str) -> None:
     with OpenAITestDouble({"number0?": [bad] * 10}) as api:
         backend = OpenAIBackend(llm_spec("api", api_llm_config(api.base_url, max_retries=2, max_concurrency=1)))

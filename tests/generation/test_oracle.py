@@ -41,7 +41,10 @@ def test_hash_draws_checked_by_hand():
 
 def test_no_distractors_is_the_gold_list_in_qrels_order():
     assert oracle_contexts(["q3", "q1", "q2"], GOLD, 0, seed=123) == {
-        "q3": ["d", "e", "a"], "q1": ["a", "b"], "q2": ["c"]}
+        "q3": ["d", "e", "a"],
+        "q1": ["a", "b"],
+        "q2": ["c"],
+    }
     # a repeated gold docid (several annotators) is shown once
     assert oracle_contexts(["x"], {"x": ["a", "b", "a"], "y": ["c"]}) == {"x": ["a", "b"]}
 
@@ -102,8 +105,9 @@ def test_questions_without_evidence():
     assert questions_without_evidence("tanq", "dev", ["q1", "q4", "nope", "q2"], GOLD) == ["q4", "nope"]
     assert questions_without_evidence("tanq", "dev", ["q1"], GOLD) == []
     with pytest.raises(ConfigError) as exc:
-        questions_without_evidence("tanq", "test", ["q4", "nope"], GOLD,
-                                   reason="the TANQ sample's questions carry no proofs (answer_list)")
+        questions_without_evidence(
+            "tanq", "test", ["q4", "nope"], GOLD, reason="the TANQ sample's questions carry no proofs (answer_list)"
+        )
     msg = str(exc.value)
     assert "tanq/test" in msg and "has no gold evidence" in msg and "2 selected" in msg and "carry no proofs" in msg
     with pytest.raises(ConfigError, match="ambigqa/dev"):
@@ -127,8 +131,10 @@ def test_bundled_sample_tanq_has_no_proofs():
 
 
 def test_bundled_sample_strategyqa_needs_the_paragraphs_role(tmp_path):
-    files = {"questions": RAW / "strategyqa" / "dev.json",
-             "decompositions": RAW / "strategyqa" / "bart_decomp_dev_predictions.jsonl"}
+    files = {
+        "questions": RAW / "strategyqa" / "dev.json",
+        "decompositions": RAW / "strategyqa" / "bart_decomp_dev_predictions.jsonl",
+    }
     ok, why = has_gold_evidence("strategyqa", files)
     assert not ok and "paragraphs" in why
     assert has_gold_evidence("strategyqa", {**files, "paragraphs": None})[0] is False  # role left empty
@@ -137,14 +143,23 @@ def test_bundled_sample_strategyqa_needs_the_paragraphs_role(tmp_path):
     assert has_gold_evidence("strategyqa", {**files, "paragraphs": tmp_path / "absent.json"}) == (True, "")
 
 
-@pytest.mark.parametrize("dataset, files", [
-    ("musique", {"questions": "musique/musique_train_100.jsonl"}),
-    ("2wikimultihopqa", {"questions": "2wikimultihopqa/dev.json"}),
-    ("ottqa", {"questions": "ottqa/dev.traced.sample.json", "tables": "ottqa/dev_tables.sample.json",
-               "passages": "ottqa/dev_passages.sample.json"}),
-    ("tatqa", {"questions": "tatqa/tatqa_dataset_dev.sample.json"}),
-    ("finqa", {"questions": "finqa/dev.json"}),
-])
+@pytest.mark.parametrize(
+    "dataset, files",
+    [
+        ("musique", {"questions": "musique/musique_train_100.jsonl"}),
+        ("2wikimultihopqa", {"questions": "2wikimultihopqa/dev.json"}),
+        (
+            "ottqa",
+            {
+                "questions": "ottqa/dev.traced.sample.json",
+                "tables": "ottqa/dev_tables.sample.json",
+                "passages": "ottqa/dev_passages.sample.json",
+            },
+        ),
+        ("tatqa", {"questions": "tatqa/tatqa_dataset_dev.sample.json"}),
+        ("finqa", {"questions": "finqa/dev.json"}),
+    ],
+)
 def test_bundled_sample_datasets_with_gold_in_the_question_file(dataset, files):
     paths = {role: RAW / p for role, p in files.items()}
     assert has_gold_evidence(dataset, paths) == (True, "")
@@ -187,12 +202,30 @@ def test_ambigqa_small_files(tmp_path):
 
 def test_tanq_small_files(tmp_path):
     no_proofs = {"init_qid": "1__x__dev", "question": "?", "answer_table": "a|b\n1|2"}
-    empty = dict(no_proofs, init_qid="2__x__dev",
-                 answer_list=[{"init_answer_proof": [], "extension_answer": [{"proof": []}]}])
-    with_proofs = dict(no_proofs, init_qid="3__x__dev", answer_list=[
-        {"init_answer_proof": [], "extension_answer": [{"proof": [
-            {"text": "1 is a number.", "section": "Numbers", "found_in_url": "https://en.wikipedia.org/wiki/1",
-             "proof_type": "text"}]}]}])
+    empty = dict(
+        no_proofs, init_qid="2__x__dev", answer_list=[{"init_answer_proof": [], "extension_answer": [{"proof": []}]}]
+    )
+    with_proofs = dict(
+        no_proofs,
+        init_qid="3__x__dev",
+        answer_list=[
+            {
+                "init_answer_proof": [],
+                "extension_answer": [
+                    {
+                        "proof": [
+                            {
+                                "text": "1 is a number.",
+                                "section": "Numbers",
+                                "found_in_url": "https://en.wikipedia.org/wiki/1",
+                                "proof_type": "text",
+                            }
+                        ]
+                    }
+                ],
+            }
+        ],
+    )
     path = tmp_path / "dev.jsonl"
     path.write_text(json.dumps(no_proofs) + "\n" + json.dumps(empty) + "\n", encoding="utf-8")
     assert has_gold_evidence("tanq", {"questions": path})[0] is False
@@ -228,10 +261,16 @@ def test_facts_contexts_are_the_annotators_facts_by_hand(strategyqa_queries):
     queries = read_parquet(strategyqa_queries)
     asked = [{"qid": "e0044a7b4d146d611e73"}, {"qid": "c69397b4341b65ed080f"}, {"qid": "not-a-question"}]
     docs_for, entries, without = facts_contexts(queries, asked)
-    assert docs_for == {"e0044a7b4d146d611e73": ["e0044a7b4d146d611e73/facts/0", "e0044a7b4d146d611e73/facts/1"],
-                        "c69397b4341b65ed080f": ["c69397b4341b65ed080f/facts/0", "c69397b4341b65ed080f/facts/1"]}
-    assert entries["e0044a7b4d146d611e73/facts/0"] == {"docid": "e0044a7b4d146d611e73/facts/0", "title": "",
-                                                        "text": "Albany, GA has around 75,000 people", "kind": "text"}
+    assert docs_for == {
+        "e0044a7b4d146d611e73": ["e0044a7b4d146d611e73/facts/0", "e0044a7b4d146d611e73/facts/1"],
+        "c69397b4341b65ed080f": ["c69397b4341b65ed080f/facts/0", "c69397b4341b65ed080f/facts/1"],
+    }
+    assert entries["e0044a7b4d146d611e73/facts/0"] == {
+        "docid": "e0044a7b4d146d611e73/facts/0",
+        "title": "",
+        "text": "Albany, GA has around 75,000 people",
+        "kind": "text",
+    }
     assert entries["e0044a7b4d146d611e73/facts/1"]["text"] == "Albany, NY has almost 100,000 people"
     assert without == ["not-a-question"]
     with pytest.raises(ConfigError, match="none of the 1 selected question"):
@@ -257,21 +296,39 @@ def test_a_facts_oracle_cell_shows_the_facts_and_says_so(strategyqa_queries, tmp
     prepared = prepare_cell(cell, spec, Sampling(max_new_tokens=8), template, inputs, options, identity={"m": 1})
     first = prepared.items[0]
     assert first.docids == ["e0044a7b4d146d611e73/facts/0", "e0044a7b4d146d611e73/facts/1"]
-    assert ("Context:\n[1] Albany, GA has around 75,000 people\n\n[2] Albany, NY has almost 100,000 people\n\n"
-            "Question: Will the Albany in Georgia reach a hundred thousand occupants before the one in New York?"
-            ) in first.chat[-1]["content"]
+    assert (
+        "Context:\n[1] Albany, GA has around 75,000 people\n\n[2] Albany, NY has almost 100,000 people\n\n"
+        "Question: Will the Albany in Georgia reach a hundred thousand occupants before the one in New York?"
+    ) in first.chat[-1]["content"]
     with pytest.raises(ConfigError, match="setting oracle needs --qrels"):  # the gold oracle still needs qrels
         prepare_cell(cell, spec, Sampling(), template, inputs, CellOptions(max_questions=2), identity={"m": 1})
 
     class Answers:  # TEST DOUBLE of a backend: "no" to everything
         def generate(self, chats, sampling, labels=None):
-            yield [(i, Completion(text="Final Answer: no", prompt_tokens=1, output_tokens=2, latency_s=0.0,
-                                  finish_reason="stop")) for i in range(len(chats))]
+            yield [
+                (
+                    i,
+                    Completion(
+                        text="Final Answer: no", prompt_tokens=1, output_tokens=2, latency_s=0.0, finish_reason="stop"
+                    ),
+                )
+                for i in range(len(chats))
+            ]
 
         def close(self):
             pass
 
-    summary = run_cell(cell, spec, Sampling(max_new_tokens=8), template, inputs, tmp_path / "p.parquet",
-                       tmp_path / "cache", options, tmp_path / "summary.json", backend_factory=Answers)
+    summary = run_cell(
+        cell,
+        spec,
+        Sampling(max_new_tokens=8),
+        template,
+        inputs,
+        tmp_path / "p.parquet",
+        tmp_path / "cache",
+        options,
+        tmp_path / "summary.json",
+        backend_factory=Answers,
+    )
     assert summary["options"]["oracle_context"] == "facts" and summary["n_items"] == 2
     assert json.loads((tmp_path / "summary.json").read_text())["options"]["oracle_context"] == "facts"

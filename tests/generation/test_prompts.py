@@ -28,7 +28,13 @@ from cqabench.generation.prompts import (
 ROOT = Path(__file__).resolve().parents[2] / "resources" / "prompts"
 ALL = [(s, f) for s in STRATEGIES for f in FAMILIES]
 # one dataset per family, to check exemplar answers against the extraction of that dataset
-FAMILY_DATASET = {"multihop": "musique", "strategy": "strategyqa", "ambiguous": "ambigqa", "numeric": "finqa", "table": "tanq"}
+FAMILY_DATASET = {
+    "multihop": "musique",
+    "strategy": "strategyqa",
+    "ambiguous": "ambigqa",
+    "numeric": "finqa",
+    "table": "tanq",
+}
 
 
 @pytest.mark.parametrize(("strategy", "family"), ALL)
@@ -64,7 +70,7 @@ def _first_exemplar_output(template_user: str) -> str:
         lines = part.splitlines()
         q = next((j for j, ln in enumerate(lines) if ln.startswith("Question:")), None)
         if q is not None and q + 1 < len(lines):
-            return "\n".join(lines[q + 1:])
+            return "\n".join(lines[q + 1 :])
     raise AssertionError("no exemplar found")
 
 
@@ -86,8 +92,11 @@ def test_exemplar_outputs_are_read_back_by_the_answer_extraction(strategy: str, 
 
 
 TANQ_ROOT = ROOT.parent / "prompts_tanq"
-TABLE_TEMPLATES = [*(template_path(ROOT, s, "table") for s in STRATEGIES), ROOT / "few-shot" / "table.open-book.txt",
-                   TANQ_ROOT / "few-shot" / "table.txt"]
+TABLE_TEMPLATES = [
+    *(template_path(ROOT, s, "table") for s in STRATEGIES),
+    ROOT / "few-shot" / "table.open-book.txt",
+    TANQ_ROOT / "few-shot" / "table.txt",
+]
 _EXEMPLAR_TABLE = re.compile(r"^(?:Final Answer:|So the final answer is:)\n((?:.+\n)+)", re.M)
 
 
@@ -99,12 +108,18 @@ def test_table_templates_ask_for_the_format_tanqs_official_reader_reads(path: Pa
     either way a demonstration gives the same table, and it scores RMS 1 against itself."""
     t = load_template(path)
     prompt = t.system + "\n" + t.user
-    for phrase in ('cells separated by " | "', 'no "|" at the start or end of a line', "no separator line",
-                   "no code fence", "nothing after the table"):
+    for phrase in (
+        'cells separated by " | "',
+        'no "|" at the start or end of a line',
+        "no separator line",
+        "no code fence",
+        "nothing after the table",
+    ):
         assert phrase in prompt, (path, phrase)
     tables = [m.group(1).strip() for m in _EXEMPLAR_TABLE.finditer(t.user)]
-    assert len(tables) == (0 if "zero-shot" in str(path) else 1 if "open-book" in path.name else
-                           3 if path.is_relative_to(TANQ_ROOT) else 5), path
+    assert len(tables) == (
+        0 if "zero-shot" in str(path) else 1 if "open-book" in path.name else 3 if path.is_relative_to(TANQ_ROOT) else 5
+    ), path
     for text in tables:
         lines = text.splitlines()
         assert not any(ln.startswith("|") or ln.endswith("|") or set(ln) <= set("|-: ") for ln in lines), text
@@ -123,14 +138,33 @@ def _template(tmp_path: Path, body: str) -> Path:
 
 
 def test_build_chat_places_context_question_and_renders_exemplar_tables(tmp_path: Path) -> None:
-    t = load_template(_template(tmp_path, (
-        "### system\nBe brief.\n### user\n{{table\nYear | Sales\n2020 | 5\n}}\n"
-        "Question: example?\nFinal Answer: 5\n\n{{context}}Question: {{question}}\n### stop\n\\nQuestion:\n"
-    )))
+    t = load_template(
+        _template(
+            tmp_path,
+            (
+                "### system\nBe brief.\n### user\n{{table\nYear | Sales\n2020 | 5\n}}\n"
+                "Question: example?\nFinal Answer: 5\n\n{{context}}Question: {{question}}\n### stop\n\\nQuestion:\n"
+            ),
+        )
+    )
     assert t.stop == ("\nQuestion:",)
     docs = [
-        {"docid": "d1", "title": "Paris", "text": "Paris is the capital.", "kind": "text", "table_header": [], "table_rows": []},
-        {"docid": "d2", "title": "", "text": "Intro", "kind": "table", "table_header": ["A", "B"], "table_rows": [["1", "2"]]},
+        {
+            "docid": "d1",
+            "title": "Paris",
+            "text": "Paris is the capital.",
+            "kind": "text",
+            "table_header": [],
+            "table_rows": [],
+        },
+        {
+            "docid": "d2",
+            "title": "",
+            "text": "Intro",
+            "kind": "table",
+            "table_header": ["A", "B"],
+            "table_rows": [["1", "2"]],
+        },
     ]
     chat = build_chat(t, "  What  is\nthe capital? ", docs, "markdown")
     assert chat[0] == {"role": "system", "content": "Be brief."}
@@ -177,7 +211,9 @@ def test_truncate_cuts_at_a_boundary_and_marks_the_cut() -> None:
         ("### system\nonly a system part\n", "user", "missing or empty"),
     ],
 )
-def test_malformed_templates_are_rejected_naming_the_section(tmp_path: Path, body: str, field: str, problem: str) -> None:
+def test_malformed_templates_are_rejected_naming_the_section(
+    tmp_path: Path, body: str, field: str, problem: str
+) -> None:
     path = _template(tmp_path, body)
     with pytest.raises(DataError) as err:
         load_template(path)
@@ -210,5 +246,7 @@ def test_non_utf8_template_names_the_file_and_byte(tmp_path: Path) -> None:
     path.write_bytes(b"### user\ncaf\xe9 {{context}} {{question}}\n")
     with pytest.raises(DataError) as err:
         load_template(path)
-    assert str(err.value) == (f"{path}: record None, field '-': byte 12 (line 2) is not UTF-8 "
-                              "(invalid continuation byte); save the file as UTF-8")
+    assert str(err.value) == (
+        f"{path}: record None, field '-': byte 12 (line 2) is not UTF-8 "
+        "(invalid continuation byte); save the file as UTF-8"
+    )

@@ -59,13 +59,28 @@ def run_in_vllm_env(what: str, model_dir: Path, job: dict, tmp: Path, timeout: i
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow"), "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.run(
-            [str(vllm_python()), str(REPO / "tests" / "vllm_checks.py"), what, "--model", str(model_dir),
-             "--job", str(job_path), "--out", str(out_path)],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+            [
+                str(vllm_python()),
+                str(REPO / "tests" / "vllm_checks.py"),
+                what,
+                "--model",
+                str(model_dir),
+                "--job",
+                str(job_path),
+                "--out",
+                str(out_path),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
         )
     if proc.returncode != 0:
-        pytest.fail(f"vllm_checks.py {what} exited {proc.returncode}; log {log_path}:\n{log_path.read_text()[-4000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"vllm_checks.py {what} exited {proc.returncode}; log {log_path}:\n{log_path.read_text()[-4000:]}",
+            pytrace=False,
+        )
     return json.loads(out_path.read_text())
 
 
@@ -80,12 +95,26 @@ def _runs(prompts) -> list[dict]:
     labels, chats, stop = prompts
     return [
         # the workflow's case: greedy, the template's stop string, 48 new tokens
-        {"name": "agree", "chats": chats, "labels": labels, "trace": True,
-         "sampling": {"temperature": 0, "max_new_tokens": MAX_NEW, "stop": list(stop)}},
+        {
+            "name": "agree",
+            "chats": chats,
+            "labels": labels,
+            "trace": True,
+            "sampling": {"temperature": 0, "max_new_tokens": MAX_NEW, "stop": list(stop)},
+        },
         # stop strings most answers reach early ("The answer to this question is: ..."), and a length cut
-        {"name": "stop", "chats": chats[:4], "labels": labels[:4],
-         "sampling": {"temperature": 0, "max_new_tokens": STOP_MAX_NEW, "stop": list(STOPS)}},
-        {"name": "length", "chats": chats[:4], "labels": labels[:4], "sampling": {"temperature": 0, "max_new_tokens": 3}},
+        {
+            "name": "stop",
+            "chats": chats[:4],
+            "labels": labels[:4],
+            "sampling": {"temperature": 0, "max_new_tokens": STOP_MAX_NEW, "stop": list(STOPS)},
+        },
+        {
+            "name": "length",
+            "chats": chats[:4],
+            "labels": labels[:4],
+            "sampling": {"temperature": 0, "max_new_tokens": 3},
+        },
     ]
 
 
@@ -108,8 +137,14 @@ def tokenizer_job(smollm2_dir: Path, prompts) -> dict:
     return {
         "chats": chats,
         "texts": ["Question: Who wrote Hamlet?", " leading space", "plain"],
-        "id_lists": [list(range(17, 400)), list(range(40000, 40300)), [1, 504, 3575, 2, 0], some_ids,
-                     some_ids[:-1], [198, 198, 28, 216]],
+        "id_lists": [
+            list(range(17, 400)),
+            list(range(40000, 40300)),
+            [1, 504, 3575, 2, 0],
+            some_ids,
+            some_ids[:-1],
+            [198, 198, 28, 216],
+        ],
     }
 
 
@@ -127,13 +162,18 @@ def hf_out(smollm2_dir: Path, prompts, report_dir: Path) -> dict:
 
     from cqabench.generation.llm.hf import HfBackend
 
-    spec = llm_spec("smollm2-135m", {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 8},
-                    models_dir=smollm2_dir.parent)
+    spec = llm_spec(
+        "smollm2-135m",
+        {"backend": "hf", "source": DEFAULT_SOURCE, "dtype": "float32", "batch_size": 8},
+        models_dir=smollm2_dir.parent,
+    )
     backend = HfBackend(spec)
     out = {}
     for run in _runs(prompts):
         began = time.perf_counter()
-        done = dict(pair for batch in backend.generate(run["chats"], Sampling.from_config(run["sampling"])) for pair in batch)
+        done = dict(
+            pair for batch in backend.generate(run["chats"], Sampling.from_config(run["sampling"])) for pair in batch
+        )
         out[run["name"]] = [done[i].to_dict() for i in range(len(run["chats"]))]
         out[f"{run['name']}_seconds"] = round(time.perf_counter() - began, 2)
     backend.close()
@@ -160,8 +200,9 @@ def test_the_vllm_environment_is_built(vllm_out: dict) -> None:
 
 
 @pytest.mark.engine
-def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_dir: Path, tokenizer_job: dict,
-                                                                       vllm_out: dict) -> None:
+def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(
+    smollm2_dir: Path, tokenizer_job: dict, vllm_out: dict
+) -> None:
     """Same prompt ids, same decoded strings, no BOS added: hf (.venv) and vLLM (.venv-vllm) read one folder alike."""
     from transformers import AutoTokenizer
 
@@ -175,7 +216,11 @@ def test_the_converted_tokenizer_is_the_same_under_transformers_4_and_5(smollm2_
     assert here["plain_ids"] == there["plain_ids"]
     assert here["decoded"] == there["decoded"]
     assert here["decoded_with_specials"] == there["decoded_with_specials"]
-    assert here["specials"] == there["specials"] == {"bos": "<|im_start|>", "eos": "<|im_end|>", "pad": "<|im_end|>", "eos_id": 2}
+    assert (
+        here["specials"]
+        == there["specials"]
+        == {"bos": "<|im_start|>", "eos": "<|im_end|>", "pad": "<|im_end|>", "eos_id": 2}
+    )
     # and it is the GPT-2 byte-level tokenizer SmolLM2 was trained with
     for text, ids in zip(job["texts"], here["plain_ids"]):
         assert tok.decode(ids) == text  # nothing added (no BOS), round trip exact
@@ -198,13 +243,16 @@ def test_vllm_generates_real_answers(vllm_out: dict, prompts) -> None:
     assert len(set(texts)) == len(texts), texts  # an answer per question, not one canned string
     ended = [c for c in run if c["finish_reason"] == "stop"]
     assert len(ended) >= len(run) // 2, texts  # most answers end by themselves (EOS or the template's stop)
-    print(f"\nvLLM engine start {vllm_out['start_seconds']} s (LLM() {vllm_out['engine_seconds']} s); "
-          f"{len(run)} prompts generated in {vllm_out['runs']['agree']['seconds']} s")
+    print(
+        f"\nvLLM engine start {vllm_out['start_seconds']} s (LLM() {vllm_out['engine_seconds']} s); "
+        f"{len(run)} prompts generated in {vllm_out['runs']['agree']['seconds']} s"
+    )
 
 
 @pytest.mark.engine
-def test_vllm_and_hf_agree_under_greedy_decoding(vllm_out: dict, hf_out: dict, prompts, smollm2_dir: Path,
-                                                 report_dir: Path) -> None:
+def test_vllm_and_hf_agree_under_greedy_decoding(
+    vllm_out: dict, hf_out: dict, prompts, smollm2_dir: Path, report_dir: Path
+) -> None:
     """Identical inputs always; identical answers but for float32 near-ties, each explained."""
     from transformers import AutoTokenizer
 
@@ -220,9 +268,13 @@ def test_vllm_and_hf_agree_under_greedy_decoding(vllm_out: dict, hf_out: dict, p
             assert (v["output_tokens"], v["finish_reason"]) == (h["output_tokens"], h["finish_reason"]), label
             continue
         report.append({"item": label, **vllm_checks.explain_difference(tok, trace, v["text"], h["text"])})
-    summary = (f"vLLM vs hf, greedy, {len(labels)} MuSiQue prompts (few-shot, {N_CLOSED} closed-book, {N_CONTEXT} with "
-               f"gold paragraphs), max_new_tokens {MAX_NEW}: {agreeing}/{len(labels)} identical answers")
-    (report_dir / "agreement.json").write_text(json.dumps({"summary": summary, "differs": report}, ensure_ascii=False, indent=1))
+    summary = (
+        f"vLLM vs hf, greedy, {len(labels)} MuSiQue prompts (few-shot, {N_CLOSED} closed-book, {N_CONTEXT} with "
+        f"gold paragraphs), max_new_tokens {MAX_NEW}: {agreeing}/{len(labels)} identical answers"
+    )
+    (report_dir / "agreement.json").write_text(
+        json.dumps({"summary": summary, "differs": report}, ensure_ascii=False, indent=1)
+    )
     print(f"\n{summary} (report: {report_dir / 'agreement.json'})")
     for row in report:
         print("  differs:", json.dumps(row, ensure_ascii=False))
@@ -245,5 +297,6 @@ def test_stop_strings_and_length_limits_behave_as_in_hf(vllm_out: dict, hf_out: 
         else:
             assert text.startswith(c["text"]) and c["output_tokens"] == STOP_MAX_NEW, (text, c)
     assert sum(c["finish_reason"] == "stop" for c in stopped) >= 2, stopped
-    assert all(c["finish_reason"] == "length" and c["output_tokens"] == 3 for c in vllm_out["runs"]["length"]["completions"])
-
+    assert all(
+        c["finish_reason"] == "length" and c["output_tokens"] == 3 for c in vllm_out["runs"]["length"]["completions"]
+    )

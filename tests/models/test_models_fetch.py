@@ -71,11 +71,15 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
 
 def _env(tmp_path: Path, hub: LoopbackHub, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
-    env.update({"PYTHONPATH": str(REPO / "workflow"), "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"), **extra})
+    env.update(
+        {"PYTHONPATH": str(REPO / "workflow"), "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"), **extra}
+    )
     return env
 
 
-def _fetch(tmp_path: Path, hub: LoopbackHub, models: list[tuple[str, str]], *args: str, **env: str) -> subprocess.CompletedProcess:
+def _fetch(
+    tmp_path: Path, hub: LoopbackHub, models: list[tuple[str, str]], *args: str, **env: str
+) -> subprocess.CompletedProcess:
     doc = {"models_dir": str(tmp_path / "models"),
            "models": [{"repo_id": r, "revision": rev, "keys": [f"test.{r}"]} for r, rev in models]}  # fmt: skip
     return subprocess.run([sys.executable, "-m", "cqabench.cli", "fetch-models", "--requests", json.dumps(doc), *args],
@@ -153,7 +157,10 @@ def test_a_gated_model_needs_hf_token_which_no_output_shows(tmp_path: Path, hub:
     folder = tmp_path / "models" / LLAMA
     refused = _fetch(tmp_path, hub, [(LLAMA, "main")])
     assert refused.returncode == 1
-    assert f"{LLAMA}@{LLAMA_COMMIT}: download failed: the hub refused access (HTTP 401): a gated or private model" in refused.stderr
+    assert (
+        f"{LLAMA}@{LLAMA_COMMIT}: download failed: the hub refused access (HTTP 401): a gated or private model"
+        in refused.stderr
+    )
     assert "set $HF_TOKEN to a token of an account that accepted it" in refused.stderr
     assert "(config: test.meta-llama/Llama-2-7b-hf)" in refused.stderr
     assert not folder.exists()  # nothing that looks fetched
@@ -218,7 +225,9 @@ def test_an_offline_job_loads_the_fetched_models_from_models_dir(tmp_path: Path,
     assert not (tmp_path / "empty-hf-home" / "hub").exists()  # nor was a user cache filled
 
 
-def test_a_job_whose_model_is_not_fetched_names_the_fetch_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_whose_model_is_not_fetched_names_the_fetch_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cqabench.common.errors import ConfigError
     from cqabench.models.store import locate
 

@@ -57,7 +57,8 @@ def test_dexter_needs_ten_hub_models_each_at_a_revision(tmp_path: Path) -> None:
 def test_tanq_needs_mistral_and_the_default_config_needs_none(tmp_path: Path) -> None:
     tanq = Plan(_config("tanq.yaml", tmp_path), ENV)
     assert [(r.repo_id, r.revision, r.keys) for r in needed_models.requests(tanq)] == [
-        ("mistralai/Mistral-7B-Instruct-v0.1", "main", ("llms.mistral-7b.source",))]
+        ("mistralai/Mistral-7B-Instruct-v0.1", "main", ("llms.mistral-7b.source",))
+    ]
     default = Plan(_config("config.yaml", tmp_path), ENV)  # package: encoder, gguf-package: LLM
     assert needed_models.requests(default) == [] and needed_models.missing(default) == {}
 
@@ -70,13 +71,19 @@ def test_the_missing_message_names_each_model_and_the_fetch_command(tmp_path: Pa
     assert "facebook/contriever" not in absent and len(absent) == 8
     text = needed_models.missing_message(plan, absent, ["config/dexter.yaml"])
     lines = text.splitlines()
-    assert lines[0] == (f"8 Hugging Face model(s) this config needs are not in {tmp_path}/ (jobs run offline and load "
-                        f"hub models only from {tmp_path}/<org>/<name>):")
+    assert lines[0] == (
+        f"8 Hugging Face model(s) this config needs are not in {tmp_path}/ (jobs run offline and load "
+        f"hub models only from {tmp_path}/<org>/<name>):"
+    )
     assert "  facebook/dpr-ctx_encoder-multiset-base (revision main; retrievers.dpr.doc_model): not fetched" in lines
-    assert ("  meta-llama/Llama-2-7b-hf (revision main; llms.llama2-7b.source): not fetched; gated: the fetch "
-            "needs HF_TOKEN") in lines
-    assert lines[-1].startswith("fetch them on a node with network (a login node): `cqabench fetch-models "
-                                "--configfile config/dexter.yaml` or `snakemake fetch_models --configfile config/dexter.yaml`")
+    assert (
+        "  meta-llama/Llama-2-7b-hf (revision main; llms.llama2-7b.source): not fetched; gated: the fetch "
+        "needs HF_TOKEN"
+    ) in lines
+    assert lines[-1].startswith(
+        "fetch them on a node with network (a login node): `cqabench fetch-models "
+        "--configfile config/dexter.yaml` or `snakemake fetch_models --configfile config/dexter.yaml`"
+    )
 
 
 def test_a_pinned_commit_that_differs_from_the_fetched_one_is_missing(tmp_path: Path) -> None:
@@ -97,8 +104,10 @@ def test_a_hub_model_without_its_revision_key_is_a_planning_error(tmp_path: Path
     with pytest.raises(ConfigError) as err:
         Plan(config, ENV)
     text = str(err.value)
-    assert ("retrievers.dpr.doc_revision: doc_model 'facebook/dpr-ctx_encoder-multiset-base' is a Hugging Face hub "
-            "model and needs a revision: a commit (40 hex digits), or a branch such as main") in text
+    assert (
+        "retrievers.dpr.doc_revision: doc_model 'facebook/dpr-ctx_encoder-multiset-base' is a Hugging Face hub "
+        "model and needs a revision: a commit (40 hex digits), or a branch such as main"
+    ) in text
     assert "llms.llama2-7b.revision: source 'meta-llama/Llama-2-7b-hf' is a Hugging Face hub model" in text
     # an unused retriever or LLM is not fetched, so it needs none
     config = _config("dexter.yaml", tmp_path)
@@ -112,8 +121,11 @@ def test_one_repository_at_two_revisions_is_a_planning_error(tmp_path: Path) -> 
     config = _config("dexter.yaml", tmp_path)
     config["retrievers"]["mpnet"]["model"] = "facebook/contriever"
     config["retrievers"]["mpnet"]["revision"] = COMMIT
-    with pytest.raises(ConfigError, match=r"retrievers.mpnet.revision, retrievers.contriever.revision: "
-                                          r"'facebook/contriever' at revisions \['0123"):
+    with pytest.raises(
+        ConfigError,
+        match=r"retrievers.mpnet.revision, retrievers.contriever.revision: "
+        r"'facebook/contriever' at revisions \['0123",
+    ):
         Plan(config, ENV)
 
 
@@ -142,8 +154,12 @@ def test_jobs_that_load_models_map_to_their_repositories(tmp_path: Path) -> None
             ("generate", {"llm": "gpt-3.5-turbo"}), ("evaluate_generation", {"llm": "llama2-7b"}),
             ("index", {"retriever": "bm25"}), ("prepare", {"dataset": "finqa"})]  # fmt: skip
     assert needed_models.needed_by_jobs(plan, jobs) == {
-        "facebook/dpr-question_encoder-multiset-base", "facebook/dpr-ctx_encoder-multiset-base"}
-    assert needed_models.needed_by_jobs(plan, [("generate_batch", {"llm": "llama2-7b"})]) == {"meta-llama/Llama-2-7b-hf"}
+        "facebook/dpr-question_encoder-multiset-base",
+        "facebook/dpr-ctx_encoder-multiset-base",
+    }
+    assert needed_models.needed_by_jobs(plan, [("generate_batch", {"llm": "llama2-7b"})]) == {
+        "meta-llama/Llama-2-7b-hf"
+    }
 
 
 def _snakemake(work: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -176,10 +192,15 @@ def test_snakemake_names_missing_models_fetches_them_and_runs_offline(tmp_path: 
     planned = _snakemake(workdir, index, "-n", "--configfile", "hub.yaml")
     assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]
     assert f"  {repo} (revision main; retrievers.hubmini.model): not fetched" in planned.stderr
-    assert "`cqabench fetch-models --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`" in planned.stderr
+    assert (
+        "`cqabench fetch-models --configfile hub.yaml` or `snakemake fetch_models --configfile hub.yaml`"
+        in planned.stderr
+    )
 
     stopped = _snakemake(workdir, index, "--configfile", "hub.yaml")
-    assert stopped.returncode != 0 and f"{repo} (revision main; retrievers.hubmini.model): not fetched" in stopped.stderr
+    assert (
+        stopped.returncode != 0 and f"{repo} (revision main; retrievers.hubmini.model): not fetched" in stopped.stderr
+    )
     assert not (workdir / "results" / "data").exists()  # no job started
 
     with LoopbackHub({repo: Repo(files_of(_minilm_dir()), commit, {"main": commit})}, "unused") as hub:

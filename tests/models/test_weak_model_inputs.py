@@ -47,8 +47,11 @@ def test_a_deleted_or_cut_weights_file_is_named(tmp_path: Path) -> None:
     assert fetched_revision(folder) is None
     (folder / "model.safetensors").unlink()
     assert damage(folder) == f"model.safetensors is missing from {folder} (its MANIFEST.json lists it)"
-    with pytest.raises(ConfigError, match=r"model 'sentence-transformers/all-MiniLM-L6-v2' is not in .*"
-                                          r"\(model\.safetensors is missing from .*; fetch it on a node"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model 'sentence-transformers/all-MiniLM-L6-v2' is not in .*"
+        r"\(model\.safetensors is missing from .*; fetch it on a node",
+    ):
         locate(MINILM, "retrievers.hubmini.model", directory=tmp_path / "models")
 
 
@@ -63,7 +66,9 @@ def test_fetch_does_not_keep_a_damaged_folder(tmp_path: Path, monkeypatch: pytes
         fetch_model(ModelRequest(MINILM, "main"), tmp_path / "models")
 
 
-def test_models_list_check_exits_1_naming_the_missing_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_models_list_check_exits_1_naming_the_missing_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     work = workflow_workdir(tmp_path)
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     config["retrievers"]["hubmini"] = {"type": "dense", "family": "sentence-transformers", "model": MINILM,
@@ -77,6 +82,8 @@ def test_models_list_check_exits_1_naming_the_missing_file(tmp_path: Path, monke
     (folder / "model.safetensors").unlink()
     assert main(["list-models", "--configfile", "hub.yaml", "--check"]) == 1
     out = capsys.readouterr()
-    assert (f"{MINILM}  revision main  not whole: model.safetensors is missing from models/{MINILM} "
-            "(its MANIFEST.json lists it); fetch it again  (retrievers.hubmini.model)") in out.out
+    assert (
+        f"{MINILM}  revision main  not whole: model.safetensors is missing from models/{MINILM} "
+        "(its MANIFEST.json lists it); fetch it again  (retrievers.hubmini.model)"
+    ) in out.out
     assert "1 not ready" in out.err

@@ -32,12 +32,15 @@ def test_shipped_configs_are_valid(name: str) -> None:
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
-        (lambda c: c["datasets"].__setitem__("hotpotqa", copy.deepcopy(c["datasets"]["musique"])),
-         "'hotpotqa' is not one of ['musique', '2wikimultihopqa', 'strategyqa', 'ambigqa', 'ottqa', 'tatqa', 'finqa', 'tanq']"),
-        (lambda c: c["datasets"]["tatqa"].__setitem__("splits", ["validation"]),
-         "'validation' is not one of ['train', 'dev', 'test']"),
-        (lambda c: c.__setitem__("serializations", ["html"]),
-         "'html' is not one of ['pipe', 'markdown', 'linear']"),
+        (
+            lambda c: c["datasets"].__setitem__("hotpotqa", copy.deepcopy(c["datasets"]["musique"])),
+            "'hotpotqa' is not one of ['musique', '2wikimultihopqa', 'strategyqa', 'ambigqa', 'ottqa', 'tatqa', 'finqa', 'tanq']",
+        ),
+        (
+            lambda c: c["datasets"]["tatqa"].__setitem__("splits", ["validation"]),
+            "'validation' is not one of ['train', 'dev', 'test']",
+        ),
+        (lambda c: c.__setitem__("serializations", ["html"]), "'html' is not one of ['pipe', 'markdown', 'linear']"),
     ],
 )
 def test_unknown_values_are_rejected_with_the_valid_ones(edit, expected: str) -> None:
@@ -54,7 +57,9 @@ def test_unknown_value_stops_snakemake_before_any_job(tmp_path: Path, workdir: P
     config["serializations"] = ["html"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "'html' is not one of ['pipe', 'markdown', 'linear']" in proc.stdout + proc.stderr
 
@@ -80,8 +85,9 @@ def test_workflow_lints_clean(workdir: Path) -> None:
 def test_rule_files_are_snakefmt_formatted() -> None:
     """The style of the Snakemake workflow catalog: `snakefmt --check` leaves every file as it is."""
     snakefmt = Path(sys.executable).parent / "snakefmt"
-    proc = subprocess.run([str(snakefmt), "--check", "Snakefile", "workflow/"], cwd=ROOT, check=False,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(snakefmt), "--check", "Snakefile", "workflow/"], cwd=ROOT, check=False, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
@@ -91,7 +97,9 @@ def test_bad_retriever_setting_stops_planning_with_its_name(tmp_path: Path, work
     config["retrievers"]["minilm"]["similarity"] = "cosin"
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "retrievers.minilm: similarity 'cosin' is unknown; valid: dot, cosine" in proc.stdout + proc.stderr
 
@@ -149,7 +157,9 @@ def test_a_rag_retriever_that_names_no_run_stops_planning(tmp_path: Path, workdi
     config["generation"]["rag_retrievers"] = ["bm25", "minilmm"]
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
-    proc = subprocess.run(SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        SNAKEMAKE + ["-n", "--configfile", str(path)], cwd=workdir, check=False, capture_output=True, text=True
+    )
     assert proc.returncode != 0
     assert "generation.rag_retrievers: ['minilmm'] name no run" in proc.stdout + proc.stderr
 

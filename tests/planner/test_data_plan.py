@@ -41,7 +41,9 @@ def test_export_beir_false_drops_only_the_exports() -> None:
     default = plan_of(config).data_targets()
     skipped = plan_of({**config, "export_beir": False}).data_targets()
     beir = [t for t in default if t.startswith("results/sample/beir/")]
-    assert len(beir) == sum(len(plan_of(config).splits(ds)) for ds in config["datasets"]) * len(config["serializations"])
+    assert len(beir) == sum(len(plan_of(config).splits(ds)) for ds in config["datasets"]) * len(
+        config["serializations"]
+    )
     assert skipped == [t for t in default if t not in beir] and beir
     assert plan_of({**config, "export_beir": True}).data_targets() == default
 

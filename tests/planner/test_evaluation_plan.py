@@ -22,7 +22,8 @@ def _wildcards(cell: str) -> SimpleNamespace:
 def test_each_planned_cell_is_scored_into_its_own_metrics_folder() -> None:
     plan = plan_of(load_config())
     assert plan.evaluation_targets() == [
-        t.replace("/generation/", "/metrics/").replace("predictions.parquet", "metrics.json") for t in plan.generation_targets()
+        t.replace("/generation/", "/metrics/").replace("predictions.parquet", "metrics.json")
+        for t in plan.generation_targets()
     ]
 
 

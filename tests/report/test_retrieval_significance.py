@@ -19,16 +19,31 @@ EXPECTED = str(Path(__file__).resolve().parents[2] / "config" / "expected" / "de
 
 
 def _rows(dataset: str, retriever: str, scores: list[float], metric: str = "ndcg_cut_10") -> list[dict]:
-    return [{"cell_id": f"retrieval/{dataset}/dev/pipe/{retriever}", "stage": "retrieval", "dataset": dataset,
-             "split": "dev", "serialization": "pipe", "retriever": retriever, "qid": f"q{i}", "metric": metric,
-             "variant": "trec_eval", "value": v, "unit": "fraction"} for i, v in enumerate(scores)]
+    return [
+        {
+            "cell_id": f"retrieval/{dataset}/dev/pipe/{retriever}",
+            "stage": "retrieval",
+            "dataset": dataset,
+            "split": "dev",
+            "serialization": "pipe",
+            "retriever": retriever,
+            "qid": f"q{i}",
+            "metric": metric,
+            "variant": "trec_eval",
+            "value": v,
+            "unit": "fraction",
+        }
+        for i, v in enumerate(scores)
+    ]
 
 
 @pytest.fixture
 def frame() -> pd.DataFrame:
     rows = (
-        _rows("musique", "bm25", [0.0] * 6) + _rows("musique", "minilm", [1.0] * 6)  # d all 1: p = 2/64
-        + _rows("ottqa", "bm25", [0.5, 0.2, 0.9]) + _rows("ottqa", "minilm", [0.5, 0.4, 0.6])  # d 0, .2, -.3
+        _rows("musique", "bm25", [0.0] * 6)
+        + _rows("musique", "minilm", [1.0] * 6)  # d all 1: p = 2/64
+        + _rows("ottqa", "bm25", [0.5, 0.2, 0.9])
+        + _rows("ottqa", "minilm", [0.5, 0.4, 0.6])  # d 0, .2, -.3
         + _rows("tatqa", "minilm", [0.1, 0.2])  # no bm25 run of tatqa
         + _rows("musique", "bm25", [1.0], metric="recall_100")
     )
@@ -48,8 +63,12 @@ def test_family_of_paired_tests_with_holm_by_hand(frame: pd.DataFrame) -> None:
     assert tat["p_value"] is None and "no bm25 run" in tat["reason"]
     # Holm over the m = 2 tested: 2/64 × 2 = 0.0625; then max(0.0625, 1.0) = 1.
     assert doc["method"]["correction"] == {
-        "method": "holm", "description": "Holm step-down (family-wise error rate)",
-        "family": "every run vs bm25 on every (dataset, split, serialization)", "family_size": 2, "alpha": 0.05}
+        "method": "holm",
+        "description": "Holm step-down (family-wise error rate)",
+        "family": "every run vs bm25 on every (dataset, split, serialization)",
+        "family_size": 2,
+        "alpha": 0.05,
+    }
     assert mus["p_adjusted"] == pytest.approx(0.0625) and ott["p_adjusted"] == pytest.approx(1.0)
     assert mus["significant"] is False and tat["significant"] is None
     # At alpha 0.1 the MuSiQue difference is marked; BH gives 2/64 × 2 / 1 = 0.0625 too, and 1.0.
@@ -63,10 +82,26 @@ def test_family_of_paired_tests_with_holm_by_hand(frame: pd.DataFrame) -> None:
 
 
 def test_runs_without_per_query_scores_come_from_the_fact_table(frame: pd.DataFrame) -> None:
-    metrics = pd.DataFrame([{"cell_id": "retrieval/ambigqa/dev/pipe/minilm", "stage": "retrieval",
-                             "dataset": "ambigqa", "split": "dev", "serialization": "pipe", "retriever": "minilm"},
-                            {"cell_id": "retrieval/ambigqa/dev/pipe/bm25", "stage": "retrieval",
-                             "dataset": "ambigqa", "split": "dev", "serialization": "pipe", "retriever": "bm25"}])
+    metrics = pd.DataFrame(
+        [
+            {
+                "cell_id": "retrieval/ambigqa/dev/pipe/minilm",
+                "stage": "retrieval",
+                "dataset": "ambigqa",
+                "split": "dev",
+                "serialization": "pipe",
+                "retriever": "minilm",
+            },
+            {
+                "cell_id": "retrieval/ambigqa/dev/pipe/bm25",
+                "stage": "retrieval",
+                "dataset": "ambigqa",
+                "split": "dev",
+                "serialization": "pipe",
+                "retriever": "bm25",
+            },
+        ]
+    )
     doc = retrieval_vs_baseline(frame, metrics=metrics)
     amb = next(c for c in doc["comparisons"] if c["dataset"] == "ambigqa")
     assert amb["p_value"] is None and amb["reason"].startswith("no per-query ndcg_cut_10 scores for this run")
@@ -82,9 +117,26 @@ def test_report_tables_writes_it_with_the_configured_correction(frame: pd.DataFr
     frame.to_parquet(pq)
     frame.drop(columns=["qid"]).drop_duplicates("cell_id").to_parquet(m)
     out = tmp_path / "tables"
-    assert main(["report-tables", "--metrics", str(m), "--per-question", str(pq), "--expected",
-                 EXPECTED, "--out-dir", str(out), "--correction", "bh",
-                 "--test-resamples", "1000"]) == 0
+    assert (
+        main(
+            [
+                "report-tables",
+                "--metrics",
+                str(m),
+                "--per-question",
+                str(pq),
+                "--expected",
+                EXPECTED,
+                "--out-dir",
+                str(out),
+                "--correction",
+                "bh",
+                "--test-resamples",
+                "1000",
+            ]
+        )
+        == 0
+    )
     written = json.loads((out / "retrieval_vs_baseline.json").read_text())
     assert written["method"]["correction"]["method"] == "bh" and written["method"]["test"]["resamples"] == 1000
     answers = json.loads((out / "answers_by_setting.json").read_text())

@@ -26,8 +26,9 @@ def test_exact_randomization_matches_scipy() -> None:
     b = a - 0.15 + rng.normal(0, 0.2, 12)
     ours = randomization_test(a, b, resamples=10000)
     assert ours.exact and ours.resamples == 2**12
-    ref = stats.permutation_test((a, b), lambda x, y: np.mean(x - y), permutation_type="samples",
-                                 n_resamples=np.inf, alternative="two-sided")
+    ref = stats.permutation_test(
+        (a, b), lambda x, y: np.mean(x - y), permutation_type="samples", n_resamples=np.inf, alternative="two-sided"
+    )
     assert ours.p_value == pytest.approx(ref.pvalue, abs=1e-12)
     assert ours.diff == pytest.approx(np.mean(a - b))
 
@@ -77,8 +78,18 @@ def _frame() -> pd.DataFrame:
     rows = []
     for k, scores in ((1, [1, 0, 0, 1, 0]), (5, [1, 1, 1, 1, 0])):
         for i, s in enumerate(scores):
-            rows.append({"cell_id": f"c{k}", "dataset": "musique", "llm": "m", "k": k, "qid": f"q{i}",
-                         "metric": "cover_em", "variant": "dexter", "value": float(s)})
+            rows.append(
+                {
+                    "cell_id": f"c{k}",
+                    "dataset": "musique",
+                    "llm": "m",
+                    "k": k,
+                    "qid": f"q{i}",
+                    "metric": "cover_em",
+                    "variant": "dexter",
+                    "value": float(s),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -98,8 +109,23 @@ def test_compare_selects_cells_by_text_specs() -> None:
 def test_cli(tmp_path, capsys) -> None:
     path = tmp_path / "pq.parquet"
     _frame().to_parquet(path)
-    rc = main(["significance", "--per-question", str(path), "--a", "k=5", "--b", "k=1", "--metric", "cover_em",
-               "--resamples", "500", "--json", str(tmp_path / "r.json")])
+    rc = main(
+        [
+            "significance",
+            "--per-question",
+            str(path),
+            "--a",
+            "k=5",
+            "--b",
+            "k=1",
+            "--metric",
+            "cover_em",
+            "--resamples",
+            "500",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "A-B +0.4000" in text and "(exact)" in text and "95% CI" in text
     assert (tmp_path / "r.json").exists()
@@ -115,11 +141,30 @@ def test_numeric_columns_match_numerically(tmp_path, capsys) -> None:
     import pyarrow.parquet as pq
 
     rows = _frame().to_dict("records") + [
-        {"cell_id": "r", "dataset": "musique", "llm": None, "k": None, "qid": "q0", "metric": "ndcg_cut_10",
-         "variant": "trec_eval", "value": 0.5}]
+        {
+            "cell_id": "r",
+            "dataset": "musique",
+            "llm": None,
+            "k": None,
+            "qid": "q0",
+            "metric": "ndcg_cut_10",
+            "variant": "trec_eval",
+            "value": 0.5,
+        }
+    ]
     path = tmp_path / "pq.parquet"
-    schema = pa.schema([("cell_id", pa.string()), ("dataset", pa.string()), ("llm", pa.string()), ("k", pa.int64()),
-                        ("qid", pa.string()), ("metric", pa.string()), ("variant", pa.string()), ("value", pa.float64())])
+    schema = pa.schema(
+        [
+            ("cell_id", pa.string()),
+            ("dataset", pa.string()),
+            ("llm", pa.string()),
+            ("k", pa.int64()),
+            ("qid", pa.string()),
+            ("metric", pa.string()),
+            ("variant", pa.string()),
+            ("value", pa.float64()),
+        ]
+    )
     pq.write_table(pa.Table.from_pylist(rows, schema), path)
     assert pd.read_parquet(path)["k"].dtype == "float64"  # what `cqabench significance` reads
     args = ["significance", "--per-question", str(path), "--b", "k=1", "--metric", "cover_em", "--resamples", "500"]
@@ -188,7 +233,12 @@ def test_holm_and_bh_on_a_known_vector() -> None:
     # BH: sorted p * m / rank = 0.02, 0.02, 0.04, 0.04 -> running min from the largest.
     assert benjamini_hochberg(p) == pytest.approx([0.02, 0.04, 0.04, 0.02])
     assert adjust([0.01, None, 0.04, 0.03, 0.005], "bh") == [
-        pytest.approx(0.02), None, pytest.approx(0.04), pytest.approx(0.04), pytest.approx(0.02)]
+        pytest.approx(0.02),
+        None,
+        pytest.approx(0.04),
+        pytest.approx(0.04),
+        pytest.approx(0.02),
+    ]
     assert adjust([0.5, 0.9], "bh") == [pytest.approx(0.9), pytest.approx(0.9)]
     assert adjust([], "holm") == [] and adjust([None], "bh") == [None]
     with pytest.raises(ConfigError, match="holm"):

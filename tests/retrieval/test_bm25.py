@@ -36,6 +36,7 @@ def toy_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_scores_match_lucene_bm25_by_hand(toy_index: Path):
     settings = {"type": "bm25", "fields": {"text": 1.0}}
     hits = dict(retrievers.search(toy_index, [("q", "cat")], 10, settings)["q"])
+
     # Analyzed `contents` (Porter stems, Lucene stop words gone): d1 cat sat mat (3), d2 dog loyal
     # anim (3), d3 cat dog (2), d4 is the title "onli titl" (2, empty text -> title): avgdl 2.5.
     # idf(cat) = ln(1 + (4 - 2 + .5) / (2 + .5)) = ln 2; score = idf * tf / (tf + k1 (1 - b + b dl/avgdl)).

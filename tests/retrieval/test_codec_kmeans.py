@@ -102,7 +102,9 @@ def test_a_cuda_codec_without_a_gpu_kmeans_is_refused_before_the_worker_starts(m
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("the worker started"))
     settings = {"type": "colbert", "model": "colbert-ir/colbertv2.0", "device": "cuda"}
-    with pytest.raises(ConfigError, match="no compute_faiss_kmeans .* sees no GPU: the codec's k-means would run on the CPU"):
+    with pytest.raises(
+        ConfigError, match="no compute_faiss_kmeans .* sees no GPU: the codec's k-means would run on the CPU"
+    ):
         colbert.train_codec(iter([("d0", "", "text")]), tmp_path / "codec", settings)
     monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
     assert colbert.codec_kmeans("cuda") is None  # faiss-gpu: colbert-ai's own k-means runs on the GPU

@@ -38,8 +38,15 @@ def model(tiny_colbert_dir: Path) -> Path:
 @pytest.mark.colbert
 def test_plaid_index_ranks_the_document_holding_both_query_terms_first(model: Path, tmp_path: Path) -> None:
     """First run on a machine also compiles colbert-ai's C++ helpers (~2 min, then cached)."""
-    settings = {"type": "colbert", "model": str(model), "nbits": 2, "doc_maxlen": 16, "query_maxlen": 8,
-                "kmeans_niters": 2, "timeout_s": 900}
+    settings = {
+        "type": "colbert",
+        "model": str(model),
+        "nbits": 2,
+        "doc_maxlen": 16,
+        "query_maxlen": 8,
+        "kmeans_niters": 2,
+        "timeout_s": 900,
+    }
     _need_compiler()
     retrievers.build_index(iter(DOCS), tmp_path / "idx", settings)
     assert (tmp_path / "idx" / "plaid" / "metadata.json").is_file()
@@ -77,8 +84,10 @@ def test_a_timeout_kills_the_worker_and_every_process_it_started(tmp_path: Path,
     import sys
 
     pid_file = tmp_path / "grandchild.pid"
-    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    script = (
+        f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
     real_popen = subprocess.Popen
     monkeypatch.setattr(colbert.subprocess, "Popen",
                         lambda cmd, **kw: real_popen([sys.executable, "-c", script], **kw))  # fmt: skip

@@ -17,8 +17,16 @@ from cqabench import retrieval as retrievers  # noqa: E402
 from cqabench.common.errors import ConfigError  # noqa: E402
 from cqabench.retrieval import dense  # noqa: E402
 
-MINILM = {"type": "dense", "family": "sentence-transformers", "model": mf.MINILM, "similarity": "cosine",
-          "max_length": 256, "batch_size": 32, "shard_size": 25, "index": "flat"}
+MINILM = {
+    "type": "dense",
+    "family": "sentence-transformers",
+    "model": mf.MINILM,
+    "similarity": "cosine",
+    "max_length": 256,
+    "batch_size": 32,
+    "shard_size": 25,
+    "index": "flat",
+}
 
 TEXTS = mf.TOY_DOCS
 
@@ -83,8 +91,13 @@ def test_dpr_score_is_dot_of_question_and_context_cls(tiny: dict[str, Path], tmp
     import torch
     from transformers import AutoTokenizer, DPRContextEncoder, DPRQuestionEncoder
 
-    settings = {"type": "dense", "family": "dpr", "query_model": str(tiny["dpr_q"]),
-                "doc_model": str(tiny["dpr_c"]), "shard_size": 3}
+    settings = {
+        "type": "dense",
+        "family": "dpr",
+        "query_model": str(tiny["dpr_q"]),
+        "doc_model": str(tiny["dpr_c"]),
+        "shard_size": 3,
+    }
     dense.build_index(TEXTS, tmp_path, settings)
     query = "largest planet"
     got = dict(dense.search(tmp_path, [("q", query)], 7, settings)["q"])
@@ -100,8 +113,14 @@ def test_dpr_score_is_dot_of_question_and_context_cls(tiny: dict[str, Path], tmp
 @pytest.mark.parametrize("family", ["mpnet", "contriever", "tas-b", "ance"])
 def test_exact_duplicate_query_ranks_its_document_first(family: str, tiny: dict[str, Path], tmp_path: Path) -> None:
     """With cosine, a query identical to a document's text scores exactly 1, the maximum."""
-    settings = {"type": "dense", "family": family, "model": str(tiny["bert"]), "similarity": "cosine",
-                "doc_format": "{text}", "shard_size": 2}
+    settings = {
+        "type": "dense",
+        "family": family,
+        "model": str(tiny["bert"]),
+        "similarity": "cosine",
+        "doc_format": "{text}",
+        "shard_size": 2,
+    }
     dense.build_index(TEXTS, tmp_path, settings)
     queries = [(docid, text) for docid, _, text in TEXTS]
     results = dense.search(tmp_path, queries, 3, settings)
@@ -113,8 +132,15 @@ def test_exact_duplicate_query_ranks_its_document_first(family: str, tiny: dict[
 def test_approximate_indexes_find_the_duplicate(index: str, tiny: dict[str, Path], tmp_path: Path) -> None:
     # Each index takes only its own keys (nlist / nprobe: ivf; ef_search: hnsw): tests/retrieval/test_retriever_settings.py
     shape, search = ({"nlist": 1}, {"nprobe": 1}) if index == "ivf" else ({}, {"ef_search": 16})
-    settings = {"type": "dense", "family": "mpnet", "model": str(tiny["bert"]), "doc_format": "{text}",
-                "index": index, "shard_size": 3, **shape}
+    settings = {
+        "type": "dense",
+        "family": "mpnet",
+        "model": str(tiny["bert"]),
+        "doc_format": "{text}",
+        "index": index,
+        "shard_size": 3,
+        **shape,
+    }
     dense.build_index(TEXTS, tmp_path, settings)
     assert (tmp_path / "index.faiss").is_file()
     res = dense.search(tmp_path, [("q", TEXTS[4][2])], 2, {**settings, **search})
@@ -125,7 +151,11 @@ def test_onnx_backend_matches_torch_and_int8_stays_close(tiny: dict[str, Path], 
     base = {"type": "dense", "family": "contriever", "model": str(tiny["bert"]), "similarity": "dot"}
     query = [("q", "a string instrument")]
     runs = {}
-    for name, extra in {"torch": {}, "onnx": {"backend": "onnx"}, "int8": {"backend": "onnx", "quantize": "int8"}}.items():
+    for name, extra in {
+        "torch": {},
+        "onnx": {"backend": "onnx"},
+        "int8": {"backend": "onnx", "quantize": "int8"},
+    }.items():
         settings = {**base, **extra}
         dense.build_index(TEXTS, tmp_path / name, settings)
         runs[name] = dict(dense.search(tmp_path / name, query, 7, settings)["q"])
@@ -141,8 +171,14 @@ def test_one_onnx_export_serves_the_indexes_of_every_corpus(
     """With the workflow's export cache, the second corpus copies the first one's graph, scores unchanged."""
     from cqabench.retrieval import encoders
 
-    settings = {"type": "dense", "family": "contriever", "model": str(tiny["bert"]), "similarity": "dot",
-                "backend": "onnx", "quantize": "int8"}
+    settings = {
+        "type": "dense",
+        "family": "contriever",
+        "model": str(tiny["bert"]),
+        "similarity": "dot",
+        "backend": "onnx",
+        "quantize": "int8",
+    }
     query = [("q", "a string instrument")]
     dense.build_index(TEXTS, tmp_path / "alone", settings)  # no cache: exports itself
     alone = dict(dense.search(tmp_path / "alone", query, 7, settings)["q"])
@@ -155,7 +191,9 @@ def test_one_onnx_export_serves_the_indexes_of_every_corpus(
         assert "reused the export" in caplog.text
     (entry,) = cache.glob("*.onnx")
     graph = entry.read_bytes()
-    assert (tmp_path / "first/onnx/model.onnx").read_bytes() == graph == (tmp_path / "second/onnx/model.onnx").read_bytes()
+    assert (
+        (tmp_path / "first/onnx/model.onnx").read_bytes() == graph == (tmp_path / "second/onnx/model.onnx").read_bytes()
+    )
     assert encoders.export_cache_entry(str(tiny["bert"]), "int8") == entry
     assert encoders.export_cache_entry(str(tiny["bert"]), "none") != entry  # fp32 graph: its own entry
     cached = dict(dense.search(tmp_path / "first", query, 7, settings)["q"])
@@ -218,8 +256,9 @@ def test_st_onnx_parts_read_from_files_equal_what_sentence_transformers_loads(tm
     pooling = json.loads((folder / "1_Pooling/config.json").read_text())
     (folder / "1_Pooling/config.json").write_text(json.dumps({**pooling, "pooling_mode_max_tokens": True}))
     assert encoders.st_onnx_parts(str(folder)) is None  # mean+max: not one of cls|mean
-    (folder / "1_Pooling/config.json").write_text(json.dumps(
-        {**pooling, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    (folder / "1_Pooling/config.json").write_text(
+        json.dumps({**pooling, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True})
+    )
     assert encoders.st_onnx_parts(str(folder)) == ("cls", True, 256)
     (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}))
     assert encoders.st_onnx_parts(str(folder)) is None  # no max_seq_length: sentence-transformers decides

@@ -61,8 +61,21 @@ def _refused(rc: int, capsys: pytest.CaptureFixture, path: Path, *outputs: Path)
 def test_import_refuses_an_empty_run(name: str, split: dict[str, Path], tmp_path: Path, capsys) -> None:
     run = _empty(tmp_path, name)
     out = tmp_path / "out"
-    rc = main(["import-run", "--run", str(run), "--queries", str(split["queries"]), "--tag", "ext",
-               "--out-trec", str(out / "run.trec"), "--out-parquet", str(out / "run.parquet")])
+    rc = main(
+        [
+            "import-run",
+            "--run",
+            str(run),
+            "--queries",
+            str(split["queries"]),
+            "--tag",
+            "ext",
+            "--out-trec",
+            str(out / "run.trec"),
+            "--out-parquet",
+            str(out / "run.parquet"),
+        ]
+    )
     _refused(rc, capsys, run, out / "run.trec", out / "run.parquet")
 
 
@@ -71,9 +84,23 @@ def test_eval_refuses_an_empty_run(split: dict[str, Path], tmp_path: Path, capsy
     run = _empty(tmp_path, "zero_bytes.trec")
     out = tmp_path / "eval"
     cell = {"dataset": "musique", "split": "dev", "serialization": "pipe", "run": "ext"}
-    rc = main(["evaluate-retrieval", "--run", str(run), "--qrels", str(split["qrels"]), "--queries", str(split["queries"]),
-               "--cell", json.dumps(cell), "--out-json", str(out / "metrics.json"),
-               "--out-per-query", str(out / "per_query.parquet")])
+    rc = main(
+        [
+            "evaluate-retrieval",
+            "--run",
+            str(run),
+            "--qrels",
+            str(split["qrels"]),
+            "--queries",
+            str(split["queries"]),
+            "--cell",
+            json.dumps(cell),
+            "--out-json",
+            str(out / "metrics.json"),
+            "--out-per-query",
+            str(out / "per_query.parquet"),
+        ]
+    )
     _refused(rc, capsys, run, out / "metrics.json", out / "per_query.parquet")
 
 
@@ -85,18 +112,50 @@ def test_fusion_refuses_an_empty_input(split: dict[str, Path], tmp_path: Path, c
     empty = _empty(tmp_path, "blank.trec")
     settings = {"type": "fusion", "fuse": ["a", "b"], "method": "rrf", "k": 60, "depth": 10}
     for inputs in ([empty, empty], [good, empty]):
-        rc = main(["fuse-runs", "--runs", *map(str, inputs), "--queries", str(split["queries"]),
-                   "--settings", json.dumps(settings), "--tag", "hybrid",
-                   "--out-trec", str(tmp_path / "f.trec"), "--out-parquet", str(tmp_path / "f.parquet")])
+        rc = main(
+            [
+                "fuse-runs",
+                "--runs",
+                *map(str, inputs),
+                "--queries",
+                str(split["queries"]),
+                "--settings",
+                json.dumps(settings),
+                "--tag",
+                "hybrid",
+                "--out-trec",
+                str(tmp_path / "f.trec"),
+                "--out-parquet",
+                str(tmp_path / "f.parquet"),
+            ]
+        )
         _refused(rc, capsys, empty, tmp_path / "f.trec", tmp_path / "f.parquet")
 
 
 def test_rerank_refuses_an_empty_input(split: dict[str, Path], tmp_path: Path, capsys) -> None:
     empty = _empty(tmp_path, "zero_bytes.trec")
     settings = {"type": "rerank", "of": "bm25", "model": "cross-encoder/ms-marco-MiniLM-L-6-v2", "depth": 10}
-    rc = main(["rerank-run", "--run", str(empty), "--queries", str(split["queries"]), "--corpus", str(split["corpus"]),
-               "--serialization", "pipe", "--settings", json.dumps(settings), "--tag", "rr",
-               "--out-trec", str(tmp_path / "r.trec"), "--out-parquet", str(tmp_path / "r.parquet")])
+    rc = main(
+        [
+            "rerank-run",
+            "--run",
+            str(empty),
+            "--queries",
+            str(split["queries"]),
+            "--corpus",
+            str(split["corpus"]),
+            "--serialization",
+            "pipe",
+            "--settings",
+            json.dumps(settings),
+            "--tag",
+            "rr",
+            "--out-trec",
+            str(tmp_path / "r.trec"),
+            "--out-parquet",
+            str(tmp_path / "r.parquet"),
+        ]
+    )
     _refused(rc, capsys, empty, tmp_path / "r.trec", tmp_path / "r.parquet")
 
 

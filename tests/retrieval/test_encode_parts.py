@@ -117,7 +117,10 @@ def test_three_dense_parts_build_the_single_job_index_bitwise(dense_pair: dict[s
     single, gathered = dense_pair["single"], dense_pair["gathered"]
     assert [parts.read_part(f)["rows"] for f in dense_pair["parts"]] == [[0, 80], [80, 160], [160, 252]]
     assert [parts.read_part(f)["shards"] for f in dense_pair["parts"]] == [
-        ["00000.npy", "00001.npy"], ["00002.npy", "00003.npy"], ["00004.npy", "00005.npy", "00006.npy"]]
+        ["00000.npy", "00001.npy"],
+        ["00002.npy", "00003.npy"],
+        ["00004.npy", "00005.npy", "00006.npy"],
+    ]
     assert (single / "docids.txt").read_bytes() == (gathered / "docids.txt").read_bytes()
     assert len((gathered / "docids.txt").read_text().splitlines()) == 252
     names = sorted(p.name for p in (single / "shards").iterdir())
@@ -136,7 +139,9 @@ def test_three_dense_parts_build_the_single_job_index_bitwise(dense_pair: dict[s
     assert all(len(r) == 100 for r in one.values())
 
 
-def test_the_gather_refuses_parts_that_do_not_tile_the_corpus(dense_pair: dict[str, Any], tatqa: Path, tmp_path: Path) -> None:
+def test_the_gather_refuses_parts_that_do_not_tile_the_corpus(
+    dense_pair: dict[str, Any], tatqa: Path, tmp_path: Path
+) -> None:
     corpus = tatqa / "corpus.parquet"
     settings = {**MINILM, "encode_jobs": 3}
     folders = dense_pair["parts"]
@@ -204,8 +209,9 @@ def _torch_files_equal(a: Path, b: Path) -> bool:
 
 @pytest.mark.colbert
 @pytest.mark.snakemake
-def test_colbert_parts_build_colbert_ais_single_job_index(tatqa: Path, tmp_path: Path,
-                                                          colbert_rules: dict[str, Any]) -> None:
+def test_colbert_parts_build_colbert_ais_single_job_index(
+    tatqa: Path, tmp_path: Path, colbert_rules: dict[str, Any]
+) -> None:
     """One codec job, 3 part jobs, the gather: the PLAID index colbert-ai's `Indexer.index` builds.
 
     The scattered index is the one the rules built (`colbert_rules`: colbert-codec, encode-part and
@@ -290,8 +296,13 @@ def test_a_killed_part_job_is_rerun_alone(tmp_path: Path, onnx_cache: Path) -> N
     index = "results/sample/index/tatqa/pipe/minilm"
     part_dirs = [work / f"results/sample/index_parts/tatqa/pipe/minilm/{i}-of-3" for i in range(3)]
 
-    _snakemake(work, config_file, str(part_dirs[0].relative_to(work)), str(part_dirs[2].relative_to(work)),
-               export_cache=onnx_cache)
+    _snakemake(
+        work,
+        config_file,
+        str(part_dirs[0].relative_to(work)),
+        str(part_dirs[2].relative_to(work)),
+        export_cache=onnx_cache,
+    )
     assert part_dirs[0].is_dir() and part_dirs[2].is_dir() and not (work / index).exists()
     before = {p.name: (p / parts.PART_FILE).stat().st_mtime_ns for p in (part_dirs[0], part_dirs[2])}
 

@@ -92,7 +92,9 @@ def test_device_pooling_equals_numpy_pooling() -> None:
         got = encode_loop.pool_torch(torch.from_numpy(hidden), torch.from_numpy(mask), pooling).numpy()
         assert np.allclose(got, encoders.pool(hidden, mask, pooling), atol=1e-6, rtol=0)
     # The mean of row 2 is its one real token, by hand.
-    assert np.allclose(encode_loop.pool_torch(torch.from_numpy(hidden), torch.from_numpy(mask), "mean")[2], hidden[2, 0])
+    assert np.allclose(
+        encode_loop.pool_torch(torch.from_numpy(hidden), torch.from_numpy(mask), "mean")[2], hidden[2, 0]
+    )
     # Half-precision hidden states are pooled in float32.
     half = encode_loop.pool_torch(torch.from_numpy(hidden).to(torch.bfloat16), torch.from_numpy(mask), "mean")
     assert half.dtype == torch.float32
@@ -181,7 +183,10 @@ def test_dtype_defaults_by_device_and_is_recorded(tmp_path: Path) -> None:
     assert splade.resolve({"model": "m"})["batch_size"] == 8
     spec = {"type": "rerank", "of": "bm25", "model": "m"}
     assert (rerank.resolve(spec)["dtype"], rerank.resolve(spec)["batch_size"]) == ("float32", 32)
-    assert (rerank.resolve({**spec, "device": "cuda"})["dtype"], rerank.resolve({**spec, "device": "cuda"})["batch_size"]) == ("float16", 128)
+    assert (
+        rerank.resolve({**spec, "device": "cuda"})["dtype"],
+        rerank.resolve({**spec, "device": "cuda"})["batch_size"],
+    ) == ("float16", 128)
     # dtype changes the vectors: part of the index signature (batch size and device are not).
     sig = retrievers.signature({"type": "dense", "model": "m"})
     assert sig["dtype"] == "float32" and "batch_size" not in sig
@@ -215,8 +220,14 @@ def test_planner_records_dtype_in_retrieval_cells() -> None:
     [
         ({"type": "bm25", "dtype": "float16"}, "dtype applies to the dense and splade"),
         ({"type": "colbert", "model": "m", "dtype": "bfloat16"}, "dtype applies to the dense and splade"),
-        ({"type": "dense", "model": "m", "backend": "onnx", "dtype": "bfloat16"}, "needs backend torch and quantize none"),
-        ({"type": "dense", "model": "m", "quantize": "int8", "dtype": "float16"}, "needs backend torch and quantize none"),
+        (
+            {"type": "dense", "model": "m", "backend": "onnx", "dtype": "bfloat16"},
+            "needs backend torch and quantize none",
+        ),
+        (
+            {"type": "dense", "model": "m", "quantize": "int8", "dtype": "float16"},
+            "needs backend torch and quantize none",
+        ),
         ({"type": "dense", "model": "m", "dtype": "fp16"}, "dtype must be one of float32, float16, bfloat16"),
         ({"type": "splade", "model": "m", "dtype": "half"}, "splade setting dtype must be one of"),
     ],
@@ -230,7 +241,9 @@ def test_rerank_dtype_refused_and_onnx_float32_allowed() -> None:
     with pytest.raises(ConfigError, match="rerank setting dtype must be one of"):
         rerank.resolve({"type": "rerank", "of": "bm25", "model": "m", "dtype": "float64"})
     # The ONNX backend computes in float32: asked (or defaulted) float32 is fine.
-    assert dense.resolve({"model": "m", "backend": "onnx", "quantize": "int8", "dtype": "float32"})["dtype"] == "float32"
+    assert (
+        dense.resolve({"model": "m", "backend": "onnx", "quantize": "int8", "dtype": "float32"})["dtype"] == "float32"
+    )
 
 
 def test_rerank_runs_in_its_dtype_and_records_it(tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ def test_vectorised_merge_equals_the_old_heap_merge_on_faiss_shard_results(vecto
 
 
 @pytest.mark.parametrize("rows", [7, 51])
-def test_torch_scan_equals_faiss_scan_and_heap_merge(vectors: np.ndarray, rows: int, tmp_path: Path, monkeypatch) -> None:
+def test_torch_scan_equals_faiss_scan_and_heap_merge(
+    vectors: np.ndarray, rows: int, tmp_path: Path, monkeypatch
+) -> None:
     """The whole old search (faiss per shard + heap merge) against the new one, with blocks of
     3 queries x 5 documents so every shard is cut into several blocks."""
     q = vectors[1::2]
@@ -105,7 +107,9 @@ def test_dense_search_on_cuda_without_a_gpu_stops_before_scanning(tmp_path: Path
     monkeypatch.setattr(dense, "flat_search", lambda *a, **k: pytest.fail("scanned on the CPU"))
     with pytest.raises(ConfigError, match="dense search: device 'cuda' asked, but torch sees no CUDA GPU"):
         # dtype as built (on cuda it would default to float16, an index of other settings)
-        retrievers.search(tmp_path / "idx", [("q", "volcano lava")], 3, {**settings, "device": "cuda", "dtype": "float32"})
+        retrievers.search(
+            tmp_path / "idx", [("q", "volcano lava")], 3, {**settings, "device": "cuda", "dtype": "float32"}
+        )
 
 
 def test_search_device_is_the_cpu_for_faiss_indexes_only() -> None:

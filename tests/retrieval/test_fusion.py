@@ -50,7 +50,11 @@ def test_rrf_reads_our_ranks_so_tied_input_scores_rank_by_docid_descending() -> 
     b = {"q": [("p", 7.0)]}
     out = fusion.fuse([a, b], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "rrf_k": 1}, 100), ["q"])
     assert out["q"] == [("p", pytest.approx(1 / 3 + 1 / 2)), ("q", pytest.approx(1 / 2))]
-    tie = fusion.fuse([{"q": [("r", 1.0)]}, {"q": [("s", 9.0)]}], fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "rrf_k": 1}, 100), ["q"])
+    tie = fusion.fuse(
+        [{"q": [("r", 1.0)]}, {"q": [("s", 9.0)]}],
+        fusion.resolve({"type": "fusion", "fuse": ["a", "b"], "rrf_k": 1}, 100),
+        ["q"],
+    )
     assert tie["q"] == [("s", 0.5), ("r", 0.5)]
 
 
@@ -119,7 +123,14 @@ def test_the_job_writes_both_run_files_for_every_question(tmp_path: Path) -> Non
     write_run(B, tmp_path / "b.trec", None, "b")  # an input in TREC reads the same
     queries = _queries(tmp_path / "queries.parquet", ["q1", "q2", "q3"])
     settings = _settings(method="rrf")
-    fuse_runs([tmp_path / "a.parquet", tmp_path / "b.trec"], queries, settings, tmp_path / "f.trec", tmp_path / "f.parquet", "hybrid")
+    fuse_runs(
+        [tmp_path / "a.parquet", tmp_path / "b.trec"],
+        queries,
+        settings,
+        tmp_path / "f.trec",
+        tmp_path / "f.parquet",
+        "hybrid",
+    )
     expected = fusion.fuse([A, B], settings, ["q1", "q2", "q3"])
     for path in ("f.trec", "f.parquet"):
         got = read_run(tmp_path / path)
@@ -144,7 +155,9 @@ def musique_runs() -> tuple[dict, dict, list[str]]:
     question's. Scorers this plain keep the test about fusion, not about a retriever."""
     records = [json.loads(line) for line in (ROOT / "resources/raw/musique/musique_train_100.jsonl").open()]
     words = lambda text: re.findall(r"[a-z0-9]+", text.lower())  # noqa: E731
-    paragraphs = {f"{r['id']}-{p['idx']}": words(p["title"] + " " + p["paragraph_text"]) for r in records for p in r["paragraphs"]}
+    paragraphs = {
+        f"{r['id']}-{p['idx']}": words(p["title"] + " " + p["paragraph_text"]) for r in records for p in r["paragraphs"]
+    }
     overlap: dict = {}
     share: dict = {}
     for r in records:
@@ -165,17 +178,34 @@ def _ranx_fuse(inputs: list, settings: dict, qids: list[str]) -> dict:
     runs = []
     for i, run in enumerate(inputs):
         ordered = {q: rank(run.get(q, []), len(run.get(q, []))) for q in qids}
-        runs.append(Run.from_dict({q: ({d: 1.0 / r for r, (d, _) in enumerate(o, 1)} if by_rank else dict(o)) for q, o in ordered.items()}, name=f"in{i}"))
+        runs.append(
+            Run.from_dict(
+                {
+                    q: ({d: 1.0 / r for r, (d, _) in enumerate(o, 1)} if by_rank else dict(o))
+                    for q, o in ordered.items()
+                },
+                name=f"in{i}",
+            )
+        )
     params = {"k": settings["rrf_k"]} if by_rank else {}
     method = fusion.METHODS[settings["method"]]
     fused = ranx_fuse(runs, norm=None if by_rank else settings["norm"], method=method, params=params)
-    return {str(q): rank(((str(d), float(s)) for d, s in docs.items()), settings["depth"]) for q, docs in fused.to_dict().items()}
+    return {
+        str(q): rank(((str(d), float(s)) for d, s in docs.items()), settings["depth"])
+        for q, docs in fused.to_dict().items()
+    }
 
 
 @pytest.mark.parametrize(
     "kw",
-    [{"method": "rrf", "rrf_k": 60}, {"method": "rrf", "rrf_k": 1}, {"method": "combsum", "norm": "min-max"},
-     {"method": "combsum", "norm": "zmuv"}, {"method": "combmnz", "norm": "min-max"}, {"method": "combmnz", "norm": "zmuv"}],
+    [
+        {"method": "rrf", "rrf_k": 60},
+        {"method": "rrf", "rrf_k": 1},
+        {"method": "combsum", "norm": "min-max"},
+        {"method": "combsum", "norm": "zmuv"},
+        {"method": "combmnz", "norm": "min-max"},
+        {"method": "combmnz", "norm": "zmuv"},
+    ],
     ids=lambda kw: "-".join(str(v) for v in kw.values()),
 )
 def test_every_method_equals_ranx_on_real_rankings(kw: dict, musique_runs: tuple) -> None:
@@ -192,4 +222,3 @@ def test_every_method_equals_ranx_on_real_rankings(kw: dict, musique_runs: tuple
             assert [s for _, s in ours[qid]] == pytest.approx([s for _, s in theirs[qid]], rel=1e-12, abs=1e-12)
         else:
             assert ours[qid] == theirs[qid], qid
-

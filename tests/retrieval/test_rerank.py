@@ -139,12 +139,16 @@ def test_bad_settings_are_refused(settings: dict, message: str) -> None:
     assert message in str(err.value)
 
 
-def test_the_job_reads_the_corpus_in_the_runs_serialization_and_records_the_pairs(cross_encoder: Path, tmp_path: Path) -> None:
+def test_the_job_reads_the_corpus_in_the_runs_serialization_and_records_the_pairs(
+    cross_encoder: Path, tmp_path: Path
+) -> None:
     """Files in, files out (the rerank_run rule): a table document is read as the serialization
     renders it, the run files hold the reranked top depth, the record names model and truncation."""
     from cqabench.data.tables import document_text
 
-    table = Document("t1", "Planets", "sizes", kind="table", table_header=["planet", "size"], table_rows=[["Jupiter", "large"]])
+    table = Document(
+        "t1", "Planets", "sizes", kind="table", table_header=["planet", "size"], table_rows=[["Jupiter", "large"]]
+    )
     docs = [Document(d, t, x) for d, t, x in TOY_DOCS] + [table]
     queries = [Query(q, text) for q, text in QUESTIONS.items()] + [Query("q3", "Nothing retrieved?")]
     tables = CanonicalData(corpus=docs, queries=queries).tables()

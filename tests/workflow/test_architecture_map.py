@@ -19,8 +19,8 @@ DOC = REPO / "docs" / "architecture.md"
 
 def _map_rows() -> list[list[str]]:
     text = DOC.read_text(encoding="utf-8")
-    section = text[text.index("## Package map"):]
-    section = section[:section.index("\n## ", 3)]
+    section = text[text.index("## Package map") :]
+    section = section[: section.index("\n## ", 3)]
     rows = [line.strip().strip("|").split(" | ") for line in section.splitlines() if line.startswith("| `")]
     assert rows, "no package map table in docs/architecture.md"
     return rows

@@ -69,8 +69,9 @@ def test_every_schema_property_is_documented() -> None:
 
 
 def test_every_key_of_the_shipped_configs_is_documented() -> None:
-    used = set().union(*(config_paths(yaml.safe_load((REPO / "config" / f).read_text(encoding="utf-8")))
-                         for f in CONFIGS))
+    used = set().union(
+        *(config_paths(yaml.safe_load((REPO / "config" / f).read_text(encoding="utf-8"))) for f in CONFIGS)
+    )
     missing = sorted(used - documented())
     assert not missing, f"config/README.md does not explain these keys of {CONFIGS}: {missing}"
 
@@ -78,11 +79,30 @@ def test_every_key_of_the_shipped_configs_is_documented() -> None:
 def test_the_path_walk_by_hand() -> None:
     """A few paths the walk must produce, so a broken walk cannot pass the tests above vacuously."""
     paths = schema_paths()
-    assert {"datasets.*.files.*.*.sha256", "llms.*.sampling.stop", "generation.open_book.corpus.name",
-            "report.significance.baseline", "retrievers.*.type"} <= paths
-    sample = config_paths({"retrievers": {"bm25": {"type": "bm25", "fields": {"title": 1.0}}},
-                           "datasets": {"musique": {"files": {"train": {"questions": {"path": "x"}}}}}})
-    assert sample == {"retrievers", "retrievers.*", "retrievers.*.type", "retrievers.*.fields",
-                      "retrievers.*.fields.title", "datasets", "datasets.*", "datasets.*.files", "datasets.*.files.*",
-                      "datasets.*.files.*.*", "datasets.*.files.*.*.path"}
+    assert {
+        "datasets.*.files.*.*.sha256",
+        "llms.*.sampling.stop",
+        "generation.open_book.corpus.name",
+        "report.significance.baseline",
+        "retrievers.*.type",
+    } <= paths
+    sample = config_paths(
+        {
+            "retrievers": {"bm25": {"type": "bm25", "fields": {"title": 1.0}}},
+            "datasets": {"musique": {"files": {"train": {"questions": {"path": "x"}}}}},
+        }
+    )
+    assert sample == {
+        "retrievers",
+        "retrievers.*",
+        "retrievers.*.type",
+        "retrievers.*.fields",
+        "retrievers.*.fields.title",
+        "datasets",
+        "datasets.*",
+        "datasets.*.files",
+        "datasets.*.files.*",
+        "datasets.*.files.*.*",
+        "datasets.*.files.*.*.path",
+    }
     assert len(paths) > 120

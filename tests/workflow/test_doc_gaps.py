@@ -14,9 +14,14 @@ from pathlib import Path
 from test_docs import _subcommands  # 'name' / 'name action' -> parser
 
 REPO = Path(__file__).resolve().parents[2]
-USER_FILES = [REPO / "README.md", REPO / "config" / "README.md", REPO / "resources" / "README.md",
-              *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "config").glob("*.yaml")),
-              *sorted((REPO / "config" / "expected").glob("*.yaml"))]
+USER_FILES = [
+    REPO / "README.md",
+    REPO / "config" / "README.md",
+    REPO / "resources" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    *sorted((REPO / "config").glob("*.yaml")),
+    *sorted((REPO / "config" / "expected").glob("*.yaml")),
+]
 
 
 def _plain_blocks(text: str) -> list[list[str]]:
@@ -49,7 +54,7 @@ def synopses() -> list[tuple[str, str, str]]:
                 if name not in subs:
                     continue
                 text = [line.split("#")[0]]
-                for more in lines[i + 1:]:
+                for more in lines[i + 1 :]:
                     if not more.startswith(" ") or more.lstrip().startswith("cqabench "):
                         break
                     text.append(more.split("#")[0])
@@ -73,6 +78,10 @@ def test_every_synopsis_lists_every_option() -> None:
 
 def test_no_user_file_points_outside_the_clone() -> None:
     """`../shared/` is the maintainers' workplace; a clone has no such folder."""
-    bad = [f"{p.relative_to(REPO)}:{i}" for p in USER_FILES
-           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "../shared" in line]
+    bad = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in USER_FILES
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "../shared" in line
+    ]
     assert not bad, bad

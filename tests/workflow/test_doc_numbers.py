@@ -20,8 +20,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
-DOCS = [REPO / "README.md", REPO / "config" / "README.md", REPO / "resources" / "README.md",
-        *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [
+    REPO / "README.md",
+    REPO / "config" / "README.md",
+    REPO / "resources" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+]
 
 
 def _int(text: str) -> int:
@@ -70,8 +74,13 @@ def test_job_and_cell_counts_quoted_are_the_plans() -> None:
     cells = sum(1 for j in sample.values() if j.rule == "generate")
     assert _int(_one(r"then the (\d+) cells' own jobs", README, "README").group(1)) == cells
     generation = (REPO / "docs" / "generation.md").read_text(encoding="utf-8")
-    assert _int(_one(r"\((\d+) cells with SmolLM2-135M in the default's plan", generation, "generation.md").group(1)) == cells
-    assert _int(_one(r"whole workflow\s+plans ([\d,]+) jobs", README, "README").group(1)) == len(_jobs("dexter.yaml")) + 1
+    assert (
+        _int(_one(r"\((\d+) cells with SmolLM2-135M in the default's plan", generation, "generation.md").group(1))
+        == cells
+    )
+    assert (
+        _int(_one(r"whole workflow\s+plans ([\d,]+) jobs", README, "README").group(1)) == len(_jobs("dexter.yaml")) + 1
+    )
     table = README.split("| target | plans | jobs |")[1].split("\n\n")[0]
     rows = re.findall(r"^\| (`table_\w+`.*?) \| .* \| ([\d,]+) \|$", table, flags=re.M)
     assert len(rows) == 5, table
@@ -85,8 +94,9 @@ def _sample_questions() -> dict[str, int]:
     """Questions per dataset of the bundled sample (the default config's splits, counted)."""
     from cqabench.estimate import run
 
-    est = run.estimate(run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO,
-                       jobs=list(_jobs("config.yaml").values()))
+    est = run.estimate(
+        run.load_config(REPO / "config" / "config.yaml"), 8, 64, root=REPO, jobs=list(_jobs("config.yaml").values())
+    )
     return {s["dataset"]: s["questions"] for s in est.splits}
 
 
@@ -101,7 +111,9 @@ def test_question_counts_quoted_are_the_samples() -> None:
     smaller = {d: n for d, n in counts.items() if n <= limit}
     assert smaller == {named[0].lower(): _int(named[2]), named[1].lower(): _int(named[3])}
     resources = (REPO / "resources" / "README.md").read_text(encoding="utf-8")
-    found = _one(r"2WikiMultihopQA\*\* has (\d+) dev questions \(the default asks the first (\d+)\)", resources, "resources")
+    found = _one(
+        r"2WikiMultihopQA\*\* has (\d+) dev questions \(the default asks the first (\d+)\)", resources, "resources"
+    )
     assert (_int(found.group(1)), _int(found.group(2))) == (counts["2wikimultihopqa"], limit)
 
 
@@ -110,17 +122,39 @@ def test_report_doc_lists_the_pages_sections(tmp_path: Path) -> None:
     estimate) has exactly that many, in that order (it said 11 of 12)."""
     from cqabench.report.page import build_sections
 
-    sections = build_sections(config={"name": "x"}, metrics=pd.DataFrame(), tables_dir=tmp_path, plots_dir=tmp_path,
-                              table_ids=[], specs=[], benchmarks_dir=tmp_path, rules=[], fact_csv="metrics.csv",
-                              fact_html="fact_table.html", estimate_dir=tmp_path)
+    sections = build_sections(
+        config={"name": "x"},
+        metrics=pd.DataFrame(),
+        tables_dir=tmp_path,
+        plots_dir=tmp_path,
+        table_ids=[],
+        specs=[],
+        benchmarks_dir=tmp_path,
+        rules=[],
+        fact_csv="metrics.csv",
+        fact_html="fact_table.html",
+        estimate_dir=tmp_path,
+    )
     text = (REPO / "docs" / "report.md").read_text(encoding="utf-8")
     listing = _one(r"(?s)of (\d+) sections: (1\. .*?)\nA figure with nothing", text, "report.md")
     item = r"(?:^|\s)(\d{1,2})\. (?=\S)"  # "4. the retriever × dataset heatmap"
     numbers = [int(n) for n in re.findall(item, listing.group(2))]
     assert int(listing.group(1)) == len(sections) == len(numbers)
     assert numbers == list(range(1, len(sections) + 1))
-    keywords = ["what was run", "paper tables", "Figure 2", "heatmap", "significance", "pipelines", "TANQ",
-                "parse rates", "answers by setting", "wall time", "estimated cost", "metrics.csv"]
+    keywords = [
+        "what was run",
+        "paper tables",
+        "Figure 2",
+        "heatmap",
+        "significance",
+        "pipelines",
+        "TANQ",
+        "parse rates",
+        "answers by setting",
+        "wall time",
+        "estimated cost",
+        "metrics.csv",
+    ]
     items = re.split(item.replace("(\\d{1,2})", "\\d{1,2}"), listing.group(2))[1:]
     assert all(k.lower() in item.lower() for k, item in zip(keywords, items, strict=True))
     assert [s.id for s in sections][10] == "estimate"
@@ -128,7 +162,7 @@ def test_report_doc_lists_the_pages_sections(tmp_path: Path) -> None:
 
 def test_readme_layout_names_every_doc() -> None:
     layout = README.split("## Layout")[1].split("```")[1]
-    line = layout[layout.index("docs/ "):]
+    line = layout[layout.index("docs/ ") :]
     named = set(re.findall(r"[a-z_]+", line.split("docs/", 1)[1]))
     assert {p.stem for p in (REPO / "docs").glob("*.md")} <= named
 
@@ -157,14 +191,16 @@ def test_no_doc_quotes_a_score_of_the_default_run() -> None:
     bad = []
     for doc in DOCS:
         for paragraph in _passages(doc.read_text(encoding="utf-8")):
-            if re.search(r"default run|the default's (?:cell|run)", paragraph) and SCORE.search(paragraph) \
-                    and not any(source in paragraph for source in SOURCES):
+            if (
+                re.search(r"default run|the default's (?:cell|run)", paragraph)
+                and SCORE.search(paragraph)
+                and not any(source in paragraph for source in SOURCES)
+            ):
                 bad.append(f"{doc.relative_to(REPO)}: {SCORE.search(paragraph).group(0)} in {paragraph[:120]!r}")
     assert not bad, "\n".join(bad)
     every = "\n".join(doc.read_text(encoding="utf-8") for doc in DOCS)
     for stale in ("0.590474", "1,151", "531 s", "~35 min", "cqabench/planner.py", "55 engine starts"):
         assert stale not in every, stale
-
 
 
 @pytest.mark.snakemake
@@ -177,12 +213,22 @@ def test_slurm_quickstart_fetches_table2s_models_and_names_table3s_cells() -> No
     text = (REPO / "docs" / "slurm_quickstart.md").read_text(encoding="utf-8")
     command = _one(r"cqabench fetch-models --configfile config/dexter.yaml --only ([^`]*?)\n```", text, "quickstart")
     listed = command.group(1).replace("\\\n", " ").split()
-    wanted = [r.repo_id for r in needed_models.requests(Plan(yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
-                                                         Environment(root=REPO, python="python",
-                                                                     vllm_python=sys.executable))) if all(k.startswith("retrievers.") for k in r.keys)]
+    wanted = [
+        r.repo_id
+        for r in needed_models.requests(
+            Plan(
+                yaml.safe_load((REPO / "config" / "dexter.yaml").read_text()),
+                Environment(root=REPO, python="python", vllm_python=sys.executable),
+            )
+        )
+        if all(k.startswith("retrievers.") for k in r.keys)
+    ]
     assert listed == wanted
-    cells = [i for i in _ancestors("dexter.yaml", "table_dexter_table3_answers")
-             if _jobs("dexter.yaml")[i].rule == "evaluate_generation"]
+    cells = [
+        i
+        for i in _ancestors("dexter.yaml", "table_dexter_table3_answers")
+        if _jobs("dexter.yaml")[i].rule == "evaluate_generation"
+    ]
     per_llm = {llm: sum(f"llm={llm}" in i for i in cells) for llm in ("gpt-3.5-turbo", "mistral-7b", "llama2-7b")}
     assert _int(_one(r"its plan holds ([\d,]+) answer cells, (\d+) per LLM", text, "quickstart").group(1)) == len(cells)
     assert set(per_llm.values()) == {_int(_one(r"(\d+) per LLM of `generation.llms`", text, "quickstart").group(1))}

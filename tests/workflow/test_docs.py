@@ -35,8 +35,20 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELLS = {"bash", "sh", "shell", "console", ""}
 # What a documented command may read: the workflow and its inputs, linked, never copied.
-LINKED = ("Snakefile", "workflow", "config", "profiles", "resources", "envs", "scripts", "benchmarks",
-          "Makefile", "requirements.txt", "constraints.txt", "pyproject.toml")
+LINKED = (
+    "Snakefile",
+    "workflow",
+    "config",
+    "profiles",
+    "resources",
+    "envs",
+    "scripts",
+    "benchmarks",
+    "Makefile",
+    "requirements.txt",
+    "constraints.txt",
+    "pyproject.toml",
+)
 TIMEOUT_S = 600
 
 
@@ -95,8 +107,12 @@ def all_blocks() -> list[Block]:
 
 
 def runnable() -> list[tuple[str, str]]:
-    return [(f"{b.doc.relative_to(REPO)}:{line}", cmd) for b in all_blocks()
-            if b.language in SHELLS and "runnable" in b.words[1:] for line, cmd in commands(b)]
+    return [
+        (f"{b.doc.relative_to(REPO)}:{line}", cmd)
+        for b in all_blocks()
+        if b.language in SHELLS and "runnable" in b.words[1:]
+        for line, cmd in commands(b)
+    ]
 
 
 # ---- the parser itself -----------------------------------------------------------------------
@@ -104,11 +120,16 @@ def runnable() -> list[tuple[str, str]]:
 
 def test_blocks_and_commands_are_read_as_written(tmp_path: Path) -> None:
     doc = tmp_path / "x.md"
-    text = ("intro\n```bash runnable\n# a comment\nsnakemake -n \\\n    --configfile c.yaml   # why\n\n"
-            "cqabench --help\n```\n```yaml excerpt=config/config.yaml\nname: sample\n```\n```\nplain\n```\n")
+    text = (
+        "intro\n```bash runnable\n# a comment\nsnakemake -n \\\n    --configfile c.yaml   # why\n\n"
+        "cqabench --help\n```\n```yaml excerpt=config/config.yaml\nname: sample\n```\n```\nplain\n```\n"
+    )
     blocks = fenced_blocks(text, doc)
     assert [(b.line, b.language, b.words[1:]) for b in blocks] == [
-        (2, "bash", ["runnable"]), (9, "yaml", ["excerpt=config/config.yaml"]), (12, "", [])]
+        (2, "bash", ["runnable"]),
+        (9, "yaml", ["excerpt=config/config.yaml"]),
+        (12, "", []),
+    ]
     assert commands(blocks[0]) == [(4, "snakemake -n --configfile c.yaml # why"), (7, "cqabench --help")]
     with pytest.raises(AssertionError, match="never closed"):
         fenced_blocks("```bash\nx\n", doc)
@@ -144,8 +165,9 @@ _RESULTS: dict[str, subprocess.CompletedProcess] = {}  # a command documented tw
 
 
 def _git_status() -> str:
-    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True, text=True, check=False
+    )
     return done.stdout if done.returncode == 0 else ""
 
 
@@ -154,11 +176,19 @@ def _git_status() -> str:
 def test_documented_command_runs(where: str, command: str, docs_workdir: Path) -> None:
     before = _git_status()
     if command not in _RESULTS:
-        _RESULTS[command] = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=docs_workdir, env=_env(),
-                                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        _RESULTS[command] = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command],
+            cwd=docs_workdir,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
     done = _RESULTS[command]
-    assert done.returncode == 0, (f"{where}: `{command}` exited {done.returncode}\n"
-                                  f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    assert done.returncode == 0, (
+        f"{where}: `{command}` exited {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
     assert _git_status() == before, f"{where}: `{command}` changed the checkout:\n{_git_status()}"
 
 
@@ -196,8 +226,10 @@ def test_documented_cqabench_commands_and_flags_exist() -> None:
     subs, problems = _subcommands(), []
     for where, words in calls:
         args = [w for w in words[1:] if not w.startswith("-")]
-        name = next((f"{args[0]} {args[1]}" for _ in [0] if len(args) > 1 and f"{args[0]} {args[1]}" in subs),
-                    args[0] if args else "")
+        name = next(
+            (f"{args[0]} {args[1]}" for _ in [0] if len(args) > 1 and f"{args[0]} {args[1]}" in subs),
+            args[0] if args else "",
+        )
         if name not in subs:
             if words[1:] not in (["--help"], ["-h"]):
                 problems.append(f"{where}: `cqabench {name}` is no subcommand")
@@ -220,9 +252,15 @@ def _missing(excerpt: Any, actual: Any, path: str = "") -> list[str]:
     if isinstance(excerpt, dict):
         if not isinstance(actual, dict):
             return [f"{path or '/'}: the file has {actual!r}"]
-        return [p for key, value in excerpt.items()
-                for p in (_missing(value, actual[key], f"{path}.{key}".lstrip(".")) if key in actual
-                          else [f"{path}.{key}".lstrip(".") + ": not in the file"])]
+        return [
+            p
+            for key, value in excerpt.items()
+            for p in (
+                _missing(value, actual[key], f"{path}.{key}".lstrip("."))
+                if key in actual
+                else [f"{path}.{key}".lstrip(".") + ": not in the file"]
+            )
+        ]
     return [] if excerpt == actual else [f"{path}: the excerpt says {excerpt!r}, the file {actual!r}"]
 
 
@@ -241,7 +279,8 @@ def test_yaml_excerpts_are_what_the_file_says(block: Block) -> None:
 
 def test_excerpt_check_finds_a_stale_value() -> None:
     assert _missing({"generation": {"k": [1, 3, 5], "llms": ["m"]}}, {"generation": {"k": [5], "llms": ["m"]}}) == [
-        "generation.k: the excerpt says [1, 3, 5], the file [5]"]
+        "generation.k: the excerpt says [1, 3, 5], the file [5]"
+    ]
     assert _missing({"a": {"b": 1}}, {"a": {}}) == ["a.b: not in the file"]
 
 

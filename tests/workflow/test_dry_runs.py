@@ -21,9 +21,12 @@ cell_spec          1
 all                1
 total              3
 """
-PRINTOUT = """\
+PRINTOUT = (
+    """\
 Building DAG of jobs...
-""" + STATS + """
+"""
+    + STATS
+    + """
 
 
 [Mon Dec  7 17:20:16 2026]
@@ -54,11 +57,14 @@ localrule all:
     jobid: 0
     reason: Forced execution
     resources: tmpdir=/tmp
-""" + STATS + """
+"""
+    + STATS
+    + """
 Reasons:
     (check individual jobs above for details)
 This was a dry-run (flag -n). The order of jobs does not reflect the order of execution.
 """
+)
 
 
 def test_the_printout_reads_as_jobs_and_job_stats() -> None:
@@ -68,13 +74,22 @@ def test_the_printout_reads_as_jobs_and_job_stats() -> None:
     prepare, spec, every = plan.jobs
     assert prepare.wildcards == {"dataset": "finqa", "split": "dev"}
     assert prepare.input == ["resources/raw/finqa/dev_30.json"]
-    assert prepare.output == ["results/sample/data/finqa/dev/queries.parquet", "results/sample/data/finqa/dev/qrels.parquet"]
-    assert prepare.writes == [*prepare.output, "results/sample/logs/prepare/finqa/dev.log",
-                              "results/sample/benchmarks/prepare/finqa/dev.tsv"]
+    assert prepare.output == [
+        "results/sample/data/finqa/dev/queries.parquet",
+        "results/sample/data/finqa/dev/qrels.parquet",
+    ]
+    assert prepare.writes == [
+        *prepare.output,
+        "results/sample/logs/prepare/finqa/dev.log",
+        "results/sample/benchmarks/prepare/finqa/dev.tsv",
+    ]
     assert prepare.resources == {"tmpdir": "/tmp", "mem_mb": "1000", "mem": "1 GB", "runtime": "10", "gpu": "0"}
     assert prepare.shell == "cqabench prepare --dataset finqa --split dev 2> results/sample/logs/prepare/finqa/dev.log"
-    assert spec.shell is None and spec.log == [] and spec.key == ("cell_spec", (("dataset", "finqa"), ("retriever", "none"),
-                                                                                ("split", "dev")))
+    assert (
+        spec.shell is None
+        and spec.log == []
+        and spec.key == ("cell_spec", (("dataset", "finqa"), ("retriever", "none"), ("split", "dev")))
+    )
     assert every.wildcards == {} and every.output == [] and every.shell is None  # the last block: no table in it
     assert plan.job_set() == {prepare.key, spec.key}  # `all` left out
     assert plan.outputs() == [*prepare.output, *spec.output]
@@ -86,8 +101,11 @@ def test_nothing_to_be_done_and_a_real_runs_log() -> None:
     """An up-to-date plan has no table (counts empty, total 0); a real run prints its table to stderr."""
     idle = parse("Building DAG of jobs...\nNothing to be done (all requested files are present and up to date).\n")
     assert idle.counts == {} and idle.total == 0 and idle.jobs == []
-    run = parse("", "Job stats:\njob             count\n------------  -------\nencode_part         1\ngather_index        1\n"
-                    "total               2\n\nSelect jobs to execute...\n")
+    run = parse(
+        "",
+        "Job stats:\njob             count\n------------  -------\nencode_part         1\ngather_index        1\n"
+        "total               2\n\nSelect jobs to execute...\n",
+    )
     assert run.counts == {"encode_part": 1, "gather_index": 1} and run.total == 2
 
 

@@ -30,10 +30,20 @@ CONFIG_JSON = "results/sample/config.json"
 
 
 def _dry_run(work: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/config.yaml"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/config.yaml"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _edit(path: Path) -> None:
@@ -97,14 +107,23 @@ def test_edited_resolved_config_is_refused_by_a_job(tmp_path: Path, monkeypatch:
     assert config_arg(str(path))["generation"]["max_questions"] == 2
 
 
-def test_edited_resolved_config_stops_the_command_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_edited_resolved_config_stops_the_command_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The job's command exits 1 naming the file, without a traceback and without an output."""
     path = _planned(tmp_path, monkeypatch)
     _edit(path)
     out = tmp_path / "estimate"
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
-    done = subprocess.run([sys.executable, "-m", "cqabench", "estimate", "--config", str(path), "--out-dir", str(out),
-                           "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "cqabench", "estimate", "--config", str(path), "--out-dir", str(out), "--quiet"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"{path}: is not the config this run planned" in done.stderr

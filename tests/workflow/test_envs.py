@@ -158,7 +158,9 @@ def test_the_vllm_gpu_lock_is_the_cuda_build_of_the_cpu_locks_release() -> None:
     assert gpu["nvidia-cudnn-cu13"] and gpu["triton"]  # what the CUDA torch runs on
     assert not {"intel-openmp", "intel-cmplr-lib-ur"} & set(gpu)  # the CPU build's runtime
     for name in set(gpu) & set(cpu):
-        assert gpu[name] == GPU_DEPARTS_FROM_CPU.get(name, cpu[name]), f"vllm-gpu.txt {name}=={gpu[name]}, cpu {cpu[name]}"
+        assert gpu[name] == GPU_DEPARTS_FROM_CPU.get(name, cpu[name]), (
+            f"vllm-gpu.txt {name}=={gpu[name]}, cpu {cpu[name]}"
+        )
     deps = yaml.safe_load((REPO / "envs" / "vllm.yaml").read_text())["dependencies"]
     conda = {_norm(m.group(1)): m.group(2) for d in deps if isinstance(d, dict) for m in map(PIP_PIN.match, d["pip"])}
     assert {name: gpu.get(name) for name in conda} == conda

@@ -53,8 +53,15 @@ def _run_pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_a_skip_fails_under_ci_unless_allow_listed(tmp_path: Path) -> None:
@@ -65,7 +72,8 @@ def test_a_skip_fails_under_ci_unless_allow_listed(tmp_path: Path) -> None:
         "@pytest.fixture\ndef needs():\n    pytest.skip('fixture cannot run here')\n\n"
         "def test_plain():\n    pytest.skip('cannot run here')\n\n"
         "def test_in_fixture(needs):\n    pass\n\n"
-        "def test_ok():\n    assert True\n")
+        "def test_ok():\n    assert True\n"
+    )
     local = _run_pytest(tmp_path, None)
     assert local.returncode == 0 and "1 passed, 2 skipped" in local.stdout, local.stdout[-2000:]
     ci = _run_pytest(tmp_path, "true")

@@ -107,8 +107,9 @@ def test_the_checker_finds_a_cycle_through_a_lazy_import_and_skips_type_checking
     (pkg / "sub" / "__init__.py").write_text("from pkg.sub.b import thing\n")
     (pkg / "a.py").write_text("import json\nfrom pkg.sub import b\n")
     (pkg / "sub" / "b.py").write_text("thing = 1\n\ndef f():\n    from ..c import g\n    return g\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
-                              "def g():\n    from . import d\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\ndef g():\n    from . import d\n"
+    )
     (pkg / "d.py").write_text("from pkg.sub.b import thing\n")
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and graph["pkg.sub"] == {"pkg.sub.b"}
@@ -125,8 +126,20 @@ def test_the_package_has_no_import_cycle() -> None:
 # The package's first level, in the DAG's order: a stage imports only the stages before it and
 # the shared helpers (`common`); the planner, the cost estimate and the command line sit on top
 # (docs/architecture.md, "Package map").
-LAYERS = ("common", "data", "models", "retrieval", "generation", "evaluation", "report", "planner", "estimate",
-          "commands", "cli", "__main__")
+LAYERS = (
+    "common",
+    "data",
+    "models",
+    "retrieval",
+    "generation",
+    "evaluation",
+    "report",
+    "planner",
+    "estimate",
+    "commands",
+    "cli",
+    "__main__",
+)
 ROOT_MODULES_MAX = 6
 MODULE_LINES_MAX = 600
 
@@ -140,8 +153,12 @@ def test_each_stage_imports_only_the_stages_before_it() -> None:
     graph = import_graph(PACKAGE)
     rank = {name: i for i, name in enumerate(LAYERS)}
     unknown = sorted({_layer(m) for m in graph} - set(rank) - {""})
-    backwards = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                       if _layer(d) and _layer(d) != _layer(m) and _layer(m) in rank and rank[_layer(d)] > rank[_layer(m)])
+    backwards = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if _layer(d) and _layer(d) != _layer(m) and _layer(m) in rank and rank[_layer(d)] > rank[_layer(m)]
+    )
     assert unknown == [], "first-level names outside LAYERS: add them to the map in docs/architecture.md and here"
     assert backwards == [], "imports against the DAG (a stage importing a later one)"
 
@@ -149,6 +166,9 @@ def test_each_stage_imports_only_the_stages_before_it() -> None:
 def test_the_package_root_is_small_and_no_module_is_long() -> None:
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(root) <= ROOT_MODULES_MAX, root
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MODULE_LINES_MAX}
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MODULE_LINES_MAX
+    }
     assert long == {}, f"modules over {MODULE_LINES_MAX} lines: split them by what their parts do"

@@ -32,15 +32,20 @@ def test_citation_cff_is_valid_cff_1_2_0() -> None:
     jsonschema.Draft7Validator(schema).validate(citation)  # raises with the offending key
     assert citation["cff-version"] == "1.2.0" and citation["type"] == "software"
     assert citation["license"] == "Apache-2.0"
-    assert citation["version"] == tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert (
+        citation["version"]
+        == tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    )
 
 
 def test_citation_asks_for_the_three_benchmarks() -> None:
     citation = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
     refs = {ref["title"]: ref for ref in citation["references"]}
-    assert set(refs) == {"DEXTER: A Benchmark for open-domain Complex Question Answering using LLMs",
-                         "TANQ: An open domain dataset of table answered questions",
-                         "Did Aristotle Use a Laptop?"}
+    assert set(refs) == {
+        "DEXTER: A Benchmark for open-domain Complex Question Answering using LLMs",
+        "TANQ: An open domain dataset of table answered questions",
+        "Did Aristotle Use a Laptop?",
+    }
     for word in ("DEXTER", "TANQ", "StrategyQA"):
         assert word in citation["message"]
     dexter = refs["DEXTER: A Benchmark for open-domain Complex Question Answering using LLMs"]
@@ -51,8 +56,13 @@ def test_citation_asks_for_the_three_benchmarks() -> None:
     assert refs["Did Aristotle Use a Laptop?"]["year"] == 2021
     # the same bibliographic data as the vendored copies of the papers' tables (tests/fixtures/README.md)
     attribution = (FIXTURES / "README.md").read_text(encoding="utf-8")
-    for needle in ("V. Venktesh, D. Prabhu, A. Anand", "arXiv 2406.17158", "M. Akhtar et al.", "arXiv 2405.07765",
-                   "M. Geva et al., *Did Aristotle Use a Laptop?*, TACL 2021"):
+    for needle in (
+        "V. Venktesh, D. Prabhu, A. Anand",
+        "arXiv 2406.17158",
+        "M. Akhtar et al.",
+        "arXiv 2405.07765",
+        "M. Geva et al., *Did Aristotle Use a Laptop?*, TACL 2021",
+    ):
         assert needle in attribution
 
 
@@ -61,8 +71,9 @@ def test_workflow_catalog_settings() -> None:
     settings = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text(encoding="utf-8"))
     usage = settings["usage"]
     assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
-    assert set(usage["mandatory-flags"]) == {"desc", "flags"} and "--configfile config/dexter.yaml" in \
-        usage["mandatory-flags"]["desc"].replace("\n", " ")
+    assert set(usage["mandatory-flags"]) == {"desc", "flags"} and "--configfile config/dexter.yaml" in usage[
+        "mandatory-flags"
+    ]["desc"].replace("\n", " ")
     deploy = usage["software-stack-deployment"]
     assert deploy == {"conda": True, "apptainer": False, "apptainer+conda": False}
     assert usage["report"] is True

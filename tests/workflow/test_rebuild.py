@@ -33,11 +33,21 @@ CONFIG = str(REPO / "config" / "config.yaml")
 
 
 def _snakemake(work: Path, *args: str) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1",
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     cli = [TOUCH_CLI] if "--touch" in args else ["-m", "snakemake"]
-    done = subprocess.run([sys.executable, *cli, "--configfile", CONFIG, "--cores", "1", *args],
-                          cwd=work, capture_output=True, text=True, env=env, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, *cli, "--configfile", CONFIG, "--cores", "1", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
 
@@ -59,12 +69,16 @@ def forced() -> DryRun:
     prompts of `work` are the checkout's until a test edits one, and put back after)."""
     plan = dry_run("config.yaml")
     # The default plans answer-metric cells; without them every test below would check nothing.
-    assert any("/metrics/" in o and o.endswith("metrics.json") for o in plan.outputs()), "no answer-metric cells planned"
+    assert any("/metrics/" in o and o.endswith("metrics.json") for o in plan.outputs()), (
+        "no answer-metric cells planned"
+    )
     return plan
 
 
 def _answer_cells(forced: DryRun) -> list[str]:
-    return sorted(o for o in forced.outputs() if o.startswith("results/sample/metrics/") and o.endswith("/metrics.json"))
+    return sorted(
+        o for o in forced.outputs() if o.startswith("results/sample/metrics/") and o.endswith("/metrics.json")
+    )
 
 
 def _unbatched_config(work: Path) -> str:
@@ -83,7 +97,9 @@ def test_one_cell_builds_only_its_ancestors(work: Path, forced: DryRun) -> None:
     target = _answer_cells(forced)[0]
     # With engine batches (the default), a cell built from nothing waits for its model's batch.
     batched = _n(work, "--forceall", target)
-    assert [j.output for j in batched.of_rule("generate_batch")] == [["results/sample/generation/_batches/smollm2-135m.json"]]
+    assert [j.output for j in batched.of_rule("generate_batch")] == [
+        ["results/sample/generation/_batches/smollm2-135m.json"]
+    ]
     plan = _n(work, "--forceall", target, "--configfile", _unbatched_config(work))
     made = plan.outputs()
     assert target in made
@@ -124,15 +140,31 @@ def _own_copy(sample_stand_ins: tuple[Path, DryRun], tmp_path: Path) -> Path:
 
 REPORT_JOBS = {"aggregate": 1, "report_tables": 1, "report_plots": 1, "report_page": 1, "all": 1}
 # The default's paper tables, each its own job (table_<id>, cqabench.planner.table_targets).
-TANQ_TABLES = ("tanq_table5_by_type", "tanq_table6_by_skill", "tanq_table7_by_n_skills", "tanq_table8_by_n_relations",
-               "tanq_table9_by_table_length", "tanq_table10_failures")
-TABLE_JOBS = {f"table_{t}": 1 for t in ("dexter_table2_ndcg10", "dexter_table7_recall100", "dexter_table3_answers",
-                                         "dexter_table8_open_models", "strategyqa_recall10", *TANQ_TABLES)}
+TANQ_TABLES = (
+    "tanq_table5_by_type",
+    "tanq_table6_by_skill",
+    "tanq_table7_by_n_skills",
+    "tanq_table8_by_n_relations",
+    "tanq_table9_by_table_length",
+    "tanq_table10_failures",
+)
+TABLE_JOBS = {
+    f"table_{t}": 1
+    for t in (
+        "dexter_table2_ndcg10",
+        "dexter_table7_recall100",
+        "dexter_table3_answers",
+        "dexter_table8_open_models",
+        "strategyqa_recall10",
+        *TANQ_TABLES,
+    )
+}
 
 
 @pytest.mark.snakemake
-def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sample_stand_ins: tuple[Path, DryRun],
-                                                                            tmp_path: Path) -> None:
+def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(
+    sample_stand_ins: tuple[Path, DryRun], tmp_path: Path
+) -> None:
     """Hand-counted from config/config.yaml. BM25 serves 6 indexes (the corpora wiki-multihop, ambigqa,
     ottqa, tatqa, finqa, and the open-book tool corpus wiki-tools), 7 searches (one per searched
     dataset) and StrategyQA's 3 IR-Q / IR-D runs, each evaluated (10); the BM25+MiniLM fusion of the
@@ -153,15 +185,31 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sa
     changed = work / "bm25_k1.yaml"
     changed.write_text(yaml.safe_dump(config))
     run = _n(work, "--configfile", str(changed))
-    assert run.counts == Counter({"index": 6, "search": 7, "decompose_search": 3, "fuse_runs": 7,
-                                      "evaluate_retrieval": 17, "cell_spec": 29, "generate_batch": 1, "generate": 29,
-                                      "evaluate_generation": 29,
-                                      "estimate": 1,  # it reads the whole config
-                                      **REPORT_JOBS, **TABLE_JOBS}), run.counts
-    cells = [o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+    assert run.counts == Counter(
+        {
+            "index": 6,
+            "search": 7,
+            "decompose_search": 3,
+            "fuse_runs": 7,
+            "evaluate_retrieval": 17,
+            "cell_spec": 29,
+            "generate_batch": 1,
+            "generate": 29,
+            "evaluate_generation": 29,
+            "estimate": 1,  # it reads the whole config
+            **REPORT_JOBS,
+            **TABLE_JOBS,
+        }
+    ), run.counts
+    cells = [
+        o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")
+    ]
     # results/sample/generation/{dataset}/{split}/{serialization}/{retriever}/{llm}/{prompt}/{setting}-k{k}/predictions.parquet
-    assert {(c[6], c[9].split("-k")[0]) for c in cells} == {("bm25", "rag"), ("bm25-minilm-rrf", "rag"),
-                                                            ("bm25", "open-book")}
+    assert {(c[6], c[9].split("-k")[0]) for c in cells} == {
+        ("bm25", "rag"),
+        ("bm25-minilm-rrf", "rag"),
+        ("bm25", "open-book"),
+    }
 
     # The numeric template (TAT-QA and FinQA: closed, 4 RAG, oracle each) reruns those 12 cells only.
     template = work / "resources" / "prompts" / "few-shot" / "numeric.txt"
@@ -172,27 +220,52 @@ def test_a_retriever_setting_or_template_replans_only_its_cells_under_a_batch(sa
     finally:
         template.write_text(before)
         os.utime(template, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert run.counts == Counter({"cell_spec": 12, "generate_batch": 1, "generate": 12, "evaluate_generation": 12,
-                                  "table_dexter_table3_answers": 1, **REPORT_JOBS}), run.counts
-    cells = [o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")]
+    assert run.counts == Counter(
+        {
+            "cell_spec": 12,
+            "generate_batch": 1,
+            "generate": 12,
+            "evaluate_generation": 12,
+            "table_dexter_table3_answers": 1,
+            **REPORT_JOBS,
+        }
+    ), run.counts
+    cells = [
+        o.split("/") for o in run.outputs() if o.startswith("results/sample/generation/") and o.endswith(".parquet")
+    ]
     assert sorted({c[3] for c in cells}) == ["finqa", "tatqa"] and len(cells) == 12
 
 
 @pytest.mark.snakemake
-def test_editing_one_template_reruns_exactly_its_cells(sample_stand_ins: tuple[Path, DryRun], forced: DryRun,
-                                                       tmp_path: Path) -> None:
+def test_editing_one_template_reruns_exactly_its_cells(
+    sample_stand_ins: tuple[Path, DryRun], forced: DryRun, tmp_path: Path
+) -> None:
     work = _own_copy(sample_stand_ins, tmp_path)
 
     cells = _answer_cells(forced)
     # One lost cell, with its batch up to date, is rebuilt alone: its own job, its evaluation, the report.
-    lost = cells[0].replace("results/sample/metrics/", "results/sample/generation/").replace("metrics.json", "predictions.parquet")
+    lost = (
+        cells[0]
+        .replace("results/sample/metrics/", "results/sample/generation/")
+        .replace("metrics.json", "predictions.parquet")
+    )
     (work / lost).unlink()
     alone = _n(work).counts
     # ... and of the paper tables only the one that shows it (a few-shot RAG cell: DEXTER Table 3;
     # Table 8 is oracle with few-shot-CoT), each table being its own job (table_<id>).
     assert cells[0].split("/")[8:10] == ["few-shot", "rag-k1"], cells[0]
-    assert alone == Counter({"generate": 1, "evaluate_generation": 1, "aggregate": 1, "report_tables": 1,
-                             "table_dexter_table3_answers": 1, "report_plots": 1, "report_page": 1, "all": 1}), alone
+    assert alone == Counter(
+        {
+            "generate": 1,
+            "evaluate_generation": 1,
+            "aggregate": 1,
+            "report_tables": 1,
+            "table_dexter_table3_answers": 1,
+            "report_plots": 1,
+            "report_page": 1,
+            "all": 1,
+        }
+    ), alone
     # The same per-cell semantics without batches (every cell its own job from scratch).
     unbatched = _unbatched_config(work)
     _snakemake(work, "--touch", "--configfile", unbatched)
@@ -225,7 +298,8 @@ def test_editing_one_template_reruns_exactly_its_cells(sample_stand_ins: tuple[P
         assert upstream == set(), f"an edited template reran upstream rules {upstream}"
         tables = sum(n for rule, n in counts.items() if rule.startswith("table_"))
         assert sum(counts.values()) == 2 * len(rerun) + tables + sum(
-            counts[r] for r in ("aggregate", "report_tables", "report_plots", "report_page", "all"))
+            counts[r] for r in ("aggregate", "report_tables", "report_plots", "report_page", "all")
+        )
     finally:
         template.write_text(text_before[template])
 
@@ -238,4 +312,8 @@ def test_one_run_file_builds_only_that_run(work: Path) -> None:
     assert plan.counts == Counter({"prepare": 2, "pool_corpus": 1, "index": 1, "search": 1})
     made = plan.outputs()
     assert "results/sample/index/wiki-multihop/pipe/bm25" in made
-    assert not [o for o in made if o.startswith("results/sample/runs/") and not o.startswith("results/sample/runs/musique/train/pipe/bm25.")]
+    assert not [
+        o
+        for o in made
+        if o.startswith("results/sample/runs/") and not o.startswith("results/sample/runs/musique/train/pipe/bm25.")
+    ]

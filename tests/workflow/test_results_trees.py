@@ -80,9 +80,11 @@ def test_the_item_cache_may_not_lie_under_results() -> None:
     config["generation"]["cache_dir"] = "results/cache/llm"
     with pytest.raises(ConfigError) as err:
         Plan(config, ENV)
-    assert ("generation.cache_dir: 'results/cache/llm' lies inside results/, which `make clean` removes, the item "
-            "cache with it; put it outside, e.g. cache/llm (a cache there now keeps its items when moved: "
-            "mv results/cache/llm cache/llm)") in str(err.value)
+    assert (
+        "generation.cache_dir: 'results/cache/llm' lies inside results/, which `make clean` removes, the item "
+        "cache with it; put it outside, e.g. cache/llm (a cache there now keeps its items when moved: "
+        "mv results/cache/llm cache/llm)"
+    ) in str(err.value)
 
 
 def test_the_schema_default_of_the_item_cache_is_shared() -> None:
@@ -107,12 +109,24 @@ def test_make_clean_keeps_the_item_cache_and_the_models() -> None:
 
 # ---- Snakemake level ----
 
+
 def _snakemake(work: Path, file: str, *args: str) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "CQABENCH_VLLM_PYTHON": os.environ.get("CQABENCH_VLLM_PYTHON", sys.executable),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
     cli = [TOUCH_CLI] if "--touch" in args else ["-m", "snakemake"]
-    done = subprocess.run([sys.executable, *cli, "--configfile", f"config/{file}", "--cores", "1", *args],
-                          cwd=work, capture_output=True, text=True, env=env, timeout=900, check=False)
+    done = subprocess.run(
+        [sys.executable, *cli, "--configfile", f"config/{file}", "--cores", "1", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     return done.stdout + done.stderr
 
@@ -134,7 +148,9 @@ def test_the_three_configs_never_write_or_replan_each_others_files(tmp_path: Pat
     work = workflow_workdir(tmp_path)
     plans = {file: dry_run(file).jobs for file in CONFIGS}  # `-n --forceall`, as in any fresh checkout
     for file, jobs in plans.items():  # the whole plan: data, retrieval, generation, metrics, report
-        assert {"prepare", "generate", "evaluate_generation", "aggregate", "report_page"} <= {j.rule for j in jobs}, file
+        assert {"prepare", "generate", "evaluate_generation", "aggregate", "report_page"} <= {j.rule for j in jobs}, (
+            file
+        )
     writers: dict[str, set[str]] = {}  # path -> the configs that write it
     for file, jobs in plans.items():
         tree = f"results/{CONFIGS[file]}/"
@@ -174,12 +190,21 @@ def test_an_item_cache_left_at_the_old_default_stops_the_workflow_with_the_move(
     env = Environment(root=work, python="python", vllm_python=sys.executable)
     assert Plan(_config("config.yaml"), env).legacy_cache_problem() == ""
     (work / "results/cache/llm/smollm2-135m").mkdir(parents=True)
-    message = ("generation.cache_dir: the item cache moved from results/cache/llm to cache/llm (shared by every "
-               "config, kept by `make clean`); move the old one so its items are used: mv results/cache/llm "
-               "cache/llm (if cache/llm exists, move the model folders inside it one by one)")
+    message = (
+        "generation.cache_dir: the item cache moved from results/cache/llm to cache/llm (shared by every "
+        "config, kept by `make clean`); move the old one so its items are used: mv results/cache/llm "
+        "cache/llm (if cache/llm exists, move the model folders inside it one by one)"
+    )
     config = _config("config.yaml")
     config["generation"]["cache_dir"] = "cache/llm"  # as the schema's default fills it in
     assert Plan(config, env).legacy_cache_problem() == message
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, "CQABENCH_VLLM_PYTHON": sys.executable}, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CQABENCH_VLLM_PYTHON": sys.executable},
+        timeout=300,
+        check=False,
+    )
     assert done.returncode != 0 and f"cqabench: {message}" in done.stderr and "Traceback" not in done.stderr

@@ -47,12 +47,36 @@ def _command(queries: Path, models_dir: Path, cache: Path, out: Path) -> list[st
         "models_dir": str(models_dir),
     }
     return [
-        sys.executable, "-m", "cqabench.cli", "generate",
-        "--dataset", "musique", "--split", "train", "--serialization", "pipe", "--llm", "smollm2-135m",
-        "--prompt", "zero-shot-cot", "--setting", "closed",
-        "--queries", str(queries), "--template", str(REPO / "resources/prompts/zero-shot-cot/multihop.txt"),
-        "--settings", json.dumps(settings), "--threads", "2",
-        "--cache", str(cache), "--out", str(out), "--summary", str(out.with_suffix(".json")),
+        sys.executable,
+        "-m",
+        "cqabench.cli",
+        "generate",
+        "--dataset",
+        "musique",
+        "--split",
+        "train",
+        "--serialization",
+        "pipe",
+        "--llm",
+        "smollm2-135m",
+        "--prompt",
+        "zero-shot-cot",
+        "--setting",
+        "closed",
+        "--queries",
+        str(queries),
+        "--template",
+        str(REPO / "resources/prompts/zero-shot-cot/multihop.txt"),
+        "--settings",
+        json.dumps(settings),
+        "--threads",
+        "2",
+        "--cache",
+        str(cache),
+        "--out",
+        str(out),
+        "--summary",
+        str(out.with_suffix(".json")),
     ]
 
 
@@ -80,8 +104,13 @@ def test_sigkill_then_resume_generates_only_the_missing_items(queries: Path, smo
     models = smollm2_dir.parent
     # 1. the uninterrupted reference run
     ref_out = tmp_path / "ref" / "predictions.parquet"
-    ref = subprocess.run(_command(queries, models, tmp_path / "ref-cache", ref_out), env=_env(),
-                         capture_output=True, text=True, timeout=300)
+    ref = subprocess.run(
+        _command(queries, models, tmp_path / "ref-cache", ref_out),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ref.returncode == 0, ref.stderr[-2000:]
     assert len(_generated_qids(ref.stderr)) == N
     reference = _rows(ref_out)
@@ -89,8 +118,9 @@ def test_sigkill_then_resume_generates_only_the_missing_items(queries: Path, smo
     # 2. the same job, SIGKILLed once some batches are committed
     cache = tmp_path / "run-cache"
     out = tmp_path / "run" / "predictions.parquet"
-    proc = subprocess.Popen(_command(queries, models, cache, out), env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _command(queries, models, cache, out), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline and proc.poll() is None:
@@ -105,7 +135,9 @@ def test_sigkill_then_resume_generates_only_the_missing_items(queries: Path, smo
     assert not out.exists()  # the killed job left no partial predictions file
 
     # 3. started again: only the missing items go to the model
-    again = subprocess.run(_command(queries, models, cache, out), env=_env(), capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        _command(queries, models, cache, out), env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     generated = _generated_qids(again.stderr)
     assert len(generated) == len(set(generated)) == N - len(done_before)
@@ -121,6 +153,8 @@ def test_sigkill_then_resume_generates_only_the_missing_items(queries: Path, smo
     assert summary["n_generated"] == N - len(done_before) and summary["n_cached"] == len(done_before)
 
     # 4. a third run finds everything cached and calls nothing
-    third = subprocess.run(_command(queries, models, cache, out), env=_env(), capture_output=True, text=True, timeout=300)
+    third = subprocess.run(
+        _command(queries, models, cache, out), env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert third.returncode == 0 and _generated_qids(third.stderr) == []
     assert all(r["cached"] for r in _rows(out).values())

@@ -75,8 +75,14 @@ class PluginJobStandIn:
 def _sbatch(job: PluginJobStandIn) -> str:
     """The sbatch line the plugin builds for `job` (without account, partition and wrap, which it
     adds from cluster queries at submit time)."""
-    params = {"run_uuid": "RUN", "slurm_logfile": "logs/slurm/x/%j.log", "comment_str": "c",
-              "account": "", "partition": "", "workdir": "/work"}
+    params = {
+        "run_uuid": "RUN",
+        "slurm_logfile": "logs/slurm/x/%j.log",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": "/work",
+    }
     return get_submit_command(job, params, settings=ExecutorSettings(status_command="squeue")) + set_gres_string(job)
 
 
@@ -140,6 +146,7 @@ def test_without_gpu_model_the_request_is_untyped() -> None:
 
 # --------------------------------------------------------------------------- real SLURM
 
+
 def _start_slurm() -> str | None:
     """None when the local cluster is up, else why it cannot start here (a checked machine
     condition: not root, or SLURM neither installed nor installable). Where it could start and
@@ -149,13 +156,15 @@ def _start_slurm() -> str | None:
     if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
         return "SLURM is not installed and there is no apt-get to install slurm-wlm and munge"
     try:
-        done = subprocess.run(["bash", str(REPO / "scripts" / "slurm_local.sh")], capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "slurm_local.sh")], capture_output=True, text=True, timeout=600
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("scripts/slurm_local.sh ran past 600 s", pytrace=False)
     if done.returncode != 0:
-        pytest.fail(f"scripts/slurm_local.sh failed (exit {done.returncode}): {done.stderr.strip()[-1500:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"scripts/slurm_local.sh failed (exit {done.returncode}): {done.stderr.strip()[-1500:]}", pytrace=False
+        )
     return None
 
 
@@ -241,8 +250,9 @@ def test_teardown_stops_only_the_daemons_started_since(tmp_path: Path) -> None:
 
     def spawn() -> int:
         # `&` in a shell that exits: the daemon is reparented away from the test, like a real one.
-        out = subprocess.run(["sh", "-c", f'"{fake}" 300 >/dev/null 2>&1 & echo $!'], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            ["sh", "-c", f'"{fake}" 300 >/dev/null 2>&1 & echo $!'], capture_output=True, text=True, check=True
+        )
         return int(out.stdout)
 
     old = spawn()
@@ -296,12 +306,27 @@ def _test_profile(tmp: Path) -> Path:
 
 TABLES = ("queries", "corpus", "qrels", "answers")
 # Two prepare jobs, run side by side: musique on the cpu partition, tatqa as the stand-in GPU job.
-TARGETS = [f"results/sample/data/{ds}/{split}/{t}.parquet" for ds, split in (("musique", "train"), ("tatqa", "dev")) for t in TABLES]
+TARGETS = [
+    f"results/sample/data/{ds}/{split}/{t}.parquet"
+    for ds, split in (("musique", "train"), ("tatqa", "dev"))
+    for t in TABLES
+]
 
 
 def _snakemake(work: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
-           "--configfile", str(REPO / "config" / "config.yaml"), *extra, *TARGETS]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(work),
+        "--configfile",
+        str(REPO / "config" / "config.yaml"),
+        *extra,
+        *TARGETS,
+    ]
     # Rules call `cqabench`: the environment running Snakemake (this venv) must be on PATH,
     # as it is for a user who activated it; sbatch exports it to the jobs (--export=ALL).
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -315,8 +340,11 @@ def _job_fields(job_id: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in done.stdout.split() if "=" in field)
 
 
-@pytest.mark.parametrize("named", [(), ("--workflow-profile", "profiles/default"), ("--workflow-profile=default",)],
-                         ids=["implicit", "explicit-path", "explicit-name"])
+@pytest.mark.parametrize(
+    "named",
+    [(), ("--workflow-profile", "profiles/default"), ("--workflow-profile=default",)],
+    ids=["implicit", "explicit-path", "explicit-name"],
+)
 @pytest.mark.snakemake
 def test_slurm_run_refuses_the_workflow_profile(tmp_path: Path, named: tuple[str, ...]) -> None:
     """Without --workflow-profile none, profiles/default would override profiles/slurm key by key
@@ -342,8 +370,15 @@ def test_the_guard_finds_the_workflow_profile_snakemake_applies(tmp_path: Path) 
     assert workflow_profile_flag(["--workflow-profile", "a", "--workflow-profile=b", "-n"]) == "b"  # the last wins
     assert workflow_profile_flag(["--workflow-prof", "c"]) == "c"  # argparse's abbreviation
     assert workflow_profile_flag(["-n"]) is None
-    cases = {None: default, "default": default, "profiles/default": default, "none": None, "nowhere": None,
-             "profiles/default/config.yaml": default / "config.yaml", str(default): default}
+    cases = {
+        None: default,
+        "default": default,
+        "profiles/default": default,
+        "none": None,
+        "nowhere": None,
+        "profiles/default/config.yaml": default / "config.yaml",
+        str(default): default,
+    }
     for flag, expected in cases.items():
         assert workflow_profile_in_effect(flag, snakefile, [tmp_path / "elsewhere", tmp_path]) == expected, flag
     # beside the Snakefile (Snakemake's third place), whatever the directory it was started in
@@ -360,7 +395,9 @@ def test_slurm_run_equals_local_run(tmp_path: Path, slurm_cluster: None) -> None
     cluster = _workdir(tmp_path, "cluster")
     done = _snakemake(cluster, "--workflow-profile", "none", "--profile", str(_test_profile(tmp_path)))
     assert done.returncode == 0, done.stderr[-3000:]
-    run_ids = [line.split("SLURM run ID:", 1)[1].strip() for line in done.stderr.splitlines() if "SLURM run ID:" in line]
+    run_ids = [
+        line.split("SLURM run ID:", 1)[1].strip() for line in done.stderr.splitlines() if "SLURM run ID:" in line
+    ]
     assert len(run_ids) == 1, done.stderr[-2000:]
     submitted = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: (\S+)\)", done.stderr)
     assert len(submitted) == 2, done.stderr[-3000:]

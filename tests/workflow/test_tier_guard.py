@@ -20,29 +20,32 @@ REPO = Path(__file__).resolve().parents[2]
 GUARD = REPO / "tests" / "guard"
 
 
-@pytest.mark.parametrize(("argv", "kind"), [
-    ([sys.executable, "-m", "snakemake", "-n"], "snakemake"),
-    (["/usr/bin/python3.11", "-m", "snakemake.cli"], "snakemake"),
-    (["/work/.venv/bin/snakemake", "--cores", "1"], "snakemake"),
-    ([sys.executable, "-m", "cqabench.cli", "estimate"], None),  # its own child is watched instead
-    ([sys.executable, "-c", "import snakemake"], None),
-    (["/opt/jdk/bin/java", "-jar", "x.jar"], "jvm"),
-    (["chromium", "--headless", "--dump-dom", "file:///x"], "browser"),
-    (["bash", "/repo/scripts/slurm_local.sh"], "daemon"),
-    (["bash", "/repo/scripts/slurm_local.sh", "--stop"], None),
-    (["vllm", "serve", "model"], "daemon"),
-    ([sys.executable, "-m", "vllm.entrypoints.openai.api_server"], "daemon"),
-    ([sys.executable, "-m", "cqabench.retrieval.colbert", "index", "req.json"], "colbert"),
-    (["git", "rev-parse", "HEAD"], None),
-    (["make", "-n", "-s", "run"], None),
-    (["/bin/sh", "-c", "cd work && PYTHONPATH=x exec snakemake -n | tail -1"], "snakemake"),
-    (["/bin/sh", "-c", "echo snakemake java && grep chromium notes.txt"], None),
-    (["bash", "-o", "pipefail", "-c", "cqabench estimate; timeout 60 java -version"], "jvm"),
-    ("python -m snakemake --lint", "snakemake"),  # os.system's one string
-    (["bash", "-c", "cd work\nsnakemake -n"], "snakemake"),
-    (["bash", "-c", "make -n \\\n  setup-gpu\nif true; then java -version; fi"], "jvm"),
-    (["sh", "-c", "echo '' && git status"], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        ([sys.executable, "-m", "snakemake", "-n"], "snakemake"),
+        (["/usr/bin/python3.11", "-m", "snakemake.cli"], "snakemake"),
+        (["/work/.venv/bin/snakemake", "--cores", "1"], "snakemake"),
+        ([sys.executable, "-m", "cqabench.cli", "estimate"], None),  # its own child is watched instead
+        ([sys.executable, "-c", "import snakemake"], None),
+        (["/opt/jdk/bin/java", "-jar", "x.jar"], "jvm"),
+        (["chromium", "--headless", "--dump-dom", "file:///x"], "browser"),
+        (["bash", "/repo/scripts/slurm_local.sh"], "daemon"),
+        (["bash", "/repo/scripts/slurm_local.sh", "--stop"], None),
+        (["vllm", "serve", "model"], "daemon"),
+        ([sys.executable, "-m", "vllm.entrypoints.openai.api_server"], "daemon"),
+        ([sys.executable, "-m", "cqabench.retrieval.colbert", "index", "req.json"], "colbert"),
+        (["git", "rev-parse", "HEAD"], None),
+        (["make", "-n", "-s", "run"], None),
+        (["/bin/sh", "-c", "cd work && PYTHONPATH=x exec snakemake -n | tail -1"], "snakemake"),
+        (["/bin/sh", "-c", "echo snakemake java && grep chromium notes.txt"], None),
+        (["bash", "-o", "pipefail", "-c", "cqabench estimate; timeout 60 java -version"], "jvm"),
+        ("python -m snakemake --lint", "snakemake"),  # os.system's one string
+        (["bash", "-c", "cd work\nsnakemake -n"], "snakemake"),
+        (["bash", "-c", "make -n \\\n  setup-gpu\nif true; then java -version; fi"], "jvm"),
+        (["sh", "-c", "echo '' && git status"], None),
+    ],
+)
 def test_classify_names_the_kind_a_command_starts(argv: list[str] | str, kind: str | None) -> None:
     assert guard_starts.classify(argv) == kind
 
@@ -133,8 +136,9 @@ def test_unmarked_and_failing_keeps_its_failure():
 
 
 @pytest.mark.parametrize("refuse", ["0", "1"])
-def test_a_test_that_starts_a_kind_without_its_marker_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                            refuse: str) -> None:
+def test_a_test_that_starts_a_kind_without_its_marker_fails(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, refuse: str
+) -> None:
     """The same verdicts where starts are only reported (`make test`) and where they are refused
     as well (`make test-fast`); a marked test is never refused."""
     monkeypatch.setenv(guard_starts.REFUSE_ENV, refuse)
@@ -144,11 +148,19 @@ def test_a_test_that_starts_a_kind_without_its_marker_fails(pytester: pytest.Pyt
     pytester.makeini("[pytest]\nmarkers =\n" + "".join(f"    {k}: x\n" for k in guard_starts.KINDS))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
     out = result.stdout.str()
-    for name in ("test_marked_snakemake", "test_marked_jvm_in_a_child", "test_marked_snakemake_whose_job_starts_java",
-                 "test_starts_nothing"):
+    for name in (
+        "test_marked_snakemake",
+        "test_marked_jvm_in_a_child",
+        "test_marked_snakemake_whose_job_starts_java",
+        "test_starts_nothing",
+    ):
         assert f"PASSED test_starts.py::{name}" in out, out
-    for name in ("test_unmarked_snakemake", "test_unmarked_java_in_a_grandchild", "test_unmarked_jvm_in_process",
-                 "test_unmarked_and_failing_keeps_its_failure"):
+    for name in (
+        "test_unmarked_snakemake",
+        "test_unmarked_java_in_a_grandchild",
+        "test_unmarked_jvm_in_process",
+        "test_unmarked_and_failing_keeps_its_failure",
+    ):
         assert f"FAILED test_starts.py::{name}" in out, out
     result.assert_outcomes(passed=4, failed=4)
     assert "started snakemake without the marker @pytest.mark.snakemake" in out

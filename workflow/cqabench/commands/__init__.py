@@ -65,8 +65,9 @@ def config_arg(text: str, flag: str = "--config") -> dict[str, Any]:
         return json_object(text, flag)
     path = Path(text)
     if not path.is_file():
-        raise ConfigError(f"{flag}: {text!r} is not a file (the workflow writes results/<name>/config.json) "
-                          "nor a JSON object")
+        raise ConfigError(
+            f"{flag}: {text!r} is not a file (the workflow writes results/<name>/config.json) nor a JSON object"
+        )
     from cqabench.planner.resolved_config import verify
 
     try:

@@ -35,8 +35,10 @@ def _spec(text: str) -> dict:
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"--spec: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
-                          f"expected {{\"url\": ..., \"sha256\": ..., \"member\": ...}}, got {text!r}") from None
+        raise ConfigError(
+            f"--spec: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+            f'expected {{"url": ..., "sha256": ..., "member": ...}}, got {text!r}'
+        ) from None
     if not isinstance(spec, dict):
         raise ConfigError(f"--spec: expected a JSON object {{url, sha256, member}}, got {type(spec).__name__} {text!r}")
     return spec
@@ -53,8 +55,16 @@ def _download(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     from cqabench.data.prepare import prepare
 
-    prepare(args.dataset, args.split, _files(args.file), Path(args.out_dir), limit=args.limit,
-            hops=args.hops, answerable_only=args.answerable_only, relevance=args.relevance)
+    prepare(
+        args.dataset,
+        args.split,
+        _files(args.file),
+        Path(args.out_dir),
+        limit=args.limit,
+        hops=args.hops,
+        answerable_only=args.answerable_only,
+        relevance=args.relevance,
+    )
     return 0
 
 
@@ -96,13 +106,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="raw files of one (dataset, split) -> canonical Parquet")
     p.add_argument("--dataset", required=True, help="dataset name (its loader in cqabench.data)")
     p.add_argument("--split", required=True, help="the split to prepare, e.g. dev or test")
-    p.add_argument("--file", action="append", default=[], metavar="ROLE=PATH",
-                   help="a raw file and its role for the loader (repeatable)")
+    p.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="ROLE=PATH",
+        help="a raw file and its role for the loader (repeatable)",
+    )
     p.add_argument("--limit", type=whole_number(1), default=None, help="explicit cap on the number of questions (>= 1)")
     p.add_argument("--hops", type=int, nargs="+", default=None, help="MuSiQue: keep questions with these hop counts")
     p.add_argument("--answerable-only", action="store_true", help="MuSiQue: drop unanswerable questions")
-    p.add_argument("--relevance", default="paper",
-                   help="relevance mode of the dataset's loader (its RELEVANCE; default paper: DEXTER §3.1 / the toolkit)")
+    p.add_argument(
+        "--relevance",
+        default="paper",
+        help="relevance mode of the dataset's loader (its RELEVANCE; default paper: DEXTER §3.1 / the toolkit)",
+    )
     p.add_argument("--out-dir", required=True, help="folder of the canonical Parquet files, to write")
     p.set_defaults(func=_prepare)
 
@@ -119,7 +137,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"--{name}", required=True, help=text)
     p.set_defaults(func=_beir)
 
-    p = sub.add_parser("check-config", help="a config file's YAML syntax, tabs and duplicated keys, with file, line "
-                                            "and column (Snakemake's own message has no position)")
+    p = sub.add_parser(
+        "check-config",
+        help="a config file's YAML syntax, tabs and duplicated keys, with file, line "
+        "and column (Snakemake's own message has no position)",
+    )
     p.add_argument("files", nargs="+", metavar="FILE", help="config file(s) to check")
     p.set_defaults(func=_check_config)

@@ -58,38 +58,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="score a JSONL predictions file against a prepared split")
     p.add_argument("--dataset", required=True, choices=DATASETS, help="the dataset of the predictions")
     p.add_argument("--split", required=True, help="the prepared split they answer, e.g. dev")
-    p.add_argument("--predictions", required=True, type=Path,
-                   help="JSONL: one object per line with qid and prediction")
-    p.add_argument("--data-dir", type=Path, default=Path(DEFAULT_RESULTS) / "data",
-                   help="the prepared data of a results tree (default: the sample's; results/<name>/data)")
-    p.add_argument("--prompt", default=None,
-                   help="prompt strategy when predictions are raw model output (e.g. few-shot-cot, "
-                        "self-ask); omit when they are already the final answer")
+    p.add_argument("--predictions", required=True, type=Path, help="JSONL: one object per line with qid and prediction")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(DEFAULT_RESULTS) / "data",
+        help="the prepared data of a results tree (default: the sample's; results/<name>/data)",
+    )
+    p.add_argument(
+        "--prompt",
+        default=None,
+        help="prompt strategy when predictions are raw model output (e.g. few-shot-cot, "
+        "self-ask); omit when they are already the final answer",
+    )
     p.add_argument("--out", type=Path, default=None, help="metrics.json to write")
     p.add_argument("--out-per-question", type=Path, default=None, help="per_question.parquet to write")
     p.set_defaults(func=run_evaluate)
 
     g = sub.add_parser("evaluate-generation", help="score a generation job's predictions.parquet")
     g.add_argument("--dataset", required=True, choices=DATASETS, help="the dataset of the predictions")
-    g.add_argument("--predictions", required=True, type=Path,
-                   help="Parquet: qid, prediction, parse_ok, parse_reason (raw_output and token "
-                        "counts optional)")
+    g.add_argument(
+        "--predictions",
+        required=True,
+        type=Path,
+        help="Parquet: qid, prediction, parse_ok, parse_reason (raw_output and token counts optional)",
+    )
     g.add_argument("--queries", required=True, type=Path, help="the split's queries.parquet")
     g.add_argument("--answers", required=True, type=Path, help="the split's answers.parquet")
-    g.add_argument("--cell", default="{}", help="the experiment cell written into metrics.json: a JSON object, or "
-                                                "with --config the cell's label <dataset>/<split>/<serialization>/"
-                                                "<retriever>/<llm>/<prompt>/<setting>-k<k> (what the workflow passes)")
+    g.add_argument(
+        "--cell",
+        default="{}",
+        help="the experiment cell written into metrics.json: a JSON object, or "
+        "with --config the cell's label <dataset>/<split>/<serialization>/"
+        "<retriever>/<llm>/<prompt>/<setting>-k<k> (what the workflow passes)",
+    )
     g.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
-    g.add_argument("--summary", type=Path, default=None,
-                   help="the generation job's summary.json: its package versions, model identity and "
-                        "sampling go into metrics.json's provenance")
+    g.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        help="the generation job's summary.json: its package versions, model identity and "
+        "sampling go into metrics.json's provenance",
+    )
     g.add_argument("--out-json", required=True, type=Path, help="metrics.json to write")
     g.add_argument("--out-per-question", required=True, type=Path, help="per_question.parquet to write")
     g.set_defaults(func=run_evaluate_generation)
 
     t = sub.add_parser("tanq-failures", help="each TANQ prediction's failure types (Table 10) and why")
-    t.add_argument("--predictions", required=True, type=Path,
-                   help="a generation job's predictions.parquet (qid, prediction, parse_ok, parse_reason)")
+    t.add_argument(
+        "--predictions",
+        required=True,
+        type=Path,
+        help="a generation job's predictions.parquet (qid, prediction, parse_ok, parse_reason)",
+    )
     t.add_argument("--answers", required=True, type=Path, help="the split's answers.parquet")
     t.add_argument("--out", type=Path, default=None, help="JSONL to write: one record per question")
     t.set_defaults(func=run_tanq_failures)

@@ -45,8 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generate", help="generate answers for one cell (resumable through the item cache)")
     for name, text in CELL_FLAGS.items():
         g.add_argument(f"--{name}", required=True, help=text)
-    g.add_argument("--setting", required=True, choices=["closed", "rag", "oracle", "open-book"],
-                   help="what the model is given: nothing, retrieved documents, the gold evidence, or search tools")
+    g.add_argument(
+        "--setting",
+        required=True,
+        choices=["closed", "rag", "oracle", "open-book"],
+        help="what the model is given: nothing, retrieved documents, the gold evidence, or search tools",
+    )
     g.add_argument("--retriever", default="none", help='"none" for closed and oracle')
     g.add_argument("--k", type=int, default=0, help="documents per question for rag; 0 for closed and oracle")
     g.add_argument("--queries", required=True, type=Path, help="the split's queries.parquet")
@@ -56,8 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tool-corpus", type=Path, help="corpus.parquet behind the open-book tools (open-book)")
     g.add_argument("--tool-index", type=Path, help="its BM25 index folder, for WikiSearch (open-book)")
     g.add_argument("--template", required=True, type=Path, help="resources/prompts/<strategy>/<family>.txt")
-    g.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the cell's "
-                                    "settings are the ones the workflow plans for it (what the workflow passes)")
+    g.add_argument(
+        "--config",
+        help="the run's resolved configuration (results/<name>/config.json): the cell's "
+        "settings are the ones the workflow plans for it (what the workflow passes)",
+    )
     g.add_argument(
         "--settings",
         help='instead of --config, the settings as JSON: {"llm": <llms.NAME entry>, "sampling": {...}, '
@@ -66,21 +73,34 @@ def register(sub: argparse._SubParsersAction) -> None:
         '"open_book": {max_steps, max_tool_chars, max_total_tokens, max_new_tokens, retriever_settings}}',
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
-    g.add_argument("--cache", required=True, type=Path, help="item cache folder (shared by the jobs of one model); keep it outside rule outputs")
+    g.add_argument(
+        "--cache",
+        required=True,
+        type=Path,
+        help="item cache folder (shared by the jobs of one model); keep it outside rule outputs",
+    )
     g.add_argument("--out", required=True, type=Path, help="predictions.parquet")
     g.add_argument("--summary", type=Path, help="summary.json: per-cell totals")
     g.set_defaults(func=run_generate)
 
     b = sub.add_parser("generate-batch", help="fill the item cache for many cells of one model in one engine session")
     b.add_argument("--llm", required=True, help=CELL_FLAGS["llm"])
-    b.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json): the batch is "
-                                    "the model's planned cells, with their settings (what the workflow passes)")
+    b.add_argument(
+        "--config",
+        help="the run's resolved configuration (results/<name>/config.json): the batch is "
+        "the model's planned cells, with their settings (what the workflow passes)",
+    )
     b.add_argument("--settings", help="instead of --config: JSON, what every cell shares, as generate --settings")
-    b.add_argument("--cells",
-                   help='with --settings: JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
-                        '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}')
-    b.add_argument("--share", default="1-of-1",
-                   help="<i>-of-<n>: only the questions of share i of n (generation.batch_jobs: one job per share)")
+    b.add_argument(
+        "--cells",
+        help='with --settings: JSON list of {"cell": "<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>", '
+        '"inputs": {queries, template, corpus?, qrels?, run?}, "settings": {per-cell keys of --settings}}',
+    )
+    b.add_argument(
+        "--share",
+        default="1-of-1",
+        help="<i>-of-<n>: only the questions of share i of n (generation.batch_jobs: one job per share)",
+    )
     b.add_argument("--threads", type=int, default=0, help="CPU threads for the hf backend (0: torch's default)")
     b.add_argument("--cache", required=True, type=Path, help="the model's item cache folder")
     b.add_argument("--out", required=True, type=Path, help="manifest.json: what the batch generated, per cell")
@@ -128,8 +148,18 @@ def run_check_keys(args: argparse.Namespace) -> int:
     return 0
 
 
-SETTINGS_KEYS = {"llm", "sampling", "max_questions", "max_doc_chars", "models_dir", "oracle_distractors", "oracle_seed",
-                 "oracle_context", "open_book", "allow_failed"}
+SETTINGS_KEYS = {
+    "llm",
+    "sampling",
+    "max_questions",
+    "max_doc_chars",
+    "models_dir",
+    "oracle_distractors",
+    "oracle_seed",
+    "oracle_context",
+    "open_book",
+    "allow_failed",
+}
 INCOMPLETE_EXIT = 3  # outputs written, but some items failed: the job fails so that the next run asks again
 
 
@@ -148,10 +178,14 @@ def incomplete_exit(what: str, n_failed: int, n_items: int, qids: list[str], all
 
     shown = ", ".join(qids[:10]) + (", ..." if len(qids) > 10 else "")
     kept = "kept (generation.allow_failed_items)" if allow else "incomplete"
-    print(redact.redact(f"cqabench {what}: {'warning' if allow else 'error'}: {n_failed} of {n_items} item(s) failed "
-                        f"({shown}); they are not cached, and the successful ones are. The outputs are {kept}"
-                        + ("" if allow else "; run again (snakemake reruns this job) to ask for just the failed items")),
-          file=sys.stderr)
+    print(
+        redact.redact(
+            f"cqabench {what}: {'warning' if allow else 'error'}: {n_failed} of {n_items} item(s) failed "
+            f"({shown}); they are not cached, and the successful ones are. The outputs are {kept}"
+            + ("" if allow else "; run again (snakemake reruns this job) to ask for just the failed items")
+        ),
+        file=sys.stderr,
+    )
     return 0 if allow else INCOMPLETE_EXIT
 
 
@@ -189,7 +223,9 @@ def _cell_of(args: argparse.Namespace) -> Cell:
     """The cell the command line names (--dataset ... --k)."""
     from cqabench.generation.cell import Cell
 
-    return Cell(args.dataset, args.split, args.serialization, args.retriever, args.llm, args.prompt, args.setting, args.k)
+    return Cell(
+        args.dataset, args.split, args.serialization, args.retriever, args.llm, args.prompt, args.setting, args.k
+    )
 
 
 def _batch_of(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
@@ -237,18 +273,33 @@ def run_generate(args: argparse.Namespace) -> int:
     settings = _cell_settings(args)
     spec, sampling = _spec_and_sampling(args.llm, settings, args.threads, "--config" if args.config else "--settings")
     cell = _cell_of(args)
-    inputs = CellInputs(queries=args.queries, template=args.template, corpus=args.corpus, qrels=args.qrels, run=args.run,
-                        tool_corpus=args.tool_corpus, tool_index=args.tool_index)
+    inputs = CellInputs(
+        queries=args.queries,
+        template=args.template,
+        corpus=args.corpus,
+        qrels=args.qrels,
+        run=args.run,
+        tool_corpus=args.tool_corpus,
+        tool_index=args.tool_index,
+    )
     summary = run_cell(
-        cell, spec, sampling, load_template(args.template), inputs,
-        out_path=args.out, cache_path=args.cache, options=_options(settings), summary_path=args.summary,
+        cell,
+        spec,
+        sampling,
+        load_template(args.template),
+        inputs,
+        out_path=args.out,
+        cache_path=args.cache,
+        options=_options(settings),
+        summary_path=args.summary,
     )
     print(
         f"{args.out}: {summary['n_items']} items, {summary['n_cached']} cached, {summary['n_generated']} generated, "
         f"{summary['n_failed']} failed, {summary['parse_failures']} parse failures, {summary['wall_time_s']} s"
     )
-    return incomplete_exit("generate", summary["n_failed"], summary["n_items"], summary["failed_qids"],
-                           bool(settings.get("allow_failed")))
+    return incomplete_exit(
+        "generate", summary["n_failed"], summary["n_items"], summary["failed_qids"], bool(settings.get("allow_failed"))
+    )
 
 
 def run_generate_batch(args: argparse.Namespace) -> int:
@@ -279,15 +330,19 @@ def run_generate_batch(args: argparse.Namespace) -> int:
         files = raw["inputs"]
         unknown = sorted(set(files) - {"queries", "template", "corpus", "qrels", "run", "tool_corpus", "tool_index"})
         if unknown or not files.get("queries") or not files.get("template"):
-            raise ConfigError(f"{where}.inputs: needs queries and template (corpus, qrels, run, tool_corpus, tool_index "
-                              f"optional); unknown {unknown}")
+            raise ConfigError(
+                f"{where}.inputs: needs queries and template (corpus, qrels, run, tool_corpus, tool_index "
+                f"optional); unknown {unknown}"
+            )
         optional = {k: _path(v) for k, v in files.items() if k not in ("queries", "template")}
         inputs = CellInputs(Path(files["queries"]), Path(files["template"]), **optional)
         members.append(BatchCell(cell, inputs, _options(settings), load_template(inputs.template)))
     manifest = run_batch(members, spec, sampling, args.cache, args.out, share=share)
-    print(f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
-          f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['n_failed']} failed, "
-          f"{manifest['wall_time_s']} s")
+    print(
+        f"{args.out}: {manifest['n_cells']} cells, {manifest['n_unique_prompts']} unique prompts, "
+        f"{manifest['n_cached']} cached, {manifest['n_generated']} generated, {manifest['n_failed']} failed, "
+        f"{manifest['wall_time_s']} s"
+    )
     failed = [f"{c['cell']} {q}" for c in manifest["cells"] for q in c["failed_qids"]]
     return incomplete_exit("generate-batch", len(failed), manifest["n_items"], failed, bool(shared.get("allow_failed")))
 
@@ -312,9 +367,13 @@ def register_cache(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--bad", action="store_true", help="items `verify` flags")
     d.add_argument("--unverifiable", action="store_true", help="items written before checksums (asked again)")
     d.add_argument("--key", action="append", default=[], help="an item key (repeatable)")
-    d.add_argument("--label", action="append", default=[],
-                   help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'; an item "
-                        "several cells asked for has one such line per cell, and any line may match")
+    d.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="a glob on the item's label '<cell> <qid>' (repeatable), e.g. 'musique/dev/pipe/*'; an item "
+        "several cells asked for has one such line per cell, and any line may match",
+    )
     d.add_argument("--stale", action="store_true", help="claims, job files and temporary files of jobs that are gone")
     d.add_argument("--max-chars", type=int, help="with --bad: also drop completions longer than this")
     d.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
@@ -345,11 +404,16 @@ def run_cache_verify(args: argparse.Namespace) -> int:
         print(f"bad item {r.path}: {r.problem} (key {r.key})")
     for r in unverifiable:
         print(f"item {r.path}: {r.note} (key {r.key})")
-    print(f"{args.cache}: {len(records)} item(s), {len(bad)} bad, {len(unverifiable)} unverifiable (written before "
-          f"checksums), {len(leftovers)} leftover(s) of jobs that are gone")
+    print(
+        f"{args.cache}: {len(records)} item(s), {len(bad)} bad, {len(unverifiable)} unverifiable (written before "
+        f"checksums), {len(leftovers)} leftover(s) of jobs that are gone"
+    )
     if unverifiable:
-        print(f"unverifiable items cannot be checked for edits: keep them, or regenerate them with "
-              f"`cqabench cache drop --cache {args.cache} --unverifiable`", file=sys.stderr)
+        print(
+            f"unverifiable items cannot be checked for edits: keep them, or regenerate them with "
+            f"`cqabench cache drop --cache {args.cache} --unverifiable`",
+            file=sys.stderr,
+        )
     if bad:
         print(f"remove them with `cqabench cache drop --cache {args.cache} --bad`", file=sys.stderr)
         return 1
@@ -366,8 +430,12 @@ def run_cache_drop(args: argparse.Namespace) -> int:
     with _cache(args) as cache:
         doomed = []
         for r in cache.iter_records():
-            if ((args.bad and r.problem) or (args.unverifiable and r.note) or r.key in args.key
-                    or any(fnmatch.fnmatchcase(line, g) for line in r.label.splitlines() for g in args.label)):
+            if (
+                (args.bad and r.problem)
+                or (args.unverifiable and r.note)
+                or r.key in args.key
+                or any(fnmatch.fnmatchcase(line, g) for line in r.label.splitlines() for g in args.label)
+            ):
                 doomed.append(r.path)
         if args.stale:
             doomed += cache.leftovers()
@@ -377,8 +445,9 @@ def run_cache_drop(args: argparse.Namespace) -> int:
                 try:
                     path.unlink(missing_ok=True)
                 except OSError as exc:
-                    raise CacheError(f"{path}: cannot remove it ({exc.strerror}); make {args.cache} writable "
-                                     f"and run the drop again") from None
+                    raise CacheError(
+                        f"{path}: cannot remove it ({exc.strerror}); make {args.cache} writable and run the drop again"
+                    ) from None
     print(f"{args.cache}: {'would drop' if args.dry_run else 'dropped'} {len(doomed)} file(s)")
     return 0
 

@@ -71,7 +71,10 @@ def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
         from cqabench.commands import json_object
 
         doc = json_object(args.requests, "--requests")
-        reqs = [ModelRequest(str(r["repo_id"]), str(r["revision"]), tuple(r.get("keys") or ())) for r in doc.get("models", [])]
+        reqs = [
+            ModelRequest(str(r["repo_id"]), str(r["revision"]), tuple(r.get("keys") or ()))
+            for r in doc.get("models", [])
+        ]
         return reqs, args.models_dir or str(doc.get("models_dir") or "models")
     plan = load_plan(args.configfile or [DEFAULT_CONFIG])
     return requests(plan), args.models_dir or models_dir_of(plan.config)
@@ -84,7 +87,9 @@ def _fetch(args: argparse.Namespace) -> int:
     if args.only:
         unknown = sorted(set(args.only) - {r.repo_id for r in reqs})
         if unknown:
-            raise ConfigError(f"--only: {unknown} are not models of this config; its models: {[r.repo_id for r in reqs]}")
+            raise ConfigError(
+                f"--only: {unknown} are not models of this config; its models: {[r.repo_id for r in reqs]}"
+            )
         reqs = [r for r in reqs if r.repo_id in set(args.only)]
     if not reqs:
         print("no Hugging Face model to fetch: the config's models are package:, GGUF, local folders or API models")
@@ -107,20 +112,30 @@ def _list(args: argparse.Namespace) -> int:
 
     for req in requests(plan):
         commit = fetched_revision(plan.env.root / model_folder(req.repo_id, models_dir_of(plan.config)))
-        print(f"{req.repo_id}  revision {req.revision}  {state[req.repo_id] or f'fetched at {commit}'}  ({', '.join(req.keys)})")
+        print(
+            f"{req.repo_id}  revision {req.revision}  {state[req.repo_id] or f'fetched at {commit}'}  ({', '.join(req.keys)})"
+        )
     absent = [repo for repo, why in state.items() if why]
     if absent:
-        print(f"{len(absent)} not ready: `cqabench fetch-models --configfile {' '.join(args.configfile or [DEFAULT_CONFIG])}`",
-              file=sys.stderr)
+        print(
+            f"{len(absent)} not ready: `cqabench fetch-models --configfile {' '.join(args.configfile or [DEFAULT_CONFIG])}`",
+            file=sys.stderr,
+        )
     return 1 if absent and args.check else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fetch-models", help="download every hub model the config's jobs load into models/<org>/<name> "
-                                              "at its configured revision (on a node with network)")
+    p = sub.add_parser(
+        "fetch-models",
+        help="download every hub model the config's jobs load into models/<org>/<name> "
+        "at its configured revision (on a node with network)",
+    )
     p.add_argument("--configfile", nargs="+", help=f"the config file(s) the workflow runs (default {DEFAULT_CONFIG})")
-    p.add_argument("--requests", help='JSON {"models_dir": ..., "models": [{"repo_id", "revision", "keys"}]} '
-                                      "(the fetch_models rule's; instead of --configfile)")
+    p.add_argument(
+        "--requests",
+        help='JSON {"models_dir": ..., "models": [{"repo_id", "revision", "keys"}]} '
+        "(the fetch_models rule's; instead of --configfile)",
+    )
     p.add_argument("--models-dir", help="where to put them (default: the config's models_dir, else models)")
     p.add_argument("--only", nargs="+", metavar="REPO", help="fetch only these repositories of the config")
     p.add_argument("--endpoint", help="the hub's address (default $HF_ENDPOINT, else https://huggingface.co)")

@@ -34,7 +34,9 @@ def _index(args: argparse.Namespace) -> int:
 def _encode_part(args: argparse.Namespace) -> int:
     from cqabench.retrieval.parts import encode_corpus_part
 
-    encode_corpus_part(Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out), args.codec)
+    encode_corpus_part(
+        Path(args.corpus), args.serialization, _settings(args), args.part, args.of, Path(args.out), args.codec
+    )
     return 0
 
 
@@ -48,7 +50,14 @@ def _codec(args: argparse.Namespace) -> int:
 def _gather(args: argparse.Namespace) -> int:
     from cqabench.retrieval.parts import gather_index
 
-    gather_index(Path(args.corpus), args.serialization, _settings(args), [Path(p) for p in args.parts], Path(args.out), args.codec)
+    gather_index(
+        Path(args.corpus),
+        args.serialization,
+        _settings(args),
+        [Path(p) for p in args.parts],
+        Path(args.out),
+        args.codec,
+    )
     return 0
 
 
@@ -63,7 +72,9 @@ def _search(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     k = _or_default(args.k, "retrieval", "k")
-    search_queries(args.index, args.queries, settings, k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run"))
+    search_queries(
+        args.index, args.queries, settings, k, args.out_trec, args.out_parquet, args.tag or settings.get("type", "run")
+    )
     return 0
 
 
@@ -88,7 +99,14 @@ def _import(args: argparse.Namespace) -> int:
 def _fuse(args: argparse.Namespace) -> int:
     from cqabench.retrieval.jobs import fuse_runs
 
-    fuse_runs(list(args.runs), args.queries, json_object(args.settings, "--settings"), args.out_trec, args.out_parquet, args.tag)
+    fuse_runs(
+        list(args.runs),
+        args.queries,
+        json_object(args.settings, "--settings"),
+        args.out_trec,
+        args.out_parquet,
+        args.tag,
+    )
     return 0
 
 
@@ -122,7 +140,9 @@ def _retrieval_cell(cell: str, config: str | None) -> dict[str, Any]:
         return json_object(cell, "--cell")
     parts = cell.split("/")
     if config is None or len(parts) != 4 or not all(parts):
-        raise ConfigError(f"--cell {cell!r}: give a JSON object, or <dataset>/<split>/<serialization>/<run> with --config")
+        raise ConfigError(
+            f"--cell {cell!r}: give a JSON object, or <dataset>/<split>/<serialization>/<run> with --config"
+        )
     return plan_of(config_arg(config)).retrieval_cell(*parts)
 
 
@@ -161,7 +181,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="index directory (gets settings.json)")
     p.set_defaults(func=_index)
 
-    p = _corpus_job(sub, "colbert-codec", "train the codec the parts of a colbert index share (encode_jobs > 1)", "colbert")
+    p = _corpus_job(
+        sub, "colbert-codec", "train the codec the parts of a colbert index share (encode_jobs > 1)", "colbert"
+    )
     p.add_argument("--out", required=True, help="codec folder (gets codec.json, plaid/ and settings.json)")
     p.set_defaults(func=_codec)
 
@@ -190,10 +212,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("decompose-search", help="StrategyQA IR-Q / IR-D: search by question or by step, merge to top-k")
     _search_inputs(p)
-    p.add_argument("--kind", required=True, choices=("question", "gold", "predicted"),
-                   help="query by the question (IR-Q) or by its gold or predicted decomposition steps (IR-D)")
-    p.add_argument("--k", type=int, default=None,
-                   help="documents kept per question, merged (default: retrieval.decomposition.k's)")
+    p.add_argument(
+        "--kind",
+        required=True,
+        choices=("question", "gold", "predicted"),
+        help="query by the question (IR-Q) or by its gold or predicted decomposition steps (IR-D)",
+    )
+    p.add_argument(
+        "--k", type=int, default=None, help="documents kept per question, merged (default: retrieval.decomposition.k's)"
+    )
     p.add_argument("--out-log", default=None, help="JSON log of every step query (sent or skipped)")
     _outputs(p)
     p.set_defaults(func=_decompose)
@@ -206,19 +233,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     _outputs(p, tag_required=True)
     p.set_defaults(func=_import)
 
-    p = sub.add_parser("fuse-runs", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx's arithmetic)")
+    p = sub.add_parser(
+        "fuse-runs", help="fuse runs of one dataset split (retrieval.pipelines, type fusion; ranx's arithmetic)"
+    )
     p.add_argument("--runs", required=True, nargs="+", help="the input runs, in the order of the fusion's `fuse` list")
     p.add_argument("--queries", required=True, help="the queries table every input belongs to")
     p.add_argument("--settings", required=True, help="JSON {type: fusion, fuse, method, k | norm, depth}")
     _outputs(p, tag_required=True)
     p.set_defaults(func=_fuse)
 
-    p = sub.add_parser("rerank-run", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)")
+    p = sub.add_parser(
+        "rerank-run", help="rerank a run's top depth with a cross-encoder (retrieval.pipelines, type rerank)"
+    )
     p.add_argument("--run", required=True, help="the input run")
     p.add_argument("--queries", required=True, help="the queries table the input run belongs to")
     p.add_argument("--corpus", required=True, help="corpus.parquet the input run searched (the documents' text)")
     p.add_argument("--serialization", required=True, help=SERIALIZATION_HELP)
-    p.add_argument("--settings", required=True, help="JSON {type: rerank, of, model, depth, device, batch_size, max_length, ...}")
+    p.add_argument(
+        "--settings", required=True, help="JSON {type: rerank, of, model, depth, device, batch_size, max_length, ...}"
+    )
     p.add_argument("--out-log", default=None, help="JSON record: model, pairs, truncated pairs, speed")
     _outputs(p, tag_required=True)
     p.set_defaults(func=_rerank)
@@ -227,15 +260,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run", required=True, help="the run to score: TREC, Parquet or JSON (by suffix)")
     p.add_argument("--qrels", required=True, help="the split's qrels.parquet")
     p.add_argument("--queries", required=True, help="the split's queries.parquet (its qids; StrategyQA: the evidence)")
-    p.add_argument("--cell", required=True, help="the cell this evaluation belongs to: a JSON object, or with --config "
-                                                 "its label <dataset>/<split>/<serialization>/<run> (what the workflow passes)")
+    p.add_argument(
+        "--cell",
+        required=True,
+        help="the cell this evaluation belongs to: a JSON object, or with --config "
+        "its label <dataset>/<split>/<serialization>/<run> (what the workflow passes)",
+    )
     p.add_argument("--config", help="the run's resolved configuration (results/<name>/config.json)")
-    p.add_argument("--drop-identical-ids", type=_bool, default=None,
-                   help="true (BEIR's policy) | false; default: retrieval.drop_identical_ids's")
+    p.add_argument(
+        "--drop-identical-ids",
+        type=_bool,
+        default=None,
+        help="true (BEIR's policy) | false; default: retrieval.drop_identical_ids's",
+    )
     p.add_argument("--strategyqa-recall", action="store_true", help="add StrategyQA Recall@10 (best annotator)")
-    p.add_argument("--corpus", default=None,
-                   help="corpus.parquet the run searched: gold documents outside it are not evaluable "
-                        "(metrics n/a with the reason); omitted: the qrels alone decide")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="corpus.parquet the run searched: gold documents outside it are not evaluable "
+        "(metrics n/a with the reason); omitted: the qrels alone decide",
+    )
     p.add_argument("--out-json", required=True, help="metrics.json to write")
     p.add_argument("--out-per-query", required=True, help="per_query.parquet to write (qid, metric, variant, value)")
     p.set_defaults(func=_evaluate)

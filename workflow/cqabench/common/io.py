@@ -78,8 +78,7 @@ def _newest_mtime(path: Path) -> float:
 def _temp_patterns(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     """The temporary names of output `name`: ours (pid@host) and the older ones (mkstemp's 8 characters)."""
     base = re.escape(f".{name}.")
-    return (re.compile(base + r"(\d+)@([A-Za-z0-9_.-]+)\.[a-z0-9_]+\.tmp"),
-            re.compile(base + r"[a-z0-9_]{8}\.tmp"))
+    return (re.compile(base + r"(\d+)@([A-Za-z0-9_.-]+)\.[a-z0-9_]+\.tmp"), re.compile(base + r"[a-z0-9_]{8}\.tmp"))
 
 
 def _is_stale(candidate: Path, owned: re.Match[str] | None, now: float) -> bool:
@@ -265,7 +264,9 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
-def iter_parquet_batches(path: str | Path, batch_size: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+def iter_parquet_batches(
+    path: str | Path, batch_size: int, columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
     """The batches of a Parquet file, in order, in memory that does not grow with the file.
 
     `pre_buffer=False`: with pyarrow's default (pre_buffer=True) `iter_batches` keeps the
@@ -311,8 +312,14 @@ class RowGroupWriter:
     so a failure leaves no half-written output. Use as a context manager; `rows` counts what was
     written."""
 
-    def __init__(self, path: str | Path, schema: pa.Schema, rows_per_group: int | None = None,
-                 chars_per_group: int | None = None, text_fields: tuple[str, ...] = ("text",)) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        schema: pa.Schema,
+        rows_per_group: int | None = None,
+        chars_per_group: int | None = None,
+        text_fields: tuple[str, ...] = ("text",),
+    ) -> None:
         self.schema = schema
         self.rows = 0
         self._writer = pq.ParquetWriter(str(path), schema)

@@ -155,8 +155,10 @@ def peak_mb() -> tuple[float, float]:
 
 def peak_line() -> str:
     own, child = peak_mb()
-    return (f"{PEAK_PREFIX} {max(own, child):.1f} MB (kernel peak RSS: this process {own:.1f} MB, "
-            f"its largest child {child:.1f} MB)")
+    return (
+        f"{PEAK_PREFIX} {max(own, child):.1f} MB (kernel peak RSS: this process {own:.1f} MB, "
+        f"its largest child {child:.1f} MB)"
+    )
 
 
 def logged_peak_mb(log: Path) -> float | None:
@@ -180,8 +182,9 @@ def _exit_code(exc: SystemExit) -> int:
     return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
 
-def run_job(argv: Sequence[str], main: Callable[[list[str]], int],
-            environ: MutableMapping[str, str] | None = None) -> int:
+def run_job(
+    argv: Sequence[str], main: Callable[[list[str]], int], environ: MutableMapping[str, str] | None = None
+) -> int:
     """`main(ARGV)` (the `cqabench` command, `python -m cqabench`) as a job runs it: a repeat of a
     non-memory failure of this run is not redone."""
     env = os.environ if environ is None else environ
@@ -191,9 +194,12 @@ def run_job(argv: Sequence[str], main: Callable[[list[str]], int],
     marker = failure_marker(run_id, argv)
     if marker.is_file():
         seen = json.loads(marker.read_text())
-        print(f"cqabench {argv[0] if argv else ''}: not retried: an earlier attempt of this job in this run exited "
-              f"{seen['exit']}, not for lack of memory, and would again (Snakemake retries are for out-of-memory "
-              f"kills: cqabench/common/job_memory.py); its error: {seen['error']}", file=sys.stderr)
+        print(
+            f"cqabench {argv[0] if argv else ''}: not retried: an earlier attempt of this job in this run exited "
+            f"{seen['exit']}, not for lack of memory, and would again (Snakemake retries are for out-of-memory "
+            f"kills: cqabench/common/job_memory.py); its error: {seen['error']}",
+            file=sys.stderr,
+        )
         return int(seen["exit"]) or 1
     tail = _Tail(sys.stderr)
     sys.stderr = tail

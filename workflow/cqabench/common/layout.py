@@ -28,8 +28,10 @@ def name_problem(name: object) -> str:
     if not isinstance(name, str) or not re.match(NAME_PATTERN, name):
         return f"name: {name!r} must be one folder name (letters, digits, '_' and '-'): it is the results tree results/<name>/"
     if len(name) > NAME_MAX:
-        return (f"name: {len(name)} characters ({name[:20]}...), at most {NAME_MAX}: it is the results tree "
-                "results/<name>/, one folder name")
+        return (
+            f"name: {len(name)} characters ({name[:20]}...), at most {NAME_MAX}: it is the results tree "
+            "results/<name>/, one folder name"
+        )
     return ""
 
 

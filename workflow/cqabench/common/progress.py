@@ -38,8 +38,13 @@ class Progress:
     """Counts work done and logs `label: done/total (pct), rate, ETA` every `interval_s` seconds."""
 
     def __init__(
-        self, label: str, total: int | None, unit: str = "items", interval_s: float = DEFAULT_INTERVAL_S,
-        logger: logging.Logger | None = None, clock: Callable[[], float] = time.monotonic,
+        self,
+        label: str,
+        total: int | None,
+        unit: str = "items",
+        interval_s: float = DEFAULT_INTERVAL_S,
+        logger: logging.Logger | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
         self.total = total

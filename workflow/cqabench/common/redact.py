@@ -81,7 +81,7 @@ def register_key(key: str | None) -> None:
         for form in _forms(key):
             if len(form) < MIN_FRAGMENT:
                 whole.add(form)
-            fragments.update(form[i:i + MIN_FRAGMENT] for i in range(len(form) - MIN_FRAGMENT + 1))
+            fragments.update(form[i : i + MIN_FRAGMENT] for i in range(len(form) - MIN_FRAGMENT + 1))
         _fragments = frozenset(fragments)
         _whole = tuple(sorted(whole, key=len, reverse=True))
 

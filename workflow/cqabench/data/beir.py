@@ -42,8 +42,10 @@ from cqabench.data.qrels import Qrels, qrels_from_rows
 MANIFEST = "export.json"
 PYSERINI_DIR = "pyserini"
 NO_DOCUMENTS = "the corpus has no documents: BEIR's GenericDataLoader cannot open it and nothing can be retrieved"
-NO_RELEVANT = ("the qrels hold no relevant judgment (relevance > 0): BEIR's GenericDataLoader cannot open "
-               "a header-only qrels file, and no retrieval measure is defined")
+NO_RELEVANT = (
+    "the qrels hold no relevant judgment (relevance > 0): BEIR's GenericDataLoader cannot open "
+    "a header-only qrels file, and no retrieval measure is defined"
+)
 
 
 def _read_queries(path: Path) -> list[tuple[str, str]]:
@@ -89,12 +91,16 @@ def topic_line(qid: str, question: str) -> str:
     return f"{qid}\t{' '.join(question.split())}\n"
 
 
-def _write_documents(documents: Iterable[tuple[str, str, str, str]], beir_path: Path, pyserini_path: Path) -> dict[str, int]:
+def _write_documents(
+    documents: Iterable[tuple[str, str, str, str]], beir_path: Path, pyserini_path: Path
+) -> dict[str, int]:
     counts = {"documents": 0, "documents_with_empty_text": 0}
     with open(beir_path, "w", encoding="utf-8") as beir, open(pyserini_path, "w", encoding="utf-8") as pys:
         for docid, title, text, kind in documents:
-            beir.write(json.dumps({"_id": docid, "title": title, "text": text, "metadata": {"kind": kind}},
-                                  ensure_ascii=False) + "\n")
+            beir.write(
+                json.dumps({"_id": docid, "title": title, "text": text, "metadata": {"kind": kind}}, ensure_ascii=False)
+                + "\n"
+            )
             pys.write(json.dumps(collection_record(docid, title, text), ensure_ascii=False) + "\n")
             counts["documents"] += 1
             counts["documents_with_empty_text"] += not text.strip()
@@ -131,14 +137,19 @@ def export(corpus: Path, queries: Path, qrels: Path, split: str, serialization: 
         reason = NO_RELEVANT
     with atomic_dir(out_dir) as tmp:
         if reason is not None:
-            manifest.update(status="skipped", reason=reason, files={},
-                            counts={"queries": len(query_rows), "judged_queries": len(judged)})
+            manifest.update(
+                status="skipped",
+                reason=reason,
+                files={},
+                counts={"queries": len(query_rows), "judged_queries": len(judged)},
+            )
             write_json(manifest, tmp / MANIFEST)
             return manifest
         (tmp / "qrels").mkdir()
         (tmp / PYSERINI_DIR).mkdir()
-        counts = _write_documents(iter_documents(corpus, serialization), tmp / "corpus.jsonl",
-                                  tmp / PYSERINI_DIR / "corpus.jsonl")
+        counts = _write_documents(
+            iter_documents(corpus, serialization), tmp / "corpus.jsonl", tmp / PYSERINI_DIR / "corpus.jsonl"
+        )
         with open(tmp / "queries.jsonl", "w", encoding="utf-8") as fh, \
                 open(tmp / PYSERINI_DIR / "topics.tsv", "w", encoding="utf-8") as topics:  # fmt: skip
             for qid, question in query_rows:

@@ -94,8 +94,9 @@ def _sorted_runs(corpus_files: Sequence[Path], scratch: Path, run_rows: int, gro
             if table.num_rows == 0:
                 continue
             run = scratch / f"run-{len(runs):06d}.parquet"
-            pq.write_table(table.take(pc.sort_indices(table, sort_keys=[("docid", "ascending")])), run,
-                           row_group_size=group_rows)
+            pq.write_table(
+                table.take(pc.sort_indices(table, sort_keys=[("docid", "ascending")])), run, row_group_size=group_rows
+            )
             runs.append(run)
     return runs
 
@@ -147,17 +148,23 @@ def pool(corpus_files: Sequence[Path], out: Path, run_rows: int = RUN_ROWS) -> i
             for i in range(0, len(runs), FAN_IN):
                 run = scratch / f"run-{level}-{len(merged_runs):06d}.parquet"
                 with RowGroupWriter(run, CORPUS_SCHEMA, rows_per_group=GROUP_ROWS) as writer:
-                    for row in _merged(runs[i:i + FAN_IN], corpus_files[0]):
+                    for row in _merged(runs[i : i + FAN_IN], corpus_files[0]):
                         writer.add(row)
-                for done in runs[i:i + FAN_IN]:
+                for done in runs[i : i + FAN_IN]:
                     done.unlink()
                 merged_runs.append(run)
             runs = merged_runs
         with atomic_path(out) as tmp, RowGroupWriter(tmp, CORPUS_SCHEMA) as writer:
             for row in _merged(runs, corpus_files[0]):
                 writer.add(row)
-    log.info("%s: %d documents pooled from %d files (%d sorted runs, %d merge levels)",
-             out, writer.rows, len(corpus_files), n_runs, level + 1)
+    log.info(
+        "%s: %d documents pooled from %d files (%d sorted runs, %d merge levels)",
+        out,
+        writer.rows,
+        len(corpus_files),
+        n_runs,
+        level + 1,
+    )
     return writer.rows
 
 

@@ -23,8 +23,10 @@ def _unzip_member(tmp: Path, member: str, name: str, url: str, hint: str) -> Non
         with zipfile.ZipFile(tmp) as zf:
             if member not in zf.namelist():
                 listed = ", ".join(sorted(zf.namelist())[:10])
-                raise CqaError(f"{name}: the zip archive at {url} has no member {member!r} (it holds: {listed}); "
-                               f"check `member` in the config, or {hint}")
+                raise CqaError(
+                    f"{name}: the zip archive at {url} has no member {member!r} (it holds: {listed}); "
+                    f"check `member` in the config, or {hint}"
+                )
             with zf.open(member) as src:
                 data = src.read()
     except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
@@ -49,8 +51,15 @@ def _head(path: Path) -> str:
     return f"{path.stat().st_size} bytes starting {head!r}"
 
 
-def fetch(url: str | None, out: Path, name: str, raw_dir: str, sha256: str | None = None,
-          member: str | None = None, timeout: float = 60.0) -> None:
+def fetch(
+    url: str | None,
+    out: Path,
+    name: str,
+    raw_dir: str,
+    sha256: str | None = None,
+    member: str | None = None,
+    timeout: float = 60.0,
+) -> None:
     """Download `url` (or `member` of the zip archive at `url`; a .gz is unpacked) to `out`, then check its sha256."""
     hint = f"place the file at {raw_dir}/{name}" + (f" (sha256 {sha256})" if sha256 else "")
     if not url:

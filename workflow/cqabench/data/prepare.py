@@ -106,8 +106,14 @@ def check_limit(dataset: str, limit: object) -> None:
         raise ConfigError(f"{dataset}: limit must be a whole number of questions >= 1 (or null for all), got {limit!r}")
 
 
-def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = None, hops: list[int] | None = None,
-                     answerable_only: bool = False) -> CanonicalData:
+def select_questions(
+    data: CanonicalData,
+    dataset: str,
+    *,
+    limit: int | None = None,
+    hops: list[int] | None = None,
+    answerable_only: bool = False,
+) -> CanonicalData:
     """The questions a config asks for, in file order: `hops` (MuSiQue: keep these hop counts),
     `answerable_only` (MuSiQue: drop unanswerable records), then the first `limit` of what is
     left. Qrels and answers follow the kept questions; the corpus stays that of the whole file,
@@ -115,8 +121,9 @@ def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = N
     corpus whatever subset it evaluated: the first 1,200 2Wiki questions, MuSiQue's 2-hop ones)."""
     check_limit(dataset, limit)
     if (hops or answerable_only) and dataset not in HOP_DATASETS:
-        raise ConfigError(f"{dataset}: hops / answerable_only select MuSiQue questions only "
-                          f"(datasets: {', '.join(HOP_DATASETS)})")
+        raise ConfigError(
+            f"{dataset}: hops / answerable_only select MuSiQue questions only (datasets: {', '.join(HOP_DATASETS)})"
+        )
     queries = list(data.queries)
     if hops:
         wanted = {f"{int(h)}hop" for h in hops}
@@ -136,8 +143,16 @@ def select_questions(data: CanonicalData, dataset: str, *, limit: int | None = N
     )
 
 
-def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, limit: int | None = None,
-            hops: list[int] | None = None, answerable_only: bool = False, relevance: str = "paper") -> CanonicalData:
+def prepare(
+    dataset: str,
+    split: str,
+    files: Mapping[str, Path],
+    out_dir: Path,
+    limit: int | None = None,
+    hops: list[int] | None = None,
+    answerable_only: bool = False,
+    relevance: str = "paper",
+) -> CanonicalData:
     """Load one (dataset, split), select its questions (`select_questions`), check, write.
 
     `relevance`: the loader's relevance mode (its RELEVANCE; config `datasets.<name>.relevance`),
@@ -165,8 +180,9 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
     out_dir = Path(out_dir)
     created = not out_dir.exists()
     try:
-        data, n_docs = _stream_and_write(module, dataset, split, files, main_file, out_dir, limit, hops,
-                                         answerable_only, relevance)
+        data, n_docs = _stream_and_write(
+            module, dataset, split, files, main_file, out_dir, limit, hops, answerable_only, relevance
+        )
     except BaseException:
         # The tables are written as they are read, into temporaries that a failure removes; a
         # folder this run made for them goes too, so a failed prepare leaves nothing behind.
@@ -175,15 +191,30 @@ def prepare(dataset: str, split: str, files: Mapping[str, Path], out_dir: Path, 
         raise
     log.info(
         "%s/%s (relevance %s): %d queries, %d documents, %d qrels (%d relevant), %d answers",
-        dataset, split, relevance, len(data.queries), n_docs, len(data.qrels),
-        sum(1 for r in data.qrels if r.relevance > 0), len(data.answers),
+        dataset,
+        split,
+        relevance,
+        len(data.queries),
+        n_docs,
+        len(data.qrels),
+        sum(1 for r in data.qrels if r.relevance > 0),
+        len(data.answers),
     )
     return data
 
 
-def _stream_and_write(module: ModuleType, dataset: str, split: str, files: Mapping[str, Path], main_file: Path,
-                      out_dir: Path, limit: int | None, hops: list[int] | None,
-                      answerable_only: bool, relevance: str) -> tuple[CanonicalData, int]:
+def _stream_and_write(
+    module: ModuleType,
+    dataset: str,
+    split: str,
+    files: Mapping[str, Path],
+    main_file: Path,
+    out_dir: Path,
+    limit: int | None,
+    hops: list[int] | None,
+    answerable_only: bool,
+    relevance: str,
+) -> tuple[CanonicalData, int]:
     """The body of `prepare`: (the kept questions, qrels and answers; the number of documents)."""
     loaded = CanonicalData()
     docids = IdDigests()
@@ -205,16 +236,31 @@ def _stream_and_write(module: ModuleType, dataset: str, split: str, files: Mappi
         if not loaded.queries:
             # An empty file (0 bytes, `[]`, only blank lines) would otherwise become four empty
             # tables and, downstream, a metrics.json without metrics.
-            raise DataError(main_file, None, "-", "no questions in the file (an empty file or an empty list); "
-                            "is it the right file, or a download that was cut short?")
+            raise DataError(
+                main_file,
+                None,
+                "-",
+                "no questions in the file (an empty file or an empty list); "
+                "is it the right file, or a download that was cut short?",
+            )
         data = select_questions(loaded, dataset, limit=limit, hops=hops, answerable_only=answerable_only)
         if not data.queries:
-            raise ConfigError(f"{dataset}/{split}: the question selection (hops {hops}, answerable_only "
-                              f"{answerable_only}) keeps none of the {len(loaded.queries)} questions of {main_file}")
+            raise ConfigError(
+                f"{dataset}/{split}: the question selection (hops {hops}, answerable_only "
+                f"{answerable_only}) keeps none of the {len(loaded.queries)} questions of {main_file}"
+            )
         if data is not loaded:
-            log.info("%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); "
-                     "the corpus is the whole file's", dataset, split, len(data.queries), len(loaded.queries),
-                     limit, hops, answerable_only)
+            log.info(
+                "%s/%s: kept %d of %d questions (limit %s, hops %s, answerable_only %s); "
+                "the corpus is the whole file's",
+                dataset,
+                split,
+                len(data.queries),
+                len(loaded.queries),
+                limit,
+                hops,
+                answerable_only,
+            )
         validate(data, main_file, docids)
         _check_unique_docids(tmp["corpus"], docids, main_file)
         tables = data.tables()

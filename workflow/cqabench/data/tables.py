@@ -19,8 +19,9 @@ def _verbatim(cell: object) -> str:
     return str(cell)
 
 
-def _square(header: Sequence[str], rows: Sequence[Sequence[str]],
-            cell: Callable[[object], str] = _clean) -> tuple[list[str], list[list[str]]]:
+def _square(
+    header: Sequence[str], rows: Sequence[Sequence[str]], cell: Callable[[object], str] = _clean
+) -> tuple[list[str], list[list[str]]]:
     """Pad ragged rows (and the header) to one width so every serialization sees a grid.
 
     `cell` maps each cell to its text: whitespace collapsed (`_clean`, the default: markdown and
@@ -78,9 +79,7 @@ def serialize(header: Sequence[str], rows: Sequence[Sequence[str]], serializatio
     try:
         fn = SERIALIZERS[serialization]
     except KeyError:
-        raise ValueError(
-            f"unknown table serialization {serialization!r}; valid: {', '.join(SERIALIZATIONS)}"
-        ) from None
+        raise ValueError(f"unknown table serialization {serialization!r}; valid: {', '.join(SERIALIZATIONS)}") from None
     return fn(header, rows, title=title)
 
 

@@ -65,24 +65,45 @@ How to read it:
 def page(root: Path = REPO, jobs: dict[str, list] | None = None) -> str:
     """`jobs`: config path -> its Snakemake jobs when already known (else asked of Snakemake)."""
     node = REFERENCE_NODE
-    parts = [INTRO.format(gpus=node["gpus"], cores=node["cores"], gpu_class=node["gpu_class"], time_margin=TIME_MARGIN,
-                          min_runtime=MIN_RUNTIME_MIN, mem_margin=MEM_MARGIN, slack=MEM_SLACK_MB, min_mem=MIN_MEM_MB)]
+    parts = [
+        INTRO.format(
+            gpus=node["gpus"],
+            cores=node["cores"],
+            gpu_class=node["gpu_class"],
+            time_margin=TIME_MARGIN,
+            min_runtime=MIN_RUNTIME_MIN,
+            mem_margin=MEM_MARGIN,
+            slack=MEM_SLACK_MB,
+            min_mem=MIN_MEM_MB,
+        )
+    ]
     used: dict = {}
     for config in CONFIGS:
-        est = run.estimate(run.load_config(root / config), node["gpus"], node["cores"], root=root,
-                           gpu_class=node["gpu_class"], jobs=(jobs or {}).get(config))
+        est = run.estimate(
+            run.load_config(root / config),
+            node["gpus"],
+            node["cores"],
+            root=root,
+            gpu_class=node["gpu_class"],
+            jobs=(jobs or {}).get(config),
+        )
         t = est.totals
         fast, slow = est.ends["fast"], est.ends["slow"]
-        parts += [f"\n## `{config}`\n\n",
-                  f"**{fast.gpu_h:,.0f}–{slow.gpu_h:,.0f} GPU-hours ({t['gpu_h']:,.0f} at the rates' values), "
-                  f"{t['cpu_h']:,.0f} CPU-hours, {t['disk_gb']:,.0f} GB written; "
-                  f"{tables.duration(fast.span.list_schedule_s)} to {tables.duration(slow.span.list_schedule_s)} "
-                  f"on {est.span.gpus} GPUs and {est.span.cores} cores.**\n\n",
-                  tables.render_markdown(est)]
+        parts += [
+            f"\n## `{config}`\n\n",
+            f"**{fast.gpu_h:,.0f}–{slow.gpu_h:,.0f} GPU-hours ({t['gpu_h']:,.0f} at the rates' values), "
+            f"{t['cpu_h']:,.0f} CPU-hours, {t['disk_gb']:,.0f} GB written; "
+            f"{tables.duration(fast.span.list_schedule_s)} to {tables.duration(slow.span.list_schedule_s)} "
+            f"on {est.span.gpus} GPUs and {est.span.cores} cores.**\n\n",
+            tables.render_markdown(est),
+        ]
         used.update(est.rates)
     assumed = sum(1 for r in used.values() if r.assumed)
-    parts += [f"\n## The rates behind these numbers\n\n{len(used) - assumed} measured, {assumed} assumed "
-              "(assumptions first).\n\n", tables.render_rates_markdown(used)]
+    parts += [
+        f"\n## The rates behind these numbers\n\n{len(used) - assumed} measured, {assumed} assumed "
+        "(assumptions first).\n\n",
+        tables.render_rates_markdown(used),
+    ]
     return "".join(parts)
 
 

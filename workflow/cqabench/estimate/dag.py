@@ -31,10 +31,34 @@ from cqabench.common.errors import ConfigError
 IN_DAG_ENV = "CQABENCH_ESTIMATE_DAG"
 SNAKEFILE = Path(__file__).resolve().parents[3] / "Snakefile"  # this checkout's
 # The rules in the order of the workflow's stages (tables list them in this order).
-RULES = ("download", "prepare", "pool_corpus", "export_beir", "index", "colbert_codec", "encode_part",
-         "gather_index", "search", "decompose_search", "import_run", "fuse_runs", "rerank_run", "evaluate_retrieval",
-         "convert_model", "generate_batch", "generate_batch_share", "cell_spec", "generate", "evaluate_generation", "aggregate", "table",
-         "report_tables", "report_plots", "estimate", "report_page")
+RULES = (
+    "download",
+    "prepare",
+    "pool_corpus",
+    "export_beir",
+    "index",
+    "colbert_codec",
+    "encode_part",
+    "gather_index",
+    "search",
+    "decompose_search",
+    "import_run",
+    "fuse_runs",
+    "rerank_run",
+    "evaluate_retrieval",
+    "convert_model",
+    "generate_batch",
+    "generate_batch_share",
+    "cell_spec",
+    "generate",
+    "evaluate_generation",
+    "aggregate",
+    "table",
+    "report_tables",
+    "report_plots",
+    "estimate",
+    "report_page",
+)
 # One `table_<id>` rule per paper table (workflow/rules/report.smk): costed as the family "table".
 TABLE_PREFIX = "table_"
 # Snakemake's own target rules: no job of the bill (they run nothing).
@@ -103,8 +127,10 @@ def from_json(data: dict[str, Any]) -> list[Job]:
 def snakemake_jobs(config: dict[str, Any] | str | Path, root: str | Path = ".", timeout_s: float = 600) -> list[Job]:
     """The jobs Snakemake plans for a config (a file, or a mapping written to a temporary file)."""
     if os.environ.get(IN_DAG_ENV):
-        raise ConfigError("cqabench estimate: the DAG was asked for while Snakemake builds it (a rule's resources "
-                          "must cost one job, JobCosts.request, never the whole plan)")
+        raise ConfigError(
+            "cqabench estimate: the DAG was asked for while Snakemake builds it (a rule's resources "
+            "must cost one job, JobCosts.request, never the whole plan)"
+        )
     root = Path(root).resolve()
     with tempfile.TemporaryDirectory(prefix="cqabench-dag-") as tmp:
         if isinstance(config, (str, Path)):
@@ -121,7 +147,9 @@ def snakemake_jobs(config: dict[str, Any] | str | Path, root: str | Path = ".", 
             raise ConfigError(f"{path}: Snakemake's DAG took over {timeout_s:.0f} s to build") from None
         if proc.returncode != 0 or not out.is_file():
             where = path if isinstance(config, (str, Path)) else "the config"
-            raise ConfigError(f"{where}: Snakemake could not plan the config: {_reason(proc.stderr + proc.stdout, proc.returncode)}")
+            raise ConfigError(
+                f"{where}: Snakemake could not plan the config: {_reason(proc.stderr + proc.stdout, proc.returncode)}"
+            )
         return from_json(json.loads(out.read_text(encoding="utf-8")))
 
 
@@ -131,7 +159,7 @@ def _reason(output: str, status: int) -> str:
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     first = next((i for i, ln in enumerate(lines) if ln.startswith("cqabench")), None)
     if first is not None:
-        return " ".join(lines[first:first + 8])
+        return " ".join(lines[first : first + 8])
     return next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else f"exit status {status}")
 
 
@@ -142,9 +170,12 @@ def _build(configfile: Path, out: Path) -> None:
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
 
     with SnakemakeApi(OutputSettings(quiet={Quietness.ALL, Quietness.PROGRESS, Quietness.RULES})) as api:
-        wf_api = api.workflow(resource_settings=ResourceSettings(cores=1),
-                              config_settings=ConfigSettings(configfiles=[configfile]), snakefile=SNAKEFILE,
-                              workdir=Path.cwd())
+        wf_api = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            snakefile=SNAKEFILE,
+            workdir=Path.cwd(),
+        )
         dag_api = wf_api.dag(DAGSettings(forceall=True))
         workflow = dag_api.workflow_api._workflow  # the API's own printd3dag goes through it
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
@@ -152,8 +183,14 @@ def _build(configfile: Path, out: Path) -> None:
         dag = workflow.dag
         jobs = list(dag.jobs)
         index = {job: i for i, job in enumerate(jobs)}
-        rows = [{"rule": job.rule.name, "wildcards": dict(job.wildcards_dict),
-                 "deps": sorted(index[d] for d in dag.dependencies[job] if d in index)} for job in jobs]
+        rows = [
+            {
+                "rule": job.rule.name,
+                "wildcards": dict(job.wildcards_dict),
+                "deps": sorted(index[d] for d in dag.dependencies[job] if d in index),
+            }
+            for job in jobs
+        ]
     out.write_text(json.dumps({"jobs": rows}), encoding="utf-8")
 
 

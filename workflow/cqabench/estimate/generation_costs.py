@@ -80,12 +80,23 @@ class GenerationCosts:
             calls = n * steps
             total = n * sum(per_call)
             uncached = n * (prompt_tokens - shared + (steps - 1) * grow) + shared
-            return {"prompts": calls, "questions": n, "prompt tokens": total, "uncached prompt tokens": uncached,
-                    "output tokens": calls * turn_new, "max new tokens": turn_new}
+            return {
+                "prompts": calls,
+                "questions": n,
+                "prompt tokens": total,
+                "uncached prompt tokens": uncached,
+                "output tokens": calls * turn_new,
+                "max new tokens": turn_new,
+            }
         answer = self.answer_tokens(cell.prompt, max_new)
-        return {"prompts": n, "questions": n, "prompt tokens": n * prompt_tokens,
-                "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
-                "output tokens": n * answer, "max new tokens": answer}
+        return {
+            "prompts": n,
+            "questions": n,
+            "prompt tokens": n * prompt_tokens,
+            "uncached prompt tokens": n * (prompt_tokens - shared) + shared if n else 0.0,
+            "output tokens": n * answer,
+            "max new tokens": answer,
+        }
 
     def answer_tokens(self, prompt: str, max_new: int) -> float:
         """Output tokens of one answer of a template: between the mean of the answers that ended on
@@ -118,9 +129,12 @@ class GenerationCosts:
             c.items[name] = sum(x[name] for x in work)
         if backend == "openai":
             in_flight = int(spec.get("max_concurrency") or 1)
-            per_request = (self._r(c, "llm", "request_s", keys)
-                           + sum(x["output tokens"] for x in work) / max(c.items["prompts"], 1) / self._r(c, "llm", "output_tok_s", keys))
-            c.wall_s = self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / in_flight) * per_request
+            per_request = self._r(c, "llm", "request_s", keys) + sum(x["output tokens"] for x in work) / max(
+                c.items["prompts"], 1
+            ) / self._r(c, "llm", "output_tok_s", keys)
+            c.wall_s = (
+                self._r(c, "llm", "engine_start_s", keys) + math.ceil(c.items["prompts"] / in_flight) * per_request
+            )
             c.cpu_s = c.wall_s * 0.05
             c.peak_mb = self._r(c, "llm", "peak_mb", keys)
             return
@@ -129,17 +143,22 @@ class GenerationCosts:
         concurrency = self._concurrency(c, llm, keys, work)
         c.items["concurrency"] = concurrency
         rounds = sum(math.ceil(x["prompts"] / concurrency) * x["max new tokens"] for x in work)
-        c.wall_s = (self._r(c, "llm", "engine_start_s", keys) + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
-                    + rounds * self._r(c, "llm", "decode_step_s", keys))
+        c.wall_s = (
+            self._r(c, "llm", "engine_start_s", keys)
+            + prefill_tokens / self._r(c, "llm", "prefill_tok_s", keys)
+            + rounds * self._r(c, "llm", "decode_step_s", keys)
+        )
         c.cpu_s = c.wall_s  # a GPU engine: one core feeds the card
         if c.device == "cpu":  # the engine's CPU seconds, measured as such (a loaded machine changes wall time only)
             cpu_keys = next((k for k in keys if self.rates.find("llm", "cpu", k, "engine_start_cpu_s")), None)
             if cpu_keys is None:
                 c.cpu_s = c.wall_s * c.threads
             else:
-                c.cpu_s = (self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
-                           + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
-                           + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys))
+                c.cpu_s = (
+                    self._r(c, "llm", "engine_start_cpu_s", cpu_keys)
+                    + prefill_tokens * self._r(c, "llm", "prefill_cpu_s_per_token", cpu_keys)
+                    + rounds * self._r(c, "llm", "decode_cpu_s_per_step", cpu_keys)
+                )
         c.peak_mb = self._r(c, "llm", "peak_mb", keys)
 
     def _concurrency(self, c: Cost, llm: str, keys: tuple[str, str], work: list[dict[str, float]]) -> float:
@@ -154,7 +173,9 @@ class GenerationCosts:
         source = str(spec.get("source"))
         arch = lambda name: self._r(c, "llm_arch", name, source, device="data")  # noqa: E731
         kv_per_token = 2 * arch("layers") * arch("kv_heads") * arch("head_dim") * 2
-        share = float(spec.get("gpu_memory_utilization") or self._r(c, "engine", "gpu_memory_utilization", "vllm", device="data"))
+        share = float(
+            spec.get("gpu_memory_utilization") or self._r(c, "engine", "gpu_memory_utilization", "vllm", device="data")
+        )
         free_gb = self._r(c, "gpu", "memory_gb") * share - arch("weights_gb") - self._r(c, "llm", "reserve_gb", keys)
         prompts = sum(x["prompts"] for x in work)
         seq_tokens = (sum(x["prompt tokens"] + x["output tokens"] for x in work) / prompts) if prompts else 1.0

@@ -26,9 +26,13 @@ from cqabench.generation.cell import CELL_FIELDS, Cell
 
 # The wildcards of each rule's benchmark path, in order (workflow/rules/*.smk).
 PATHS: dict[str, tuple[str, ...]] = {
-    "download": ("path",), "prepare": ("dataset", "split"), "pool_corpus": ("corpus",),
-    "export_beir": ("dataset", "serialization", "split"), "index": ("corpus", "serialization", "retriever"),
-    "colbert_codec": ("corpus", "serialization", "retriever"), "gather_index": ("corpus", "serialization", "retriever"),
+    "download": ("path",),
+    "prepare": ("dataset", "split"),
+    "pool_corpus": ("corpus",),
+    "export_beir": ("dataset", "serialization", "split"),
+    "index": ("corpus", "serialization", "retriever"),
+    "colbert_codec": ("corpus", "serialization", "retriever"),
+    "gather_index": ("corpus", "serialization", "retriever"),
     "encode_part": ("corpus", "serialization", "retriever", "part-of"),
     "search": ("dataset", "split", "serialization", "retriever"),
     "decompose_search": ("dataset", "split", "serialization", "retriever-kind"),
@@ -36,12 +40,31 @@ PATHS: dict[str, tuple[str, ...]] = {
     "fuse_runs": ("dataset", "split", "serialization", "name"),
     "rerank_run": ("dataset", "split", "serialization", "name"),
     "evaluate_retrieval": ("dataset", "split", "serialization", "run"),
-    "convert_model": ("llm",), "generate_batch": ("llm",), "generate_batch_share": ("llm", "share"), "generate": CELL_FIELDS, "evaluate_generation": CELL_FIELDS,
-    "aggregate": (), "report_tables": (), "report_plots": (), "report_page": (), "estimate": (),
+    "convert_model": ("llm",),
+    "generate_batch": ("llm",),
+    "generate_batch_share": ("llm", "share"),
+    "generate": CELL_FIELDS,
+    "evaluate_generation": CELL_FIELDS,
+    "aggregate": (),
+    "report_tables": (),
+    "report_plots": (),
+    "report_page": (),
+    "estimate": (),
 }
 KINDS = ("ird-gold", "ird-pred", "irq")
-COLUMNS = ["rule", "jobs", "estimated_s", "measured_s", "time_ratio", "estimated_cpu_s", "measured_cpu_s", "cpu_ratio",
-           "estimated_peak_mb", "measured_peak_mb", "memory_ratio"]
+COLUMNS = [
+    "rule",
+    "jobs",
+    "estimated_s",
+    "measured_s",
+    "time_ratio",
+    "estimated_cpu_s",
+    "measured_cpu_s",
+    "cpu_ratio",
+    "estimated_peak_mb",
+    "measured_peak_mb",
+    "memory_ratio",
+]
 
 
 def compare_dir(estimate_dir: str | Path, benchmarks_dir: str | Path) -> pd.DataFrame | None:
@@ -121,20 +144,43 @@ def compare(estimate_jobs: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame
     for rule, part in measured.groupby("rule", sort=False):
         known = part[part["job"].isin(est.index)] if not est.empty else part.iloc[0:0]
         used = known if not known.empty else part
-        meas = {"measured_s": float(used["s"].sum()), "measured_cpu_s": float(used["cpu_time"].sum(min_count=1)),
-                "measured_peak_mb": float(used["max_rss"].max())}
+        meas = {
+            "measured_s": float(used["s"].sum()),
+            "measured_cpu_s": float(used["cpu_time"].sum(min_count=1)),
+            "measured_peak_mb": float(used["max_rss"].max()),
+        }
         if known.empty:
-            out.append({"rule": rule, "jobs": len(part), **meas, "estimated_s": math.nan, "estimated_cpu_s": math.nan,
-                        "estimated_peak_mb": math.nan, "time_ratio": math.nan, "cpu_ratio": math.nan,
-                        "memory_ratio": math.nan})
+            out.append(
+                {
+                    "rule": rule,
+                    "jobs": len(part),
+                    **meas,
+                    "estimated_s": math.nan,
+                    "estimated_cpu_s": math.nan,
+                    "estimated_peak_mb": math.nan,
+                    "time_ratio": math.nan,
+                    "cpu_ratio": math.nan,
+                    "memory_ratio": math.nan,
+                }
+            )
             continue
         rows = est.loc[known["job"]]
-        e = {"estimated_s": float(rows["wall_s"].sum()), "estimated_cpu_s": float(rows["cpu_s"].sum()),
-             "estimated_peak_mb": float(rows["peak_mb"].max())}
-        out.append({"rule": rule, "jobs": len(known), **e, **meas,
-                    "time_ratio": ratio(e["estimated_s"], meas["measured_s"]),
-                    "cpu_ratio": ratio(e["estimated_cpu_s"], meas["measured_cpu_s"]),
-                    "memory_ratio": ratio(e["estimated_peak_mb"], meas["measured_peak_mb"])})
+        e = {
+            "estimated_s": float(rows["wall_s"].sum()),
+            "estimated_cpu_s": float(rows["cpu_s"].sum()),
+            "estimated_peak_mb": float(rows["peak_mb"].max()),
+        }
+        out.append(
+            {
+                "rule": rule,
+                "jobs": len(known),
+                **e,
+                **meas,
+                "time_ratio": ratio(e["estimated_s"], meas["measured_s"]),
+                "cpu_ratio": ratio(e["estimated_cpu_s"], meas["measured_cpu_s"]),
+                "memory_ratio": ratio(e["estimated_peak_mb"], meas["measured_peak_mb"]),
+            }
+        )
     frame = pd.DataFrame(out, columns=COLUMNS)
     order = frame["rule"].map(lambda r: RULES.index(rule_family(r)) if rule_family(r) in RULES else len(RULES))
     return frame.iloc[order.argsort(kind="stable")].reset_index(drop=True)

@@ -68,11 +68,28 @@ RERANK_SAME_COST: dict[str, str] = {
 }
 # The rules whose jobs cost a fixed time (measured per rule on a default run: light.cpu.<rule>).
 # rule -> (mem_mb, runtime in minutes) without an estimate (the sizes before it; neural: the first pair)
-FALLBACK = {"search": ((16000, 120), (4000, 30)), "decompose_search": ((16000, 60), (4000, 30)),
-            "index": ((16000, 240), (4000, 60)), "colbert_codec": ((16000, 240), (4000, 60)),
-            "encode_part": ((16000, 240), (4000, 60)), "gather_index": ((16000, 240), (4000, 60))}
-LIGHT_RULES = ("cell_spec", "evaluate_retrieval", "fuse_runs", "evaluate_generation", "import_run", "convert_model", "aggregate", "report_tables",
-               "report_plots", "report_page", "estimate", "table")
+FALLBACK = {
+    "search": ((16000, 120), (4000, 30)),
+    "decompose_search": ((16000, 60), (4000, 30)),
+    "index": ((16000, 240), (4000, 60)),
+    "colbert_codec": ((16000, 240), (4000, 60)),
+    "encode_part": ((16000, 240), (4000, 60)),
+    "gather_index": ((16000, 240), (4000, 60)),
+}
+LIGHT_RULES = (
+    "cell_spec",
+    "evaluate_retrieval",
+    "fuse_runs",
+    "evaluate_generation",
+    "import_run",
+    "convert_model",
+    "aggregate",
+    "report_tables",
+    "report_plots",
+    "report_page",
+    "estimate",
+    "table",
+)
 
 
 # The rules whose job is an engine batch of an LLM (generation.batch_llms; split: batch_jobs).
@@ -113,9 +130,16 @@ class Cost:
 class JobCosts(GenerationCosts):
     """Costs of a plan's jobs, and the resource requests the rules make from them."""
 
-    def __init__(self, plan: Any, rates: Rates | None = None, sizes: Sizes | None = None,
-                 gpu_class: str = GPU_CLASS, strict: bool = True, jobs: list[Job] | None = None,
-                 config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        rates: Rates | None = None,
+        sizes: Sizes | None = None,
+        gpu_class: str = GPU_CLASS,
+        strict: bool = True,
+        jobs: list[Job] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         """`jobs`: the plan's jobs when known (Snakemake's DAG, `cqabench.estimate.dag`); else they are
         asked of Snakemake for `config` (the config as given, default the plan's) on first use."""
         self.plan = plan
@@ -135,8 +159,9 @@ class JobCosts(GenerationCosts):
     def jobs(self) -> list[Job]:
         """Every job Snakemake plans for the config, dependencies first (`dag.snakemake_jobs`)."""
         if self._jobs is None:
-            self._jobs = snakemake_jobs(dict(self._config if self._config is not None else self.plan.config),
-                                        self.plan.env.root)
+            self._jobs = snakemake_jobs(
+                dict(self._config if self._config is not None else self.plan.config), self.plan.env.root
+            )
         return self._jobs
 
     def all(self) -> list[Cost]:
@@ -202,7 +227,9 @@ class JobCosts(GenerationCosts):
         a grid cell of a batch LLM; an off-grid cell of that LLM runs its own engine)."""
         return bool(self.plan.in_batch(wildcards))
 
-    def _r(self, c: Cost, family: str, name: str, model: str | tuple[str, ...] = "any", device: str | None = None) -> float:
+    def _r(
+        self, c: Cost, family: str, name: str, model: str | tuple[str, ...] = "any", device: str | None = None
+    ) -> float:
         device = device or c.device
         for m in (model,) if isinstance(model, str) else model:
             rate = self.rates.find(family, device, m, name)
@@ -262,7 +289,9 @@ class JobCosts(GenerationCosts):
     def _download(self, c: Cost, w: dict[str, str]) -> None:
         ds, sp, role = self._raw_owner(w["path"])
         counts = self.sizes.split(ds, sp)
-        corpus_roles = [r for r in self.plan.config["datasets"][ds]["files"][sp] if r not in ("questions", "decompositions")]
+        corpus_roles = [
+            r for r in self.plan.config["datasets"][ds]["files"][sp] if r not in ("questions", "decompositions")
+        ]
         if role not in corpus_roles or not counts.documents:
             nbytes = counts.questions * self.sizes.stat(ds, sp, "question_file_bytes_per_question")
         else:  # the corpus' documents, shared among its files (OTT-QA: tables and passages)
@@ -339,8 +368,9 @@ class JobCosts(GenerationCosts):
         c.wall_s = self._r(c, "dense_encode", "fixed_s", model) + docs / self._r(c, "dense_encode", "docs_per_s", model)
         c.cpu_s = c.wall_s
         if c.device == "cpu" and self.rates.find("dense_encode", "cpu", model, "cpu_docs_per_s"):
-            c.cpu_s = (self._r(c, "dense_encode", "cpu_fixed_s", model)
-                       + docs / self._r(c, "dense_encode", "cpu_docs_per_s", model))
+            c.cpu_s = self._r(c, "dense_encode", "cpu_fixed_s", model) + docs / self._r(
+                c, "dense_encode", "cpu_docs_per_s", model
+            )
         c.peak_mb = self._r(c, "dense_encode", "peak_mb", model)
         c.disk_mb = docs * self._r(c, "dense_encode", "dims", model, device="data") * 4 / MB
 
@@ -353,7 +383,10 @@ class JobCosts(GenerationCosts):
 
     def _lucene(self, c: Cost, docs: float) -> None:
         """SPLADE's impact index: Lucene over the vectors, costed as a BM25 index of the same documents."""
-        wall = self._r(c, "bm25_index", "fixed_s", device="cpu") + self._r(c, "bm25_index", "s_per_mdoc", device="cpu") * docs / M
+        wall = (
+            self._r(c, "bm25_index", "fixed_s", device="cpu")
+            + self._r(c, "bm25_index", "s_per_mdoc", device="cpu") * docs / M
+        )
         c.wall_s += wall
         c.cpu_s += wall
         c.peak_mb = max(c.peak_mb, self._r(c, "bm25_index", "peak_mb", device="cpu"))
@@ -418,10 +451,16 @@ class JobCosts(GenerationCosts):
         dims = self._r(c, "colbert", "dims", device="data")
         flops = 2 * sample * per_doc * centroids * dims * int(s.get("kmeans_niters") or 4)
         c.items.update({"passages sampled": sample, "centroids": centroids})
-        c.wall_s = (self._r(c, "colbert", "fixed_s") + sample / self._r(c, "colbert", "docs_per_s")
-                    + flops / 1e9 / self._r(c, "colbert", "kmeans_gflop_s"))
+        c.wall_s = (
+            self._r(c, "colbert", "fixed_s")
+            + sample / self._r(c, "colbert", "docs_per_s")
+            + flops / 1e9 / self._r(c, "colbert", "kmeans_gflop_s")
+        )
         c.cpu_s = c.wall_s
-        c.peak_mb = self._r(c, "colbert", "base_peak_mb") + sample * per_doc * self._r(c, "colbert", "sample_bytes_per_embedding", device="data") / MB
+        c.peak_mb = (
+            self._r(c, "colbert", "base_peak_mb")
+            + sample * per_doc * self._r(c, "colbert", "sample_bytes_per_embedding", device="data") / MB
+        )
         c.disk_mb = centroids * dims * 2 / MB
 
     def _colbert_encode(self, c: Cost, r: str, n: float, docs: float) -> None:
@@ -442,7 +481,10 @@ class JobCosts(GenerationCosts):
         c.device, c.gpus = "cpu", 0
         c.items["embeddings"] = emb
         c.wall_s = c.cpu_s = self._r(c, "colbert", "fixed_s") + emb / M * self._r(c, "colbert", "ivf_s_per_membedding")
-        c.peak_mb = self._r(c, "colbert", "base_peak_mb") + emb * self._r(c, "colbert", "ivf_bytes_per_embedding", device="data") / MB
+        c.peak_mb = (
+            self._r(c, "colbert", "base_peak_mb")
+            + emb * self._r(c, "colbert", "ivf_bytes_per_embedding", device="data") / MB
+        )
         c.disk_mb = emb * self._r(c, "colbert", "ivf_disk_bytes_per_embedding", device="data") / MB
 
     # ---- runs ----
@@ -465,8 +507,11 @@ class JobCosts(GenerationCosts):
             model = self._model_name(s)
             dims = self._r(c, "dense_encode", "dims", model, device="data")
             scan = q * docs * dims * self._r(c, "dense_search", "s_per_qdoc_dim", device="cpu")  # faiss on the CPU
-            c.wall_s = (self._r(c, "dense_encode", "fixed_s", model) + q / self._r(c, "dense_encode", "docs_per_s", model)
-                        + scan)
+            c.wall_s = (
+                self._r(c, "dense_encode", "fixed_s", model)
+                + q / self._r(c, "dense_encode", "docs_per_s", model)
+                + scan
+            )
             shard = float(s.get("shard_size", 10000)) * dims * 4 / MB
             c.peak_mb = self._r(c, "dense_encode", "peak_mb", model) + shard
         elif kind == "splade":
@@ -474,16 +519,25 @@ class JobCosts(GenerationCosts):
             c.peak_mb = self._r(c, "splade_search", "peak_mb")
         else:  # colbert-ai loads every code and residual (no mmap)
             emb, _ = self._colbert_n(c, docs)
-            c.wall_s = (self._r(c, "colbert", "fixed_s") + emb / M * self._r(c, "colbert", "load_s_per_membedding")
-                        + q * self._r(c, "colbert", "search_s_per_query"))
-            c.peak_mb = self._r(c, "colbert", "base_peak_mb") + emb * self._r(c, "colbert", "search_bytes_per_embedding", device="data") / MB
+            c.wall_s = (
+                self._r(c, "colbert", "fixed_s")
+                + emb / M * self._r(c, "colbert", "load_s_per_membedding")
+                + q * self._r(c, "colbert", "search_s_per_query")
+            )
+            c.peak_mb = (
+                self._r(c, "colbert", "base_peak_mb")
+                + emb * self._r(c, "colbert", "search_bytes_per_embedding", device="data") / MB
+            )
         c.cpu_s = c.wall_s
         c.disk_mb = q * self.plan.retrieval_k * 60 / MB  # trec + parquet rows, ~60 B each
 
     def _decompose_search(self, c: Cost, w: dict[str, str]) -> None:
         q = self._queries(w["dataset"], w["split"])
-        steps = {"irq": 1.0, "ird-gold": self.sizes.stat(w["dataset"], w["split"], "gold_steps"),
-                 "ird-pred": self.sizes.stat(w["dataset"], w["split"], "predicted_steps")}[w["kind"]]
+        steps = {
+            "irq": 1.0,
+            "ird-gold": self.sizes.stat(w["dataset"], w["split"], "gold_steps"),
+            "ird-pred": self.sizes.stat(w["dataset"], w["split"], "predicted_steps"),
+        }[w["kind"]]
         self._search(c, w, queries=q * max(steps, 1.0))
         c.items["questions"] = q
 
@@ -511,7 +565,5 @@ class JobCosts(GenerationCosts):
 
 def text_stats(rates: Rates) -> dict[str, dict[str, float]]:
     """rates.text.data.<dataset>.<statistic> as {dataset: {statistic: value}}."""
-    by_ds = (((rates.data.get("rates") or {}).get("text") or {}).get("data") or {})
+    by_ds = ((rates.data.get("rates") or {}).get("text") or {}).get("data") or {}
     return {ds: {k: float(v["value"]) for k, v in (names or {}).items()} for ds, names in by_ds.items() if ds != "any"}
-
-

@@ -53,8 +53,17 @@ HEADER = """\
 GUESS_SPREAD = 2.0
 # Rates of which more is faster (items per second, concurrency); of every other rate (seconds per
 # item, per job) less is. The fast end of the range takes each rate's faster bound.
-FASTER_WHEN_HIGHER = ("docs_per_s", "pairs_per_s", "prefill_tok_s", "output_tok_s", "gflop_s", "concurrency",
-                      "mb_per_s", "memory_gb", "gpu_memory_utilization")
+FASTER_WHEN_HIGHER = (
+    "docs_per_s",
+    "pairs_per_s",
+    "prefill_tok_s",
+    "output_tok_s",
+    "gflop_s",
+    "concurrency",
+    "mb_per_s",
+    "memory_gb",
+    "gpu_memory_utilization",
+)
 BOUNDS = ("value", "fast", "slow")
 
 
@@ -140,9 +149,11 @@ class Rates:
     def get(self, family: str, device: str, model: str, name: str) -> Rate:
         rate = self.find(family, device, model, name)
         if rate is None:
-            raise ConfigError(f"{self.path}: no rate rates.{family}.{device}.{model}.{name} "
-                              f"(nor rates.{family}.{device}.{ANY}.{name}); rerun the benchmark that "
-                              "measures it with --write-rates, or add it as an assumption with its source")
+            raise ConfigError(
+                f"{self.path}: no rate rates.{family}.{device}.{model}.{name} "
+                f"(nor rates.{family}.{device}.{ANY}.{name}); rerun the benchmark that "
+                "measures it with --write-rates, or add it as an assumption with its source"
+            )
         self.used[rate.key] = rate
         return rate
 
@@ -154,7 +165,9 @@ class Rates:
             raise ConfigError(f"{self.path}: rates.{key} must be a mapping with value, unit and measured or assumed")
         kinds = [k for k in ("measured", "assumed") if k in entry]
         if len(kinds) != 1:
-            raise ConfigError(f"{self.path}: rates.{key} needs exactly one of measured / assumed, has {kinds or 'none'}")
+            raise ConfigError(
+                f"{self.path}: rates.{key} needs exactly one of measured / assumed, has {kinds or 'none'}"
+            )
         kind = kinds[0]
         prov = entry[kind] or {}
         if not isinstance(prov, Mapping):
@@ -178,7 +191,9 @@ class Rates:
         if low is not None:
             bounds = [b for b in (low, high) if isinstance(b, (int, float)) and not isinstance(b, bool)]
             if len(bounds) != 2 or not 0 <= bounds[0] <= value <= bounds[1]:
-                raise ConfigError(f"{self.path}: rates.{key}: need 0 <= low <= value <= high, got {low!r}, {raw!r}, {high!r}")
+                raise ConfigError(
+                    f"{self.path}: rates.{key}: need 0 <= low <= value <= high, got {low!r}, {raw!r}, {high!r}"
+                )
             low, high = float(bounds[0]), float(bounds[1])
         return Rate(key, value, str(entry.get("unit", "")), kind, prov, low, high)
 
@@ -213,8 +228,9 @@ def load_rates(path: str | Path = RATES_FILE) -> Rates:
         raise ConfigError(f"{path}: the rates file is missing (benchmarks/rates.yaml in the repository)")
     data = load_file(path) or {}  # strict YAML: a syntax error or a duplicated key named by line
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: the rates file holds a mapping (version, device_classes, rates), "
-                          f"got {type(data).__name__}")
+        raise ConfigError(
+            f"{path}: the rates file holds a mapping (version, device_classes, rates), got {type(data).__name__}"
+        )
     rates = Rates(data, path)
     problems = rates.check()
     if problems:
@@ -245,31 +261,60 @@ def machine() -> str:
 def provenance(argv: list[str] | None = None, source: str | None = None) -> dict[str, str]:
     """The `measured` block of a benchmark run: this machine, today, the command that ran."""
     argv = sys.argv if argv is None else argv
-    out = {"machine": machine(), "date": dt.date.today().isoformat(),
-           "command": "python " + " ".join(shlex.quote(a) for a in argv)}
+    out = {
+        "machine": machine(),
+        "date": dt.date.today().isoformat(),
+        "command": "python " + " ".join(shlex.quote(a) for a in argv),
+    }
     if source:
         out["from"] = source
     return out
 
 
-def update_rates(path: str | Path, family: str, device: str, model: str,
-                 values: Mapping[str, tuple[float, str]], measured: Mapping[str, str]) -> None:
+def update_rates(
+    path: str | Path,
+    family: str,
+    device: str,
+    model: str,
+    values: Mapping[str, tuple[float, str]],
+    measured: Mapping[str, str],
+) -> None:
     """Write `values` (name -> (value, unit)) as measured rates of (family, device, model),
     leaving every other entry as it is; the file is replaced atomically."""
-    _write(path, family, device, model, {name: (value, unit, "measured", measured) for name, (value, unit) in values.items()})
+    _write(
+        path,
+        family,
+        device,
+        model,
+        {name: (value, unit, "measured", measured) for name, (value, unit) in values.items()},
+    )
 
 
-def update_assumed(path: str | Path, family: str, device: str, model: str,
-                   values: Mapping[str, tuple[float, str]], source: str, note: str | None = None) -> None:
+def update_assumed(
+    path: str | Path,
+    family: str,
+    device: str,
+    model: str,
+    values: Mapping[str, tuple[float, str]],
+    source: str,
+    note: str | None = None,
+) -> None:
     """Write `values` (name -> (value, unit)) as assumed rates of (family, device, model), with
     their published `source` (and how the number follows from it, `note`): what a benchmark
     could not measure here but states beside what it did (a GPU's throughput)."""
     assumed = {"source": source, **({"note": note} if note else {})}
-    _write(path, family, device, model, {name: (value, unit, "assumed", assumed) for name, (value, unit) in values.items()})
+    _write(
+        path, family, device, model, {name: (value, unit, "assumed", assumed) for name, (value, unit) in values.items()}
+    )
 
 
-def _write(path: str | Path, family: str, device: str, model: str,
-           entries: Mapping[str, tuple[float, str, str, Mapping[str, str]]]) -> None:
+def _write(
+    path: str | Path,
+    family: str,
+    device: str,
+    model: str,
+    entries: Mapping[str, tuple[float, str, str, Mapping[str, str]]],
+) -> None:
     """name -> (value, unit, kind, provenance) into (family, device, model); the rest as it is."""
     from cqabench.common.io import write_text
 
@@ -280,7 +325,9 @@ def _write(path: str | Path, family: str, device: str, model: str,
     data.setdefault("version", 1)
     classes = data.setdefault("device_classes", {})
     if device not in classes:
-        raise ConfigError(f"{path}: device class {device!r} is not under device_classes; add it with a description first")
+        raise ConfigError(
+            f"{path}: device class {device!r} is not under device_classes; add it with a description first"
+        )
     entry = data.setdefault("rates", {}).setdefault(family, {}).setdefault(device, {}).setdefault(model, {})
     for name, (value, unit, kind, prov) in entries.items():
         entry[name] = {"value": _round(value), "unit": unit, kind: {k: _relative(v) for k, v in prov.items()}}

@@ -42,7 +42,9 @@ def requested(costs: Requests, rule: str, wildcards: Wildcards) -> Mapping[str, 
     return costs.request(rule, dict(wildcards.items()))
 
 
-def rule_resources(costs: Requests, rule: str, *, gpu: bool = False, retries: bool = False) -> dict[str, Callable[..., int]]:
+def rule_resources(
+    costs: Requests, rule: str, *, gpu: bool = False, retries: bool = False
+) -> dict[str, Callable[..., int]]:
     """The `resources:` of `rule` (`resources: **job_resources(rule, ...)` in the .smk files):
     mem_mb and runtime always, gpu where `gpu`; mem_mb doubling per attempt where `retries`
     (module docstring)."""

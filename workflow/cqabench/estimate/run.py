@@ -43,8 +43,14 @@ def validated(config: Mapping[str, Any], root: Path) -> dict[str, Any]:
     return config
 
 
-def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: str | Path | None = None,
-               gpu_class: str = GPU_CLASS, validate: bool = True, jobs: list[Job] | None = None) -> JobCosts:
+def plan_costs(
+    config: Mapping[str, Any],
+    root: str | Path = ".",
+    rates_file: str | Path | None = None,
+    gpu_class: str = GPU_CLASS,
+    validate: bool = True,
+    jobs: list[Job] | None = None,
+) -> JobCosts:
     """`validate`: fill the schema's defaults (false for a config the workflow already validated,
     as the estimate rule passes it: its job's environment need not have Snakemake)."""
     from cqabench.planner import Environment, Plan
@@ -56,16 +62,25 @@ def plan_costs(config: Mapping[str, Any], root: str | Path = ".", rates_file: st
     return JobCosts(plan, rates, gpu_class=gpu_class, config=config, jobs=jobs)
 
 
-def estimate(config: Mapping[str, Any], gpus: int, cores: int, root: str | Path = ".",
-             rates_file: str | Path | None = None, gpu_class: str = GPU_CLASS, validate: bool = True,
-             jobs: list[Job] | None = None, prices: dict[str, tuple[float, float]] | None = None) -> Estimate:
+def estimate(
+    config: Mapping[str, Any],
+    gpus: int,
+    cores: int,
+    root: str | Path = ".",
+    rates_file: str | Path | None = None,
+    gpu_class: str = GPU_CLASS,
+    validate: bool = True,
+    jobs: list[Job] | None = None,
+    prices: dict[str, tuple[float, float]] | None = None,
+) -> Estimate:
     """`jobs`: Snakemake's jobs of this config when already known (else asked of Snakemake);
     `prices`: API model -> USD per million (input, output) tokens (cqabench.estimate.spread)."""
     return build(plan_costs(config, root, rates_file, gpu_class, validate, jobs), gpus, cores, prices)
 
 
-def write_estimate(config_file: str | Path, rates_file: str | Path, out_dir: str | Path, gpus: int, cores: int,
-                   log: str | Path) -> None:
+def write_estimate(
+    config_file: str | Path, rates_file: str | Path, out_dir: str | Path, gpus: int, cores: int, log: str | Path
+) -> None:
     """The `estimate` rule's job: the run's resolved config (results/<name>/config.json, validated
     already) estimated on `gpus` and `cores`, its tables written to `out_dir`, the printed text to
     `log`. A localrule: Snakemake's DAG needs Snakemake, which the rules' conda envs lack."""

@@ -53,8 +53,15 @@ def makespan(jobs: Sequence[Job], costs: Sequence[Cost], gpus: int, cores: int) 
     gpu_bound = gpu_s / gpus if gpus else 0.0
     cpu_bound = core_s / cores
     lower = max(gpu_bound, cpu_bound, critical)
-    return Makespan(gpus, cores, lower, critical, _list_schedule(order, by_id, cost, children, tail, gpus, cores),
-                    gpu_bound, cpu_bound)
+    return Makespan(
+        gpus,
+        cores,
+        lower,
+        critical,
+        _list_schedule(order, by_id, cost, children, tail, gpus, cores),
+        gpu_bound,
+        cpu_bound,
+    )
 
 
 def critical_path(jobs: Sequence[Job], costs: Sequence[Cost]) -> list[tuple[str, float]]:
@@ -76,8 +83,15 @@ def critical_path(jobs: Sequence[Job], costs: Sequence[Cost]) -> list[tuple[str,
     return path[::-1]
 
 
-def _list_schedule(order: list[str], by_id: dict[str, Job], cost: dict[str, Cost], children: dict[str, list[str]],
-                   tail: dict[str, float], gpus: int, cores: int) -> float:
+def _list_schedule(
+    order: list[str],
+    by_id: dict[str, Job],
+    cost: dict[str, Cost],
+    children: dict[str, list[str]],
+    tail: dict[str, float],
+    gpus: int,
+    cores: int,
+) -> float:
     """Greedy: GPU jobs and CPU jobs each wait in order of their remaining path; the first of a
     queue starts as soon as what it needs is free (a later job does not jump it)."""
     waiting = {i: len(by_id[i].deps) for i in order}

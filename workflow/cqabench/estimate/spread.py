@@ -43,8 +43,9 @@ class End:
 
 def at_end(costs: JobCosts, bound: str, gpus: int, cores: int) -> End:
     """The same jobs and item counts costed with every rate at `bound` (fast or slow)."""
-    other = JobCosts(costs.plan, costs.rates.at(bound), costs.sizes, costs.gpu_class, strict=costs.strict,
-                     jobs=costs.jobs)
+    other = JobCosts(
+        costs.plan, costs.rates.at(bound), costs.sizes, costs.gpu_class, strict=costs.strict, jobs=costs.jobs
+    )
     ends = other.all()
     for c in ends:
         costs.rates.used.update({k: other.rates.used[k] for k in c.rates if k in other.rates.used})
@@ -67,13 +68,19 @@ class Money:
         return (self.input_tokens * self.price[0] + self.output_tokens[bound] * self.price[1]) / 1e6
 
     def line(self) -> str:
-        out = (f"{self.llm}: {self.input_tokens / 1e6:,.1f}M input tokens, "
-               f"{self.output_tokens['fast'] / 1e6:,.1f}M to {self.output_tokens['slow'] / 1e6:,.1f}M output tokens")
+        out = (
+            f"{self.llm}: {self.input_tokens / 1e6:,.1f}M input tokens, "
+            f"{self.output_tokens['fast'] / 1e6:,.1f}M to {self.output_tokens['slow'] / 1e6:,.1f}M output tokens"
+        )
         if self.price is None:
-            return out + (f"; no price given (set estimate.prices.{self.llm}: {{input: USD, output: USD}} "
-                          f"or --price {self.llm}=INPUT,OUTPUT, USD per million tokens)")
-        return out + (f"; at {self.price[0]:g} / {self.price[1]:g} USD per million input / output tokens "
-                      f"({self.price_source}): {self.usd('fast'):,.0f} to {self.usd('slow'):,.0f} USD")
+            return out + (
+                f"; no price given (set estimate.prices.{self.llm}: {{input: USD, output: USD}} "
+                f"or --price {self.llm}=INPUT,OUTPUT, USD per million tokens)"
+            )
+        return out + (
+            f"; at {self.price[0]:g} / {self.price[1]:g} USD per million input / output tokens "
+            f"({self.price_source}): {self.usd('fast'):,.0f} to {self.usd('slow'):,.0f} USD"
+        )
 
 
 def parse_prices(items: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -84,8 +91,9 @@ def parse_prices(items: Sequence[str]) -> dict[str, tuple[float, float]]:
         try:
             inp, outp = (float(x) for x in pair.split(","))
         except ValueError:
-            raise ConfigError(f"--price {item!r}: expected NAME=INPUT,OUTPUT in USD per million tokens, "
-                              "e.g. gpt-3.5-turbo=0.5,1.5") from None
+            raise ConfigError(
+                f"--price {item!r}: expected NAME=INPUT,OUTPUT in USD per million tokens, e.g. gpt-3.5-turbo=0.5,1.5"
+            ) from None
         if not name or inp < 0 or outp < 0:
             raise ConfigError(f"--price {item!r}: expected NAME=INPUT,OUTPUT with a model name and prices >= 0")
         out[name] = (inp, outp)
@@ -111,8 +119,16 @@ def money(plan: Any, by_bound: Mapping[str, Sequence[Cost]], prices: Mapping[str
     out = []
     for llm in sorted({c.model for c in by_bound["value"] if c.device == "api"}):
         tokens = {b: [c for c in cs if c.device == "api" and c.model == llm] for b, cs in by_bound.items()}
-        price, source = (prices[llm], "--price") if llm in prices else (_config_price(plan, llm), f"estimate.prices.{llm}")
-        out.append(Money(llm, sum(c.items.get("prompt tokens", 0.0) for c in tokens["value"]),
-                         {b: sum(c.items.get("output tokens", 0.0) for c in cs) for b, cs in tokens.items()},
-                         price, source if price else ""))
+        price, source = (
+            (prices[llm], "--price") if llm in prices else (_config_price(plan, llm), f"estimate.prices.{llm}")
+        )
+        out.append(
+            Money(
+                llm,
+                sum(c.items.get("prompt tokens", 0.0) for c in tokens["value"]),
+                {b: sum(c.items.get("output tokens", 0.0) for c in cs) for b, cs in tokens.items()},
+                price,
+                source if price else "",
+            )
+        )
     return out

@@ -49,15 +49,28 @@ def answer_spread(predictions: Sequence[Any], parse_ok: Sequence[bool]) -> dict[
         raise ValueError(f"{len(predictions)} predictions but {len(parse_ok)} parse flags")
     n = len(predictions)
     if n == 0:
-        return {"n_answers": 0, "top_answer": None, "top_answer_count": 0, "top_answer_share": None,
-                "parse_rate": None, "constant_answer": False, "low_parse_rate": False}
+        return {
+            "n_answers": 0,
+            "top_answer": None,
+            "top_answer_count": 0,
+            "top_answer_share": None,
+            "parse_rate": None,
+            "constant_answer": False,
+            "low_parse_rate": False,
+        }
     counts = Counter(normalized(p) for p in predictions)
     top, count = counts.most_common(1)[0]  # most_common keeps first-met order among equal counts
     share = count / n
     rate = sum(bool(ok) for ok in parse_ok) / n
-    return {"n_answers": n, "top_answer": top, "top_answer_count": count, "top_answer_share": share,
-            "parse_rate": rate, "constant_answer": bool(n >= MIN_QUESTIONS and share >= CONSTANT_SHARE),
-            "low_parse_rate": bool(rate < LOW_PARSE_RATE)}
+    return {
+        "n_answers": n,
+        "top_answer": top,
+        "top_answer_count": count,
+        "top_answer_share": share,
+        "parse_rate": rate,
+        "constant_answer": bool(n >= MIN_QUESTIONS and share >= CONSTANT_SHARE),
+        "low_parse_rate": bool(rate < LOW_PARSE_RATE),
+    }
 
 
 def _count(value: Any) -> Any:

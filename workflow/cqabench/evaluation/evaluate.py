@@ -79,8 +79,13 @@ def _missing_predictions(preds: pd.DataFrame, answers: pa.Table, path: Path) -> 
     missing = [q for q in answers.column("qid").to_pylist() if q not in have]
     if missing:
         shown = ", ".join(repr(q) for q in missing[:5]) + (", ..." if len(missing) > 5 else "")
-        log.warning("%s: %d of %d questions of the split have no prediction and are scored as wrong: %s",
-                    path, len(missing), answers.num_rows, shown)
+        log.warning(
+            "%s: %d of %d questions of the split have no prediction and are scored as wrong: %s",
+            path,
+            len(missing),
+            answers.num_rows,
+            shown,
+        )
     return missing
 
 
@@ -91,25 +96,34 @@ def _check_unknown(preds: pd.DataFrame, answers: pa.Table, path: Path) -> None:
             raise DataError(path, f"line {row.line}", "qid", f"{row.qid!r} is not a question of this split")
 
 
-def _write(summary: list[dict[str, Any]], per_question: pd.DataFrame, cell: dict[str, Any],
-           provenance: dict[str, Any], out_json: Path | None, out_pq: Path | None,
-           failed: list[str] | None = None, answers: dict[str, Any] | None = None) -> None:
+def _write(
+    summary: list[dict[str, Any]],
+    per_question: pd.DataFrame,
+    cell: dict[str, Any],
+    provenance: dict[str, Any],
+    out_json: Path | None,
+    out_pq: Path | None,
+    failed: list[str] | None = None,
+    answers: dict[str, Any] | None = None,
+) -> None:
     """Both outputs as one (io.atomic_files): a failure never leaves a metrics.json without its per-question table."""
     targets = {k: p for k, p in (("pq", out_pq), ("json", out_json)) if p is not None}
     if not targets:
         return
     with atomic_files(targets) as tmp:
         if "pq" in tmp:
-            pq.write_table(pa.Table.from_pandas(per_question, schema=PER_QUESTION_SCHEMA, preserve_index=False),
-                           tmp["pq"])
+            pq.write_table(
+                pa.Table.from_pandas(per_question, schema=PER_QUESTION_SCHEMA, preserve_index=False), tmp["pq"]
+            )
         if "json" in tmp:
             doc = {"cell": cell, "metrics": summary, "provenance": provenance}
             if failed is not None:  # generation cells: the questions left out of every mean (n_failed)
                 doc["failed_qids"] = failed
             if answers is not None:  # generation cells: how the predictions spread (cqabench.evaluation.answer_spread)
                 doc["answers"] = answers
-            tmp["json"].write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                   encoding="utf-8")
+            tmp["json"].write_text(
+                json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -126,10 +140,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
         args.dataset, queries, answers, preds.drop(columns=["line"]), prompt=args.prompt, source=str(args.predictions)
     )
     print(format_summary(summary))
-    cell = {"stage": "generation", "dataset": args.dataset, "split": args.split,
-            "predictions": str(args.predictions), "prompt": args.prompt or ""}
-    provenance = {"wall_time_s": round(time.monotonic() - start, 3), "n_predictions": len(preds),
-                  "n_missing_predictions": len(missing)}
+    cell = {
+        "stage": "generation",
+        "dataset": args.dataset,
+        "split": args.split,
+        "predictions": str(args.predictions),
+        "prompt": args.prompt or "",
+    }
+    provenance = {
+        "wall_time_s": round(time.monotonic() - start, 3),
+        "n_predictions": len(preds),
+        "n_missing_predictions": len(missing),
+    }
     _write(summary, per_question, cell, provenance, args.out, args.out_per_question)
     return 0
 
@@ -160,8 +182,11 @@ def docs_given(preds: pd.DataFrame) -> dict[str, Any]:
         return {}
     if counts.empty:
         return {}
-    return {"docs_given_min": int(counts.min()), "docs_given_mean": float(counts.mean()),
-            "docs_given_max": int(counts.max())}
+    return {
+        "docs_given_min": int(counts.min()),
+        "docs_given_mean": float(counts.mean()),
+        "docs_given_max": int(counts.max()),
+    }
 
 
 def from_generation_summary(path: Path | None) -> dict[str, Any]:
@@ -214,14 +239,16 @@ def run_evaluate_generation(args: argparse.Namespace, cell: dict[str, Any]) -> i
     preds, answers = _cell_predictions_and_answers(args)
     queries = _read_table(args.queries, "queries")
     keep = [c for c in ("qid", "prediction", "parse_ok", "parse_reason", "finish_reason") if c in preds.columns]
-    summary, per_question = score_predictions(
-        args.dataset, queries, answers, preds[keep], source=str(args.predictions)
-    )
+    summary, per_question = score_predictions(args.dataset, queries, answers, preds[keep], source=str(args.predictions))
     print(format_summary(summary))
     failed = failed_qids(preds[keep])
     if failed:
-        log.warning("%s: %d question(s) whose generation failed are left out of every mean (n_failed): %s",
-                    args.predictions, len(failed), ", ".join(failed[:10]))
+        log.warning(
+            "%s: %d question(s) whose generation failed are left out of every mean (n_failed): %s",
+            args.predictions,
+            len(failed),
+            ", ".join(failed[:10]),
+        )
     cell = {"stage": "generation", "dataset": args.dataset, **cell}
     provenance = {**generation_provenance(preds), **from_generation_summary(getattr(args, "summary", None))}
     answers = spread_of(preds[keep], failed)

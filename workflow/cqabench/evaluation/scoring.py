@@ -59,16 +59,18 @@ TEXT_DATASETS = ("musique", "2wikimultihopqa", "ottqa", "tatqa")
 # dataset -> (metric, variant) rows its summary has (TANQ adds breakdown rows, see tanq_groups).
 METRICS: dict[str, tuple[tuple[str, str], ...]] = {
     # cover_em dexter: the toolkit's LLM scripts' inline check (metrics.dexter_scripts)
-    **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT), ("cover_em", DEXTER))
-       for ds in TEXT_DATASETS},
+    **{ds: (("cover_em", DEFAULT), ("em", DEFAULT), ("f1", DEFAULT), ("cover_em", DEXTER)) for ds in TEXT_DATASETS},
     "strategyqa": (("accuracy", DEFAULT), ("cover_em", DEFAULT)),
     "ambigqa": (("f1_ans", OFFICIAL), ("f1_ans_multi", OFFICIAL), ("f1_ans", DEXTER), ("f1_ans_multi", DEXTER)),
     "finqa": (("em_tol", DEFAULT), ("em_tol", DEXTER), ("em_tol", EXE_ANS)),
     # RMS with the official reading of the prediction, RMS with our parser's table, then the
     # share of predictions in each failure category of TANQ's Table 10 (metrics.tanq_failures;
     # the categories that need judgement are n/a with the reason).
-    "tanq": (*((m, OFFICIAL) for m in RMS_METRICS), *((m, CQABENCH_PARSE) for m in RMS_METRICS),
-             *((metric, TANQ) for metric, _, _ in tanq_failures.CATEGORIES)),
+    "tanq": (
+        *((m, OFFICIAL) for m in RMS_METRICS),
+        *((m, CQABENCH_PARSE) for m in RMS_METRICS),
+        *((metric, TANQ) for metric, _, _ in tanq_failures.CATEGORIES),
+    ),
 }
 PARSE_METRIC = ("parse_ok", DEFAULT)  # share of questions whose output was extracted, every dataset
 UNIT = "fraction"  # every value, per question and summary: 0..1
@@ -83,7 +85,9 @@ PRIMARY: dict[str, tuple[tuple[str, str], ...]] = {
     "tanq": (("rms_f1", OFFICIAL),),
 }
 NO_QUESTIONS = "no question was scored (the cell asked none)"
-GENERATION_FAILED = "generation failed"  # predictions.parquet: finish_reason "failed", parse_reason "generation failed: ..."
+GENERATION_FAILED = (
+    "generation failed"  # predictions.parquet: finish_reason "failed", parse_reason "generation failed: ..."
+)
 ALL_FAILED = "generation failed for every question of the cell (n_failed): nothing to score"
 NO_MULTI = "no multi-answer question (every question has a singleAnswer annotation)"
 NO_PREDICTION = "no prediction"  # the question has no row in the predictions: nothing was generated
@@ -114,12 +118,18 @@ def _text_scores(dataset: str, ext: Extracted, answer: dict[str, Any]) -> list[t
         return [("cover_em", DEFAULT, 0.0), ("em", DEFAULT, 0.0), ("f1", DEFAULT, 0.0), ("cover_em", DEXTER, 0.0)]
     script = ("cover_em", DEXTER, cover_em_script(dataset, ext.answer, aliases))
     if answer.get("numeric_type") == "multi-span":
-        return [("cover_em", DEFAULT, am.cover_em_all(ext.answer, aliases)),
-                ("em", DEFAULT, am.multispan_em(ext.answer, aliases)),
-                ("f1", DEFAULT, am.multispan_f1(ext.answer, aliases)), script]
-    return [("cover_em", DEFAULT, am.cover_em(ext.answer, aliases)),
-            ("em", DEFAULT, am.exact_match(ext.answer, aliases)),
-            ("f1", DEFAULT, am.token_f1(ext.answer, aliases)), script]
+        return [
+            ("cover_em", DEFAULT, am.cover_em_all(ext.answer, aliases)),
+            ("em", DEFAULT, am.multispan_em(ext.answer, aliases)),
+            ("f1", DEFAULT, am.multispan_f1(ext.answer, aliases)),
+            script,
+        ]
+    return [
+        ("cover_em", DEFAULT, am.cover_em(ext.answer, aliases)),
+        ("em", DEFAULT, am.exact_match(ext.answer, aliases)),
+        ("f1", DEFAULT, am.token_f1(ext.answer, aliases)),
+        script,
+    ]
 
 
 def _strategyqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
@@ -166,9 +176,11 @@ def finqa_gold(answer: dict[str, Any]) -> tuple[set[float], bool | None, set[flo
 def _finqa_scores(ext: Extracted, answer: dict[str, Any]) -> list[tuple[str, str, float]]:
     published, boolean, exe_ans, dexter_gold = finqa_gold(answer)
     pred = ext.value if ext.ok else None
-    return [("em_tol", DEFAULT, am.em_tol(pred, published, boolean)),
-            ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean)),
-            ("em_tol", EXE_ANS, am.em_tol(pred, exe_ans, boolean))]
+    return [
+        ("em_tol", DEFAULT, am.em_tol(pred, published, boolean)),
+        ("em_tol", DEXTER, am.em_tol_dexter(pred, dexter_gold, boolean)),
+        ("em_tol", EXE_ANS, am.em_tol(pred, exe_ans, boolean)),
+    ]
 
 
 def has_final_answer(ext: Extracted) -> bool:
@@ -233,16 +245,23 @@ def tanq_groups(query: dict[str, Any], answer: dict[str, Any]) -> dict[str, list
     empty), then the paper's Tables 5-9 groups (`metrics.tanq_breakdowns`: tanq_type with
     "all", skill, n_skills, n_relations, table_length), the same the report derives."""
     header, rows = answer.get("table_header") or [], answer.get("table_rows") or []
-    return {"question_type": [query.get("question_type") or "unknown"],
-            **tanq_breakdowns.groups(query.get("question_type"), query.get("skills"),
-                                     len(header) if header else None, len(rows) if header else None)}
+    return {
+        "question_type": [query.get("question_type") or "unknown"],
+        **tanq_breakdowns.groups(
+            query.get("question_type"),
+            query.get("skills"),
+            len(header) if header else None,
+            len(rows) if header else None,
+        ),
+    }
 
 
 # --- the whole split --------------------------------------------------------------------------
 
 
-def _prediction_map(predictions: pd.DataFrame | pa.Table | Iterable[dict[str, Any]], known: set[str],
-                    source: str) -> dict[str, dict[str, Any]]:
+def _prediction_map(
+    predictions: pd.DataFrame | pa.Table | Iterable[dict[str, Any]], known: set[str], source: str
+) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for i, row in enumerate(records(predictions)):
         if "qid" not in row or row["qid"] is None:
@@ -302,8 +321,11 @@ def score_predictions(
         if dataset == "tanq":
             for dim, buckets in tanq_groups(query_by_qid.get(qid, {}), answer).items():
                 for bucket in buckets:
-                    scored += [((f"{metric}/{dim}={bucket}", variant), value)
-                               for metric, variant, value in rows if metric.startswith("rms_")]
+                    scored += [
+                        ((f"{metric}/{dim}={bucket}", variant), value)
+                        for metric, variant, value in rows
+                        if metric.startswith("rms_")
+                    ]
         for key, value in scored:
             if is_failed:
                 failed[key] += 1
@@ -335,11 +357,19 @@ def tanq_failure_records(
         ext = _extracted("tanq", preds.get(qid), None)
         table = ext.value if ext.ok and isinstance(ext.value, ParsedTable) else EMPTY_TABLE
         f = tanq_failures.classify(answer.get("table_header") or [], answer.get("table_rows") or [], table)
-        out.append({"qid": qid, "categories": sorted(f.names()), "transposed": f.transposed,
-                    "missing_relations": list(f.missing_relations), "extra_relations": list(f.extra_relations),
-                    "missing_entities": list(f.missing_entities),
-                    "wrong_cells": [list(c) for c in f.wrong_cells], "partial_cells": [list(c) for c in f.partial_cells],
-                    "parse_reason": ext.reason})
+        out.append(
+            {
+                "qid": qid,
+                "categories": sorted(f.names()),
+                "transposed": f.transposed,
+                "missing_relations": list(f.missing_relations),
+                "extra_relations": list(f.extra_relations),
+                "missing_entities": list(f.missing_entities),
+                "wrong_cells": [list(c) for c in f.wrong_cells],
+                "partial_cells": [list(c) for c in f.partial_cells],
+                "parse_reason": ext.reason,
+            }
+        )
     return out
 
 
@@ -351,10 +381,23 @@ def summary_row(metric: str, variant: str, values: Sequence[float], n_failed: in
     """
     if not values:
         reason = ALL_FAILED if n_failed else not_evaluable_reason(metric)
-        return {"metric": metric, "variant": variant, "value": None, "n": 0, "n_failed": n_failed, "unit": UNIT,
-                "reason": reason}
-    return {"metric": metric, "variant": variant, "value": sum(values) / len(values), "n": len(values),
-            "n_failed": n_failed, "unit": UNIT}
+        return {
+            "metric": metric,
+            "variant": variant,
+            "value": None,
+            "n": 0,
+            "n_failed": n_failed,
+            "unit": UNIT,
+            "reason": reason,
+        }
+    return {
+        "metric": metric,
+        "variant": variant,
+        "value": sum(values) / len(values),
+        "n": len(values),
+        "n_failed": n_failed,
+        "unit": UNIT,
+    }
 
 
 def generation_failed(row: dict[str, Any] | None) -> bool:

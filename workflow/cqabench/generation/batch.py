@@ -74,11 +74,13 @@ def run_batch(
     if not members:
         raise ConfigError("an engine batch needs at least one cell")
     identity = model_identity(spec)
-    prepared = restrict([prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity)
-                         for m in members], *share)
+    prepared = restrict(
+        [prepare_cell(m.cell, spec, sampling, m.template, m.inputs, m.options, identity) for m in members], *share
+    )
     check_prompt_fit(prepared, spec, tokenizer_loader)
-    cached, generated, rounds, retries = _complete(prepared, spec, SharedBackend.for_spec(spec, backend_factory),
-                                                   cache_path)
+    cached, generated, rounds, retries = _complete(
+        prepared, spec, SharedBackend.for_spec(spec, backend_factory), cache_path
+    )
     manifest = {
         "llm": spec.name,
         "backend": spec.backend,
@@ -100,13 +102,23 @@ def run_batch(
         "provenance": generation_provenance(identity),
     }
     write_json(manifest, manifest_path)
-    log.info("batch %s: %d cells, %d unique prompts, %d generated, %.1f s", spec.name, manifest["n_cells"],
-             manifest["n_unique_prompts"], manifest["n_generated"], manifest["wall_time_s"])
+    log.info(
+        "batch %s: %d cells, %d unique prompts, %d generated, %.1f s",
+        spec.name,
+        manifest["n_cells"],
+        manifest["n_unique_prompts"],
+        manifest["n_generated"],
+        manifest["wall_time_s"],
+    )
     return manifest
 
 
-def _complete(prepared: Sequence[PreparedCell], spec: LlmSpec, shared: SharedBackend, cache_path: Path,
-              ) -> tuple[dict[str, Completion], dict[str, Completion], int, int]:
+def _complete(
+    prepared: Sequence[PreparedCell],
+    spec: LlmSpec,
+    shared: SharedBackend,
+    cache_path: Path,
+) -> tuple[dict[str, Completion], dict[str, Completion], int, int]:
     """(cached, generated, open-book rounds, API retries): every cell's plain items, then every
     open-book dialogue of every cell, one batch per round, on the same engine."""
     widest = max((p.sampling for p in prepared), key=lambda smp: smp.max_new_tokens)  # the cache's size cap
@@ -117,11 +129,23 @@ def _complete(prepared: Sequence[PreparedCell], spec: LlmSpec, shared: SharedBac
             for p in prepared:
                 for it in p.items if p.dialogues is None else ():
                     labels.setdefault(it.key, []).append(f"{p.cell.label} {it.qid}")
-            cached, generated, _ = generate_missing(shared.get, plain, cache, f"batch {spec.name}", order_for(spec),
-                                                    claim_chunk=claim_chunk_for(spec), item_labels=item_labels(labels))
-            ob_cached, ob_generated, rounds = run_open_book([p for p in prepared if p.dialogues is not None], shared,
-                                                            cache, f"batch {spec.name}", order_for(spec),
-                                                            claim_chunk_for(spec))
+            cached, generated, _ = generate_missing(
+                shared.get,
+                plain,
+                cache,
+                f"batch {spec.name}",
+                order_for(spec),
+                claim_chunk=claim_chunk_for(spec),
+                item_labels=item_labels(labels),
+            )
+            ob_cached, ob_generated, rounds = run_open_book(
+                [p for p in prepared if p.dialogues is not None],
+                shared,
+                cache,
+                f"batch {spec.name}",
+                order_for(spec),
+                claim_chunk_for(spec),
+            )
             cached.update(ob_cached)
             generated.update(ob_generated)
     finally:
@@ -133,11 +157,14 @@ def _complete(prepared: Sequence[PreparedCell], spec: LlmSpec, shared: SharedBac
 def _cell_entry(p: PreparedCell, generated: Mapping[str, Completion]) -> dict[str, Any]:
     """A cell's line of the manifest: its items, and how many of them were generated or failed."""
     keys = _cell_keys(p)
-    return {"cell": p.cell.label, "n_items": len(p.items) + len(p.dialogues or []),
-            "n_without_evidence": len(p.without_evidence),
-            "n_generated": sum(1 for k in keys if k in generated and not generated[k].error),
-            "n_failed": sum(1 for k in keys if k in generated and generated[k].error),
-            "failed_qids": _failed_qids(p, generated)}
+    return {
+        "cell": p.cell.label,
+        "n_items": len(p.items) + len(p.dialogues or []),
+        "n_without_evidence": len(p.without_evidence),
+        "n_generated": sum(1 for k in keys if k in generated and not generated[k].error),
+        "n_failed": sum(1 for k in keys if k in generated and generated[k].error),
+        "failed_qids": _failed_qids(p, generated),
+    }
 
 
 def _cell_keys(p: PreparedCell) -> list[str]:
@@ -147,8 +174,10 @@ def _cell_keys(p: PreparedCell) -> list[str]:
 
 def _failed_qids(p: PreparedCell, generated: Mapping[str, Completion]) -> list[str]:
     """The questions of a cell whose item (or a dialogue turn) the backend gave up on."""
+
     def bad(key: str) -> bool:
         return key in generated and bool(generated[key].error)
 
-    return ([it.qid for it in p.items if bad(it.key)]
-            + [d.qid for d in p.dialogues or [] if any(bad(k) for k, _ in d.completions)])
+    return [it.qid for it in p.items if bad(it.key)] + [
+        d.qid for d in p.dialogues or [] if any(bad(k) for k, _ in d.completions)
+    ]

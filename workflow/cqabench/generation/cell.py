@@ -80,8 +80,16 @@ class Cell:
         v = {name: str(texts[name]) for name in CELL_FIELDS}
         if not PLAIN_K.fullmatch(v["k"]):
             raise ConfigError(f"{where}: k {v['k']!r} is not a whole number written plainly (k0, k5)")
-        return cls(v["dataset"], v["split"], v["serialization"], v["retriever"], v["llm"], v["prompt"], v["setting"],
-                   int(v["k"]))
+        return cls(
+            v["dataset"],
+            v["split"],
+            v["serialization"],
+            v["retriever"],
+            v["llm"],
+            v["prompt"],
+            v["setting"],
+            int(v["k"]),
+        )
 
     @classmethod
     def from_wildcards(cls, w: Any, where: str = "cell") -> Cell:
@@ -93,7 +101,9 @@ class Cell:
         """The cell a path label names: '{dataset}/{split}/{ser}/{retriever}/{llm}/{prompt}/{setting}-k{k}'."""
         texts = cls.parse(str(label))
         if texts is None:
-            raise ConfigError(f"{where}: {label!r} is not '<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>'")
+            raise ConfigError(
+                f"{where}: {label!r} is not '<dataset>/<split>/<serialization>/<retriever>/<llm>/<prompt>/<setting>-k<k>'"
+            )
         return cls.from_texts(texts, f"{where} {label!r}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -137,9 +147,12 @@ class Cell:
 CELL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Cell))
 # `PATTERN` as a regular expression: one named group per field, none crossing a "/" (the last
 # "-k" of the last part splits setting from k, as `open-book-k1` needs).
-_FOLDER = re.compile("".join(
-    re.escape(text) + (f"(?P<{name}>[^/]+)" if name else "") for text, name, _, _ in string.Formatter().parse(Cell.PATTERN)
-))
+_FOLDER = re.compile(
+    "".join(
+        re.escape(text) + (f"(?P<{name}>[^/]+)" if name else "")
+        for text, name, _, _ in string.Formatter().parse(Cell.PATTERN)
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -166,4 +179,6 @@ class CellOptions:
     # what an oracle prompt shows (cqabench.generation.oracle.CONTEXT_SOURCES): the qrels' gold documents, or
     # StrategyQA's annotators' facts where the sample has no paragraph text
     oracle_context: str = "gold"
-    open_book: Mapping[str, Any] | None = None  # limits, max_new_tokens, retriever_settings (config.generation.open_book)
+    open_book: Mapping[str, Any] | None = (
+        None  # limits, max_new_tokens, retriever_settings (config.generation.open_book)
+    )

@@ -58,12 +58,19 @@ def retrieved_docids(run_path: Path, qids: set[str], k: int) -> dict[str, list[s
     run = read_run(run_path)
     deepest = max((len(docs) for docs in run.values()), default=0)
     if run and deepest < k:
-        raise DataError(run_path, None, "k", f"the run ranks at most {deepest} document(s) per question, fewer than "
-                        f"k = {k}: every row would say k = {k}; use a k <= {deepest} or a deeper run")
+        raise DataError(
+            run_path,
+            None,
+            "k",
+            f"the run ranks at most {deepest} document(s) per question, fewer than "
+            f"k = {k}: every row would say k = {k}; use a k <= {deepest} or a deeper run",
+        )
     top = ranked({q: d for q, d in run.items() if q in qids}, k)
     missing = sorted(qids - set(top))
     if missing:
-        log.warning("%s has no ranking for %d question(s), e.g. %s: they get no context", run_path, len(missing), missing[0])
+        log.warning(
+            "%s has no ranking for %d question(s), e.g. %s: they get no context", run_path, len(missing), missing[0]
+        )
     return {q: [docid for docid, _ in top.get(q, [])] for q in qids}
 
 
@@ -75,7 +82,9 @@ def load_documents(corpus_path: Path, docids: set[str]) -> dict[str, dict[str, A
     docs = {row["docid"]: row for row in table.to_pylist()}
     absent = sorted(docids - set(docs))
     if absent:
-        raise DataError(corpus_path, absent[0], "docid", f"{len(absent)} document(s) named by the run/qrels are not in the corpus")
+        raise DataError(
+            corpus_path, absent[0], "docid", f"{len(absent)} document(s) named by the run/qrels are not in the corpus"
+        )
     return docs
 
 
@@ -110,8 +119,12 @@ def read_context(cell: Cell, inputs: CellInputs, options: CellOptions, questions
     return CellContext(questions, docs_for, documents, without_evidence)
 
 
-def _gold_contexts(cell: Cell, inputs: CellInputs, options: CellOptions, questions: list[dict[str, Any]],
-                   ) -> tuple[list[dict[str, Any]], dict[str, list[str]], list[str]]:
+def _gold_contexts(
+    cell: Cell,
+    inputs: CellInputs,
+    options: CellOptions,
+    questions: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], dict[str, list[str]], list[str]]:
     """Oracle with gold documents: (questions kept, their contexts, questions without a gold document)."""
     if options.oracle_context != "gold":
         raise ConfigError(f"oracle context {options.oracle_context!r} is not one of {list(oracle.CONTEXT_SOURCES)}")
@@ -122,14 +135,24 @@ def _gold_contexts(cell: Cell, inputs: CellInputs, options: CellOptions, questio
     without_evidence = oracle.questions_without_evidence(cell.dataset, cell.split, [q["qid"] for q in questions], gold)
     _warn_left_out(cell, "oracle", "have no gold document", without_evidence, questions)
     questions = [q for q in questions if q["qid"] not in set(without_evidence)]
-    docs_for = oracle.oracle_contexts([q["qid"] for q in questions], gold, options.oracle_distractors, options.oracle_seed)
+    docs_for = oracle.oracle_contexts(
+        [q["qid"] for q in questions], gold, options.oracle_distractors, options.oracle_seed
+    )
     return questions, docs_for, without_evidence
 
 
 def _warn_left_out(cell: Cell, what: str, lacking: str, left_out: list[str], questions: list[dict[str, Any]]) -> None:
     if left_out:
-        log.warning("%s/%s %s: %d of %d question(s) %s and are left out, e.g. %s",
-                    cell.dataset, cell.split, what, len(left_out), len(questions), lacking, left_out[0])
+        log.warning(
+            "%s/%s %s: %d of %d question(s) %s and are left out, e.g. %s",
+            cell.dataset,
+            cell.split,
+            what,
+            len(left_out),
+            len(questions),
+            lacking,
+            left_out[0],
+        )
 
 
 def _corpus_documents(cell: Cell, inputs: CellInputs, docs_for: Mapping[str, list[str]]) -> dict[str, dict[str, Any]]:

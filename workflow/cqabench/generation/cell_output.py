@@ -59,7 +59,6 @@ PREDICTION_SCHEMA = pa.schema(
 )
 
 
-
 class Answer(NamedTuple):
     """One question's outcome before its answer is extracted: an item's completion or a whole dialogue."""
 
@@ -99,9 +98,21 @@ def _item_answers(prepared: PreparedCell, completions: Mapping[str, Completion],
     answers = []
     for it in prepared.items:
         comp = completions[it.key]
-        answers.append(Answer(it.qid, chat_hash(it.chat), comp.text, comp.prompt_tokens, comp.output_tokens,
-                              comp.latency_s, it.key in cached_keys, comp.finish_reason, it.docids, "",
-                              f"generation failed: {comp.error}" if comp.error else ""))
+        answers.append(
+            Answer(
+                it.qid,
+                chat_hash(it.chat),
+                comp.text,
+                comp.prompt_tokens,
+                comp.output_tokens,
+                comp.latency_s,
+                it.key in cached_keys,
+                comp.finish_reason,
+                it.docids,
+                "",
+                f"generation failed: {comp.error}" if comp.error else "",
+            )
+        )
     return answers
 
 
@@ -111,13 +122,28 @@ def _dialogue_answers(prepared: PreparedCell) -> list[Answer]:
         comps = [c for _, c in d.completions]
         # a direct-answer prompt reads a marker-less reply as the answer; a dialogue that was cut
         # off mid-search has not answered (its "Action: X[a | b]" would read as a table row)
-        failure = "" if d.stop_reason == "final_answer" else f"no final answer: the open-book dialogue stopped at {d.stop_reason}"
+        failure = (
+            ""
+            if d.stop_reason == "final_answer"
+            else f"no final answer: the open-book dialogue stopped at {d.stop_reason}"
+        )
         if d.stop_reason == "generation_failed":
             failure = f"generation failed: {comps[-1].error}"
-        answers.append(Answer(d.qid, chat_hash(d.chat), d.final_text, sum(c.prompt_tokens for c in comps),
-                              sum(c.output_tokens for c in comps), sum(c.latency_s for c in comps),
-                              all(step["cached"] for step in d.steps), comps[-1].finish_reason if comps else "",
-                              d.docids, d.transcript(), failure))
+        answers.append(
+            Answer(
+                d.qid,
+                chat_hash(d.chat),
+                d.final_text,
+                sum(c.prompt_tokens for c in comps),
+                sum(c.output_tokens for c in comps),
+                sum(c.latency_s for c in comps),
+                all(step["cached"] for step in d.steps),
+                comps[-1].finish_reason if comps else "",
+                d.docids,
+                d.transcript(),
+                failure,
+            )
+        )
     return answers
 
 
@@ -163,8 +189,14 @@ def _row(a: Answer, dataset: str, prompt: str, cell_columns: Mapping[str, Any]) 
     }
 
 
-def _summary(prepared: PreparedCell, spec: LlmSpec, identity: Mapping[str, Any], options: CellOptions,
-             rows: list[dict[str, Any]], extra: Mapping[str, Any]) -> dict[str, Any]:
+def _summary(
+    prepared: PreparedCell,
+    spec: LlmSpec,
+    identity: Mapping[str, Any],
+    options: CellOptions,
+    rows: list[dict[str, Any]],
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
     """summary.json's cell, model, sampling and options, and its counts over the rows."""
     cell, template = prepared.cell, prepared.template
     return {
@@ -202,14 +234,16 @@ def _open_book_summary(prepared: PreparedCell) -> dict[str, Any]:
     for s in steps:
         if "action" in s:
             tools[s["action"]] = tools.get(s["action"], 0) + 1
-    return {"open_book": {
-        "limits": dialogues[0].ctx.limits.to_dict() if dialogues else {},
-        "n_model_calls": len(steps),
-        "n_model_calls_generated": sum(not s["cached"] for s in steps),
-        "tool_calls": dict(sorted(tools.items())),
-        "tool_errors": sum(bool(s.get("tool_error")) for s in steps),
-        "stop_reasons": dict(sorted(stops.items())),
-    }}
+    return {
+        "open_book": {
+            "limits": dialogues[0].ctx.limits.to_dict() if dialogues else {},
+            "n_model_calls": len(steps),
+            "n_model_calls_generated": sum(not s["cached"] for s in steps),
+            "tool_calls": dict(sorted(tools.items())),
+            "tool_errors": sum(bool(s.get("tool_error")) for s in steps),
+            "stop_reasons": dict(sorted(stops.items())),
+        }
+    }
 
 
 def generation_provenance(identity: Mapping[str, Any]) -> dict[str, Any]:

@@ -151,7 +151,9 @@ def generate_missing(
                     problem = completion_problem(comp, cache.max_chars)
                     if not problem:
                         rows.append((it.key, comp, (item_labels or {}).get(it.key) or f"{label} {it.qid}"))
-                        log.info("generated item qid=%s (%d tokens, %.2f s)", it.qid, comp.output_tokens, comp.latency_s)
+                        log.info(
+                            "generated item qid=%s (%d tokens, %.2f s)", it.qid, comp.output_tokens, comp.latency_s
+                        )
                     elif comp.error or attempt == retry_empty:
                         log.warning("item qid=%s failed: %s (not cached; a rerun asks again)", it.qid, problem)
                         generated[it.key] = _failed(comp, problem)
@@ -192,8 +194,12 @@ def generate_missing(
                     continue
                 if time.monotonic() - waited_log > 60:
                     waited_log = time.monotonic()
-                    log.info("%s: waiting for %d item(s) claimed by other job(s) %s", label, len(remaining),
-                             ", ".join(cache.claim_holders([it.key for it in remaining[:50]])) or "?")
+                    log.info(
+                        "%s: waiting for %d item(s) claimed by other job(s) %s",
+                        label,
+                        len(remaining),
+                        ", ".join(cache.claim_holders([it.key for it in remaining[:50]])) or "?",
+                    )
                 time.sleep(delay)
                 delay = min(delay * 1.5, 5.0)
         progress.finish()

@@ -113,7 +113,7 @@ def final_answer(text: str | None, prompt: str | None = None) -> Extracted:
     for marker in _MARKERS_SELF_ASK if kind == "self-ask" else _MARKERS_GENERIC:
         hits = list(marker.finditer(text))
         if hits:
-            answer = _clean_answer(text[hits[-1].end():])
+            answer = _clean_answer(text[hits[-1].end() :])
             if not answer:
                 return Extracted("", False, f"nothing after the marker {hits[-1].group(0)!r}")
             return Extracted(answer, True)
@@ -264,7 +264,7 @@ class _HtmlTable(HTMLParser):
 def _html_rows(text: str) -> list[list[str]]:
     parser = _HtmlTable()
     start = re.search(r"<table\b", text, re.IGNORECASE)
-    parser.feed(text[start.start():] if start else text)
+    parser.feed(text[start.start() :] if start else text)
     parser.close()
     parser._finish_row()
     return parser.rows
@@ -353,16 +353,17 @@ _CONNECTIVES = frozenset(
 def _label_like(cell: str) -> bool:
     """A CSV header cell that reads as a column label, not as a piece of a sentence."""
     words = cell.split()
-    return (0 < len(words) <= MAX_HEADER_WORDS and cell[-1] not in _SENTENCE_END
-            and words[0].lower() not in _CONNECTIVES)
+    return 0 < len(words) <= MAX_HEADER_WORDS and cell[-1] not in _SENTENCE_END and words[0].lower() not in _CONNECTIVES
 
 
 def _csv_table(block: list[str]) -> list[list[str]] | None:
     """The CSV table of a run of comma lines (leading lines that do not fit are dropped), or None."""
     for start in range(len(block) - 1):
         try:
-            rows = [[clean_cell(c) for c in r]
-                    for r in csv.reader(io.StringIO("\n".join(block[start:])), skipinitialspace=True)]
+            rows = [
+                [clean_cell(c) for c in r]
+                for r in csv.reader(io.StringIO("\n".join(block[start:])), skipinitialspace=True)
+            ]
         except csv.Error:
             continue
         rows = [r for r in rows if any(r)]

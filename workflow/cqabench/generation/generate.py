@@ -55,22 +55,39 @@ def run_cell(
     identity = model_identity(spec)
     prepared = prepare_cell(cell, spec, sampling, template, inputs, options, identity)
     label = cell.label
-    cached, generated, retries = _complete(prepared, spec, SharedBackend.for_spec(spec, backend_factory), cache_path,
-                                           label)
+    cached, generated, retries = _complete(
+        prepared, spec, SharedBackend.for_spec(spec, backend_factory), cache_path, label
+    )
     summary = write_cell(
-        prepared, spec, identity, {**cached, **generated}, set(cached), options, out_path,
+        prepared,
+        spec,
+        identity,
+        {**cached, **generated},
+        set(cached),
+        options,
+        out_path,
         {"api_retries": retries, "cache": str(cache_path)},
     )
     summary["wall_time_s"] = round(time.perf_counter() - started, 3)
     if summary["n_failed"]:  # plain items and open-book dialogues alike (their rows say "failed")
-        log.warning("%s: %d of %d item(s) failed and are not cached (a rerun asks again): %s", label,
-                    summary["n_failed"], summary["n_items"], ", ".join(summary["failed_qids"][:20]))
+        log.warning(
+            "%s: %d of %d item(s) failed and are not cached (a rerun asks again): %s",
+            label,
+            summary["n_failed"],
+            summary["n_items"],
+            ", ".join(summary["failed_qids"][:20]),
+        )
     summary["provenance"] = generation_provenance(identity)
     if summary_path is not None:
         write_json(summary, summary_path)
     log.info(
         "%s: %d items (%d cached), %d prompt + %d output tokens, %.1f s",
-        label, summary["n_items"], summary["n_cached"], summary["prompt_tokens"], summary["output_tokens"], summary["wall_time_s"],
+        label,
+        summary["n_items"],
+        summary["n_cached"],
+        summary["prompt_tokens"],
+        summary["output_tokens"],
+        summary["wall_time_s"],
     )
     return summary
 
@@ -96,17 +113,29 @@ def prepare_cell(
     return prepare_items(cell, spec, sampling, template, inputs, options, identity, questions)
 
 
-def _complete(prepared: PreparedCell, spec: LlmSpec, shared: SharedBackend, cache_path: Path, label: str,
-              ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
+def _complete(
+    prepared: PreparedCell,
+    spec: LlmSpec,
+    shared: SharedBackend,
+    cache_path: Path,
+    label: str,
+) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """(cached, generated, API retries): the cell's completions, its items' or its dialogues' turns."""
     try:
         with open_cache(cache_path, spec, prepared.sampling) as cache:
             if prepared.dialogues is not None:
-                cached, generated, _ = run_open_book([prepared], shared, cache, label, order_for(spec),
-                                                     claim_chunk_for(spec))
+                cached, generated, _ = run_open_book(
+                    [prepared], shared, cache, label, order_for(spec), claim_chunk_for(spec)
+                )
             else:
-                cached, generated, _ = generate_missing(shared.get, [(prepared.sampling, prepared.items)], cache, label,
-                                                        order_for(spec), claim_chunk=claim_chunk_for(spec))
+                cached, generated, _ = generate_missing(
+                    shared.get,
+                    [(prepared.sampling, prepared.items)],
+                    cache,
+                    label,
+                    order_for(spec),
+                    claim_chunk=claim_chunk_for(spec),
+                )
     finally:
         retries = shared.shutdown()
         close_toolboxes()

@@ -64,19 +64,32 @@ def build_items(
     return items
 
 
-def prepare_items(cell: Cell, spec: LlmSpec, sampling: Sampling, template: Template, inputs: CellInputs,
-                  options: CellOptions, identity: Mapping[str, Any], questions: list[dict[str, Any]]) -> PreparedCell:
+def prepare_items(
+    cell: Cell,
+    spec: LlmSpec,
+    sampling: Sampling,
+    template: Template,
+    inputs: CellInputs,
+    options: CellOptions,
+    identity: Mapping[str, Any],
+    questions: list[dict[str, Any]],
+) -> PreparedCell:
     """A closed, rag or oracle cell: one item per question, its documents in the prompt."""
     context = read_context(cell, inputs, options, questions)
 
     def key_of(chat: Chat) -> str:
         return item_key(identity, spec.backend, spec.dtype, sampling, chat)
 
-    items = build_items(cell, context.questions, template, context.docs_for, context.documents, key_of,
-                        options.max_doc_chars)
+    items = build_items(
+        cell, context.questions, template, context.docs_for, context.documents, key_of, options.max_doc_chars
+    )
     if cell.setting == "oracle" and any(not it.docids for it in items):
         # gold context: read_context has refused a cell without --qrels already
         source = inputs.queries if options.oracle_context == "facts" or inputs.qrels is None else inputs.qrels
-        raise DataError(source, next(it.qid for it in items if not it.docids), "docid",
-                        "an oracle prompt without context would be a closed-book prompt")
+        raise DataError(
+            source,
+            next(it.qid for it in items if not it.docids),
+            "docid",
+            "an oracle prompt without context would be a closed-book prompt",
+        )
     return PreparedCell(cell, template, sampling, items, context.without_evidence)

@@ -48,10 +48,18 @@ def _toolbox(inputs: CellInputs, settings: Mapping[str, Any], limits: Limits) ->
     if inputs.tool_corpus is None or inputs.tool_index is None:
         raise ConfigError("setting open-book needs --tool-corpus and --tool-index")
     retriever = dict(settings.get("retriever_settings") or {"type": "bm25"})
-    key = (str(inputs.tool_corpus), str(inputs.tool_index), json.dumps(retriever, sort_keys=True), limits.max_tool_chars)
+    key = (
+        str(inputs.tool_corpus),
+        str(inputs.tool_index),
+        json.dumps(retriever, sort_keys=True),
+        limits.max_tool_chars,
+    )
     if key not in _TOOLBOXES:
-        _TOOLBOXES[key] = Toolbox(ArticleStore.from_parquet(inputs.tool_corpus),
-                                  Bm25Searcher(inputs.tool_index, retriever), limits.max_tool_chars)
+        _TOOLBOXES[key] = Toolbox(
+            ArticleStore.from_parquet(inputs.tool_corpus),
+            Bm25Searcher(inputs.tool_index, retriever),
+            limits.max_tool_chars,
+        )
     return _TOOLBOXES[key]
 
 
@@ -62,8 +70,16 @@ def close_toolboxes() -> None:
         box.searcher.close()
 
 
-def prepare_dialogues(cell: Cell, spec: LlmSpec, sampling: Sampling, template: Template, inputs: CellInputs,
-                      options: CellOptions, identity: Mapping[str, Any], questions: list[dict[str, Any]]) -> PreparedCell:
+def prepare_dialogues(
+    cell: Cell,
+    spec: LlmSpec,
+    sampling: Sampling,
+    template: Template,
+    inputs: CellInputs,
+    options: CellOptions,
+    identity: Mapping[str, Any],
+    questions: list[dict[str, Any]],
+) -> PreparedCell:
     """An open-book cell: one dialogue per question, over the toolbox of its tool corpus."""
     settings = dict(options.open_book or {})
     unknown = sorted(set(settings) - OPEN_BOOK_KEYS)
@@ -84,9 +100,14 @@ def prepare_dialogues(cell: Cell, spec: LlmSpec, sampling: Sampling, template: T
     return PreparedCell(cell, template, turn_sampling, [], [], dialogues)
 
 
-def run_open_book(prepared: Sequence[PreparedCell], shared: SharedBackend, cache: ItemCache, label: str,
-                  order_key: Callable[[Item], Any] | None = None, claim_chunk: int = 256,
-                  ) -> tuple[dict[str, Completion], dict[str, Completion], int]:
+def run_open_book(
+    prepared: Sequence[PreparedCell],
+    shared: SharedBackend,
+    cache: ItemCache,
+    label: str,
+    order_key: Callable[[Item], Any] | None = None,
+    claim_chunk: int = 256,
+) -> tuple[dict[str, Completion], dict[str, Completion], int]:
     """Every open-book dialogue of `prepared`, step-synchronously: one batch of model calls per round.
 
     Returns (cached, generated, rounds) completions by key, as `generate_missing` does.
@@ -109,9 +130,15 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: SharedBackend, cache
         found: dict[str, Completion] = {}
         for (_, with_tools), (sampling, items) in groups.items():
             tools = TOOLS_API if with_tools else None
-            cached, generated, _ = generate_missing(partial(shared.with_tools, tools), [(sampling, items)], cache,
-                                                    f"{label} open-book round", order_key, claim_chunk=claim_chunk,
-                                                    item_labels=item_labels(labels))
+            cached, generated, _ = generate_missing(
+                partial(shared.with_tools, tools),
+                [(sampling, items)],
+                cache,
+                f"{label} open-book round",
+                order_key,
+                claim_chunk=claim_chunk,
+                item_labels=item_labels(labels),
+            )
             cached_all.update(cached)
             generated_all.update(generated)
             found.update(cached)
@@ -120,4 +147,3 @@ def run_open_book(prepared: Sequence[PreparedCell], shared: SharedBackend, cache
 
     rounds = run_dialogues(dialogues, complete) if dialogues else 0
     return cached_all, generated_all, rounds
-

@@ -67,8 +67,14 @@ def _unique(values: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(values))
 
 
-def distractors_for(qid: str, own: Sequence[str], universe: Sequence[str], distractors: int,
-                    seed: int | str = 0, universe_set: set[str] | frozenset[str] | None = None) -> list[str]:
+def distractors_for(
+    qid: str,
+    own: Sequence[str],
+    universe: Sequence[str],
+    distractors: int,
+    seed: int | str = 0,
+    universe_set: set[str] | frozenset[str] | None = None,
+) -> list[str]:
     """`distractors` docids of `universe` (sorted, unique: every gold docid of the split) not in
     `own`, drawn for `qid` as the module docstring says; fewer when the pool is smaller.
     `universe_set` (the same docids as a set) spares rebuilding it per question."""
@@ -90,7 +96,9 @@ def distractors_for(qid: str, own: Sequence[str], universe: Sequence[str], distr
         seen.add(doc)
         drawn.append(doc)
     if len(drawn) < target:
-        rest = sorted((d for d in universe if d not in own_set and d not in seen), key=lambda d: _h(seed, qid, "rank", d))
+        rest = sorted(
+            (d for d in universe if d not in own_set and d not in seen), key=lambda d: _h(seed, qid, "rank", d)
+        )
         drawn.extend(rest[: target - len(drawn)])
     return drawn
 
@@ -103,8 +111,9 @@ def mix(qid: str, gold: Sequence[str], extra: Sequence[str], seed: int | str = 0
     return [next(e) if i in slots else next(g) for i in range(n)]
 
 
-def oracle_contexts(qids: Sequence[str], gold: Mapping[str, Sequence[str]], distractors: int = 0,
-                    seed: int | str = 0) -> dict[str, list[str]]:
+def oracle_contexts(
+    qids: Sequence[str], gold: Mapping[str, Sequence[str]], distractors: int = 0, seed: int | str = 0
+) -> dict[str, list[str]]:
     """qid -> docids to show, for each selected qid (see the module docstring).
 
     `gold`: qid -> ordered gold docids for every question of the split (a selected qid absent
@@ -125,8 +134,9 @@ def oracle_contexts(qids: Sequence[str], gold: Mapping[str, Sequence[str]], dist
     return out
 
 
-def questions_without_evidence(dataset: str, split: str, qids: Sequence[str], gold: Mapping[str, Sequence[str]],
-                               reason: str = "") -> list[str]:
+def questions_without_evidence(
+    dataset: str, split: str, qids: Sequence[str], gold: Mapping[str, Sequence[str]], reason: str = ""
+) -> list[str]:
     """The selected qids with no gold document (selection order), for the caller to leave out.
 
     Raises ConfigError, naming the dataset and split, when no question is selected or none of
@@ -148,8 +158,9 @@ def questions_without_evidence(dataset: str, split: str, qids: Sequence[str], go
     return without
 
 
-def facts_contexts(queries: Any, questions: Sequence[Mapping[str, Any]]
-                   ) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]:
+def facts_contexts(
+    queries: Any, questions: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, list[str]], dict[str, dict[str, Any]], list[str]]:
     """The `facts` oracle context of the selected `questions` ({qid, ...} rows of `queries`, a
     queries.parquet table with a `facts` column): (qid -> context ids, id -> context entry,
     qids without facts). An entry is one fact, id `<qid>/facts/<i>`, no title; a question whose

@@ -25,7 +25,7 @@ SHOWN = 10  # offending prompts named in the message; the rest are counted
 
 
 def overlong(prepared: Sequence[PreparedCell], max_model_len: int, count: Callable[[Chat], int]) -> list[str]:
-    """"<cell> question <qid>: <why>" for every plain item that cannot fit, in cell order.
+    """ "<cell> question <qid>: <why>" for every plain item that cannot fit, in cell order.
 
     Items with the same prompt are counted once (the cache key names the prompt)."""
     out, seen = [], {}
@@ -46,13 +46,18 @@ def load_tokenizer(spec: LlmSpec) -> Any | None:
         kwargs = {"revision": spec.revision} if spec.revision and not spec.model_path else {}
         return AutoTokenizer.from_pretrained(spec.load_path, **kwargs)
     except Exception as exc:  # no transformers, no local files: the engine checks each item instead
-        log.warning("llm %s: tokenizer not loadable before the engine (%s: %s); prompts are checked per item "
-                    "by the engine", spec.name, type(exc).__name__, exc)
+        log.warning(
+            "llm %s: tokenizer not loadable before the engine (%s: %s); prompts are checked per item by the engine",
+            spec.name,
+            type(exc).__name__,
+            exc,
+        )
         return None
 
 
-def check_prompt_fit(prepared: Sequence[PreparedCell], spec: LlmSpec,
-                     tokenizer_loader: Callable[[LlmSpec], Any | None] = load_tokenizer) -> None:
+def check_prompt_fit(
+    prepared: Sequence[PreparedCell], spec: LlmSpec, tokenizer_loader: Callable[[LlmSpec], Any | None] = load_tokenizer
+) -> None:
     """Refuse the batch if any plain prompt cannot fit `llms.<name>.max_model_len` (vllm, when set)."""
     limit = spec.options.get("max_model_len")
     if spec.backend != "vllm" or not limit:
@@ -63,5 +68,7 @@ def check_prompt_fit(prepared: Sequence[PreparedCell], spec: LlmSpec,
     bad = overlong(prepared, int(limit), lambda chat: len(prompt_token_ids(tokenizer, chat)))
     if bad:
         more = f"; and {len(bad) - SHOWN} more" if len(bad) > SHOWN else ""
-        raise ConfigError(f"llms.{spec.name}.max_model_len: {len(bad)} prompt(s) cannot fit, refused before the "
-                          "engine starts: " + "; ".join(bad[:SHOWN]) + more)
+        raise ConfigError(
+            f"llms.{spec.name}.max_model_len: {len(bad)} prompt(s) cannot fit, refused before the "
+            "engine starts: " + "; ".join(bad[:SHOWN]) + more
+        )

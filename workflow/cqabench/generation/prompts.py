@@ -65,8 +65,7 @@ def family_of(dataset: str, overrides: Mapping[str, str] | None = None) -> str:
         family = table[dataset]
     except KeyError:
         raise ConfigError(
-            f"dataset {dataset!r} has no prompt family; add it under generation.families "
-            f"(one of {', '.join(FAMILIES)})"
+            f"dataset {dataset!r} has no prompt family; add it under generation.families (one of {', '.join(FAMILIES)})"
         ) from None
     if family not in FAMILIES:
         raise ConfigError(f"generation.families.{dataset}: unknown family {family!r}; valid: {', '.join(FAMILIES)}")
@@ -119,7 +118,7 @@ def load_template(path: str | Path) -> Template:
         if name in sections:
             raise DataError(path, None, name, "section appears twice")
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        sections[name] = text[m.end():end].strip("\n")
+        sections[name] = text[m.end() : end].strip("\n")
     user = sections.get("user", "")
     if not user.strip():
         raise DataError(path, None, "user", "missing or empty")
@@ -129,10 +128,10 @@ def load_template(path: str | Path) -> Template:
             raise DataError(path, None, name, f"unknown placeholder(s) {sorted(unknown)}; allowed: {sorted(_ALLOWED)}")
     for placeholder in ("{{question}}", "{{context}}"):
         if user.count(placeholder) != 1:
-            raise DataError(path, None, "user", f"must contain {placeholder} exactly once, found {user.count(placeholder)}")
-    stop = tuple(
-        line.replace("\\n", "\n") for line in sections.get("stop", "").splitlines() if line.strip()
-    )
+            raise DataError(
+                path, None, "user", f"must contain {placeholder} exactly once, found {user.count(placeholder)}"
+            )
+    stop = tuple(line.replace("\\n", "\n") for line in sections.get("stop", "").splitlines() if line.strip())
     return Template(
         path=str(path),
         hash=hashlib.sha256(raw).hexdigest()[:HASH_CHARS],

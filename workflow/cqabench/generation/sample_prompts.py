@@ -13,7 +13,9 @@ MUSIQUE = REPO / "resources/raw/musique/musique_train_100.jsonl"
 FEW_SHOT = REPO / "resources/prompts/few-shot/multihop.txt"
 
 
-def musique_chats(n_closed: int, n_context: int, max_doc_chars: int = 300) -> tuple[list[str], list[list[dict]], tuple[str, ...]]:
+def musique_chats(
+    n_closed: int, n_context: int, max_doc_chars: int = 300
+) -> tuple[list[str], list[list[dict]], tuple[str, ...]]:
     """Real prompts: MuSiQue sample questions in the few-shot multihop template.
 
     The first `n_closed` questions closed-book, the next `n_context` with their gold

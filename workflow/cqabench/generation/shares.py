@@ -62,8 +62,9 @@ def restrict(prepared: Sequence[PreparedCell], index: int, count: int) -> list[P
     """Every cell cut to the questions of share `index` of `count` (all of them when count is 1)."""
     if count == 1:
         return list(prepared)
-    deal = assign(((p.cell.dataset, p.cell.split, q) for p in prepared for q in [*questions_of(p), *p.without_evidence]),
-                  count)
+    deal = assign(
+        ((p.cell.dataset, p.cell.split, q) for p in prepared for q in [*questions_of(p), *p.without_evidence]), count
+    )
 
     def mine(p: PreparedCell, qid: str) -> bool:
         return deal[(p.cell.dataset, p.cell.split, qid)] == index
@@ -71,6 +72,12 @@ def restrict(prepared: Sequence[PreparedCell], index: int, count: int) -> list[P
     out = []
     for p in prepared:
         dialogues = None if p.dialogues is None else [d for d in p.dialogues if mine(p, d.qid)]
-        out.append(replace(p, items=[it for it in p.items if mine(p, it.qid)], dialogues=dialogues,
-                           without_evidence=[q for q in p.without_evidence if mine(p, q)]))
+        out.append(
+            replace(
+                p,
+                items=[it for it in p.items if mine(p, it.qid)],
+                dialogues=dialogues,
+                without_evidence=[q for q in p.without_evidence if mine(p, q)],
+            )
+        )
     return out

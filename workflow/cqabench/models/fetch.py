@@ -96,10 +96,15 @@ def _describe(exc: Exception, repo_id: str, revision: str, token: str | None) ->
     if isinstance(exc, RevisionNotFoundError):
         return f"revision {revision!r} does not exist on the hub ({said})"
     if isinstance(exc, GatedRepoError) or status in (401, 403):
-        how = (f"the token in ${TOKEN_ENV} was refused: has its account accepted the model's licence?" if token
-               else f"set ${TOKEN_ENV} to a token of an account that accepted it (https://huggingface.co/settings/tokens)")
-        return (f"the hub refused access (HTTP {status}): a gated or private model; accept its licence at "
-                f"https://huggingface.co/{repo_id}, then {how} ({said})")
+        how = (
+            f"the token in ${TOKEN_ENV} was refused: has its account accepted the model's licence?"
+            if token
+            else f"set ${TOKEN_ENV} to a token of an account that accepted it (https://huggingface.co/settings/tokens)"
+        )
+        return (
+            f"the hub refused access (HTTP {status}): a gated or private model; accept its licence at "
+            f"https://huggingface.co/{repo_id}, then {how} ({said})"
+        )
     if isinstance(exc, RepositoryNotFoundError):
         return f"no such repository on the hub ({said})"
     if isinstance(exc, HfHubHTTPError):
@@ -111,8 +116,10 @@ def _check_online() -> None:
     from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
-        raise FetchError("HF_HUB_OFFLINE is set: fetching needs the network; run `cqabench fetch-models` "
-                         "without it, on a node that has network (a login node)")
+        raise FetchError(
+            "HF_HUB_OFFLINE is set: fetching needs the network; run `cqabench fetch-models` "
+            "without it, on a node that has network (a login node)"
+        )
 
 
 def _publish(partial: Path, folder: Path) -> None:
@@ -125,8 +132,15 @@ def _publish(partial: Path, folder: Path) -> None:
         shutil.rmtree(old)
 
 
-def fetch_model(request: ModelRequest, directory: str | Path, *, endpoint: str | None = None,
-                token: str | None = None, update: bool = False, max_workers: int = 4) -> FetchResult:
+def fetch_model(
+    request: ModelRequest,
+    directory: str | Path,
+    *,
+    endpoint: str | None = None,
+    token: str | None = None,
+    update: bool = False,
+    max_workers: int = 4,
+) -> FetchResult:
     """Fetch one repository into `<directory>/<repo_id>` at the configured revision (see module doc)."""
     from huggingface_hub import HfApi, snapshot_download
 
@@ -140,10 +154,14 @@ def fetch_model(request: ModelRequest, directory: str | Path, *, endpoint: str |
     try:
         info = api.model_info(request.repo_id, revision=request.revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 (every hub failure becomes one message naming the model)
-        raise FetchError(f"{request.repo_id}@{request.revision}: {_describe(exc, request.repo_id, request.revision, token)}") from None
+        raise FetchError(
+            f"{request.repo_id}@{request.revision}: {_describe(exc, request.repo_id, request.revision, token)}"
+        ) from None
     commit = str(info.sha or "")
     if not COMMIT.match(commit):
-        raise FetchError(f"{request.repo_id}@{request.revision}: the hub gave no commit for the revision (got {commit!r})")
+        raise FetchError(
+            f"{request.repo_id}@{request.revision}: the hub gave no commit for the revision (got {commit!r})"
+        )
     if present == commit:
         return _present(request, folder, present)
     sizes = {s.rfilename: s.size for s in info.siblings or []}
@@ -155,11 +173,20 @@ def fetch_model(request: ModelRequest, directory: str | Path, *, endpoint: str |
     began = time.monotonic()
     log.info("fetching %s at %s (%s): %d files", request.repo_id, commit, request.revision, len(files))
     try:
-        snapshot_download(request.repo_id, revision=commit, local_dir=str(partial), allow_patterns=files,
-                          endpoint=endpoint, token=token or False, max_workers=max_workers)
+        snapshot_download(
+            request.repo_id,
+            revision=commit,
+            local_dir=str(partial),
+            allow_patterns=files,
+            endpoint=endpoint,
+            token=token or False,
+            max_workers=max_workers,
+        )
     except Exception as exc:  # noqa: BLE001
-        raise FetchError(f"{request.repo_id}@{commit}: download failed: {_describe(exc, request.repo_id, commit, token)}; "
-                         f"rerun to resume ({partial} keeps what arrived)") from None
+        raise FetchError(
+            f"{request.repo_id}@{commit}: download failed: {_describe(exc, request.repo_id, commit, token)}; "
+            f"rerun to resume ({partial} keeps what arrived)"
+        ) from None
     got = {}
     for name in files:
         path = partial / name
@@ -167,8 +194,10 @@ def fetch_model(request: ModelRequest, directory: str | Path, *, endpoint: str |
             raise FetchError(f"{request.repo_id}@{commit}: {name} is missing after the download; rerun to resume")
         got[name] = path.stat().st_size
         if sizes.get(name) is not None and got[name] != sizes[name]:
-            raise FetchError(f"{request.repo_id}@{commit}: {name} has {got[name]} bytes, the hub lists {sizes[name]}; "
-                             "rerun to fetch it again")
+            raise FetchError(
+                f"{request.repo_id}@{commit}: {name} has {got[name]} bytes, the hub lists {sizes[name]}; "
+                "rerun to fetch it again"
+            )
     shutil.rmtree(partial / ".cache", ignore_errors=True)  # the client's per-file download metadata
     # An interrupted fetch of another commit may have left files this commit does not have.
     for path in sorted(partial.rglob("*"), reverse=True):
@@ -182,8 +211,15 @@ def fetch_model(request: ModelRequest, directory: str | Path, *, endpoint: str |
     (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     (partial / REVISION_FILE).write_text(commit + "\n", encoding="utf-8")  # last: marks the folder complete
     _publish(partial, folder)
-    log.info("fetched %s at %s into %s: %d files, %d bytes, %.1f s", request.repo_id, commit, folder, len(got),
-             sum(got.values()), time.monotonic() - began)
+    log.info(
+        "fetched %s at %s into %s: %d files, %d bytes, %.1f s",
+        request.repo_id,
+        commit,
+        folder,
+        len(got),
+        sum(got.values()),
+        time.monotonic() - began,
+    )
     return FetchResult(request.repo_id, commit, folder, "fetched", len(got), sum(got.values()))
 
 
@@ -199,8 +235,14 @@ def _hub_version() -> str:
     return str(huggingface_hub.__version__)
 
 
-def fetch_all(requests: Sequence[ModelRequest], directory: str | Path, *, endpoint: str | None = None,
-              environ: Mapping[str, str] | None = None, update: bool = False) -> list[FetchResult]:
+def fetch_all(
+    requests: Sequence[ModelRequest],
+    directory: str | Path,
+    *,
+    endpoint: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    update: bool = False,
+) -> list[FetchResult]:
     """Fetch every request; one failure does not stop the others, and all failures are raised together."""
     token = hub_token(environ)
     results, failures = [], []

@@ -99,8 +99,10 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
 
 
 def fetch_hint(config: str = "<your config>") -> str:
-    return (f"fetch it on a node with network (a login node): `{FETCH_COMMAND.format(config=config)}` "
-            f"or `snakemake fetch_models --configfile {config}` (docs/cluster.md, \"Getting models onto offline nodes\")")
+    return (
+        f"fetch it on a node with network (a login node): `{FETCH_COMMAND.format(config=config)}` "
+        f'or `snakemake fetch_models --configfile {config}` (docs/cluster.md, "Getting models onto offline nodes")'
+    )
 
 
 def locate(spec: str, what: str = "model", revision: str | None = None, directory: str | Path | None = None) -> str:
@@ -117,11 +119,14 @@ def locate(spec: str, what: str = "model", revision: str | None = None, director
     commit = fetched_revision(folder)
     if commit is None:
         why = damage(folder) if (folder / REVISION_FILE).is_file() else None
-        raise ConfigError(f"{what}: model {spec!r} is not in {models_dir(directory)}/ "
-                          f"({why or f'{folder / REVISION_FILE} is missing'}); {fetch_hint()}")
+        raise ConfigError(
+            f"{what}: model {spec!r} is not in {models_dir(directory)}/ "
+            f"({why or f'{folder / REVISION_FILE} is missing'}); {fetch_hint()}"
+        )
     if revision and COMMIT.match(revision) and commit != revision:
-        raise ConfigError(f"{what}: model {spec!r} in {folder} is commit {commit}, the config pins {revision}; "
-                          f"{fetch_hint()}")
+        raise ConfigError(
+            f"{what}: model {spec!r} in {folder} is commit {commit}, the config pins {revision}; {fetch_hint()}"
+        )
     return str(folder.absolute())  # absolute: a worker that changes directory (colbert-ai) still finds it
 
 
@@ -151,7 +156,9 @@ def revision_settings(settings: Mapping[str, Any], model_keys: tuple[str, ...], 
         if value is None:
             continue
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"{family} retriever: {key} must be a non-empty string (a commit or a branch), got {value!r}")
+            raise ConfigError(
+                f"{family} retriever: {key} must be a non-empty string (a commit or a branch), got {value!r}"
+            )
         pinned = model_keys if key == "revision" else (model_key,)
         if not any(settings.get(k) for k in pinned):
             raise ConfigError(f"{family} retriever: {key} is set but {' / '.join(pinned)} is not (it pins {model_key})")
@@ -160,7 +167,9 @@ def revision_settings(settings: Mapping[str, Any], model_keys: tuple[str, ...], 
             # folder by its fingerprint. Kept, it would replace that pin as every row's
             # model_revision while the weights stayed what they were.
             models = ", ".join(f"{k} {settings[k]!r}" for k in pinned if settings.get(k))
-            raise ConfigError(f"{family} retriever: {key} {value!r} pins a hub model, but {models} is none (a package: "
-                              "model is pinned by its package's version, a folder by its files); drop it")
+            raise ConfigError(
+                f"{family} retriever: {key} {value!r} pins a hub model, but {models} is none (a package: "
+                "model is pinned by its package's version, a folder by its files); drop it"
+            )
         out[key] = value
     return out

@@ -42,8 +42,10 @@ def problems(plan: GenerationPlan, w: Mapping[str, str]) -> list[str]:
         out.append(f"serialization {ser!r} is not configured (serializations: {plan.serializations})")
     if llm not in plan.gen_llms:
         defined = "defined under llms: but " if llm in plan.llms else ""
-        out.append(f"llm {llm!r} is {defined}not in generation.llms {plan.gen_llms} (the LLMs whose environment, "
-                   "device and API key planning checks)")
+        out.append(
+            f"llm {llm!r} is {defined}not in generation.llms {plan.gen_llms} (the LLMs whose environment, "
+            "device and API key planning checks)"
+        )
     if prompt not in STRATEGIES:
         out.append(f"prompt {prompt!r} is unknown; valid: {list(STRATEGIES)}")
     if not PLAIN_K.fullmatch(k_text):
@@ -73,8 +75,10 @@ def _config_problems(plan: GenerationPlan, cell: Cell) -> list[str]:
             out.append(f"rag reads a run: {retriever!r} is not a run of {ds}/{sp} (runs: {runs})")
         depth = plan.run_depth(retriever) if retriever in runs else None
         if depth is not None and k > depth[1]:
-            out.append(f"k {k} exceeds {depth[0]}: {depth[1]} (the run {retriever} holds at most {depth[1]} documents "
-                       "per question)")
+            out.append(
+                f"k {k} exceeds {depth[0]}: {depth[1]} (the run {retriever} holds at most {depth[1]} documents "
+                "per question)"
+            )
     elif setting == "open-book":
         ob = plan.open_book
         if not (ob.get("corpus") and ob.get("retriever")):

@@ -23,8 +23,10 @@ def open_book_dataset_problems(settings: Sequence[str], open_book: Mapping[str, 
     """`open-book` with `open_book.datasets: []` would plan no open-book cell and say nothing."""
     if "open-book" not in settings or not open_book or "datasets" not in open_book or open_book["datasets"]:
         return []
-    return ["generation.open_book.datasets: empty, so setting open-book plans no cell; list the datasets that get "
-            "open-book cells (config/config.yaml: [tanq]) or remove open-book from generation.settings"]
+    return [
+        "generation.open_book.datasets: empty, so setting open-book plans no cell; list the datasets that get "
+        "open-book cells (config/config.yaml: [tanq]) or remove open-book from generation.settings"
+    ]
 
 
 def pooled_corpus_problems(pooled: Mapping[str, Sequence[str]]) -> list[str]:
@@ -39,8 +41,10 @@ def pooled_corpus_problems(pooled: Mapping[str, Sequence[str]]) -> list[str]:
             homes.setdefault(m, []).append(name)
     for ds, names in homes.items():
         if len(names) > 1:
-            out.append(f"corpora: dataset {ds} is in {len(names)} pooled corpora ({', '.join(names)}); "
-                       f"a dataset is searched in one corpus: keep it in one of them")
+            out.append(
+                f"corpora: dataset {ds} is in {len(names)} pooled corpora ({', '.join(names)}); "
+                f"a dataset is searched in one corpus: keep it in one of them"
+            )
     return out
 
 
@@ -53,8 +57,10 @@ def selection_problems(datasets: Mapping[str, Mapping[str, Any]], hop_datasets: 
             continue
         for key in ("hops", "answerable_only"):
             if spec.get(key):
-                out.append(f"datasets.{ds}.{key}: selects MuSiQue questions (hop counts, answerability), which {ds} "
-                           f"does not have; only {', '.join(allowed)} take it: remove it here")
+                out.append(
+                    f"datasets.{ds}.{key}: selects MuSiQue questions (hop counts, answerability), which {ds} "
+                    f"does not have; only {', '.join(allowed)} take it: remove it here"
+                )
     return out
 
 
@@ -72,8 +78,10 @@ def device_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if llm.get("backend") not in LOCAL_BACKENDS or device is None:
             continue
         if not DEVICE_RE.match(str(device)):
-            out.append(f"llms.{name}.device: {device!r} is not a device name; use cpu, cuda or cuda:N "
-                       "(torch's names; `gpu` is cuda)")
+            out.append(
+                f"llms.{name}.device: {device!r} is not a device name; use cpu, cuda or cuda:N "
+                "(torch's names; `gpu` is cuda)"
+            )
     return out
 
 
@@ -98,9 +106,13 @@ def base_url_problems(llms: Mapping[str, Mapping[str, Any]]) -> list[str]:
         except ValueError:  # a malformed netloc (an unclosed IPv6 bracket): the client reports it
             continue
         secret = sorted({k for k, _ in parse_qsl(parts.query, keep_blank_values=True) if SECRET_PARAM.search(k)})
-        where = (["a user name or password before '@'"] if userinfo else []) + [f"query parameter {k!r}" for k in secret]
+        where = (["a user name or password before '@'"] if userinfo else []) + [
+            f"query parameter {k!r}" for k in secret
+        ]
         if where:
-            out.append(f"llms.{name}.base_url: holds a credential ({', '.join(where)}), which would be written to "
-                       f"results/<name>/config.json and the job records; give the endpoint without it and put the "
-                       f"key in an environment variable named by llms.{name}.api_key_env")
+            out.append(
+                f"llms.{name}.base_url: holds a credential ({', '.join(where)}), which would be written to "
+                f"results/<name>/config.json and the job records; give the endpoint without it and put the "
+                f"key in an environment variable named by llms.{name}.api_key_env"
+            )
     return out

@@ -37,7 +37,9 @@ def workflow_profile_in_effect(flag: str | None, snakefile: Path, cwds: Sequence
         if given is not None and (cwd / given).is_file():
             return cwd / given
     name = given or Path("default")
-    candidates = [c for cwd in cwds for c in (cwd / name, cwd / "profiles" / name)] + [snakefile.parent / "profiles" / name]
+    candidates = [c for cwd in cwds for c in (cwd / name, cwd / "profiles" / name)] + [
+        snakefile.parent / "profiles" / name
+    ]
     return next((c for c in candidates if c.exists()), None)
 
 
@@ -46,6 +48,8 @@ def cluster_profile_problem(argv: Sequence[str], snakefile: Path, cwds: Sequence
     profile = workflow_profile_in_effect(workflow_profile_flag(argv), snakefile, cwds)
     if profile is None:
         return None
-    return (f"the SLURM executor runs with {profile} applied as Snakemake's workflow profile, whose values "
-            "(default-resources, resources, latency-wait) override profiles/slurm's key by key; "
-            "run: snakemake --workflow-profile none --profile profiles/slurm ...")
+    return (
+        f"the SLURM executor runs with {profile} applied as Snakemake's workflow profile, whose values "
+        "(default-resources, resources, latency-wait) override profiles/slurm's key by key; "
+        "run: snakemake --workflow-profile none --profile profiles/slurm ..."
+    )

@@ -32,7 +32,8 @@ class StrictLoader(yaml.SafeLoader):
             if key in seen:
                 first = seen[key]
                 raise yaml.constructor.ConstructorError(
-                    None, None,
+                    None,
+                    None,
                     f"duplicated key {key!r} (first at line {first.line + 1}, column {first.column + 1})",
                     mark,
                 )
@@ -84,9 +85,11 @@ def check_files(paths: Iterable[str | Path]) -> None:
 
 
 # What a user who tried `--config key=value` needs instead (config/README.md, "Changing one setting").
-ONE_SETTING = ("to change one setting, put it in a second config file after the first, and the target "
-               "after `--`: snakemake --configfile config/config.yaml extra.yaml -- TARGET "
-               "(config/README.md, \"Changing one setting\")")
+ONE_SETTING = (
+    "to change one setting, put it in a second config file after the first, and the target "
+    "after `--`: snakemake --configfile config/config.yaml extra.yaml -- TARGET "
+    '(config/README.md, "Changing one setting")'
+)
 
 
 def check_schema(config: dict, schema_path: str | Path, overrides: dict | None = None) -> None:
@@ -106,6 +109,10 @@ def check_schema(config: dict, schema_path: str | Path, overrides: dict | None =
     if error is None:
         return
     where = ".".join(str(p) for p in error.absolute_path) or "the top level"
-    advice = (f"`--config {' '.join(sorted(overrides))}` sets top-level keys only, and without --configfile "
-              "replaces the embedded default; " + ONE_SETTING if overrides else "every key is explained in config/README.md")
+    advice = (
+        f"`--config {' '.join(sorted(overrides))}` sets top-level keys only, and without --configfile "
+        "replaces the embedded default; " + ONE_SETTING
+        if overrides
+        else "every key is explained in config/README.md"
+    )
     raise ConfigError(f"config: {where}: {error.message} ({advice})")

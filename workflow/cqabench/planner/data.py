@@ -41,7 +41,9 @@ class DataPlan:
         # The open-book agent's tool corpus: pooled like `corpora:` but searched by no dataset's retrieval.
         self.open_book: dict[str, Any] = dict((c.get("generation") or {}).get("open_book") or {})
         ob_corpus = self.open_book.get("corpus") or {}
-        self.tool_corpora: dict[str, list[str]] = {ob_corpus["name"]: list(ob_corpus.get("datasets") or [])} if ob_corpus.get("name") else {}
+        self.tool_corpora: dict[str, list[str]] = (
+            {ob_corpus["name"]: list(ob_corpus.get("datasets") or [])} if ob_corpus.get("name") else {}
+        )
 
     def _expand_data(self) -> None:
         """What the checked config gives: the corpora searched, and which splits have gold documents."""
@@ -103,7 +105,10 @@ class DataPlan:
         targets += [self.corpus_path(c) for c in self.corpora]
         if configured(self.config, "export_beir"):  # false: no second and third copy of each corpus
             targets += [
-                self.beir_dir(ds, ser, split) for ds in self.datasets for split in self.splits(ds) for ser in self.serializations
+                self.beir_dir(ds, ser, split)
+                for ds in self.datasets
+                for split in self.splits(ds)
+                for ser in self.serializations
             ]
         return targets
 
@@ -133,7 +138,10 @@ class DataPlan:
         return " ".join(args)
 
     def prepare_inputs(self, w: Any) -> dict[str, str]:
-        return {role: self.raw_input(spec["path"]) for role, spec in self.config["datasets"][w.dataset]["files"][w.split].items()}
+        return {
+            role: self.raw_input(spec["path"])
+            for role, spec in self.config["datasets"][w.dataset]["files"][w.split].items()
+        }
 
     @staticmethod
     def prepare_file_args(w: Any, input: Mapping[str, str]) -> str:
@@ -168,8 +176,10 @@ class DataPlan:
             modes = relevance_modes(ds) if ds in DATASET_NAMES else {}
             mode = configured(self.config, "datasets", ds, "relevance")
             if modes and mode not in modes:
-                out.append(f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
-                           f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)")
+                out.append(
+                    f"datasets.{ds}.relevance: {mode!r} is not a relevance mode of {ds}; "
+                    f"valid: {', '.join(modes)} (paper: DEXTER §3.1 and the original toolkit)"
+                )
             explicit = spec.get("corpus")
             if explicit and explicit not in corpus_names:
                 out.append(
@@ -187,6 +197,8 @@ class DataPlan:
 
     def _raw_obtainable(self, raw: Mapping[str, Any]) -> bool:
         root = self.env.root
-        return bool(raw.get("url")) or (root / self.raw_dir / raw["path"]).exists() or (
-            root / self.results / "raw" / raw["path"]
-        ).exists()
+        return (
+            bool(raw.get("url"))
+            or (root / self.raw_dir / raw["path"]).exists()
+            or (root / self.results / "raw" / raw["path"]).exists()
+        )

@@ -122,11 +122,15 @@ class GenerationPlan(RetrievalPlan):
             if source not in CONTEXT_SOURCES:
                 out.append(f"generation.oracle_context.{ds}: {source!r} is not one of {list(CONTEXT_SOURCES)}")
             elif source == "facts" and ds not in FACTS_DATASETS:
-                out.append(f"generation.oracle_context.{ds}: facts exist only for {list(FACTS_DATASETS)} "
-                           "(the annotators' facts in queries.parquet); use gold")
+                out.append(
+                    f"generation.oracle_context.{ds}: facts exist only for {list(FACTS_DATASETS)} "
+                    "(the annotators' facts in queries.parquet); use gold"
+                )
             elif source == "facts" and int(self.oracle_distractors.get(ds, 0)):
-                out.append(f"generation.oracle_context.{ds}: facts cannot take generation.oracle_distractors "
-                           "(distractors are other questions' gold documents); set one of them")
+                out.append(
+                    f"generation.oracle_context.{ds}: facts cannot take generation.oracle_distractors "
+                    "(distractors are other questions' gold documents); set one of them"
+                )
         return out
 
     def _open_book_problems(self) -> list[str]:
@@ -135,7 +139,10 @@ class GenerationPlan(RetrievalPlan):
         if not ob or not ob.get("corpus") or not ob.get("retriever"):
             return ["generation.settings has open-book: set generation.open_book (datasets, corpus, retriever)"]
         out = []
-        for key, named in (("datasets", ob.get("datasets") or []), ("corpus.datasets", ob["corpus"].get("datasets") or [])):
+        for key, named in (
+            ("datasets", ob.get("datasets") or []),
+            ("corpus.datasets", ob["corpus"].get("datasets") or []),
+        ):
             bad = sorted(set(named) - set(self.datasets))
             if bad:
                 out.append(f"{where}.{key}: datasets {bad} are not configured; configured: {self.datasets}")
@@ -152,15 +159,23 @@ class GenerationPlan(RetrievalPlan):
         on a rebuild), nor under results/, which `make clean` removes: the cache holds paid answers."""
         key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
         cache = (self.env.root / self.llm_cache_dir).resolve()
-        for what, folder in (("index", f"{self.results}/index"), ("index part", f"{self.results}/index_parts"),
-                             ("BEIR export", f"{self.results}/beir"), ("converted model", self.models_dir)):
+        for what, folder in (
+            ("index", f"{self.results}/index"),
+            ("index part", f"{self.results}/index_parts"),
+            ("BEIR export", f"{self.results}/beir"),
+            ("converted model", self.models_dir),
+        ):
             if cache.is_relative_to((self.env.root / folder).resolve()):
-                return [f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
-                        f"and rebuilt whole, the item cache with them; put it outside, e.g. {LLM_CACHE_DIR}"]
+                return [
+                    f"{key}: {self.llm_cache_dir!r} lies inside {folder!r}, whose {what} folders are deleted "
+                    f"and rebuilt whole, the item cache with them; put it outside, e.g. {LLM_CACHE_DIR}"
+                ]
         if cache.is_relative_to((self.env.root / RESULTS_ROOT).resolve()):
-            return [f"{key}: {self.llm_cache_dir!r} lies inside {RESULTS_ROOT}/, which `make clean` removes, the "
-                    f"item cache with it; put it outside, e.g. {LLM_CACHE_DIR} (a cache there now keeps its items "
-                    f"when moved: mv {self.llm_cache_dir} {LLM_CACHE_DIR})"]
+            return [
+                f"{key}: {self.llm_cache_dir!r} lies inside {RESULTS_ROOT}/, which `make clean` removes, the "
+                f"item cache with it; put it outside, e.g. {LLM_CACHE_DIR} (a cache there now keeps its items "
+                f"when moved: mv {self.llm_cache_dir} {LLM_CACHE_DIR})"
+            ]
         return []
 
     def legacy_cache_problem(self) -> str:
@@ -174,9 +189,11 @@ class GenerationPlan(RetrievalPlan):
         if not (self.env.root / legacy).is_dir():
             return ""
         key = "generation.cache_dir" if "cache_dir" in self.generation else "generation.cache_dir (default)"
-        return (f"{key}: the item cache moved from {legacy} to {LLM_CACHE_DIR} (shared by every config, kept by "
-                f"`make clean`); move the old one so its items are used: mv {legacy} {self.llm_cache_dir} "
-                f"(if {self.llm_cache_dir} exists, move the model folders inside it one by one)")
+        return (
+            f"{key}: the item cache moved from {legacy} to {LLM_CACHE_DIR} (shared by every config, kept by "
+            f"`make clean`); move the old one so its items are used: mv {legacy} {self.llm_cache_dir} "
+            f"(if {self.llm_cache_dir} exists, move the model folders inside it one by one)"
+        )
 
     def _rag_run_problems(self) -> list[str]:
         """Each generation.rag_retrievers name is a run, deep enough for every k."""
@@ -195,8 +212,10 @@ class GenerationPlan(RetrievalPlan):
             if depth is None:
                 continue
             for k in sorted({k for k in self.gen_k if k > depth[1]}):
-                out.append(f"generation.k: {k} exceeds {depth[0]}: {depth[1]} for rag_retrievers {run} "
-                           f"(the run holds at most {depth[1]} documents per question)")
+                out.append(
+                    f"generation.k: {k} exceeds {depth[0]}: {depth[1]} for rag_retrievers {run} "
+                    f"(the run holds at most {depth[1]} documents per question)"
+                )
         return out
 
     def _template_problems(self) -> list[str]:
@@ -233,8 +252,12 @@ class GenerationPlan(RetrievalPlan):
 
     def python_for(self, llm: str) -> str:
         """The interpreter of an LLM's generation jobs (`python_role`), as a shell word."""
-        return {"conda": "python", "vllm_gpu": self.env.vllm_gpu_python, "vllm": self.env.vllm_python,
-                "project": self.env.python}[self.python_role(llm)]
+        return {
+            "conda": "python",
+            "vllm_gpu": self.env.vllm_gpu_python,
+            "vllm": self.env.vllm_python,
+            "project": self.env.python,
+        }[self.python_role(llm)]
 
     def uses_gpu(self, llm: str) -> bool:
         backend, device = self.llms[llm]["backend"], str(self.llms[llm].get("device", ""))
@@ -284,12 +307,19 @@ class GenerationPlan(RetrievalPlan):
                         for prompt in self.gen_prompts:
                             for setting in self.gen_settings:
                                 if setting == "rag":
-                                    cells += [Cell(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k]
+                                    cells += [
+                                        Cell(ds, sp, ser, r, llm, prompt, "rag", k) for r in runs for k in self.gen_k
+                                    ]
                                 elif setting == "open-book":  # the tool retriever; k 1: WikiSearch shows one article
                                     if ds in self.open_book.get("datasets", []):
-                                        cells.append(Cell(ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1))
-                                elif (setting == "oracle" and not self.gold_evidence[(ds, sp)][0]
-                                      and self.oracle_context_of(ds) == "gold"):
+                                        cells.append(
+                                            Cell(ds, sp, ser, self.open_book["retriever"], llm, prompt, "open-book", 1)
+                                        )
+                                elif (
+                                    setting == "oracle"
+                                    and not self.gold_evidence[(ds, sp)][0]
+                                    and self.oracle_context_of(ds) == "gold"
+                                ):
                                     continue  # no gold documents: an "oracle" cell would be closed-book
                                 else:
                                     cells.append(Cell(ds, sp, ser, "none", llm, prompt, setting, 0))
@@ -431,15 +461,25 @@ class GenerationPlan(RetrievalPlan):
         """The loop's limits (defaults filled in) and the WikiSearch retriever's settings."""
         from cqabench.generation.agent.loop import Limits
 
-        limits = {**Limits.from_config(self.open_book).to_dict(), "max_new_tokens": self.open_book.get("max_new_tokens")}
+        limits = {
+            **Limits.from_config(self.open_book).to_dict(),
+            "max_new_tokens": self.open_book.get("max_new_tokens"),
+        }
         return {**limits, "retriever_settings": self.retriever_configs[w.retriever]}
 
     @staticmethod
     def generation_args(w: Any, input: Any) -> str:
         # Snakemake's InputFiles is a list: `in input` would test the paths, not the names.
-        flags = {"corpus": "--corpus", "qrels": "--qrels", "run": "--run", "tool_corpus": "--tool-corpus",
-                 "tool_index": "--tool-index"}
-        return " ".join(f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys())  # noqa: SIM118
+        flags = {
+            "corpus": "--corpus",
+            "qrels": "--qrels",
+            "run": "--run",
+            "tool_corpus": "--tool-corpus",
+            "tool_index": "--tool-index",
+        }
+        return " ".join(
+            f"{flag} {shlex.quote(str(input[name]))}" for name, flag in flags.items() if name in input.keys()
+        )  # noqa: SIM118
 
     def batch_manifest(self, llm: str) -> str:
         """The manifest of a batch run as one job (generation.batch_jobs 1, the default)."""
@@ -482,8 +522,10 @@ class GenerationPlan(RetrievalPlan):
     def batch_inputs(self, w: Any) -> list[str]:
         """Every file any cell of the batch reads, and every cell's spec (cell_spec)."""
         cells = self.batch_cells(w.llm)
-        return sorted({str(p) for c in cells for p in self.generation_inputs(c).values()}
-                      | {self.cell_spec_file(c) for c in cells})
+        return sorted(
+            {str(p) for c in cells for p in self.generation_inputs(c).values()}
+            | {self.cell_spec_file(c) for c in cells}
+        )
 
     def batch_members(self, w: Any) -> str:
         """`batch_member_docs` as the generate_batch rule's rerun trigger (params)."""

@@ -71,7 +71,9 @@ def models_dir_of(config: Mapping[str, Any]) -> str:
 
 def used_retrievers(plan: Any) -> list[str]:
     """Retrievers whose index or search jobs the plan has: retrieval's, IR-Q/IR-D's, the tool agent's."""
-    names = list(plan.retrieval_retrievers) + list(plan.decomposition.get("retrievers") or []) + list(plan.tool_retrievers)
+    names = (
+        list(plan.retrieval_retrievers) + list(plan.decomposition.get("retrievers") or []) + list(plan.tool_retrievers)
+    )
     return [n for n in dict.fromkeys(names) if n in plan.retriever_configs]
 
 
@@ -96,7 +98,11 @@ def pipeline_models(name: str, spec: Mapping[str, Any], root: Path) -> list[HubM
     if spec.get("type") != "rerank" or not is_hub_id(spec.get("model"), root):
         return []
     revision = spec.get("revision")
-    return [HubModel("retrieval.pipelines", name, "model", str(spec["model"]), "revision", str(revision) if revision else None)]
+    return [
+        HubModel(
+            "retrieval.pipelines", name, "model", str(spec["model"]), "revision", str(revision) if revision else None
+        )
+    ]
 
 
 def hub_models(plan: Any) -> list[HubModel]:
@@ -115,9 +121,11 @@ def problems(plan: Any) -> list[str]:
     for m in hub_models(plan):
         by_repo.setdefault(m.repo_id, []).append(m)
         if m.revision is None:
-            out.append(f"{m.kind}.{m.owner}.{m.revision_key}: {m.key} {m.repo_id!r} is a Hugging Face hub model and needs "
-                       "a revision: a commit (40 hex digits), or a branch such as main, which `cqabench fetch-models` "
-                       f"locks into {models_dir_of(plan.config)}/{m.repo_id}/REVISION")
+            out.append(
+                f"{m.kind}.{m.owner}.{m.revision_key}: {m.key} {m.repo_id!r} is a Hugging Face hub model and needs "
+                "a revision: a commit (40 hex digits), or a branch such as main, which `cqabench fetch-models` "
+                f"locks into {models_dir_of(plan.config)}/{m.repo_id}/REVISION"
+            )
     for repo, uses in by_repo.items():
         revisions = sorted({m.revision for m in uses if m.revision})
         if len(revisions) > 1:
@@ -190,13 +198,17 @@ def missing_message(plan: Any, absent: Mapping[str, str], configfiles: Sequence[
     config = " ".join(_shown(c) for c in configfiles) or "<your config>"
     directory = models_dir_of(plan.config)
     by_repo = {r.repo_id: r for r in requests(plan)}
-    lines = [f"{len(absent)} Hugging Face model(s) this config needs are not in {directory}/ (jobs run offline "
-             f"and load hub models only from {directory}/<org>/<name>):"]
+    lines = [
+        f"{len(absent)} Hugging Face model(s) this config needs are not in {directory}/ (jobs run offline "
+        f"and load hub models only from {directory}/<org>/<name>):"
+    ]
     for repo, why in absent.items():
         req = by_repo.get(repo)
         named = ", ".join(req.keys) if req else "?"
         gated = "; gated: the fetch needs HF_TOKEN" if repo.startswith(KNOWN_GATED_ORGS) else ""
         lines.append(f"  {repo} (revision {req.revision if req else '?'}; {named}): {why}{gated}")
-    lines.append(f"fetch them on a node with network (a login node): `cqabench fetch-models --configfile {config}` "
-                 f"or `snakemake {FETCH_RULE} --configfile {config}` (docs/cluster.md, \"Getting models onto offline nodes\")")
+    lines.append(
+        f"fetch them on a node with network (a login node): `cqabench fetch-models --configfile {config}` "
+        f'or `snakemake {FETCH_RULE} --configfile {config}` (docs/cluster.md, "Getting models onto offline nodes")'
+    )
     return "\n".join(lines)

@@ -112,7 +112,7 @@ def cycle_problems(pipelines: Mapping[str, Mapping[str, Any]]) -> list[str]:
             if dep not in pipelines:
                 continue
             if state.get(dep) == 1:
-                cycle = path[path.index(dep):] + [dep]
+                cycle = path[path.index(dep) :] + [dep]
                 if frozenset(cycle) not in seen_cycles:
                     seen_cycles.add(frozenset(cycle))
                     first = cycle[0]
@@ -185,7 +185,9 @@ def problems(plan: Any) -> list[str]:
             if dep not in known:
                 hint = (f" ({dep} is under `retrievers:` but not in retrieval.retrievers, so it has no run)"
                         if dep in plan.retriever_configs else "")  # fmt: skip
-                out.append(f"{KEY}.{name}.{input_key(spec)}: {dep!r} names no run{hint}; runs: {sorted(known - {name})}")
+                out.append(
+                    f"{KEY}.{name}.{input_key(spec)}: {dep!r} names no run{hint}; runs: {sorted(known - {name})}"
+                )
     cycles = cycle_problems(pipes)
     out += cycles
     if cycles or any(dep not in known for spec in pipes.values() for dep in inputs_of(spec)):
@@ -204,7 +206,9 @@ def problems(plan: Any) -> list[str]:
     return out
 
 
-def held_by_inputs(spec: Mapping[str, Any], run_depth: Callable[[str], tuple[str, int] | None]) -> tuple[str, int] | None:
+def held_by_inputs(
+    spec: Mapping[str, Any], run_depth: Callable[[str], tuple[str, int] | None]
+) -> tuple[str, int] | None:
     """(where it comes from, depth): the most a pipeline's inputs hold per question; None when an
     input's depth is unknown at planning (an external run's is its file's).
 

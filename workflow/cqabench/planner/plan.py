@@ -76,11 +76,13 @@ class Plan(ReportPlan):
         import cqabench.planner.checks as plan_checks
         from cqabench.data.prepare import HOP_DATASETS
 
-        return (plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
-                + plan_checks.pooled_corpus_problems(self.pooled)
-                + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
-                + plan_checks.device_problems(self.llms)
-                + plan_checks.base_url_problems(self.llms))
+        return (
+            plan_checks.open_book_dataset_problems(self.gen_settings, self.open_book)
+            + plan_checks.pooled_corpus_problems(self.pooled)
+            + plan_checks.selection_problems(self.config["datasets"], HOP_DATASETS)
+            + plan_checks.device_problems(self.llms)
+            + plan_checks.base_url_problems(self.llms)
+        )
 
     def _check_after_expansion(self) -> None:
         """Checks that need the expanded run names and cells."""

@@ -27,7 +27,12 @@ class ReportPlan(EvaluationPlan):
         self.report: dict[str, Any] = dict(self.config.get("report") or {})
         self.report_dir = f"{self.results}/report"
         self.paper_data = bool(configured(self.config, "report", "paper_data"))
-        self.significance = {"correction": "holm", "alpha": 0.05, "baseline": "bm25", **self.report.get("significance", {})}
+        self.significance = {
+            "correction": "holm",
+            "alpha": 0.05,
+            "baseline": "bm25",
+            **self.report.get("significance", {}),
+        }
 
     def _expand_report(self) -> None:
         """The expected-number files: `report.expected`, else every file of config/expected/."""
@@ -112,10 +117,14 @@ class ReportPlan(EvaluationPlan):
                          + [self.answer_metrics_file(c) for c in cells["generation"]])  # fmt: skip
         inputs: dict[str, list[str]] = {"expected": [path], "metrics": metrics}
         if spec.source == "per_question":
-            per_query = [self.retrieval_metrics_file(ds, sp, ser, run, "per_query.parquet")
-                         for ds, sp, ser, run in cells["retrieval"]]
+            per_query = [
+                self.retrieval_metrics_file(ds, sp, ser, run, "per_query.parquet")
+                for ds, sp, ser, run in cells["retrieval"]
+            ]
             per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
             inputs["per_question"] = sorted(per_query + per_question)
-            splits = sorted({(c[0], c[1]) for c in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]})
+            splits = sorted(
+                {(c[0], c[1]) for c in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]}
+            )
             inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
         return inputs

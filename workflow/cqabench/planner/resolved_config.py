@@ -75,7 +75,9 @@ def verify(path: str | Path, text: str, environ: Mapping[str, str] | None = None
         return
     found = sha256_of(text)
     if found != planned_sha:
-        raise ConfigError(f"{path}: is not the config this run planned (sha256 {found[:12]}, planned "
-                          f"{planned_sha[:12]}): it was edited, or rewritten by another config with the same "
-                          "name, after Snakemake started; run snakemake again (it rewrites the file from the "
-                          "config), and never edit this file: edit the config file instead")
+        raise ConfigError(
+            f"{path}: is not the config this run planned (sha256 {found[:12]}, planned "
+            f"{planned_sha[:12]}): it was edited, or rewritten by another config with the same "
+            "name, after Snakemake started; run snakemake again (it rewrites the file from the "
+            "config), and never edit this file: edit the config file instead"
+        )

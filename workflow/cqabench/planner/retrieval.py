@@ -61,7 +61,9 @@ class RetrievalPlan(DataPlan):
         self.pipeline_splits: dict[str, set[tuple[str, str]]] = {
             n: s for n, s in pipelines.run_splits(self).items() if n in self.pipelines
         }
-        self.all_run_names = sorted({n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)})
+        self.all_run_names = sorted(
+            {n for ds in self.datasets for sp in self.splits(ds) for n in self.run_names(ds, sp)}
+        )
 
     def _retrieval_problems(self) -> list[str]:
         from cqabench.retrieval import resolve as resolve_retriever
@@ -145,8 +147,9 @@ class RetrievalPlan(DataPlan):
             docs: int | None = self.corpus_sizes.corpus_documents(corpus)
         except ConfigError as exc:
             if spec.get("passages_per_part") is not None:
-                raise ConfigError(f"retrievers.{retriever}.passages_per_part: the size of corpus {corpus} is "
-                                  f"unknown: {exc}") from None
+                raise ConfigError(
+                    f"retrievers.{retriever}.passages_per_part: the size of corpus {corpus} is unknown: {exc}"
+                ) from None
             docs = None  # encode_jobs: N parts as asked (a part may be empty)
         return part_count(spec, docs)
 
@@ -200,7 +203,12 @@ class RetrievalPlan(DataPlan):
     def run_names(self, dataset: str, split: str) -> list[str]:
         """Every run of a (dataset, split): what the evaluation and generation stages iterate over."""
         ours = self.retrieval_retrievers if dataset in self.retrieval_datasets else []
-        return ours + self.decomposition_runs_of(dataset) + self.external_runs_of(dataset, split) + self.pipelines_of(dataset, split)
+        return (
+            ours
+            + self.decomposition_runs_of(dataset)
+            + self.external_runs_of(dataset, split)
+            + self.pipelines_of(dataset, split)
+        )
 
     def pipelines_of(self, dataset: str, split: str) -> list[str]:
         """The fused and reranked runs of a (dataset, split): those all of whose inputs exist there,
@@ -246,7 +254,12 @@ class RetrievalPlan(DataPlan):
             inputs = pipelines.inputs_of(self.pipelines[run])
             return {**self.pipeline_settings(run), "inputs": {r: self.run_settings(r) for r in inputs}}
         retriever, kind = self.decomposition_runs[run]
-        return {**self.retriever_configs[retriever], **self._recorded(retriever), "queries": kind, "k": self.decomposition_k}
+        return {
+            **self.retriever_configs[retriever],
+            **self._recorded(retriever),
+            "queries": kind,
+            "k": self.decomposition_k,
+        }
 
     def _recorded(self, retriever: str) -> dict[str, Any]:
         """Resolved settings a row records beyond the retriever's config (its model's dtype)."""
@@ -283,8 +296,10 @@ class RetrievalPlan(DataPlan):
         if run in names:
             return None
         if run in self.retriever_configs and run not in self.retrieval_retrievers:
-            return (f"retriever {run!r} is defined under retrievers: but not listed in retrieval.retrievers, so the "
-                    "config plans no run of it: add it to retrieval.retrievers (config/README.md)")
+            return (
+                f"retriever {run!r} is defined under retrievers: but not listed in retrieval.retrievers, so the "
+                "config plans no run of it: add it to retrieval.retrievers (config/README.md)"
+            )
         return f"{run!r} is no run of {dataset}/{split}; its runs: {', '.join(names) or 'none'}"
 
     def retrieval_inputs(self, w: Any) -> dict[str, str]:

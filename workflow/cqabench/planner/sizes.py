@@ -59,9 +59,16 @@ def load_published(path: str | Path = SIZES_FILE) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=256)
-def _count_files(dataset: str, split: str, files: tuple[tuple[str, str], ...], relevance: str,
-                 limit: int | None, hops: tuple[int, ...], answerable_only: bool,
-                 stamp: tuple[tuple[int, int], ...]) -> tuple[SplitCounts, frozenset[str] | None]:
+def _count_files(
+    dataset: str,
+    split: str,
+    files: tuple[tuple[str, str], ...],
+    relevance: str,
+    limit: int | None,
+    hops: tuple[int, ...],
+    answerable_only: bool,
+    stamp: tuple[tuple[int, int], ...],
+) -> tuple[SplitCounts, frozenset[str] | None]:
     """Read the split with its loader; `stamp` (sizes, mtimes) keys the cache to the files' state."""
     from cqabench.data.datasets import loader
     from cqabench.data.prepare import select_questions
@@ -97,8 +104,9 @@ def _count_files(dataset: str, split: str, files: tuple[tuple[str, str], ...], r
         "predicted_steps": sum(_predicted_steps(q.meta) for q in selected.queries) / n_sel if n_sel else 0.0,
     }
     where = ", ".join(str(p) for p in paths.values())
-    counts = SplitCounts(dataset, split, len(data.queries), n_sel, n_docs, sum(s for s, _ in stamp), stats,
-                         f"counted from {where}", True)
+    counts = SplitCounts(
+        dataset, split, len(data.queries), n_sel, n_docs, sum(s for s, _ in stamp), stats, f"counted from {where}", True
+    )
     return counts, (frozenset(docids) if docids is not None else None)
 
 
@@ -115,8 +123,13 @@ def _predicted_steps(meta: str | None) -> int:
 class Sizes:
     """Counts for every (dataset, split) and corpus a plan uses (see the module docstring)."""
 
-    def __init__(self, plan: Any, text_stats: Mapping[str, Mapping[str, float]], published: Mapping[str, Any] | None = None,
-                 count_max_bytes: int = COUNT_MAX_BYTES) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        text_stats: Mapping[str, Mapping[str, float]],
+        published: Mapping[str, Any] | None = None,
+        count_max_bytes: int = COUNT_MAX_BYTES,
+    ) -> None:
         self.plan = plan
         self.published = load_published() if published is None else published
         self.text_stats = text_stats  # dataset -> TEXT_STATS measured on the sample (rates file)
@@ -152,32 +165,50 @@ class Sizes:
         if on_disk and total <= self.count_max_bytes:
             stamp = tuple((p.stat().st_size, p.stat().st_mtime_ns) for p in files.values())
             try:
-                counts, docids = _count_files(dataset, split, tuple((r, str(p)) for r, p in files.items()),
-                                              self.plan.relevance_of(dataset), limit, hops, answerable, stamp)
+                counts, docids = _count_files(
+                    dataset,
+                    split,
+                    tuple((r, str(p)) for r, p in files.items()),
+                    self.plan.relevance_of(dataset),
+                    limit,
+                    hops,
+                    answerable,
+                    stamp,
+                )
             except (CqaError, OSError, ValueError) as exc:
                 # a file still downloading, truncated or empty: planning goes on with the published
                 # sizes (the prepare job itself reports the broken file when it runs)
                 unreadable = f" (raw files on disk but unreadable while planning: {exc})"
             else:
                 self._docids[(dataset, split)] = docids
-                names = ", ".join(self.plan.raw_input(raw["path"]) for raw in self.plan.config["datasets"][dataset]["files"][split].values())
+                names = ", ".join(
+                    self.plan.raw_input(raw["path"])
+                    for raw in self.plan.config["datasets"][dataset]["files"][split].values()
+                )
                 return replace(counts, source=f"counted from {names}")
         self._docids[(dataset, split)] = None
         counts = self._published_split(dataset, split, limit)
         if unreadable:
             counts = replace(counts, source=counts.source + unreadable)
         elif on_disk:
-            counts = SplitCounts(**{**asdict(counts), "raw_bytes": total,
-                                    "source": f"{counts.source} (raw files on disk, {total / 1e9:.1f} GB: too large to read while planning)"})
+            counts = SplitCounts(
+                **{
+                    **asdict(counts),
+                    "raw_bytes": total,
+                    "source": f"{counts.source} (raw files on disk, {total / 1e9:.1f} GB: too large to read while planning)",
+                }
+            )
         return counts
 
     def _published_split(self, dataset: str, split: str, limit: int | None) -> SplitCounts:
         pub = (self.published.get("datasets") or {}).get(dataset) or {}
         entry = (pub.get("splits") or {}).get(split)
         if entry is None:
-            raise ConfigError(f"datasets.{dataset}.files.{split}: the raw files are not on disk and config/sizes.yaml "
-                              f"has no published size for {dataset}/{split}; place the files under raw_dir (or "
-                              "results/raw) or add the published counts to config/sizes.yaml with their source")
+            raise ConfigError(
+                f"datasets.{dataset}.files.{split}: the raw files are not on disk and config/sizes.yaml "
+                f"has no published size for {dataset}/{split}; place the files under raw_dir (or "
+                "results/raw) or add the published counts to config/sizes.yaml with their source"
+            )
         questions = int(entry["questions"])
         selected = int(entry.get("selected", questions)) if split in self.plan.splits(dataset) else questions
         if limit is not None:
@@ -191,8 +222,9 @@ class Sizes:
                 share = round(int(docs_total) * weights[split] / sum(weights.values()))
         stats = dict(self.text_stats.get(dataset) or {})
         source = f"published: {entry.get('source', '?')}; documents: {pub.get('source', '?')}"
-        return SplitCounts(dataset, split, questions, selected, share, None, stats, source, False,
-                           bool(pub.get("upper_bound")))
+        return SplitCounts(
+            dataset, split, questions, selected, share, None, stats, source, False, bool(pub.get("upper_bound"))
+        )
 
     def stat(self, dataset: str, split: str, name: str) -> float:
         """A text statistic of the split: counted, else the sample's measurement (rates.yaml `text`)."""
@@ -201,8 +233,10 @@ class Sizes:
             return float(counts.stats[name])
         stats = self.text_stats.get(dataset) or {}
         if name not in stats:
-            raise ConfigError(f"benchmarks/rates.yaml: no text statistic rates.text.data.{dataset}.{name} "
-                              "(benchmarks/text_stats.py --write-rates measures them on the sample)")
+            raise ConfigError(
+                f"benchmarks/rates.yaml: no text statistic rates.text.data.{dataset}.{name} "
+                "(benchmarks/text_stats.py --write-rates measures them on the sample)"
+            )
         return float(stats[name])
 
     # ---- corpora ----
@@ -218,15 +252,22 @@ class Sizes:
         if all(p.counted for p in parts) and all(self._docids.get(k) is not None for k in keys):
             return len(frozenset[str]().union(*(self._docids[k] or () for k in keys)))
         pooled = (self.published.get("corpora") or {}).get(corpus) or {}
-        if pooled.get("documents") and sorted(pooled.get("members") or []) == sorted(members) and not any(p.counted for p in parts):
+        if (
+            pooled.get("documents")
+            and sorted(pooled.get("members") or []) == sorted(members)
+            and not any(p.counted for p in parts)
+        ):
             return int(pooled["documents"])
         return sum(p.documents for p in parts)
 
     def corpus_source(self, corpus: str) -> str:
         members = self.plan.corpus_members(corpus)
         parts = [self.split(ds, sp) for ds in members for sp in self.plan.corpus_splits(ds)]
-        return "counted" if all(p.counted for p in parts) else "published" + (
-            " (upper bound)" if any(p.upper_bound for p in parts) else "")
+        return (
+            "counted"
+            if all(p.counted for p in parts)
+            else "published" + (" (upper bound)" if any(p.upper_bound for p in parts) else "")
+        )
 
     def corpus_doc_chars(self, corpus: str) -> float:
         """Mean characters of a corpus document: the members' means weighted by their documents."""

@@ -20,8 +20,20 @@ from cqabench.report.expected import TableSpec
 
 # Cell columns of the fact table (cqabench.report.aggregate.CELL_COLUMNS) a planned cell can be
 # missing: a filter on one of them never matches such a cell's rows (their value is null).
-CELL_COLUMNS = ("stage", "dataset", "split", "corpus", "relevance", "serialization", "retriever", "llm", "backend",
-                "prompt", "setting", "k")
+CELL_COLUMNS = (
+    "stage",
+    "dataset",
+    "split",
+    "corpus",
+    "relevance",
+    "serialization",
+    "retriever",
+    "llm",
+    "backend",
+    "prompt",
+    "setting",
+    "k",
+)
 # Filter keys that select metric rows, not cells: checked against `written_metrics`.
 ROW_KEYS = ("metric", "variant")
 
@@ -55,8 +67,10 @@ def has_rows(spec: TableSpec, stage: str, dataset: str) -> bool:
         return True
     variants = _wanted(spec.filters["variant"]) if "variant" in spec.filters else None
     metrics = set(spec.metric) & (_wanted(spec.filters["metric"]) if "metric" in spec.filters else set(spec.metric))
-    return any(m in metrics and (spec.variant is None or v == spec.variant) and (variants is None or v in variants)
-               for m, v in rows)
+    return any(
+        m in metrics and (spec.variant is None or v == spec.variant) and (variants is None or v in variants)
+        for m, v in rows
+    )
 
 
 def needed_by(spec: TableSpec, cell: Mapping[str, Any]) -> bool:

@@ -48,9 +48,11 @@ def source_warning(results: str | Path, configfiles: Iterable[str | Path]) -> st
     recorded, current = recorded_source(results), name_source(configfiles)
     if recorded is None or current is None or recorded == current:
         return None
-    return (f"warning: {results}/ was last run from {recorded}, and {current} sets the same name: both configs "
-            f"write this one tree (jobs whose settings differ are rerun over the other's files); give one of them "
-            f"its own `name`, or delete {Path(results) / SOURCE_FILE} if {current} replaces {recorded}")
+    return (
+        f"warning: {results}/ was last run from {recorded}, and {current} sets the same name: both configs "
+        f"write this one tree (jobs whose settings differ are rerun over the other's files); give one of them "
+        f"its own `name`, or delete {Path(results) / SOURCE_FILE} if {current} replaces {recorded}"
+    )
 
 
 def record_source(results: str | Path, configfiles: Iterable[str | Path]) -> None:

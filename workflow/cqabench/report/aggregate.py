@@ -108,8 +108,10 @@ def to_fraction(value: Any, unit: Any, stage: Any, where: Path, index: int) -> f
     if unit is None or unit == "":
         unit = "percent" if stage == "generation" else "fraction"  # the convention before units were recorded
         if unit == "percent" and index == 0:
-            log.warning("%s: no unit recorded (written before units were); answer metrics read as percent "
-                        "and divided by 100", where)
+            log.warning(
+                "%s: no unit recorded (written before units were); answer metrics read as percent and divided by 100",
+                where,
+            )
     factor = UNIT_FACTORS.get(str(unit))
     if factor is None:
         raise DataError(where, index, "metrics.unit", f"unknown unit {unit!r}; known: {sorted(UNIT_FACTORS)}")
@@ -145,8 +147,11 @@ def split_breakdown(name: str) -> tuple[str, str | None, str | None]:
 
 
 def fact_rows(
-    path: str | Path, results_dir: str | Path | None = None, config_hash: str | None = None,
-    aggregate_commit: str | None = None, off_grid: Collection[str | Path] | None = None,
+    path: str | Path,
+    results_dir: str | Path | None = None,
+    config_hash: str | None = None,
+    aggregate_commit: str | None = None,
+    off_grid: Collection[str | Path] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (cell, metric) of one metric file; values as fractions, nulls with their reason.
     `off_grid`: the metric files of the plan's off-grid cells (None: no plan, the column is null)."""
@@ -182,8 +187,9 @@ def fact_rows(
         row = dict(base)
         row["metric"], row["breakdown"], row["breakdown_value"] = split_breakdown(str(m["metric"]))
         row["variant"] = None if m.get("variant") is None else str(m.get("variant"))
-        row["primary"] = is_primary(base.get("stage"), base.get("dataset"), row["metric"], row["variant"],
-                                    row["breakdown"])
+        row["primary"] = is_primary(
+            base.get("stage"), base.get("dataset"), row["metric"], row["variant"], row["breakdown"]
+        )
         row["value"] = to_fraction(m.get("value"), m.get("unit"), base.get("stage"), path, i)
         row["unit"] = UNIT
         row["n"] = as_number(m.get("n"), int)
@@ -198,8 +204,11 @@ def fact_rows(
 
 
 def build_metrics_table(
-    files: Sequence[str | Path], results_dir: str | Path | None = None, config_hash: str | None = None,
-    aggregate_commit: str | None = None, off_grid: Collection[str | Path] | None = None,
+    files: Sequence[str | Path],
+    results_dir: str | Path | None = None,
+    config_hash: str | None = None,
+    aggregate_commit: str | None = None,
+    off_grid: Collection[str | Path] | None = None,
 ) -> pa.Table:
     """The fact table of metric files; `config_hash` is the run's config (every row gets it)."""
     commit = aggregate_commit or prov_mod.git_commit()  # once, not per file
@@ -225,8 +234,10 @@ def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict)
             wanted = [c for c in ("qid", "question_type", "skills") if c in cols]
             for r in pq.read_table(path, columns=wanted).to_pylist():
                 skills = r.get("skills")
-                info[str(r["qid"])] = {"question_type": r.get("question_type") or None,
-                                       "skills": json.dumps(list(skills)) if skills else None}
+                info[str(r["qid"])] = {
+                    "question_type": r.get("question_type") or None,
+                    "skills": json.dumps(list(skills)) if skills else None,
+                }
         path = folder / "answers.parquet"
         if path.exists() and {"qid", "table_header", "table_rows"} <= set(pq.read_schema(path).names):
             for r in pq.read_table(path, columns=["qid", "table_header", "table_rows"]).to_pylist():
@@ -239,8 +250,11 @@ def _question_info(data_dir: Path | None, dataset: Any, split: Any, cache: dict)
 
 
 def per_question_rows(
-    metric_file: str | Path, results_dir: str | Path | None = None, data_dir: str | Path | None = None,
-    _cache: dict | None = None, off_grid: Collection[str | Path] | None = None,
+    metric_file: str | Path,
+    results_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    _cache: dict | None = None,
+    off_grid: Collection[str | Path] | None = None,
 ) -> list[dict[str, Any]]:
     """The per-question scores beside one metric file, tagged with the cell's switches."""
     metric_file = Path(metric_file)
@@ -254,8 +268,12 @@ def per_question_rows(
     missing = {"qid", "metric", "value"} - set(table.column_names)
     if missing:
         raise DataError(pq_path, None, ",".join(sorted(missing)), "per-question file lacks these columns")
-    info = _question_info(Path(data_dir) if data_dir else None, cell.get("dataset"), cell.get("split"),
-                          _cache if _cache is not None else {})
+    info = _question_info(
+        Path(data_dir) if data_dir else None,
+        cell.get("dataset"),
+        cell.get("split"),
+        _cache if _cache is not None else {},
+    )
     if not base.get("stage"):  # older files: the tree a cell lives in names its stage (as in fact_rows)
         base["stage"] = {"retrieval": "retrieval", "metrics": "generation"}.get(base["cell_id"].split("/", 1)[0])
     _normalize_setting(base)
@@ -276,7 +294,9 @@ def per_question_rows(
 
 
 def build_per_question_table(
-    files: Sequence[str | Path], results_dir: str | Path | None = None, data_dir: str | Path | None = None,
+    files: Sequence[str | Path],
+    results_dir: str | Path | None = None,
+    data_dir: str | Path | None = None,
     off_grid: Collection[str | Path] | None = None,
 ) -> pa.Table:
     cache: dict = {}
@@ -298,6 +318,10 @@ def aggregate(
     per_question = build_per_question_table(files, results_dir, data_dir, off_grid)
     write_parquet(metrics, out_metrics)
     write_parquet(per_question, out_per_question)
-    log.info("aggregate: %d metric files -> %d metric rows, %d per-question rows",
-             len(files), metrics.num_rows, per_question.num_rows)
+    log.info(
+        "aggregate: %d metric files -> %d metric rows, %d per-question rows",
+        len(files),
+        metrics.num_rows,
+        per_question.num_rows,
+    )
     return metrics.num_rows, per_question.num_rows

@@ -46,8 +46,9 @@ NO_SCORES = "no per-question scores for this cell"
 # --- statistics ---------------------------------------------------------------------------------
 
 
-def bootstrap_ci(values: Sequence[float], confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES,
-                 seed: int = 0) -> tuple[float | None, float | None]:
+def bootstrap_ci(
+    values: Sequence[float], confidence: float = CONFIDENCE, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of the mean (scipy.stats.bootstrap); (None, None) for n < 2."""
     from scipy.stats import bootstrap
 
@@ -56,8 +57,16 @@ def bootstrap_ci(values: Sequence[float], confidence: float = CONFIDENCE, resamp
         return None, None
     if np.all(x == x[0]):  # every resample has the same mean
         return float(x[0]), float(x[0])
-    result = bootstrap((x,), np.mean, n_resamples=resamples, confidence_level=confidence, method="percentile",
-                       vectorized=True, batch=1000, rng=np.random.default_rng(seed))
+    result = bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=resamples,
+        confidence_level=confidence,
+        method="percentile",
+        vectorized=True,
+        batch=1000,
+        rng=np.random.default_rng(seed),
+    )
     ci = result.confidence_interval
     return float(ci.low), float(ci.high)
 
@@ -155,19 +164,44 @@ def k_label(cell: dict[str, Any]) -> str:
     return f"{cell['k']} ({given:.1f} given)"
 
 
-CELL_COLUMNS = ["cell_id", *GROUP_KEYS, *CELL_KEYS, "metric", "variant", "unit", "mean", "ci_low", "ci_high", "n",
-                "parse_rate", "reason", "ci_reason", "context_source", *SPREAD_KEYS]
+CELL_COLUMNS = [
+    "cell_id",
+    *GROUP_KEYS,
+    *CELL_KEYS,
+    "metric",
+    "variant",
+    "unit",
+    "mean",
+    "ci_low",
+    "ci_high",
+    "n",
+    "parse_rate",
+    "reason",
+    "ci_reason",
+    "context_source",
+    *SPREAD_KEYS,
+]
 
 
-def cell_summaries(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None, seed: int = 0,
-                   resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE) -> pd.DataFrame:
+def cell_summaries(
+    metrics: pd.DataFrame | None,
+    per_question: pd.DataFrame | None,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+) -> pd.DataFrame:
     """`cell_rows` as a data frame (columns `CELL_COLUMNS`)."""
     return pd.DataFrame(cell_rows(metrics, per_question, seed, resamples, confidence), columns=CELL_COLUMNS)
 
 
-def cell_rows(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None, seed: int = 0,
-              resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE,
-              scores: dict | None = None) -> list[dict[str, Any]]:
+def cell_rows(
+    metrics: pd.DataFrame | None,
+    per_question: pd.DataFrame | None,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    scores: dict | None = None,
+) -> list[dict[str, Any]]:
     """One row per (generation cell, primary metric): mean, bootstrap interval, n, parse rate, reason.
 
     Per-question scores give the mean and interval; a cell only in the metrics table (or whose
@@ -193,9 +227,20 @@ def cell_rows(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None, s
         parse_rate = float(parse.mean()) if len(parse) else _metric_value(m_part, *PARSE_METRIC)[0]
         for metric, variant in primary:
             values = _values(pq_part, metric, variant)
-            row = {"cell_id": cell_id, **info, "metric": metric, "variant": variant, "unit": UNIT,
-                   "parse_rate": parse_rate, "mean": None, "ci_low": None, "ci_high": None, "n": 0,
-                   "reason": None, "ci_reason": None}
+            row = {
+                "cell_id": cell_id,
+                **info,
+                "metric": metric,
+                "variant": variant,
+                "unit": UNIT,
+                "parse_rate": parse_rate,
+                "mean": None,
+                "ci_low": None,
+                "ci_high": None,
+                "n": 0,
+                "reason": None,
+                "ci_reason": None,
+            }
             if len(values):
                 if scores is not None:
                     scores[(cell_id, metric, variant)] = values
@@ -257,8 +302,9 @@ def mark_failed(cells: list[dict[str, Any]], metrics: pd.DataFrame | None) -> li
     for row in cells:
         row["n_failed"] = counts.get(row["cell_id"], 0)
     failed = {r["cell_id"]: r for r in cells if r["n_failed"]}
-    return [{**{k: r[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)}, "n_failed": r["n_failed"]}
-            for r in failed.values()]
+    return [
+        {**{k: r[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)}, "n_failed": r["n_failed"]} for r in failed.values()
+    ]
 
 
 def flagged_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -267,10 +313,13 @@ def flagged_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in cells:
         flags = spread_flags(row)
         if flags and row["cell_id"] not in out:
-            out[row["cell_id"]] = {**{k: row[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)},
-                                   "context_source": row.get("context_source"),
-                                   **{k: row.get(k) for k in SPREAD_KEYS}, "parse_rate": row.get("parse_rate"),
-                                   "flags": flags}
+            out[row["cell_id"]] = {
+                **{k: row[k] for k in ("cell_id", *GROUP_KEYS, *CELL_KEYS)},
+                "context_source": row.get("context_source"),
+                **{k: row.get(k) for k in SPREAD_KEYS},
+                "parse_rate": row.get("parse_rate"),
+                "flags": flags,
+            }
     return sorted(out.values(), key=lambda r: (group_rank(r), cell_order(r)))
 
 

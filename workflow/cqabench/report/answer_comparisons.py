@@ -87,11 +87,17 @@ def validate_not_planned(entries: Any) -> list[dict[str, Any]]:
     return out
 
 
-def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None,
-                       not_planned: Iterable[dict[str, Any]] | None = None, seed: int = 0,
-                       bootstrap_resamples: int = BOOTSTRAP_RESAMPLES, test_resamples: int = TEST_RESAMPLES,
-                       confidence: float = CONFIDENCE, correction: str = "holm", alpha: float = ALPHA,
-                       ) -> dict[str, Any]:
+def answers_by_setting(
+    metrics: pd.DataFrame | None,
+    per_question: pd.DataFrame | None,
+    not_planned: Iterable[dict[str, Any]] | None = None,
+    seed: int = 0,
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES,
+    test_resamples: int = TEST_RESAMPLES,
+    confidence: float = CONFIDENCE,
+    correction: str = "holm",
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
     """The whole table as one JSON-ready document: method, cells, comparisons, not-planned cells.
 
     `correction` (holm | bh, config `report.significance.correction`) decides `p_adjusted` and
@@ -108,13 +114,26 @@ def answers_by_setting(metrics: pd.DataFrame | None, per_question: pd.DataFrame 
         "unit": UNIT,
         "method": {
             "mean": "mean over the cell's questions of the dataset's primary metric (cqabench.evaluation.scoring.PRIMARY)",
-            "interval": {"method": "percentile bootstrap (scipy.stats.bootstrap)", "confidence": confidence,
-                         "resamples": bootstrap_resamples, "seed": seed},
-            "test": {"method": "paired sign-flip randomization test, two-sided (cqabench.report.significance)",
-                     "against": "closed", "on": "questions both cells scored", "resamples": test_resamples,
-                     "exact_when": "2^n <= resamples", "seed": seed},
-            "correction": {"method": correction, "description": CORRECTION_TEXT.get(correction, correction),
-                           "family": "every comparison of one (dataset, split)", "alpha": alpha},
+            "interval": {
+                "method": "percentile bootstrap (scipy.stats.bootstrap)",
+                "confidence": confidence,
+                "resamples": bootstrap_resamples,
+                "seed": seed,
+            },
+            "test": {
+                "method": "paired sign-flip randomization test, two-sided (cqabench.report.significance)",
+                "against": "closed",
+                "on": "questions both cells scored",
+                "resamples": test_resamples,
+                "exact_when": "2^n <= resamples",
+                "seed": seed,
+            },
+            "correction": {
+                "method": correction,
+                "description": CORRECTION_TEXT.get(correction, correction),
+                "family": "every comparison of one (dataset, split)",
+                "alpha": alpha,
+            },
         },
         "primary_metrics": {ds: [list(m) for m in ms] for ds, ms in PRIMARY.items()},
         "cells": records,
@@ -153,14 +172,30 @@ def _correct(comparisons: list[dict[str, Any]], correction: str, alpha: float) -
             comparisons[i]["significant"] = None if p is None else bool(p < alpha)
 
 
-def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resamples: int,
-             seed: int) -> dict[str, Any]:
-    out = {**{k: row[k] for k in (*GROUP_KEYS, *CELL_KEYS, "metric", "variant", "cell_id")},
-           "unit": UNIT, "against": "closed", "against_cell_id": None if ref is None else ref["cell_id"],
-           "n_cell": 0, "n_closed": 0, "n_common": 0, "same_questions": None,
-           "mean": None, "mean_closed": None, "diff": None, "p_value": None, "exact": None,
-           "resamples": None, "p_holm": None, "p_adjusted": None, "family_size": None, "significant": None,
-           "reason": None}
+def _compare(
+    row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resamples: int, seed: int
+) -> dict[str, Any]:
+    out = {
+        **{k: row[k] for k in (*GROUP_KEYS, *CELL_KEYS, "metric", "variant", "cell_id")},
+        "unit": UNIT,
+        "against": "closed",
+        "against_cell_id": None if ref is None else ref["cell_id"],
+        "n_cell": 0,
+        "n_closed": 0,
+        "n_common": 0,
+        "same_questions": None,
+        "mean": None,
+        "mean_closed": None,
+        "diff": None,
+        "p_value": None,
+        "exact": None,
+        "resamples": None,
+        "p_holm": None,
+        "p_adjusted": None,
+        "family_size": None,
+        "significant": None,
+        "reason": None,
+    }
     if ref is None:
         out["reason"] = NO_CLOSED
         return out
@@ -175,8 +210,13 @@ def _compare(row: dict[str, Any], ref: dict[str, Any] | None, scores: dict, resa
         out["reason"] = NO_COMMON
         return out
     test = randomization_test(a.loc[common].to_numpy(), b.loc[common].to_numpy(), resamples, seed)
-    out.update(n_common=len(common), mean=float(test.mean_a), mean_closed=float(test.mean_b),
-               diff=float(test.diff), p_value=float(test.p_value), exact=bool(test.exact),
-               resamples=int(test.resamples))
+    out.update(
+        n_common=len(common),
+        mean=float(test.mean_a),
+        mean_closed=float(test.mean_b),
+        diff=float(test.diff),
+        p_value=float(test.p_value),
+        exact=bool(test.exact),
+        resamples=int(test.resamples),
+    )
     return out
-

@@ -32,15 +32,21 @@ from cqabench.report.answer_cell_summaries import (
 from cqabench.report.answer_comparisons import ALPHA, NOT_PLANNED_KEYS, TEST_RESAMPLES, answers_by_setting
 from cqabench.report.significance import CORRECTION_NAMES
 
-DIFFERENT_QUESTIONS = ("this cell and the closed-book cell scored different questions (the oracle drops questions "
-                       "without gold documents): Δ, p and the two means beside Δ are on the questions both scored "
-                       "only; the mean column is each cell's own questions")
-FAILED_NOTE = ("questions whose generation failed (the backend gave up on them) are left out of this cell's "
-               "mean and of its comparisons: n counts the questions scored, +m failed the ones asked but never answered")
-FLAG_NOTE = (f"flagged: the model gave (nearly) one answer to every question of this cell (at least "
-             f"{CONSTANT_SHARE:.0%} of its predictions alike), or a final answer could be extracted from fewer than "
-             f"{LOW_PARSE_RATE:.0%} of its outputs; its score is then the share of questions that one answer (or an unparsed output) happens to fit, and "
-             "its differences from other cells say nothing about retrieval or evidence")
+DIFFERENT_QUESTIONS = (
+    "this cell and the closed-book cell scored different questions (the oracle drops questions "
+    "without gold documents): Δ, p and the two means beside Δ are on the questions both scored "
+    "only; the mean column is each cell's own questions"
+)
+FAILED_NOTE = (
+    "questions whose generation failed (the backend gave up on them) are left out of this cell's "
+    "mean and of its comparisons: n counts the questions scored, +m failed the ones asked but never answered"
+)
+FLAG_NOTE = (
+    f"flagged: the model gave (nearly) one answer to every question of this cell (at least "
+    f"{CONSTANT_SHARE:.0%} of its predictions alike), or a final answer could be extracted from fewer than "
+    f"{LOW_PARSE_RATE:.0%} of its outputs; its score is then the share of questions that one answer (or an unparsed output) happens to fit, and "
+    "its differences from other cells say nothing about retrieval or evidence"
+)
 
 
 def _f(value: float | None, digits: int = 3, sign: bool = False) -> str:
@@ -122,8 +128,10 @@ def _row_cells(row: dict[str, Any], metrics: list[tuple[str, str]], notes: _Note
             out += ["n/a" + notes.ref(comp["reason"]), "n/a"]
         else:
             star = " *" if comp["significant"] else ""
-            out += [_delta_text(comp, cell["setting"], notes),
-                    f"{_p(comp['p_value'])} / {_p(comp.get('p_adjusted', comp['p_holm']))}{star}"]
+            out += [
+                _delta_text(comp, cell["setting"], notes),
+                f"{_p(comp['p_value'])} / {_p(comp.get('p_adjusted', comp['p_holm']))}{star}",
+            ]
     return out
 
 
@@ -131,9 +139,11 @@ def _delta_text(comp: dict[str, Any], setting: str, notes: _Notes) -> str:
     """Δ and its n; where the two cells scored different questions, both means on the shared ones and both n."""
     text = f"{_f(comp['diff'], sign=True)} (n={comp['n_common']})"
     if comp.get("same_questions") is False:
-        text = (f"{_f(comp['diff'], sign=True)} on {comp['n_common']} shared (n shared={comp['n_common']}: "
-                f"{setting} {_f(comp['mean'])} vs closed {_f(comp['mean_closed'])}; {setting} n={comp['n_cell']}, "
-                f"closed n={comp['n_closed']})" + notes.ref(DIFFERENT_QUESTIONS))
+        text = (
+            f"{_f(comp['diff'], sign=True)} on {comp['n_common']} shared (n shared={comp['n_common']}: "
+            f"{setting} {_f(comp['mean'])} vs closed {_f(comp['mean_closed'])}; {setting} n={comp['n_cell']}, "
+            f"closed n={comp['n_closed']})" + notes.ref(DIFFERENT_QUESTIONS)
+        )
     return text
 
 
@@ -148,19 +158,21 @@ def _header(metrics: list[tuple[str, str]], correction: str = "holm") -> list[st
 def method_text(doc: dict[str, Any]) -> str:
     i, t, c = doc["method"]["interval"], doc["method"]["test"], doc["method"]["correction"]
     name = CORRECTION_NAMES.get(c["method"], c["method"])
-    return (f"Unit: fraction (0–1). Each row is one generation cell: closed-book (no context), RAG@k "
-            f"(top-k of a retriever) or oracle (gold evidence; \"oracle (facts)\": the annotators' facts, where "
-            f"the data has no gold paragraph text). Mean of the dataset's primary answer metric "
-            f"over the cell's questions with a {i['confidence']:.0%} percentile bootstrap interval "
-            f"(scipy.stats.bootstrap, {i['resamples']} resamples, seed {i['seed']}); n = questions; parse rate = "
-            f"share of questions whose final answer could be extracted; flags = a cell whose predictions are "
-            f"nearly all one answer (≥ {CONSTANT_SHARE:.0%}) or whose parse rate is below {LOW_PARSE_RATE}. "
-            f"Δ = mean(cell − closed-book) on the "
-            f"questions both scored, paired by question (n shared; where the cells scored different questions, "
-            f"e.g. the oracle without questions lacking gold documents, both means on the shared questions and "
-            f"both n are given beside Δ); p = two-sided paired sign-flip randomization test ({t['resamples']} "
-            f"resamples, exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c.get('description', name)} over "
-            f"{c['family']}; * = p {name} < {c['alpha']}. n/a = not evaluable (see the notes).")
+    return (
+        f"Unit: fraction (0–1). Each row is one generation cell: closed-book (no context), RAG@k "
+        f'(top-k of a retriever) or oracle (gold evidence; "oracle (facts)": the annotators\' facts, where '
+        f"the data has no gold paragraph text). Mean of the dataset's primary answer metric "
+        f"over the cell's questions with a {i['confidence']:.0%} percentile bootstrap interval "
+        f"(scipy.stats.bootstrap, {i['resamples']} resamples, seed {i['seed']}); n = questions; parse rate = "
+        f"share of questions whose final answer could be extracted; flags = a cell whose predictions are "
+        f"nearly all one answer (≥ {CONSTANT_SHARE:.0%}) or whose parse rate is below {LOW_PARSE_RATE}. "
+        f"Δ = mean(cell − closed-book) on the "
+        f"questions both scored, paired by question (n shared; where the cells scored different questions, "
+        f"e.g. the oracle without questions lacking gold documents, both means on the shared questions and "
+        f"both n are given beside Δ); p = two-sided paired sign-flip randomization test ({t['resamples']} "
+        f"resamples, exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c.get('description', name)} over "
+        f"{c['family']}; * = p {name} < {c['alpha']}. n/a = not evaluable (see the notes)."
+    )
 
 
 def to_markdown(doc: dict[str, Any]) -> str:
@@ -195,23 +207,33 @@ def _not_planned_md(entries: list[dict[str, Any]]) -> list[str]:
 def to_html(doc: dict[str, Any]) -> str:
     esc = html.escape
     notes = _Notes()
-    out = ["<!DOCTYPE html><meta charset='utf-8'>", "<h2>Answers by setting: closed-book, RAG@k, oracle</h2>",
-           f"<p>{esc(method_text(doc))}</p>"]
+    out = [
+        "<!DOCTYPE html><meta charset='utf-8'>",
+        "<h2>Answers by setting: closed-book, RAG@k, oracle</h2>",
+        f"<p>{esc(method_text(doc))}</p>",
+    ]
     layout = _layout(doc)
     if not layout:
         out.append("<p>(no generation cells)</p>")
     for g in layout:
         out.append(f"<h3>{esc(_title(g['key']))}</h3>")
         out.append('<table border="1" cellspacing="0" cellpadding="4">')
-        out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in _header(g["metrics"], doc["method"]["correction"]["method"])) + "</tr>")
+        out.append(
+            "<tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in _header(g["metrics"], doc["method"]["correction"]["method"]))
+            + "</tr>"
+        )
         for row in g["rows"]:
             tds = "".join(f"<td>{esc(x)}</td>" for x in _row_cells(row, g["metrics"], notes))
             out.append(f"<tr>{tds}</tr>")
         out.append("</table>")
     out.append("<h3>Cells not planned</h3>")
     if doc["not_planned"]:
-        out.append('<table border="1" cellspacing="0" cellpadding="4"><tr>'
-                   + "".join(f"<th>{k}</th>" for k in NOT_PLANNED_KEYS) + "</tr>")
+        out.append(
+            '<table border="1" cellspacing="0" cellpadding="4"><tr>'
+            + "".join(f"<th>{k}</th>" for k in NOT_PLANNED_KEYS)
+            + "</tr>"
+        )
         for e in doc["not_planned"]:
             out.append("<tr>" + "".join(f"<td>{esc(str(e[k]))}</td>" for k in NOT_PLANNED_KEYS) + "</tr>")
         out.append("</table>")
@@ -222,14 +244,29 @@ def to_html(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_answers(metrics: pd.DataFrame | None, per_question: pd.DataFrame | None,
-                   not_planned: Iterable[dict[str, Any]] | None, out_dir, seed: int = 0,
-                   bootstrap_resamples: int = BOOTSTRAP_RESAMPLES, test_resamples: int = TEST_RESAMPLES,
-                   name: str = "answers_by_setting", correction: str = "holm", alpha: float = ALPHA,
-                   ) -> dict[str, Any]:
+def render_answers(
+    metrics: pd.DataFrame | None,
+    per_question: pd.DataFrame | None,
+    not_planned: Iterable[dict[str, Any]] | None,
+    out_dir,
+    seed: int = 0,
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES,
+    test_resamples: int = TEST_RESAMPLES,
+    name: str = "answers_by_setting",
+    correction: str = "holm",
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
     """Write <name>.md, <name>.html and <name>.json into out_dir; returns the document."""
-    doc = answers_by_setting(metrics, per_question, not_planned, seed, bootstrap_resamples, test_resamples,
-                             correction=correction, alpha=alpha)
+    doc = answers_by_setting(
+        metrics,
+        per_question,
+        not_planned,
+        seed,
+        bootstrap_resamples,
+        test_resamples,
+        correction=correction,
+        alpha=alpha,
+    )
     out_dir = Path(out_dir)
     write_text(to_markdown(doc), out_dir / f"{name}.md")
     write_text(to_html(doc), out_dir / f"{name}.html")

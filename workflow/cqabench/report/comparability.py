@@ -138,8 +138,11 @@ def _dataset_setup(name: str, raw: Any, where: str) -> DatasetSetup:
             hops=None if hops is None else tuple(sorted(int(h) for h in hops)),
             answerable_only=bool(raw.get("answerable_only", DEFAULT_ANSWERABLE_ONLY)),
             limit=None if limit is None else int(limit),
-            corpus=None if raw.get("corpus") is None else tuple(sorted(_strings(raw["corpus"], f"{where}.{name}.corpus"))),
-            corpus_splits=None if raw.get("corpus_splits") is None
+            corpus=None
+            if raw.get("corpus") is None
+            else tuple(sorted(_strings(raw["corpus"], f"{where}.{name}.corpus"))),
+            corpus_splits=None
+            if raw.get("corpus_splits") is None
             else tuple(sorted(_strings(raw["corpus_splits"], f"{where}.{name}.corpus_splits"))),
             notes={str(k): str(v) for k, v in (raw.get("notes") or {}).items()},
         )
@@ -156,9 +159,12 @@ def _difference(raw: Any, where: str) -> Difference:
     where_raw = raw.get("where") or {}
     if not isinstance(where_raw, dict):
         raise ConfigError(f"{where}.where: expected a mapping column -> value(s)")
-    return Difference(reason=str(raw["reason"]).strip(), datasets=_strings(raw["datasets"], f"{where}.datasets"),
-                      tables=_strings(raw["tables"], f"{where}.tables") if raw.get("tables") else (),
-                      where={str(k): _strings(v, f"{where}.where.{k}") for k, v in where_raw.items()})
+    return Difference(
+        reason=str(raw["reason"]).strip(),
+        datasets=_strings(raw["datasets"], f"{where}.datasets"),
+        tables=_strings(raw["tables"], f"{where}.tables") if raw.get("tables") else (),
+        where={str(k): _strings(v, f"{where}.where.{k}") for k, v in where_raw.items()},
+    )
 
 
 def parse_paper_setup(raw: Any, where: str) -> PaperSetup:
@@ -176,7 +182,9 @@ def parse_paper_setup(raw: Any, where: str) -> PaperSetup:
     diffs = raw.get("differences") or []
     if not isinstance(diffs, list):
         raise ConfigError(f"{where}.differences: expected a list")
-    return PaperSetup(datasets, variants, tuple(_difference(d, f"{where}.differences[{i}]") for i, d in enumerate(diffs)))
+    return PaperSetup(
+        datasets, variants, tuple(_difference(d, f"{where}.differences[{i}]") for i, d in enumerate(diffs))
+    )
 
 
 # ---- what the run did ----
@@ -219,8 +227,11 @@ def selection_of(run: RunContext, dataset: str) -> tuple[tuple[int, ...] | None,
     spec = run.dataset(dataset)
     hops = spec.get("hops")
     limit = spec.get("limit")
-    return (None if hops is None else tuple(sorted(int(h) for h in hops)), bool(spec.get("answerable_only", DEFAULT_ANSWERABLE_ONLY)),
-            None if limit is None else int(limit))
+    return (
+        None if hops is None else tuple(sorted(int(h) for h in hops)),
+        bool(spec.get("answerable_only", DEFAULT_ANSWERABLE_ONLY)),
+        None if limit is None else int(limit),
+    )
 
 
 def _selection_text(hops: tuple[int, ...] | None, answerable_only: bool, limit: int | None) -> str:
@@ -238,11 +249,14 @@ def describe(run: RunContext, dataset: str) -> dict[str, str]:
     corpus = corpus_of(run, dataset)
     members = corpus_members(run, corpus)
     splits = spec.get("corpus_splits") or spec.get("splits") or []
-    return {"split": ", ".join(str(s) for s in spec.get("splits") or []) or "?",
-            "relevance": str(spec.get("relevance") or DEFAULT_RELEVANCE),
-            "questions": _selection_text(*selection_of(run, dataset)),
-            "corpus": f"{corpus}" + (f" (pooled: {' + '.join(members)})" if members != (corpus,) else "")
-                      + f" from {' + '.join(str(s) for s in splits) or '?'}"}
+    return {
+        "split": ", ".join(str(s) for s in spec.get("splits") or []) or "?",
+        "relevance": str(spec.get("relevance") or DEFAULT_RELEVANCE),
+        "questions": _selection_text(*selection_of(run, dataset)),
+        "corpus": f"{corpus}"
+        + (f" (pooled: {' + '.join(members)})" if members != (corpus,) else "")
+        + f" from {' + '.join(str(s) for s in splits) or '?'}",
+    }
 
 
 # ---- the check ----
@@ -269,27 +283,44 @@ def _setup_reasons(paper: DatasetSetup, dataset: str, record: dict[str, Any], ru
     ours = selection_of(run, dataset)
     theirs = (paper.hops, paper.answerable_only, paper.limit)
     if ours != theirs:
-        out.append(_note(paper, "questions", f"{dataset} questions: {_selection_text(*ours)}; the paper's: "
-                                             f"{_selection_text(*theirs)}"))
+        out.append(
+            _note(
+                paper,
+                "questions",
+                f"{dataset} questions: {_selection_text(*ours)}; the paper's: {_selection_text(*theirs)}",
+            )
+        )
     if not _reads_documents(record):
         return out
     if str(record.get("context_source")) == "facts":
-        out.append(f"{dataset} oracle context: the annotators' facts (context_source facts), not the paper's gold "
-                   "paragraphs")
+        out.append(
+            f"{dataset} oracle context: the annotators' facts (context_source facts), not the paper's gold paragraphs"
+        )
     relevance = relevance_of(record, run)
     if relevance != paper.relevance:
         out.append(_note(paper, "relevance", f"{dataset} relevance {relevance}, the paper's is {paper.relevance}"))
     corpus = corpus_of(run, dataset, record)
     members, wanted = corpus_members(run, corpus), paper.corpus or (dataset,)
     if members != tuple(sorted(wanted)):
-        out.append(_note(paper, "corpus", f"{dataset} corpus {corpus} ({' + '.join(members)}), the paper's pools "
-                                          f"{' + '.join(sorted(wanted))}"))
+        out.append(
+            _note(
+                paper,
+                "corpus",
+                f"{dataset} corpus {corpus} ({' + '.join(members)}), the paper's pools {' + '.join(sorted(wanted))}",
+            )
+        )
     spec = run.dataset(dataset)
     built = tuple(sorted(str(s) for s in spec.get("corpus_splits") or spec.get("splits") or []))
     wanted_splits = paper.corpus_splits or (paper.split,)
     if built and built != tuple(sorted(wanted_splits)):
-        out.append(_note(paper, "corpus_splits", f"{dataset} corpus built from {' + '.join(built)}, the paper's "
-                                                 f"from {' + '.join(sorted(wanted_splits))}"))
+        out.append(
+            _note(
+                paper,
+                "corpus_splits",
+                f"{dataset} corpus built from {' + '.join(built)}, the paper's "
+                f"from {' + '.join(sorted(wanted_splits))}",
+            )
+        )
     return out
 
 
@@ -298,8 +329,9 @@ def paper_variant(setup: PaperSetup, table_id: str, metric: str, table_variant: 
     return setup.variants.get(table_id, {}).get(metric, table_variant)
 
 
-def reasons(setup: PaperSetup | None, run: RunContext | None, table_id: str, table_variant: str | None,
-            record: dict[str, Any]) -> list[str]:
+def reasons(
+    setup: PaperSetup | None, run: RunContext | None, table_id: str, table_variant: str | None, record: dict[str, Any]
+) -> list[str]:
     """Why one of our cells (its fact-table row) is not comparable with the paper's; [] if it is.
 
     `run` None means nothing is known about the run: nothing is judged (the table compares as

@@ -68,8 +68,16 @@ def _what(part: pd.DataFrame) -> str:
     names = []
     for stage, rows in part.groupby("stage", sort=True):
         if stage == "generation":
-            backends = sorted({f"{b}: {', '.join(sorted(set(r['llm'].dropna().astype(str))))}"
-                               for b, r in rows.groupby(rows["backend"].fillna("?"))}) if "backend" in rows else []
+            backends = (
+                sorted(
+                    {
+                        f"{b}: {', '.join(sorted(set(r['llm'].dropna().astype(str))))}"
+                        for b, r in rows.groupby(rows["backend"].fillna("?"))
+                    }
+                )
+                if "backend" in rows
+                else []
+            )
             names.append("answers" + (f" ({'; '.join(backends)})" if backends else ""))
         elif stage == "retrieval":
             runs = sorted(set(rows["retriever"].dropna().astype(str))) if "retriever" in rows else []
@@ -90,14 +98,20 @@ def environments(metrics: pd.DataFrame) -> list[tuple[str, str]]:
     if metrics.empty or not need <= set(metrics.columns):
         return []
     out = []
-    groups = metrics.assign(python=metrics["python"].fillna(NOT_RECORDED),
-                            package_versions=metrics["package_versions"].fillna(NOT_RECORDED))
+    groups = metrics.assign(
+        python=metrics["python"].fillna(NOT_RECORDED), package_versions=metrics["package_versions"].fillna(NOT_RECORDED)
+    )
     for (python, recorded), part in groups.groupby(["python", "package_versions"], sort=False):
         versions = _versions(recorded)
         label = f"Software: {_what(part)}"
         if versions is None:
-            out.append((label, f"Python {python}; package versions not recorded (metric files written before "
-                               "the jobs recorded them)"))
+            out.append(
+                (
+                    label,
+                    f"Python {python}; package versions not recorded (metric files written before "
+                    "the jobs recorded them)",
+                )
+            )
             continue
         engines = engine_versions(versions)
         if "backend" in part.columns:

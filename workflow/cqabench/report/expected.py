@@ -49,9 +49,26 @@ import yaml
 
 from cqabench.common.errors import ConfigError
 
-_TABLE_KEYS = {"id", "title", "source", "metric", "variant", "rows", "columns", "filters", "order",
-               "labels", "tolerance", "tolerance_by_dataset", "paper_unit", "paper_scale", "digits", "cells", "note",
-               "reference"}
+_TABLE_KEYS = {
+    "id",
+    "title",
+    "source",
+    "metric",
+    "variant",
+    "rows",
+    "columns",
+    "filters",
+    "order",
+    "labels",
+    "tolerance",
+    "tolerance_by_dataset",
+    "paper_unit",
+    "paper_scale",
+    "digits",
+    "cells",
+    "note",
+    "reference",
+}
 _FILE_KEYS = {"paper", "tables", "label_set", "note", "paper_setup"}
 UNIT = "fraction"  # ours, and the paper's after conversion
 PAPER_UNITS = {"fraction": 1.0, "percent": 0.01}
@@ -62,48 +79,95 @@ _LEGACY_SCALES = {1.0: "fraction", 0.01: "percent"}
 # checks config/expected against the papers' transcribed tables (shared/paper/*.yaml) reads the
 # papers' labels back to our names with `our_name` (case-insensitive, plus PAPER_ALIASES for the
 # spellings that differ between a paper's tables). Values not listed print as they are.
-_DEXTER_DATASETS = {"2wikimultihopqa": "WQA", "musique": "MQA", "ambigqa": "AmbigQA", "strategyqa": "StrategyQA",
-                    "tatqa": "Tat-QA", "finqa": "FinQA", "ottqa": "OTT-QA", "tanq": "TANQ"}
+_DEXTER_DATASETS = {
+    "2wikimultihopqa": "WQA",
+    "musique": "MQA",
+    "ambigqa": "AmbigQA",
+    "strategyqa": "StrategyQA",
+    "tatqa": "Tat-QA",
+    "finqa": "FinQA",
+    "ottqa": "OTT-QA",
+    "tanq": "TANQ",
+}
 PAPER_LABELS: dict[str, dict[str, dict[str, str]]] = {
     "dexter": {
         "dataset": _DEXTER_DATASETS,
-        "retriever": {"bm25": "BM25", "splade": "SPLADEv2", "dpr": "DPR", "ance": "ANCE", "tasb": "tas-b",
-                      "mpnet": "MPNet", "contriever": "Contriever", "colbertv2": "ColBERTv2", "none": "-"},
+        "retriever": {
+            "bm25": "BM25",
+            "splade": "SPLADEv2",
+            "dpr": "DPR",
+            "ance": "ANCE",
+            "tasb": "tas-b",
+            "mpnet": "MPNet",
+            "contriever": "Contriever",
+            "colbertv2": "ColBERTv2",
+            "none": "-",
+        },
         "setting": {"closed": "closed-book", "rag": "RAG", "oracle": "RAG-Oracle", "supervised": "supervised"},
-        "prompt": {"few-shot": "few-shot", "few-shot-cot": "few-shot-CoT", "zero-shot-cot": "zero-shot-CoT",
-                   "self-ask": "self-ask", "none": "-"},
-        "llm": {"gpt-3.5-turbo": "gpt-3.5-turbo", "mistral-7b": "Mistral-7b", "llama2-7b": "Llama2-7b",
-                "supervised-baseline": "supervised baseline"},
-        "metric": {"cover_em": "c-EM", "f1_ans": "F1_Ans", "em_tol": "EM-Tol", "accuracy": "Acc",
-                   "ndcg_cut_10": "nDCG@10", "recall_100": "Recall@100"},
+        "prompt": {
+            "few-shot": "few-shot",
+            "few-shot-cot": "few-shot-CoT",
+            "zero-shot-cot": "zero-shot-CoT",
+            "self-ask": "self-ask",
+            "none": "-",
+        },
+        "llm": {
+            "gpt-3.5-turbo": "gpt-3.5-turbo",
+            "mistral-7b": "Mistral-7b",
+            "llama2-7b": "Llama2-7b",
+            "supervised-baseline": "supervised baseline",
+        },
+        "metric": {
+            "cover_em": "c-EM",
+            "f1_ans": "F1_Ans",
+            "em_tol": "EM-Tol",
+            "accuracy": "Acc",
+            "ndcg_cut_10": "nDCG@10",
+            "recall_100": "Recall@100",
+        },
     },
     "tanq": {
         "setting": {"oracle": "oracle", "closed": "closed book", "open-book": "open book"},
         "llm": {"palm-2": "PaLM-2", "gemini": "Gemini", "gpt4": "GPT4", "human": "Human", "tool-lm": "Tool LM"},
         "prompt": {"few-shot": "few-shot", "tools": "tools", "none": "-"},
         "tanq_type": {"simple": "simple", "composition": "composition", "intersection": "intersection", "all": "all"},
-        "skill": {"filter_num": "filter num", "filter_time": "filter time", "filter_entity": "filter entity",
-                  "date2year": "date2year", "quantity_conv": "quantity conv", "time_calc": "time calc",
-                  "approx": "approx"},
+        "skill": {
+            "filter_num": "filter num",
+            "filter_time": "filter time",
+            "filter_entity": "filter entity",
+            "date2year": "date2year",
+            "quantity_conv": "quantity conv",
+            "time_calc": "time calc",
+            "approx": "approx",
+        },
         "n_skills": {"1": "one skill", "2": "two skills", "3": "three skills"},
         "n_relations": {"1": "one relation", "3": "three relations", "5": "five relations", "10": "ten relations"},
         "table_length": {"short": "short", "medium": "medium", "long": "long"},
-        "metric": {"rms_precision": "P", "rms_recall": "R", "rms_f1": "F1",
-                   # Table 10's rows (cqabench.evaluation.metrics.tanq_failures.CATEGORIES)
-                   "failure_relation_missing": "relation missing", "failure_no_header": "no header",
-                   "failure_filter_issues": "filter issues",
-                   "failure_hallucinated_relations": "hallucinated relations",
-                   "failure_hallucination_other": "hallucination other",
-                   "failure_missing_entity": "missing entity", "failure_non_table": "non-table",
-                   "failure_partial_answer": "partial answers", "failure_wrong_answer": "wrong answer"},
+        "metric": {
+            "rms_precision": "P",
+            "rms_recall": "R",
+            "rms_f1": "F1",
+            # Table 10's rows (cqabench.evaluation.metrics.tanq_failures.CATEGORIES)
+            "failure_relation_missing": "relation missing",
+            "failure_no_header": "no header",
+            "failure_filter_issues": "filter issues",
+            "failure_hallucinated_relations": "hallucinated relations",
+            "failure_hallucination_other": "hallucination other",
+            "failure_missing_entity": "missing entity",
+            "failure_non_table": "non-table",
+            "failure_partial_answer": "partial answers",
+            "failure_wrong_answer": "wrong answer",
+        },
     },
     "strategyqa": {
         "dataset": {"strategyqa": "StrategyQA"},
-        "retriever": {"bm25-irq": "IR-Q (question as query)",
-                      "bm25-ird-pred": "IR-D (predicted decomposition, BART)",
-                      "bm25-ird-gold": "IR-D (gold decomposition)",
-                      "human-with-decomposition": "human experts, with decomposition (100 questions)",
-                      "human-without-decomposition": "human experts, without decomposition (100 questions)"},
+        "retriever": {
+            "bm25-irq": "IR-Q (question as query)",
+            "bm25-ird-pred": "IR-D (predicted decomposition, BART)",
+            "bm25-ird-gold": "IR-D (gold decomposition)",
+            "human-with-decomposition": "human experts, with decomposition (100 questions)",
+            "human-without-decomposition": "human experts, without decomposition (100 questions)",
+        },
         "metric": {"recall_10": "Recall@10"},
     },
 }
@@ -118,8 +182,10 @@ PAPER_ALIASES: dict[str, dict[str, dict[str, str]]] = {
         "setting": {"closed": "closed", "open-book": "open-book"},
     },
     "strategyqa": {
-        "retriever": {"with decomposition": "human-with-decomposition",
-                      "without decomposition": "human-without-decomposition"},
+        "retriever": {
+            "with decomposition": "human-with-decomposition",
+            "without decomposition": "human-without-decomposition",
+        },
     },
 }
 
@@ -211,8 +277,10 @@ def _paper_unit(raw: dict[str, Any], where: str) -> str:
         try:
             unit = _LEGACY_SCALES[float(scale)]
         except (KeyError, TypeError, ValueError):
-            raise ConfigError(f"{where}: paper_scale {scale!r} is not a unit; write paper_unit: percent "
-                              "(the paper prints 41.2 for 0.412) or paper_unit: fraction") from None
+            raise ConfigError(
+                f"{where}: paper_scale {scale!r} is not a unit; write paper_unit: percent "
+                "(the paper prints 41.2 for 0.412) or paper_unit: fraction"
+            ) from None
     if unit is None:
         if raw.get("cells"):
             raise ConfigError(f"{where}: cells need paper_unit: percent | fraction (how the paper prints them)")

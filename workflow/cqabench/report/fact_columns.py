@@ -118,9 +118,16 @@ RETRIEVER_COLUMNS: dict[str, pa.DataType] = {
     "retriever_max_length": pa.int64(),
 }
 # Provenance every row must have (a value or a string saying why it is unknown).
-REQUIRED_PROVENANCE = ("config_hash", "git_commit", "aggregate_git_commit", "python",
-                       *(f"pkg_{key}" for key in prov_mod.KEY_PACKAGES), "model_source", "model_hash",
-                       "model_revision")
+REQUIRED_PROVENANCE = (
+    "config_hash",
+    "git_commit",
+    "aggregate_git_commit",
+    "python",
+    *(f"pkg_{key}" for key in prov_mod.KEY_PACKAGES),
+    "model_source",
+    "model_hash",
+    "model_revision",
+)
 ID_COLUMNS: dict[str, pa.DataType] = {"cell_id": pa.string(), "source": pa.string()}
 PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
     "qid": pa.string(),
@@ -132,11 +139,22 @@ PER_QUESTION_COLUMNS: dict[str, pa.DataType] = {
 }
 # Joined from the prepared queries so reports can break scores down by type or skill.
 # The gold answer table's size (TANQ: Table 8 groups by relations = columns - 1, Table 9 by rows).
-QUESTION_COLUMNS: dict[str, pa.DataType] = {"question_type": pa.string(), "skills": pa.string(),
-                                            "answer_columns": pa.int64(), "answer_rows": pa.int64()}
+QUESTION_COLUMNS: dict[str, pa.DataType] = {
+    "question_type": pa.string(),
+    "skills": pa.string(),
+    "answer_columns": pa.int64(),
+    "answer_rows": pa.int64(),
+}
 
-FACT_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **RETRIEVER_COLUMNS, **METRIC_COLUMNS, **ANSWER_COLUMNS,
-                **PROVENANCE_COLUMNS, **SAMPLING_COLUMNS}
+FACT_COLUMNS = {
+    **ID_COLUMNS,
+    **CELL_COLUMNS,
+    **RETRIEVER_COLUMNS,
+    **METRIC_COLUMNS,
+    **ANSWER_COLUMNS,
+    **PROVENANCE_COLUMNS,
+    **SAMPLING_COLUMNS,
+}
 PQ_COLUMNS = {**ID_COLUMNS, **CELL_COLUMNS, **PER_QUESTION_COLUMNS, **QUESTION_COLUMNS}
 
 # A retrieval cell's primary metric: nDCG@10 as trec_eval computes it (DEXTER Table 2, the
@@ -223,8 +241,5 @@ def to_table(rows: Sequence[dict[str, Any]], known: dict[str, pa.DataType]) -> p
     types = dict(known)
     for name in extra:
         types[name] = _infer_type(r.get(name) for r in rows)
-    columns = {
-        name: pa.array([_coerce(r.get(name), dtype) for r in rows], type=dtype) for name, dtype in types.items()
-    }
+    columns = {name: pa.array([_coerce(r.get(name), dtype) for r in rows], type=dtype) for name, dtype in types.items()}
     return pa.table(columns)
-

@@ -67,7 +67,10 @@ def generation_summary(results_dir: str | Path | None, cid: str) -> dict[str, An
 
 
 def provenance_columns(
-    prov: dict[str, Any], cell: dict[str, Any], settings: dict[str, Any], stage: Any,
+    prov: dict[str, Any],
+    cell: dict[str, Any],
+    settings: dict[str, Any],
+    stage: Any,
     summary: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The row's provenance as plain columns, each one filled or saying why it is unknown."""
@@ -90,8 +93,11 @@ def provenance_columns(
         else:
             spec = next((settings[k] for k in MODEL_KEYS if settings.get(k)), None)
             source = str(spec) if stage == "retrieval" and spec else prov_mod.NOT_RECORDED
-            fallback = {"model_source": source, "model_hash": prov_mod.NOT_RECORDED,
-                        "model_revision": prov_mod.NOT_RECORDED}
+            fallback = {
+                "model_source": source,
+                "model_hash": prov_mod.NOT_RECORDED,
+                "model_revision": prov_mod.NOT_RECORDED,
+            }
         model = {**fallback, **model}
     out.update(model)
     sampling = prov.pop("sampling", None) or cell.get("sampling")
@@ -123,7 +129,9 @@ def wall_time_columns(row: dict[str, Any], results_dir: str | Path | None, summa
     there is none (never a bare null)."""
     if row.get("wall_time_s") is not None:
         if not row.get("wall_time_note"):
-            row["wall_time_note"] = RETRIEVAL_WALL_NOTE if row.get("stage") == "retrieval" else "the job that wrote the metric file"
+            row["wall_time_note"] = (
+                RETRIEVAL_WALL_NOTE if row.get("stage") == "retrieval" else "the job that wrote the metric file"
+            )
         return
     if row.get("stage") != "generation":
         return
@@ -131,9 +139,11 @@ def wall_time_columns(row: dict[str, Any], results_dir: str | Path | None, summa
     if found:
         row.update(found)
     elif summary is None:
-        row["wall_time_note"] = ("not recorded: no generation summary.json beside this cell "
-                                 "(predictions scored by `cqabench evaluate`, or made elsewhere)")
+        row["wall_time_note"] = (
+            "not recorded: no generation summary.json beside this cell "
+            "(predictions scored by `cqabench evaluate`, or made elsewhere)"
+        )
     else:
-        row["wall_time_note"] = ("not recorded: the cell's summary.json has no wall_time_s and its generate job "
-                                 "left no benchmark file")
-
+        row["wall_time_note"] = (
+            "not recorded: the cell's summary.json has no wall_time_s and its generate job left no benchmark file"
+        )

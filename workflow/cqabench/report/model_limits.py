@@ -28,13 +28,14 @@ def _cells(answers: dict[str, Any]) -> list[dict[str, Any]]:
 
 def typical_half_width(cells: list[dict[str, Any]]) -> float | None:
     """The median half-width of the cells' 95 % intervals (None when no cell has one)."""
-    widths = [(c["ci_high"] - c["ci_low"]) / 2 for c in cells
-              if c.get("ci_low") is not None and c.get("ci_high") is not None]
+    widths = [
+        (c["ci_high"] - c["ci_low"]) / 2 for c in cells if c.get("ci_low") is not None and c.get("ci_high") is not None
+    ]
     return statistics.median(widths) if widths else None
 
 
 def questions_text(cells: list[dict[str, Any]]) -> str:
-    """"n = 30 questions per dataset (TANQ 10)": the most common largest n, then the exceptions."""
+    """ "n = 30 questions per dataset (TANQ 10)": the most common largest n, then the exceptions."""
     by_dataset: dict[str, int] = {}
     for c in cells:
         ds = str(c.get("dataset"))
@@ -61,9 +62,11 @@ def limits_html(answers: dict[str, Any], paper_data: bool) -> str:
     flagged = answers.get("flagged_cells") or []
     half = typical_half_width(cells)
     spread = f" (a typical 95 % interval here is ±{half:.2f})" if half is not None else ""
-    all_flagged = sorted({str(c.get("dataset")) for c in cells}
-                         - {str(c.get("dataset")) for c in cells if c.get("cell_id") not in
-                            {f.get("cell_id") for f in flagged}}, key=dataset_rank)
+    all_flagged = sorted(
+        {str(c.get("dataset")) for c in cells}
+        - {str(c.get("dataset")) for c in cells if c.get("cell_id") not in {f.get("cell_id") for f in flagged}},
+        key=dataset_rank,
+    )
     parts = [
         f"<p><b>What these answers can and cannot show.</b> They come from {esc(', '.join(llms))} on "
         f"{esc(questions_text(cells))}. They can show that every setting (closed-book, RAG@k, oracle) runs end to "
@@ -71,19 +74,28 @@ def limits_html(answers: dict[str, Any], paper_data: bool) -> str:
         f"is larger than their intervals{esc(spread)}, on a dataset whose cells are not flagged below. They cannot "
         "show a smaller difference; anything about retrieval or evidence on a flagged cell (an answer given to "
         "(nearly) every question scores the share of questions it happens to fit, whatever the prompt showed); or "
-        "how a capable model uses retrieved evidence, which is what the papers measure.</p>"]
+        "how a capable model uses retrieved evidence, which is what the papers measure.</p>"
+    ]
     if not paper_data:
-        parts.append("<p><b>No number here reproduces a paper's.</b> The run is not on the papers' data (questions, "
-                     "corpora and models differ), so the paper tables show the published numbers beside ours as "
-                     "\u201cnot comparable\u201d.</p>")
+        parts.append(
+            "<p><b>No number here reproduces a paper's.</b> The run is not on the papers' data (questions, "
+            "corpora and models differ), so the paper tables show the published numbers beside ours as "
+            "\u201cnot comparable\u201d.</p>"
+        )
     if flagged:
         items = "".join(f"<li>{esc(_where(f))}: {esc('; '.join(f.get('flags') or []))}</li>" for f in flagged)
-        parts.append(f"<p>{len(flagged)} of {len(cells)} answer cells are flagged (predictions at least "
-                     f"{CONSTANT_SHARE:.0%} one answer, or a parse rate below {LOW_PARSE_RATE:.0%}):</p><ul>{items}</ul>")
+        parts.append(
+            f"<p>{len(flagged)} of {len(cells)} answer cells are flagged (predictions at least "
+            f"{CONSTANT_SHARE:.0%} one answer, or a parse rate below {LOW_PARSE_RATE:.0%}):</p><ul>{items}</ul>"
+        )
         if all_flagged:
-            parts.append(f"<p>Every cell of {esc(', '.join(all_flagged))} is flagged: no difference between settings "
-                         "on these datasets means anything with this model.</p>")
+            parts.append(
+                f"<p>Every cell of {esc(', '.join(all_flagged))} is flagged: no difference between settings "
+                "on these datasets means anything with this model.</p>"
+            )
     else:
-        parts.append(f"<p>No answer cell is flagged (none has {CONSTANT_SHARE:.0%} of its predictions alike or a "
-                     f"parse rate below {LOW_PARSE_RATE:.0%}).</p>")
+        parts.append(
+            f"<p>No answer cell is flagged (none has {CONSTANT_SHARE:.0%} of its predictions alike or a "
+            f"parse rate below {LOW_PARSE_RATE:.0%}).</p>"
+        )
     return '<div class="warn">' + "".join(parts) + "</div>"

@@ -98,8 +98,9 @@ def html_fragment(path: str | Path) -> str | None:
     return re.sub(r"^<!DOCTYPE html>(<meta[^>]*>)?\s*", "", text, flags=re.IGNORECASE)
 
 
-def _figure(path: str | Path, alt: str, caption: str, status: dict[str, Any] | None = None,
-            also: str | Path | None = None) -> str:
+def _figure(
+    path: str | Path, alt: str, caption: str, status: dict[str, Any] | None = None, also: str | Path | None = None
+) -> str:
     """The figure as an embedded image, or, when report-plots drew nothing (`status`: figures.json),
     a sentence saying why there is none. `also`: the same figure in another format, linked."""
     if status is not None and not status.get("drawn", True):
@@ -111,8 +112,10 @@ def _figure(path: str | Path, alt: str, caption: str, status: dict[str, Any] | N
     extra = f" Also as {Path(also).suffix.lstrip('.').upper()}: {esc(Path(also).name)}." if also else ""
     width = svg_width_px(path) if kind == "SVG" else None
     size = f' width="{width}"' if width else ""
-    return (f'<figure><img src="{uri}" alt="{esc(alt)}" data-format="{esc(kind)}"{size}>'
-            f"<figcaption>{esc(caption)}{extra}</figcaption></figure>")
+    return (
+        f'<figure><img src="{uri}" alt="{esc(alt)}" data-format="{esc(kind)}"{size}>'
+        f"<figcaption>{esc(caption)}{extra}</figcaption></figure>"
+    )
 
 
 def svg_width_px(path: str | Path, dpi: int = 120) -> int | None:
@@ -138,7 +141,8 @@ def _table(frame: pd.DataFrame, numeric: set[str] | None = None, table_id: str |
     for record in frame.to_dict("records"):
         cells = "".join(
             f'<td class="num">{esc(_fmt(record[c]))}</td>' if c in numeric else f"<td>{esc(_fmt(record[c]))}</td>"
-            for c in frame.columns)
+            for c in frame.columns
+        )
         rows.append(f"<tr>{cells}</tr>")
     ident = f' id="{esc(table_id)}"' if table_id else ""
     return f'<div class="scroll"><table{ident}><tr>{head}</tr>{"".join(rows)}</table></div>'
@@ -147,8 +151,13 @@ def _table(frame: pd.DataFrame, numeric: set[str] | None = None, table_id: str |
 # ---- what was run ----
 
 
-def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = ".",
-              now: dt.datetime | None = None, results_at: dt.datetime | None = None) -> list[tuple[str, str]]:
+def run_facts(
+    config: dict[str, Any],
+    metrics: pd.DataFrame,
+    repo: str | Path = ".",
+    now: dt.datetime | None = None,
+    results_at: dt.datetime | None = None,
+) -> list[tuple[str, str]]:
     """(label, text) rows of "what was run": configuration, data, models, date, commit, versions.
 
     The config hash and commit are computed here (provenance.config_hash / git_commit) so the
@@ -174,8 +183,10 @@ def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = 
     facts.append(("Retrievers", ", ".join(shown) or "none"))
     llms = config.get("llms") or {}
     generation = config.get("generation") or {}
-    models = [f"{n} ({llms.get(n, {}).get('backend', '?')}: {llms.get(n, {}).get('source') or llms.get(n, {}).get('model', '?')})"
-              for n in generation.get("llms", [])]
+    models = [
+        f"{n} ({llms.get(n, {}).get('backend', '?')}: {llms.get(n, {}).get('source') or llms.get(n, {}).get('model', '?')})"
+        for n in generation.get("llms", [])
+    ]
     facts.append(("LLMs", ", ".join(models) or "none"))
     listed = {key: ", ".join(str(v) for v in generation.get(key, [])) or "-" for key in ("prompts", "settings", "k")}
     sampling = json.dumps(generation.get("sampling", {}), sort_keys=True)
@@ -183,17 +194,27 @@ def run_facts(config: dict[str, Any], metrics: pd.DataFrame, repo: str | Path = 
     facts.append(("Generation", run))
     commit = provenance.git_commit(repo)
     recorded = sorted({str(c) for c in metrics.get("git_commit", pd.Series(dtype=object)).dropna()} - {commit or ""})
-    facts.append(("Git commit", (commit or "unknown (not a git checkout)")
-                  + (f"; fact-table rows also from {', '.join(recorded)}" if recorded else "")))
+    facts.append(
+        (
+            "Git commit",
+            (commit or "unknown (not a git checkout)")
+            + (f"; fact-table rows also from {', '.join(recorded)}" if recorded else ""),
+        )
+    )
     date = now.strftime("%Y-%m-%d %H:%M UTC") + " (this page)"
     if results_at is not None:
         date = results_at.strftime("%Y-%m-%d %H:%M UTC") + " (fact table written); " + date
     facts.append(("Date", date))
     versions = provenance.package_versions(("cqabench", "snakemake", "pandas", "pyarrow", "scipy", "matplotlib"))
-    software = {k: v for k, v in versions.items() if k in ("cqabench", "snakemake", "pandas", "pyarrow", "scipy",
-                                                            "matplotlib")}
-    facts.append(("Software: this page (report job)", f"Python {platform.python_version()}; "
-                                                      + ", ".join(f"{k} {v}" for k, v in software.items())))
+    software = {
+        k: v for k, v in versions.items() if k in ("cqabench", "snakemake", "pandas", "pyarrow", "scipy", "matplotlib")
+    }
+    facts.append(
+        (
+            "Software: this page (report job)",
+            f"Python {platform.python_version()}; " + ", ".join(f"{k} {v}" for k, v in software.items()),
+        )
+    )
     facts += environments(metrics) or [("Software: numbers", "no fact-table row records its environment")]
     facts.append(("Fact table", f"{len(metrics)} rows × {len(metrics.columns)} columns"))
     return facts
@@ -203,7 +224,9 @@ def dataset_setup(config: dict[str, Any], metrics: pd.DataFrame) -> pd.DataFrame
     """Per configured dataset: split, relevance mode, question selection, corpus and n, the
     fields a paper cell's comparability is judged on (cqabench.report.comparability)."""
     run, sizes = RunContext.of(config), _dataset_sizes(metrics)
-    rows = [{"dataset": name, **describe(run, name), "n": sizes.get(name, "")} for name in (config.get("datasets") or {})]
+    rows = [
+        {"dataset": name, **describe(run, name), "n": sizes.get(name, "")} for name in (config.get("datasets") or {})
+    ]
     return pd.DataFrame(rows, columns=["dataset", "split", "relevance", "questions", "corpus", "n"])
 
 
@@ -286,8 +309,9 @@ def read_run_logs(log_dir: str | Path) -> pd.DataFrame:
     return frame[frame["job"] == newest].reset_index(drop=True)
 
 
-def benchmark_summary(benchmarks: pd.DataFrame, rules: list[str] | None = None,
-                      run_logs: pd.DataFrame | None = None) -> pd.DataFrame:
+def benchmark_summary(
+    benchmarks: pd.DataFrame, rules: list[str] | None = None, run_logs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per rule: jobs, total and longest wall time (s), peak RSS (MB) of its largest job.
 
     A rule without benchmark files takes its wall times from `run_logs` (read_run_logs; no
@@ -299,22 +323,44 @@ def benchmark_summary(benchmarks: pd.DataFrame, rules: list[str] | None = None,
     for rule, part in benchmarks.groupby("rule", sort=True) if not benchmarks.empty else []:
         rss = part["max_rss"]
         biggest = part.loc[rss.idxmax(), "job"] if rss.notna().any() else ""
-        out.append({"rule": rule, "jobs": len(part), "wall s (total)": float(part["s"].sum()),
-                    "wall s (longest job)": float(part["s"].max()),
-                    "peak RSS MB (largest job)": float(rss.max()) if rss.notna().any() else math.nan,
-                    "largest job": biggest})
+        out.append(
+            {
+                "rule": rule,
+                "jobs": len(part),
+                "wall s (total)": float(part["s"].sum()),
+                "wall s (longest job)": float(part["s"].max()),
+                "peak RSS MB (largest job)": float(rss.max()) if rss.notna().any() else math.nan,
+                "largest job": biggest,
+            }
+        )
     seen = {r["rule"] for r in out}
     for rule, part in run_logs.groupby("rule", sort=True) if run_logs is not None and not run_logs.empty else []:
         if rule in seen or (rules and rule not in rules):  # e.g. the target rule `all`
             continue
-        out.append({"rule": rule, "jobs": len(part), "wall s (total)": float(part["s"].sum()),
-                    "wall s (longest job)": float(part["s"].max()), "peak RSS MB (largest job)": math.nan,
-                    "largest job": f"wall time from Snakemake's log {part['job'].iloc[0]} (no RSS: no benchmark file)"})
+        out.append(
+            {
+                "rule": rule,
+                "jobs": len(part),
+                "wall s (total)": float(part["s"].sum()),
+                "wall s (longest job)": float(part["s"].max()),
+                "peak RSS MB (largest job)": math.nan,
+                "largest job": f"wall time from Snakemake's log {part['job'].iloc[0]} (no RSS: no benchmark file)",
+            }
+        )
         seen.add(rule)
     out.sort(key=lambda r: r["rule"])
-    out += [{"rule": r, "jobs": 0, "wall s (total)": math.nan, "wall s (longest job)": math.nan,
-             "peak RSS MB (largest job)": math.nan, "largest job": "no benchmark file and not in a Snakemake log"}
-            for r in rules or [] if r not in seen]
+    out += [
+        {
+            "rule": r,
+            "jobs": 0,
+            "wall s (total)": math.nan,
+            "wall s (longest job)": math.nan,
+            "peak RSS MB (largest job)": math.nan,
+            "largest job": "no benchmark file and not in a Snakemake log",
+        }
+        for r in rules or []
+        if r not in seen
+    ]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -329,11 +375,13 @@ def parse_rates(answers: dict[str, Any]) -> pd.DataFrame:
         return pd.DataFrame()
     cells = cells.drop_duplicates("cell_id")
     cells["setting"] = [
-        s if s != "rag" else f"rag {r}@{int(k)}" for s, r, k in zip(cells["setting"], cells["retriever"], cells["k"])]
+        s if s != "rag" else f"rag {r}@{int(k)}" for s, r, k in zip(cells["setting"], cells["retriever"], cells["k"])
+    ]
     cells["group"] = cells["llm"].astype(str) + " / " + cells["prompt"].astype(str)
     order = sorted(cells["setting"].unique(), key=lambda s: (0 if s == "closed" else 2 if s == "oracle" else 1, s))
-    table = cells.pivot_table(index=["dataset", "split", "group"], columns="setting", values="parse_rate",
-                              aggfunc="first")
+    table = cells.pivot_table(
+        index=["dataset", "split", "group"], columns="setting", values="parse_rate", aggfunc="first"
+    )
     table = table.reindex(columns=order).reset_index()
     table.columns.name = None
     return table.rename(columns={"group": "llm / prompt"})
@@ -342,8 +390,9 @@ def parse_rates(answers: dict[str, Any]) -> pd.DataFrame:
 # ---- the page ----
 
 
-def heatmap_table(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10",
-                  run: RunContext | None = None) -> str:
+def heatmap_table(
+    metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10", run: RunContext | None = None
+) -> str:
     """The heatmap's numbers as text: ours, n, the paper's and Δ per (retriever, dataset); a cell
     the paper table marks not comparable (judged with `run`, as the table does) reads "not
     comparable [i]" instead of a Δ, its reason numbered under the table."""
@@ -351,48 +400,90 @@ def heatmap_table(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10
     cells = heatmap_cells(metrics, metric, paper, heatmap_not_comparable(metrics, specs, metric, run))
     if cells.empty:
         return "<p>No retrieval cells.</p>"
-    apart = list(dict.fromkeys(r for r, p in zip(cells["not_comparable"], cells["paper"])
-                               if isinstance(r, str) and not pd.isna(p)))
+    apart = list(
+        dict.fromkeys(
+            r for r, p in zip(cells["not_comparable"], cells["paper"]) if isinstance(r, str) and not pd.isna(p)
+        )
+    )
     shown = cells.assign(
-        ours=[("–" if isinstance(r, str) else "") if math.isnan(v) else f"{v:.3f}"
-              for v, r in zip(cells["value"], cells["reason"])],
+        ours=[
+            ("–" if isinstance(r, str) else "") if math.isnan(v) else f"{v:.3f}"
+            for v, r in zip(cells["value"], cells["reason"])
+        ],
         n=[_fmt(int(n)) if not pd.isna(n) else "" for n in cells["n"]],
         paper=[_fmt(p) for p in cells["paper"]],
-        delta=[f"{d:+.3f}" if not pd.isna(d) else
-               f"not comparable [{apart.index(why) + 1}]" if isinstance(why, str) and why in apart else ""
-               for d, why in zip(cells["delta"], cells["not_comparable"])],
+        delta=[
+            f"{d:+.3f}"
+            if not pd.isna(d)
+            else f"not comparable [{apart.index(why) + 1}]"
+            if isinstance(why, str) and why in apart
+            else ""
+            for d, why in zip(cells["delta"], cells["not_comparable"])
+        ],
     )
     shown = shown[(shown["ours"] != "") | (shown["paper"] != "")]
     shown = shown.rename(columns={"ours": metric_name(metric), "paper": f"paper ({name})", "delta": "Δ"})
-    notes = "".join(f'<p class="caption">[{i}] not comparable with {esc(name)}: {esc(why)}</p>'
-                    for i, why in enumerate(apart, 1))
-    return _table(shown[["retriever", "dataset", metric_name(metric), "n", f"paper ({name})", "Δ", "reason"]],
-                  numeric={metric_name(metric), "n", f"paper ({name})", "Δ"}, table_id="heatmap-numbers") + notes
+    notes = "".join(
+        f'<p class="caption">[{i}] not comparable with {esc(name)}: {esc(why)}</p>' for i, why in enumerate(apart, 1)
+    )
+    return (
+        _table(
+            shown[["retriever", "dataset", metric_name(metric), "n", f"paper ({name})", "Δ", "reason"]],
+            numeric={metric_name(metric), "n", f"paper ({name})", "Δ"},
+            table_id="heatmap-numbers",
+        )
+        + notes
+    )
 
 
-def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir: str | Path,
-                   plots_dir: str | Path, table_ids: list[str], specs: list, benchmarks_dir: str | Path,
-                   rules: list[str], fact_csv: str, fact_html: str, repo: str | Path = ".",
-                   snakemake_logs: str | Path | None = None,
-                   now: dt.datetime | None = None, results_at: dt.datetime | None = None,
-                   estimate_dir: str | Path | None = None,
-                   estimate_comparison: pd.DataFrame | None = None) -> list[Section]:
+def build_sections(
+    *,
+    config: dict[str, Any],
+    metrics: pd.DataFrame,
+    tables_dir: str | Path,
+    plots_dir: str | Path,
+    table_ids: list[str],
+    specs: list,
+    benchmarks_dir: str | Path,
+    rules: list[str],
+    fact_csv: str,
+    fact_html: str,
+    repo: str | Path = ".",
+    snakemake_logs: str | Path | None = None,
+    now: dt.datetime | None = None,
+    results_at: dt.datetime | None = None,
+    estimate_dir: str | Path | None = None,
+    estimate_comparison: pd.DataFrame | None = None,
+) -> list[Section]:
     """The page's sections in reading order (see the module docstring)."""
     tables_dir, plots_dir = Path(tables_dir), Path(plots_dir)
     tree = results_dir(str(config.get("name", "unnamed")))  # the config's results tree (cqabench.common.layout)
     sections = []
-    facts = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in run_facts(config, metrics, repo, now, results_at))
+    facts = "".join(
+        f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in run_facts(config, metrics, repo, now, results_at)
+    )
     paper_data = bool((config.get("report") or {}).get("paper_data"))
-    caveat = "" if paper_data else (
-        '<p class="warn">This run is on the configuration\'s own questions (the bundled sample for '
-        "config/config.yaml), not the papers' data: n is small and Δ to the paper measures the sample, "
-        "not the method's fidelity. config/dexter.yaml and config/tanq.yaml are the full reproductions.</p>")
+    caveat = (
+        ""
+        if paper_data
+        else (
+            '<p class="warn">This run is on the configuration\'s own questions (the bundled sample for '
+            "config/config.yaml), not the papers' data: n is small and Δ to the paper measures the sample, "
+            "not the method's fidelity. config/dexter.yaml and config/tanq.yaml are the full reproductions.</p>"
+        )
+    )
     setup = dataset_setup(config, metrics)
-    setup_html = ('<p class="caption">Per dataset: the evaluated split, the relevance mode (qrels and oracle '
-                  "documents; datasets.&lt;ds&gt;.relevance, default paper), the question selection, the corpus "
-                  "searched and the splits it is built from, and the most questions a cell was evaluated on. A "
-                  "paper-table cell is judged OK / FAIL only where these are the paper's.</p>"
-                  + _table(setup, table_id="dataset-setup")) if not setup.empty else ""
+    setup_html = (
+        (
+            '<p class="caption">Per dataset: the evaluated split, the relevance mode (qrels and oracle '
+            "documents; datasets.&lt;ds&gt;.relevance, default paper), the question selection, the corpus "
+            "searched and the splits it is built from, and the most questions a cell was evaluated on. A "
+            "paper-table cell is judged OK / FAIL only where these are the paper's.</p>"
+            + _table(setup, table_id="dataset-setup")
+        )
+        if not setup.empty
+        else ""
+    )
     sections.append(Section("run", "What was run", f'<table class="run">{facts}</table>{setup_html}{caveat}'))
 
     def tables(ids: list[str]) -> tuple[str, list[str]]:
@@ -403,102 +494,190 @@ def build_sections(*, config: dict[str, Any], metrics: pd.DataFrame, tables_dir:
                 parts.append(f'<p class="warn">{esc(table_id)}: table not written.</p>')
                 continue
             found.append(table_id)
-            parts.append(f'<section class="paper-table-section" id="section-{esc(table_id)}">'
-                         f'<div class="scroll">{fragment}</div></section>')
+            parts.append(
+                f'<section class="paper-table-section" id="section-{esc(table_id)}">'
+                f'<div class="scroll">{fragment}</div></section>'
+            )
         return "".join(parts), found
 
     dexter_ids = [t for t in table_ids if not t.startswith(TANQ_PREFIX)]
     tanq_ids = [t for t in table_ids if t.startswith(TANQ_PREFIX)]
     body, found = tables(dexter_ids)
-    sections.append(Section("paper-tables", "Paper tables (DEXTER, StrategyQA)",
-                            "<p class=\"caption\">Each table's caption (under it) says what it compares, our n and "
-                            "split, the unit and how to read its cells.</p>" + body, found))
+    sections.append(
+        Section(
+            "paper-tables",
+            "Paper tables (DEXTER, StrategyQA)",
+            '<p class="caption">Each table\'s caption (under it) says what it compares, our n and '
+            "split, the unit and how to read its cells.</p>" + body,
+            found,
+        )
+    )
     figures = read_manifest(plots_dir / "figures.json")
     k_effect = figures.get("k_effect") or {}
     panels = "; ".join(f"{p['dataset']} ({p['series']}): {p['n']}" for p in k_effect.get("panels", []))
     svg = plots_dir / "k_effect.svg"
-    sections.append(Section("k-effect", "Figure 2: effect of k on answer quality", _figure(
-        svg if svg.is_file() else plots_dir / "k_effect.png", "DEXTER Figure 2: answer quality against k",
-        "The layout of DEXTER's Figure 2: per dataset, the primary answer metric (fraction 0–1) against k, one "
-        "line per retriever with 95 % bootstrap error bars; closed-book (dashed) and oracle (dotted) as "
-        "horizontal reference lines (a line at 0 is drawn above the x axis)."
-        + (f" Questions per panel: {panels}." if panels else ""), k_effect or None,
-        also=plots_dir / "k_effect.png" if svg.is_file() else None)))
-    sections.append(Section("heatmap", "Retriever × dataset", _figure(
-        plots_dir / "retriever_heatmap.png", "nDCG@10 of each retriever on each dataset",
-        "nDCG@10 (fraction 0–1) of each retriever on each dataset; each cell gives n (queries) and Δ to "
-        "DEXTER Table 2, or \"n.c.\" where Table 2 marks the cell not comparable (the reason under the figure); "
-        "a dash is a dataset without qrels or corpus. The same numbers as text:",
-        figures.get("retriever_heatmap"))
-        + heatmap_table(metrics, specs, run=RunContext.of(config))))
+    sections.append(
+        Section(
+            "k-effect",
+            "Figure 2: effect of k on answer quality",
+            _figure(
+                svg if svg.is_file() else plots_dir / "k_effect.png",
+                "DEXTER Figure 2: answer quality against k",
+                "The layout of DEXTER's Figure 2: per dataset, the primary answer metric (fraction 0–1) against k, one "
+                "line per retriever with 95 % bootstrap error bars; closed-book (dashed) and oracle (dotted) as "
+                "horizontal reference lines (a line at 0 is drawn above the x axis)."
+                + (f" Questions per panel: {panels}." if panels else ""),
+                k_effect or None,
+                also=plots_dir / "k_effect.png" if svg.is_file() else None,
+            ),
+        )
+    )
+    sections.append(
+        Section(
+            "heatmap",
+            "Retriever × dataset",
+            _figure(
+                plots_dir / "retriever_heatmap.png",
+                "nDCG@10 of each retriever on each dataset",
+                "nDCG@10 (fraction 0–1) of each retriever on each dataset; each cell gives n (queries) and Δ to "
+                'DEXTER Table 2, or "n.c." where Table 2 marks the cell not comparable (the reason under the figure); '
+                "a dash is a dataset without qrels or corpus. The same numbers as text:",
+                figures.get("retriever_heatmap"),
+            )
+            + heatmap_table(metrics, specs, run=RunContext.of(config)),
+        )
+    )
     fragment = html_fragment(tables_dir / "retrieval_vs_baseline.html")
     if fragment:  # its own <h2> repeats the section heading
         fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
-    sections.append(Section("retrieval-significance", "Retrieval significance: each run vs the baseline (Holm)",
-                            f'<div class="scroll" id="retrieval-significance-table">{fragment}</div>' if fragment else
-                            '<p class="warn">retrieval_vs_baseline.html not written.</p>',
-                            ["retrieval_vs_baseline"] if fragment else []))
+    sections.append(
+        Section(
+            "retrieval-significance",
+            "Retrieval significance: each run vs the baseline (Holm)",
+            f'<div class="scroll" id="retrieval-significance-table">{fragment}</div>'
+            if fragment
+            else '<p class="warn">retrieval_vs_baseline.html not written.</p>',
+            ["retrieval_vs_baseline"] if fragment else [],
+        )
+    )
     fragment = html_fragment(tables_dir / "retrieval_pipelines.html")
     if fragment:
         fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
-    sections.append(Section("retrieval-pipelines", "Retrieval pipelines: fused and reranked runs vs the baseline",
-                            f'<div class="scroll" id="retrieval-pipelines-table">{fragment}</div>' if fragment else
-                            '<p class="warn">retrieval_pipelines.html not written.</p>',
-                            ["retrieval_pipelines"] if fragment else []))
+    sections.append(
+        Section(
+            "retrieval-pipelines",
+            "Retrieval pipelines: fused and reranked runs vs the baseline",
+            f'<div class="scroll" id="retrieval-pipelines-table">{fragment}</div>'
+            if fragment
+            else '<p class="warn">retrieval_pipelines.html not written.</p>',
+            ["retrieval_pipelines"] if fragment else [],
+        )
+    )
     body, found = tables(tanq_ids)
-    sections.append(Section("tanq", "TANQ breakdowns and failure types (paper Tables 5–10)", body + _figure(
-        plots_dir / "tanq_skills.png", "TANQ RMS F1 by skill",
-        "TANQ: mean per-question RMS F1 (fraction 0–1) by reasoning skill, one bar per (LLM / prompt / setting).",
-        figures.get("tanq_skills")), found))
+    sections.append(
+        Section(
+            "tanq",
+            "TANQ breakdowns and failure types (paper Tables 5–10)",
+            body
+            + _figure(
+                plots_dir / "tanq_skills.png",
+                "TANQ RMS F1 by skill",
+                "TANQ: mean per-question RMS F1 (fraction 0–1) by reasoning skill, one bar per (LLM / prompt / setting).",
+                figures.get("tanq_skills"),
+            ),
+            found,
+        )
+    )
     answers_path = tables_dir / "answers_by_setting.json"
     answers = json.loads(answers_path.read_text(encoding="utf-8")) if answers_path.is_file() else {}
     rates = parse_rates(answers)
-    sections.append(Section("parse-rates", "Parse rates of generation cells",
-                            '<p class="caption">Share of a cell\'s questions whose final answer could be extracted '
-                            "(fraction 0–1), per dataset and setting; a low rate means the score counts unparsed "
-                            "answers as wrong. A blank cell is a setting not planned for that dataset (e.g. no "
-                            "oracle without gold evidence, no RAG without a corpus).</p>"
-                            + (_table(rates, numeric=set(rates.columns) - {"dataset", "split", "llm / prompt"},
-                                      table_id="parse-rate-table") if not rates.empty else "<p>No generation cells.</p>")))
+    sections.append(
+        Section(
+            "parse-rates",
+            "Parse rates of generation cells",
+            '<p class="caption">Share of a cell\'s questions whose final answer could be extracted '
+            "(fraction 0–1), per dataset and setting; a low rate means the score counts unparsed "
+            "answers as wrong. A blank cell is a setting not planned for that dataset (e.g. no "
+            "oracle without gold evidence, no RAG without a corpus).</p>"
+            + (
+                _table(
+                    rates,
+                    numeric=set(rates.columns) - {"dataset", "split", "llm / prompt"},
+                    table_id="parse-rate-table",
+                )
+                if not rates.empty
+                else "<p>No generation cells.</p>"
+            ),
+        )
+    )
     fragment = html_fragment(tables_dir / "answers_by_setting.html")
     if fragment:  # its own <h2> repeats the section heading
         fragment = re.sub(r"^\s*<h2>.*?</h2>", "", fragment, count=1, flags=re.DOTALL)
-    sections.append(Section("answers", "Answers by setting: closed-book, RAG@k, oracle",
-                            limits_html(answers, paper_data)
-                            + (f'<div class="scroll">{fragment}</div>' if fragment else
-                               '<p class="warn">answers_by_setting.html not written.</p>')))
+    sections.append(
+        Section(
+            "answers",
+            "Answers by setting: closed-book, RAG@k, oracle",
+            limits_html(answers, paper_data)
+            + (
+                f'<div class="scroll">{fragment}</div>'
+                if fragment
+                else '<p class="warn">answers_by_setting.html not written.</p>'
+            ),
+        )
+    )
     logs = read_run_logs(snakemake_logs) if snakemake_logs else None
     summary = benchmark_summary(read_benchmarks(benchmarks_dir), rules, logs)
-    sections.append(Section("resources", "Wall time and peak memory per rule",
-                            '<p class="caption">From Snakemake\'s <code>benchmark:</code> files '
-                            f"({esc(tree)}/benchmarks/): wall-clock seconds summed over a rule's jobs and of its longest "
-                            "job, and the peak resident set size (MB) of its largest job. A rule whose jobs ran "
-                            "before it declared benchmark: has its wall times from Snakemake's run log "
-                            "(.snakemake/log, newest run of that rule; whole seconds, no memory); 0 jobs: not "
-                            "run.</p>"
-                            + _table(summary, numeric={"jobs", "wall s (total)", "wall s (longest job)",
-                                                       "peak RSS MB (largest job)"}, table_id="benchmark-table")))
+    sections.append(
+        Section(
+            "resources",
+            "Wall time and peak memory per rule",
+            '<p class="caption">From Snakemake\'s <code>benchmark:</code> files '
+            f"({esc(tree)}/benchmarks/): wall-clock seconds summed over a rule's jobs and of its longest "
+            "job, and the peak resident set size (MB) of its largest job. A rule whose jobs ran "
+            "before it declared benchmark: has its wall times from Snakemake's run log "
+            "(.snakemake/log, newest run of that rule; whole seconds, no memory); 0 jobs: not "
+            "run.</p>"
+            + _table(
+                summary,
+                numeric={"jobs", "wall s (total)", "wall s (longest job)", "peak RSS MB (largest job)"},
+                table_id="benchmark-table",
+            ),
+        )
+    )
     if estimate_dir is not None:  # the run's own estimate beside its measurements (cqabench.report.page_costs)
         from cqabench.report.page_costs import section_body, this_machine
 
-        sections.append(Section("estimate", "Estimated cost beside the measured",
-                                section_body(estimate_dir, estimate_comparison, this_machine(snakemake_logs))))
-    sections.append(Section("fact-table", "Fact table",
-                            f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
-                            "row per (cell, metric), every value a fraction 0–1 with its reason when null. "
-                            f'Views: <a href="{esc(fact_csv)}">CSV</a> · <a href="{esc(fact_html)}">HTML table</a>. '
-                            "Columns are documented in docs/report.md.</p>"))
+        sections.append(
+            Section(
+                "estimate",
+                "Estimated cost beside the measured",
+                section_body(estimate_dir, estimate_comparison, this_machine(snakemake_logs)),
+            )
+        )
+    sections.append(
+        Section(
+            "fact-table",
+            "Fact table",
+            f"<p>{esc(tree)}/metrics.parquet: {len(metrics)} rows × {len(metrics.columns)} columns, one "
+            "row per (cell, metric), every value a fraction 0–1 with its reason when null. "
+            f'Views: <a href="{esc(fact_csv)}">CSV</a> · <a href="{esc(fact_html)}">HTML table</a>. '
+            "Columns are documented in docs/report.md.</p>",
+        )
+    )
     return sections
 
 
 def render_page(sections: list[Section], title: str) -> str:
     """The sections as one HTML document with a numbered table of contents."""
     nav = "".join(f'<li><a href="#{esc(s.id)}">{esc(s.title)}</a></li>' for s in sections)
-    body = "".join(f'<section id="{esc(s.id)}"><h2>{i}. {esc(s.title)}</h2>{s.body}</section>'
-                   for i, s in enumerate(sections, 1))
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1><nav><ol>{nav}</ol></nav>{body}"
-            "</body></html>\n")
+    body = "".join(
+        f'<section id="{esc(s.id)}"><h2>{i}. {esc(s.title)}</h2>{s.body}</section>' for i, s in enumerate(sections, 1)
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1><nav><ol>{nav}</ol></nav>{body}"
+        "</body></html>\n"
+    )
 
 
 def write_page(path: str | Path, **kwargs: Any) -> list[Section]:

@@ -101,8 +101,9 @@ def retriever_colours(retrievers) -> dict[str, str]:
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
-def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = None, seed: int = 0,
-                  resamples: int = BOOTSTRAP_RESAMPLES) -> pd.DataFrame:
+def k_effect_data(
+    metrics: pd.DataFrame, per_question: pd.DataFrame | None = None, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES
+) -> pd.DataFrame:
     """The points of the k-effect figure: one row per generation cell, its dataset's primary metric.
 
     Columns: dataset, metric, variant, series (llm / prompt, plus the serialization when there are
@@ -112,8 +113,24 @@ def k_effect_data(metrics: pd.DataFrame, per_question: pd.DataFrame | None = Non
     or for n < 2), n, reason (why mean is null), unit ("fraction").
     """
     cells = cell_summaries(metrics, per_question, seed=seed, resamples=resamples)
-    columns = ["dataset", "metric", "variant", "series", "llm", "prompt", "serialization", "setting", "retriever",
-               "k", "mean", "ci_low", "ci_high", "n", "reason", "unit"]
+    columns = [
+        "dataset",
+        "metric",
+        "variant",
+        "series",
+        "llm",
+        "prompt",
+        "serialization",
+        "setting",
+        "retriever",
+        "k",
+        "mean",
+        "ci_low",
+        "ci_high",
+        "n",
+        "reason",
+        "unit",
+    ]
     if cells.empty:
         return pd.DataFrame(columns=columns)
     keep = [(ds, *pm) for ds in cells["dataset"].dropna().unique() if (pm := primary_metric(ds))]
@@ -163,8 +180,14 @@ def panel_n(part: pd.DataFrame) -> str:
     return f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}–{counts[-1]}"
 
 
-def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.DataFrame | None = None,
-                  k_values: list[int] | None = None, seed: int = 0, svg: str | Path | None = None) -> FigureStatus:
+def plot_k_effect(
+    metrics: pd.DataFrame,
+    path: str | Path,
+    per_question: pd.DataFrame | None = None,
+    k_values: list[int] | None = None,
+    seed: int = 0,
+    svg: str | Path | None = None,
+) -> FigureStatus:
     """DEXTER Figure 2: per dataset (and LLM / prompt), the primary metric against k.
 
     One line per retriever (bootstrap 95 % error bars), closed-book and oracle as horizontal
@@ -187,8 +210,9 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
             panels.append((series, dataset, data[(data["series"] == series) & (data["dataset"] == dataset)]))
     ncols = min(4, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.7 * ncols, 3.1 * nrows + 0.9), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(3.7 * ncols, 3.1 * nrows + 0.9), squeeze=False, layout="constrained"
+    )
     notes: list[str] = []
     shown_panels: list[dict] = []
     pad = max(0.6, 0.06 * (ks[-1] - ks[0]))
@@ -217,15 +241,23 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
                 notes.append(f"{dataset}, {series}: {retriever} k={row['k']} n/a ({row['reason']})")
             if shown.empty:
                 continue
-            bars = ax.errorbar(shown["k"] + shift, shown["mean"].astype(float), yerr=_yerr(shown),
-                               color=colours[retriever], marker="o", markersize=5, linewidth=1.8, capsize=3, zorder=3)
+            bars = ax.errorbar(
+                shown["k"] + shift,
+                shown["mean"].astype(float),
+                yerr=_yerr(shown),
+                color=colours[retriever],
+                marker="o",
+                markersize=5,
+                linewidth=1.8,
+                capsize=3,
+                zorder=3,
+            )
             for artist in bars.lines[0:1] + tuple(bars.lines[2]):
                 artist.set_clip_on(False)  # an all-zero line stays visible on the axis
         if part["mean"].isna().all():
             ax.text(0.5, 0.5, "n/a", transform=ax.transAxes, ha="center", va="center", fontsize=12, color="0.4")
         if part[part["setting"] == "rag"].empty:
-            ax.text(0.5, 0.92, "no RAG cells", transform=ax.transAxes, ha="center", va="top", fontsize=8,
-                    color="0.35")
+            ax.text(0.5, 0.92, "no RAG cells", transform=ax.transAxes, ha="center", va="top", fontsize=8, color="0.35")
         label = metric if variant in ("default", None) else f"{metric} ({variant})"
         n_text = panel_n(part)
         shown_panels.append({"dataset": dataset, "series": series, "n": n_text})
@@ -239,17 +271,27 @@ def plot_k_effect(metrics: pd.DataFrame, path: str | Path, per_question: pd.Data
         ax.set_yticks([t for t in ax.get_yticks() if 0 <= t <= top + 1e-9])
         ax.tick_params(labelsize=8)
         ax.grid(True, axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles = [Line2D([], [], color=c, marker="o", linewidth=1.8, label=f"RAG: {r}") for r, c in colours.items()]
-    handles += [Line2D([], [], color="black", linestyle=style, linewidth=1.6, label=label)
-                for setting, (label, style) in REFERENCES.items() if setting != ORACLE_FACTS or
-                (data["setting"] == ORACLE_FACTS).any()]
-    handles.append(Line2D([], [], color="0.3", marker="|", linestyle="none", markersize=10,
-                          label="error bars / band: 95% bootstrap CI"))
+    handles += [
+        Line2D([], [], color="black", linestyle=style, linewidth=1.6, label=label)
+        for setting, (label, style) in REFERENCES.items()
+        if setting != ORACLE_FACTS or (data["setting"] == ORACLE_FACTS).any()
+    ]
+    handles.append(
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            marker="|",
+            linestyle="none",
+            markersize=10,
+            label="error bars / band: 95% bootstrap CI",
+        )
+    )
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8, frameon=False)
-    fig.suptitle(f"{title}\n(primary answer metric per dataset, {UNIT_LABEL}; n = questions per panel)",
-                 fontsize=11)
+    fig.suptitle(f"{title}\n(primary answer metric per dataset, {UNIT_LABEL}; n = questions per panel)", fontsize=11)
     if notes:
         fig.text(0.0, -0.01, "\n".join(dict.fromkeys(notes)), fontsize=7, va="top", ha="left")
     _save(fig, path, svg)
@@ -297,9 +339,12 @@ def heatmap_data(metrics: pd.DataFrame, metric: str = "ndcg_cut_10", reasons: bo
     return grid, why
 
 
-def heatmap_cells(metrics: pd.DataFrame, metric: str = "ndcg_cut_10",
-                  paper: dict[tuple[str, str], float] | None = None,
-                  not_comparable: dict[tuple[str, str], str] | None = None) -> pd.DataFrame:
+def heatmap_cells(
+    metrics: pd.DataFrame,
+    metric: str = "ndcg_cut_10",
+    paper: dict[tuple[str, str], float] | None = None,
+    not_comparable: dict[tuple[str, str], str] | None = None,
+) -> pd.DataFrame:
     """The heatmap as one row per (retriever, dataset): value, n, reason, paper, delta,
     not_comparable.
 
@@ -334,12 +379,21 @@ def heatmap_cells(metrics: pd.DataFrame, metric: str = "ndcg_cut_10",
             published = paper.get((str(retriever), str(dataset)))
             apart = (not_comparable or {}).get((str(retriever), str(dataset)))
             delta = value - published if published is not None and not math.isnan(value) and not apart else None
-            rows.append({"retriever": retriever, "dataset": dataset, "value": value,
-                         "n": counts.get((str(retriever), str(dataset))),
-                         "reason": reason if isinstance(reason, str) else None,
-                         "paper": published, "delta": delta, "not_comparable": apart})
-    return pd.DataFrame(rows, columns=columns).astype({"reason": object, "paper": float, "delta": float,
-                                                      "not_comparable": object})
+            rows.append(
+                {
+                    "retriever": retriever,
+                    "dataset": dataset,
+                    "value": value,
+                    "n": counts.get((str(retriever), str(dataset))),
+                    "reason": reason if isinstance(reason, str) else None,
+                    "paper": published,
+                    "delta": delta,
+                    "not_comparable": apart,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns).astype(
+        {"reason": object, "paper": float, "delta": float, "not_comparable": object}
+    )
 
 
 def _linear(channel: float) -> float:
@@ -383,8 +437,9 @@ def heatmap_paper(specs: list, metric: str = "ndcg_cut_10") -> tuple[dict[tuple[
     return cells, spec.title.split(":")[0].strip() or spec.id
 
 
-def heatmap_not_comparable(metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10",
-                           run: Any = None) -> dict[tuple[str, str], str]:
+def heatmap_not_comparable(
+    metrics: pd.DataFrame, specs: list, metric: str = "ndcg_cut_10", run: Any = None
+) -> dict[tuple[str, str], str]:
     """(retriever, dataset) -> why our cell is not comparable with the paper's, judged exactly as
     the paper table itself judges it (`tables.build_grid` with the run's `RunContext`), so the
     heatmap never prints a Δ that the table marks "not comparable". `run` None: nothing judged."""
@@ -397,9 +452,14 @@ def heatmap_not_comparable(metrics: pd.DataFrame, specs: list, metric: str = "nd
     return {(r[0], c[0]): cell.not_comparable for (r, c), cell in grid.cells.items() if cell.not_comparable}
 
 
-def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cut_10",
-                 paper: dict[tuple[str, str], float] | None = None, paper_name: str = "paper",
-                 not_comparable: dict[tuple[str, str], str] | None = None) -> FigureStatus:
+def plot_heatmap(
+    metrics: pd.DataFrame,
+    path: str | Path,
+    metric: str = "ndcg_cut_10",
+    paper: dict[tuple[str, str], float] | None = None,
+    paper_name: str = "paper",
+    not_comparable: dict[tuple[str, str], str] | None = None,
+) -> FigureStatus:
     """Retriever × dataset heatmap: value, n queries and Δ to the paper in every cell.
 
     Datasets without a retrieval cell and cells with nothing to evaluate are dashes (the reason
@@ -415,8 +475,11 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
         return _empty(path, title, "no retrieval cells yet")
     retrievers = list(dict.fromkeys(cells["retriever"]))
     datasets = list(dict.fromkeys(cells["dataset"]))
-    values = cells.pivot(index="retriever", columns="dataset", values="value").reindex(
-        index=retrievers, columns=datasets).to_numpy(dtype=float)
+    values = (
+        cells.pivot(index="retriever", columns="dataset", values="value")
+        .reindex(index=retrievers, columns=datasets)
+        .to_numpy(dtype=float)
+    )
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
     norm = matplotlib.colors.Normalize(vmin=0.0, vmax=1.0)
     fig, ax = plt.subplots(figsize=(1.45 * len(datasets) + 3.2, 0.85 * len(retrievers) + 2.6), layout="constrained")
@@ -442,17 +505,31 @@ def plot_heatmap(metrics: pd.DataFrame, path: str | Path, metric: str = "ndcg_cu
             if record["not_comparable"] not in apart:
                 apart.append(record["not_comparable"])
             lines.append(f"n.c. [{apart.index(record['not_comparable']) + 1}]")
-        ax.text(j, i, "\n".join(lines), ha="center", va="center", color=text_colour(cmap(norm(v))), fontsize=10,
-                linespacing=1.15)
+        ax.text(
+            j,
+            i,
+            "\n".join(lines),
+            ha="center",
+            va="center",
+            color=text_colour(cmap(norm(v))),
+            fontsize=10,
+            linespacing=1.15,
+        )
     fig.colorbar(image, ax=ax, label=f"{name} ({UNIT_LABEL})")
-    ax.set_title(title + "\ncell: our value, n = queries evaluated, Δ = ours − " + paper_name
-                 + (", n.c. = not comparable with " + paper_name + " (no Δ; why below)" if apart else ""), fontsize=10)
+    ax.set_title(
+        title
+        + "\ncell: our value, n = queries evaluated, Δ = ours − "
+        + paper_name
+        + (", n.c. = not comparable with " + paper_name + " (no Δ; why below)" if apart else ""),
+        fontsize=10,
+    )
     legend = "– = nothing to evaluate or not searched (reason below); blank = not run"
     if notes:
         legend += "\n" + "\n".join(f"– {n}" for n in dict.fromkeys(notes))
     if apart:
-        legend += "\n" + "\n".join(textwrap.fill(f"[{i}] not comparable with {paper_name}: {why}", 150)
-                                     for i, why in enumerate(apart, 1))
+        legend += "\n" + "\n".join(
+            textwrap.fill(f"[{i}] not comparable with {paper_name}: {why}", 150) for i, why in enumerate(apart, 1)
+        )
     ax.set_xlabel(legend, fontsize=7, loc="left")
     _save(fig, path)
     if cells["value"].isna().all():
@@ -484,15 +561,18 @@ def _skill_rows(per_question: pd.DataFrame, dataset: str, metric: str) -> pd.Dat
         part = part[part["variant"].astype("string") == variant]
     if part.empty:
         return pd.DataFrame()
-    part["skill"] = part["skills"].map(lambda s: (json.loads(s) or [NO_SKILL]) if isinstance(s, str) and s else [NO_SKILL])
+    part["skill"] = part["skills"].map(
+        lambda s: (json.loads(s) or [NO_SKILL]) if isinstance(s, str) and s else [NO_SKILL]
+    )
     part = part.explode("skill")
     parts = [c for c in ("llm", "prompt", "setting") if c in part.columns]
     part["series"] = part[parts].astype(str).agg(" / ".join, axis=1) if parts else "all"
     return part
 
 
-def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "tanq",
-                metric: str = "rms_f1") -> FigureStatus:
+def plot_skills(
+    per_question: pd.DataFrame, path: str | Path, dataset: str = "tanq", metric: str = "rms_f1"
+) -> FigureStatus:
     """TANQ RMS F1 by skill, one bar per (LLM / prompt / setting). No chart when no question
     scored carries a skill: a bar "(no skill annotated)" alone says nothing about skills, so the
     image and the returned status say why there is none instead."""
@@ -503,8 +583,12 @@ def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "ta
     if list(grid.index) == [NO_SKILL]:
         questions = _skill_rows(per_question, dataset, metric)
         n = questions["qid"].nunique() if "qid" in questions.columns else len(questions)
-        return _empty(path, title, f"none of the {n} {dataset} questions scored in this run carries a skill "
-                                   f"annotation (their 'skills' list is empty), so there is no breakdown by skill")
+        return _empty(
+            path,
+            title,
+            f"none of the {n} {dataset} questions scored in this run carries a skill "
+            f"annotation (their 'skills' list is empty), so there is no breakdown by skill",
+        )
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * grid.shape[0] + 3), 4.2), layout="constrained")
     grid.plot.bar(ax=ax, legend=False)
     for (i, j), v in np.ndenumerate(grid.to_numpy(dtype=float)):
@@ -517,8 +601,14 @@ def plot_skills(per_question: pd.DataFrame, path: str | Path, dataset: str = "ta
     ax.tick_params(axis="x", rotation=30)
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    fig.legend(loc="outside lower center", fontsize=7, title="llm / prompt / setting", title_fontsize=7,
-               ncols=min(3, grid.shape[1]), frameon=False)
+    fig.legend(
+        loc="outside lower center",
+        fontsize=7,
+        title="llm / prompt / setting",
+        title_fontsize=7,
+        ncols=min(3, grid.shape[1]),
+        frameon=False,
+    )
     _save(fig, path)
     if np.isnan(grid.to_numpy(dtype=float)).all():
         return FigureStatus(False, f"every {metric} by skill is n/a")

@@ -41,8 +41,10 @@ from cqabench.report.significance import CORRECTION_NAMES, CORRECTION_TEXT
 
 PIPELINE_TYPES = ("fusion", "rerank")
 METRICS = {"ndcg_cut_10": "nDCG@10", "recall_100": "R@100"}
-NO_PIPELINES = ("no retrieval pipeline in this run's fact table (declare one under retrieval.pipelines: "
-                "a fusion of runs or a cross-encoder reranking)")
+NO_PIPELINES = (
+    "no retrieval pipeline in this run's fact table (declare one under retrieval.pipelines: "
+    "a fusion of runs or a cross-encoder reranking)"
+)
 
 
 def describe(settings: Mapping[str, Any]) -> str:
@@ -51,8 +53,11 @@ def describe(settings: Mapping[str, Any]) -> str:
     depth = settings.get("depth")
     if kind == "fusion":
         method = str(settings.get("method", "?"))
-        knob = f"rrf_k {settings['rrf_k']}" if settings.get("rrf_k") is not None else (
-            f"norm {settings['norm']}" if settings.get("norm") else "")
+        knob = (
+            f"rrf_k {settings['rrf_k']}"
+            if settings.get("rrf_k") is not None
+            else (f"norm {settings['norm']}" if settings.get("norm") else "")
+        )
         parts = ", ".join(str(r) for r in settings.get("fuse") or [])
         extra = "; ".join(x for x in (knob, f"depth {depth}" if depth else "") if x)
         return f"{method.upper() if method == 'rrf' else method}({parts})" + (f"; {extra}" if extra else "")
@@ -60,8 +65,9 @@ def describe(settings: Mapping[str, Any]) -> str:
         model = str(settings.get("model", "?"))
         if settings.get("revision"):
             model += f"@{str(settings['revision'])[:12]}"
-        return (f"{model} reranks {settings.get('of', '?')} top {depth}"
-                + (f" (max_length {settings['max_length']})" if settings.get("max_length") else ""))
+        return f"{model} reranks {settings.get('of', '?')} top {depth}" + (
+            f" (max_length {settings['max_length']})" if settings.get("max_length") else ""
+        )
     return str(kind)
 
 
@@ -69,8 +75,10 @@ def pipeline_runs(metrics: pd.DataFrame | None) -> dict[str, str]:
     """Run name -> definition, for every run of the fact table whose type is a pipeline."""
     if metrics is None or metrics.empty or not {"stage", "retriever", "retriever_type"} <= set(metrics.columns):
         return {}
-    rows = metrics[(metrics["stage"].astype("string") == "retrieval")
-                   & metrics["retriever_type"].astype("string").isin(PIPELINE_TYPES)]
+    rows = metrics[
+        (metrics["stage"].astype("string") == "retrieval")
+        & metrics["retriever_type"].astype("string").isin(PIPELINE_TYPES)
+    ]
     out: dict[str, str] = {}
     for _, row in rows.drop_duplicates("retriever").sort_values("retriever").iterrows():
         raw = row.get("retriever_settings")
@@ -95,8 +103,9 @@ def retrieval_pipelines(
     for metric, doc in docs.items():
         for c in doc["comparisons"]:
             key = (*(c[g] for g in GROUP), c["retriever"])
-            row = rows.setdefault(key, {**{g: c[g] for g in GROUP}, "run": c["retriever"],
-                                        "definition": runs.get(c["retriever"], "")})
+            row = rows.setdefault(
+                key, {**{g: c[g] for g in GROUP}, "run": c["retriever"], "definition": runs.get(c["retriever"], "")}
+            )
             row[metric] = {k: c[k] for k in ("n_common", "mean", "mean_baseline", "diff", "p_value", "p_adjusted",
                                              "significant", "reason")}  # fmt: skip
     first = next(iter(docs.values()), None)
@@ -120,11 +129,13 @@ def caption(doc: dict[str, Any]) -> str:
     name = CORRECTION_NAMES.get(doc["method"]["correction_method"], doc["method"]["correction_method"])
     text = CORRECTION_TEXT.get(doc["method"]["correction_method"], doc["method"]["correction_method"])
     sizes = ", ".join(f"{METRICS[m]} m = {c['family_size']}" for m, c in doc["method"]["correction"].items())
-    return (f"Each fused or reranked run (retrieval.pipelines) against {doc['baseline']} on the same queries "
-            f"(trec_eval), unit fraction (0–1); n = queries both runs scored. Δ = mean(run − {doc['baseline']}); "
-            f"p = two-sided paired sign-flip randomization test; p {name} = p adjusted by {text} within each "
-            f"metric over every pipeline run on every dataset split ({sizes}); * = p {name} < "
-            f"{doc['method']['alpha']}. {SAMPLE_NOTE}")
+    return (
+        f"Each fused or reranked run (retrieval.pipelines) against {doc['baseline']} on the same queries "
+        f"(trec_eval), unit fraction (0–1); n = queries both runs scored. Δ = mean(run − {doc['baseline']}); "
+        f"p = two-sided paired sign-flip randomization test; p {name} = p adjusted by {text} within each "
+        f"metric over every pipeline run on every dataset split ({sizes}); * = p {name} < "
+        f"{doc['method']['alpha']}. {SAMPLE_NOTE}"
+    )
 
 
 def _cells(part: Mapping[str, Any] | None) -> list[str]:
@@ -178,8 +189,13 @@ def to_html(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render(per_question: pd.DataFrame | None, metrics: pd.DataFrame | None, out_dir: str | Path,
-           name: str = "retrieval_pipelines", **options: Any) -> dict[str, Any]:
+def render(
+    per_question: pd.DataFrame | None,
+    metrics: pd.DataFrame | None,
+    out_dir: str | Path,
+    name: str = "retrieval_pipelines",
+    **options: Any,
+) -> dict[str, Any]:
     """Write <name>.{md,html,json} into out_dir; returns the document."""
     doc = retrieval_pipelines(per_question, metrics, **options)
     out_dir = Path(out_dir)

@@ -41,8 +41,10 @@ NO_BASELINE = "no {baseline} run of this dataset split to compare with"
 NO_SCORES = "no per-query {metric} scores for this run (n/a in the fact table)"
 NO_BASELINE_SCORES = "no per-query {metric} scores for the {baseline} run (n/a in the fact table)"
 NO_COMMON = "no query scored by both runs"
-SAMPLE_NOTE = ("Scores are on the bundled sample (a few dozen queries per dataset), not the paper's data: "
-               "read p-values as how much this sample can tell, not as the paper's result.")
+SAMPLE_NOTE = (
+    "Scores are on the bundled sample (a few dozen queries per dataset), not the paper's data: "
+    "read p-values as how much this sample can tell, not as the paper's result."
+)
 
 
 def _scores(part: pd.DataFrame) -> pd.Series:
@@ -56,9 +58,16 @@ def _text(value: Any) -> str:
 
 
 def retrieval_vs_baseline(
-    per_question: pd.DataFrame | None, metric: str = METRIC, variant: str = VARIANT, baseline: str = BASELINE,
-    correction: str = "holm", alpha: float = ALPHA, resamples: int = RESAMPLES, seed: int = 0,
-    metrics: pd.DataFrame | None = None, runs: Collection[str] | None = None,
+    per_question: pd.DataFrame | None,
+    metric: str = METRIC,
+    variant: str = VARIANT,
+    baseline: str = BASELINE,
+    correction: str = "holm",
+    alpha: float = ALPHA,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    metrics: pd.DataFrame | None = None,
+    runs: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The family of paired tests as one JSON-ready document (method, comparisons).
 
@@ -71,11 +80,17 @@ def retrieval_vs_baseline(
     frame = per_question if per_question is not None else pd.DataFrame()
     needed = {"stage", "metric", "variant", "retriever", "qid", "value", "cell_id", *GROUP}
     if not frame.empty and needed <= set(frame.columns):
-        part = frame[(frame["stage"].astype("string") == "retrieval") & (frame["metric"].astype("string") == metric)
-                     & (frame["variant"].astype("string") == variant)]
+        part = frame[
+            (frame["stage"].astype("string") == "retrieval")
+            & (frame["metric"].astype("string") == metric)
+            & (frame["variant"].astype("string") == variant)
+        ]
         columns = [*GROUP, "retriever", "cell_id"]
-        sources = [f[f["stage"].astype("string") == "retrieval"][columns] for f in (frame, metrics)
-                   if f is not None and not f.empty and set(columns) | {"stage"} <= set(f.columns)]
+        sources = [
+            f[f["stage"].astype("string") == "retrieval"][columns]
+            for f in (frame, metrics)
+            if f is not None and not f.empty and set(columns) | {"stage"} <= set(f.columns)
+        ]
         cells = pd.concat([c.astype("string") for c in sources]).drop_duplicates().sort_values([*GROUP, "retriever"])
         for key, group in cells.groupby(list(GROUP), sort=True, dropna=False):
             names = list(dict.fromkeys(group["retriever"].tolist()))
@@ -84,8 +99,11 @@ def retrieval_vs_baseline(
             for run in (r for r in names if r != baseline and (runs is None or r in runs)):
                 run_cells = group[group["retriever"] == run]["cell_id"].tolist()
                 mine = part[part["cell_id"].astype("string").isin(run_cells)]
-                comparisons.append(_compare(dict(zip(GROUP, key)), run, mine, base, bool(base_cells), metric,
-                                            baseline, resamples, seed))
+                comparisons.append(
+                    _compare(
+                        dict(zip(GROUP, key)), run, mine, base, bool(base_cells), metric, baseline, resamples, seed
+                    )
+                )
     raw = [c["p_value"] for c in comparisons]
     family = sum(p is not None for p in raw)
     for c, p in zip(comparisons, adjust(raw, correction)):
@@ -98,22 +116,50 @@ def retrieval_vs_baseline(
         "variant": variant,
         "baseline": baseline,
         "method": {
-            "test": {"method": "paired sign-flip randomization test, two-sided (scipy.stats.permutation_test, "
-                               "permutation_type='samples')", "on": "queries both runs scored",
-                     "resamples": resamples, "exact_when": "2^n <= resamples", "seed": seed},
-            "correction": {"method": correction, "description": CORRECTION_TEXT.get(correction, correction),
-                           "family": f"every {'pipeline ' if runs is not None else ''}run vs {baseline} on every "
-                                     "(dataset, split, serialization)",
-                           "family_size": family, "alpha": alpha},
+            "test": {
+                "method": "paired sign-flip randomization test, two-sided (scipy.stats.permutation_test, "
+                "permutation_type='samples')",
+                "on": "queries both runs scored",
+                "resamples": resamples,
+                "exact_when": "2^n <= resamples",
+                "seed": seed,
+            },
+            "correction": {
+                "method": correction,
+                "description": CORRECTION_TEXT.get(correction, correction),
+                "family": f"every {'pipeline ' if runs is not None else ''}run vs {baseline} on every "
+                "(dataset, split, serialization)",
+                "family_size": family,
+                "alpha": alpha,
+            },
         },
         "comparisons": comparisons,
     }
 
 
-def _compare(key: dict[str, Any], run: str, mine: pd.DataFrame, base: pd.DataFrame, has_base: bool, metric: str,
-             baseline: str, resamples: int, seed: int) -> dict[str, Any]:
-    out: dict[str, Any] = {**key, "retriever": run, "against": baseline, "n_common": 0, "mean": None,
-                           "mean_baseline": None, "diff": None, "p_value": None, "exact": None, "reason": None}
+def _compare(
+    key: dict[str, Any],
+    run: str,
+    mine: pd.DataFrame,
+    base: pd.DataFrame,
+    has_base: bool,
+    metric: str,
+    baseline: str,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        **key,
+        "retriever": run,
+        "against": baseline,
+        "n_common": 0,
+        "mean": None,
+        "mean_baseline": None,
+        "diff": None,
+        "p_value": None,
+        "exact": None,
+        "reason": None,
+    }
     if not has_base:
         out["reason"] = NO_BASELINE.format(baseline=baseline)
         return out
@@ -129,8 +175,14 @@ def _compare(key: dict[str, Any], run: str, mine: pd.DataFrame, base: pd.DataFra
         out["reason"] = NO_COMMON
         return out
     test = randomization_test(a.loc[common].to_numpy(), b.loc[common].to_numpy(), resamples, seed)
-    out.update(n_common=len(common), mean=test.mean_a, mean_baseline=test.mean_b, diff=test.diff,
-               p_value=test.p_value, exact=test.exact)
+    out.update(
+        n_common=len(common),
+        mean=test.mean_a,
+        mean_baseline=test.mean_b,
+        diff=test.diff,
+        p_value=test.p_value,
+        exact=test.exact,
+    )
     return out
 
 
@@ -138,17 +190,28 @@ def caption(doc: dict[str, Any]) -> str:
     """This table's own caption: what is compared, on which n, the unit, the test and the family."""
     c, t = doc["method"]["correction"], doc["method"]["test"]
     name = CORRECTION_NAMES.get(c["method"], c["method"])
-    return (f"Each retrieval run against {doc['baseline']} on the same queries: {doc['metric']} "
-            f"({doc['variant']}), unit fraction (0–1), n = queries both runs scored. Δ = mean(run − "
-            f"{doc['baseline']}); p = two-sided paired sign-flip randomization test ({t['resamples']} resamples, "
-            f"exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c['description']} over {c['family']} "
-            f"(m = {c['family_size']}); * = p {name} < {c['alpha']}. {SAMPLE_NOTE}")
+    return (
+        f"Each retrieval run against {doc['baseline']} on the same queries: {doc['metric']} "
+        f"({doc['variant']}), unit fraction (0–1), n = queries both runs scored. Δ = mean(run − "
+        f"{doc['baseline']}); p = two-sided paired sign-flip randomization test ({t['resamples']} resamples, "
+        f"exact when 2^n ≤ {t['resamples']}); p {name} = p adjusted by {c['description']} over {c['family']} "
+        f"(m = {c['family_size']}); * = p {name} < {c['alpha']}. {SAMPLE_NOTE}"
+    )
 
 
 def _rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
     name = CORRECTION_NAMES.get(doc["method"]["correction"]["method"], doc["method"]["correction"]["method"])
-    head = ["dataset", "split", "serialization", "retriever", "n", "mean", f"mean {doc['baseline']}",
-            f"Δ vs {doc['baseline']}", f"p / p {name}"]
+    head = [
+        "dataset",
+        "split",
+        "serialization",
+        "retriever",
+        "n",
+        "mean",
+        f"mean {doc['baseline']}",
+        f"Δ vs {doc['baseline']}",
+        f"p / p {name}",
+    ]
     notes: list[str] = []
     rows = []
     for c in doc["comparisons"]:
@@ -160,8 +223,16 @@ def _rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]]:
             rows.append([*cells, "0", ref, "", "", ""])
             continue
         star = " *" if c["significant"] else ""
-        rows.append([*cells, str(c["n_common"]), _f(c["mean"]), _f(c["mean_baseline"]), _f(c["diff"], sign=True),
-                     f"{_p(c['p_value'])} / {_p(c['p_adjusted'])}{star}"])
+        rows.append(
+            [
+                *cells,
+                str(c["n_common"]),
+                _f(c["mean"]),
+                _f(c["mean_baseline"]),
+                _f(c["diff"], sign=True),
+                f"{_p(c['p_value'])} / {_p(c['p_adjusted'])}{star}",
+            ]
+        )
     return head, rows, notes
 
 
@@ -176,9 +247,11 @@ def to_markdown(doc: dict[str, Any]) -> str:
 def to_html(doc: dict[str, Any]) -> str:
     esc = html.escape
     head, rows, notes = _rows(doc)
-    out = ["<!DOCTYPE html><meta charset='utf-8'>",
-           f"<h2>Retrieval: each run vs {esc(doc['baseline'])} ({esc(doc['metric'])})</h2>",
-           f"<p>{esc(caption(doc))}</p>"]
+    out = [
+        "<!DOCTYPE html><meta charset='utf-8'>",
+        f"<h2>Retrieval: each run vs {esc(doc['baseline'])} ({esc(doc['metric'])})</h2>",
+        f"<p>{esc(caption(doc))}</p>",
+    ]
     if not rows:
         out.append("<p>(no retrieval runs besides the baseline)</p>")
     else:
@@ -210,8 +283,9 @@ def html_table(head: list[str], rows: list[list[str]], notes: list[str]) -> list
     return out
 
 
-def render(per_question: pd.DataFrame | None, out_dir: str | Path, name: str = "retrieval_vs_baseline",
-           **options: Any) -> dict[str, Any]:
+def render(
+    per_question: pd.DataFrame | None, out_dir: str | Path, name: str = "retrieval_vs_baseline", **options: Any
+) -> dict[str, Any]:
     """Write <name>.{md,html,json} into out_dir; returns the document."""
     doc = retrieval_vs_baseline(per_question, **options)
     out_dir = Path(out_dir)

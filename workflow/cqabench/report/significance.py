@@ -85,11 +85,25 @@ def randomization_test(a: Any, b: Any, resamples: int = 10000, seed: int = 0) ->
         return TestResult("randomization", 1, float(a[0]), float(b[0]), float(d[0]), 1.0, resamples=2, exact=True)
     exact = 2**n <= resamples
     result = permutation_test(
-        (a, b), _mean_diff, permutation_type="samples", vectorized=True, alternative="two-sided",
-        n_resamples=np.inf if exact else resamples, batch=2000, rng=np.random.default_rng(seed),
+        (a, b),
+        _mean_diff,
+        permutation_type="samples",
+        vectorized=True,
+        alternative="two-sided",
+        n_resamples=np.inf if exact else resamples,
+        batch=2000,
+        rng=np.random.default_rng(seed),
     )
-    return TestResult("randomization", n, float(a.mean()), float(b.mean()), float(d.mean()),
-                      float(min(1.0, result.pvalue)), resamples=2**n if exact else resamples, exact=exact)
+    return TestResult(
+        "randomization",
+        n,
+        float(a.mean()),
+        float(b.mean()),
+        float(d.mean()),
+        float(min(1.0, result.pvalue)),
+        resamples=2**n if exact else resamples,
+        exact=exact,
+    )
 
 
 def bootstrap_test(a: Any, b: Any, resamples: int = 10000, seed: int = 0, confidence: float = 0.95) -> TestResult:
@@ -103,16 +117,25 @@ def bootstrap_test(a: Any, b: Any, resamples: int = 10000, seed: int = 0, confid
         means = np.full(resamples, observed)
         low = high = observed
     else:
-        result = bootstrap((d,), np.mean, n_resamples=resamples, confidence_level=confidence, method="percentile",
-                           vectorized=True, batch=2000, rng=np.random.default_rng(seed))
+        result = bootstrap(
+            (d,),
+            np.mean,
+            n_resamples=resamples,
+            confidence_level=confidence,
+            method="percentile",
+            vectorized=True,
+            batch=2000,
+            rng=np.random.default_rng(seed),
+        )
         means = result.bootstrap_distribution
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     # Shifted to H0 (mean 0): how often is a resampled mean at least as far from 0 as observed?
     tol = 1e-12 * max(1.0, abs(observed))
     extreme = np.sum(np.abs(means - observed) >= abs(observed) - tol)
     p = float((extreme + 1) / (resamples + 1))
-    return TestResult("bootstrap", d.size, float(a.mean()), float(b.mean()), observed, min(1.0, p), low, high,
-                      resamples)
+    return TestResult(
+        "bootstrap", d.size, float(a.mean()), float(b.mean()), observed, min(1.0, p), low, high, resamples
+    )
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
@@ -201,8 +224,9 @@ def cell_scores(frame: pd.DataFrame, spec: dict[str, str], metric: str, variant:
         mask &= column_matches(frame[key], key, value)
     chosen = frame[mask.fillna(False).astype(bool)]
     if chosen.empty:
-        raise ConfigError(f"no per-question scores for {spec} with metric={metric!r}"
-                          + (f", variant={variant!r}" if variant else ""))
+        raise ConfigError(
+            f"no per-question scores for {spec} with metric={metric!r}" + (f", variant={variant!r}" if variant else "")
+        )
     cells = sorted(chosen["cell_id"].astype(str).unique())
     if len(cells) > 1:
         raise ConfigError(f"{spec} matches {len(cells)} cells; add switches to pick one: {cells[:10]}")
@@ -217,8 +241,14 @@ def cell_scores(frame: pd.DataFrame, spec: dict[str, str], metric: str, variant:
 
 
 def compare(
-    frame: pd.DataFrame, spec_a: dict[str, str], spec_b: dict[str, str], metric: str,
-    variant: str | None = None, method: str = "both", resamples: int = 10000, seed: int = 0,
+    frame: pd.DataFrame,
+    spec_a: dict[str, str],
+    spec_b: dict[str, str],
+    metric: str,
+    variant: str | None = None,
+    method: str = "both",
+    resamples: int = 10000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Run the paired test(s) on the questions both cells scored."""
     a = cell_scores(frame, spec_a, metric, variant)
@@ -227,8 +257,14 @@ def compare(
     if len(common) == 0:
         raise ConfigError("the two cells share no question ids; a paired test needs the same questions")
     out: dict[str, Any] = {
-        "a": spec_a, "b": spec_b, "metric": metric, "variant": variant,
-        "n_a": int(a.size), "n_b": int(b.size), "n_common": len(common), "tests": [],
+        "a": spec_a,
+        "b": spec_b,
+        "metric": metric,
+        "variant": variant,
+        "n_a": int(a.size),
+        "n_b": int(b.size),
+        "n_common": len(common),
+        "tests": [],
     }
     xa, xb = a.loc[common].to_numpy(), b.loc[common].to_numpy()
     if method in ("both", "randomization"):
@@ -244,12 +280,15 @@ def format_result(result: dict[str, Any]) -> str:
     lines = [
         f"A: {result['a']}",
         f"B: {result['b']}",
-        f"metric {result['metric']}" + (f" ({result['variant']})" if result.get("variant") else "")
+        f"metric {result['metric']}"
+        + (f" ({result['variant']})" if result.get("variant") else "")
         + f": {result['n_common']} common questions (A has {result['n_a']}, B has {result['n_b']})",
     ]
     for t in result["tests"]:
-        line = (f"  {t['method']:<13} mean A {t['mean_a']:.4f}  mean B {t['mean_b']:.4f}  "
-                f"A-B {t['diff']:+.4f}  p = {t['p_value']:.4g}")
+        line = (
+            f"  {t['method']:<13} mean A {t['mean_a']:.4f}  mean B {t['mean_b']:.4f}  "
+            f"A-B {t['diff']:+.4f}  p = {t['p_value']:.4g}"
+        )
         if t.get("ci_low") is not None:
             line += f"  95% CI [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}]"
         line += "  (exact)" if t.get("exact") else f"  ({t['resamples']} resamples)"

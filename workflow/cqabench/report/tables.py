@@ -155,8 +155,9 @@ def _dimension_text(value: Any) -> str:
 # question can count under several, e.g. each of its skills, or its type and "all"; [] = none).
 # The groups are cqabench.evaluation.metrics.tanq_breakdowns', the same the scorer's breakdown rows use.
 def _groups(row: dict[str, Any]) -> dict[str, list[str]]:
-    return tanq_groups_of(row.get("question_type"), row.get("skills"), row.get("answer_columns"),
-                          row.get("answer_rows"))
+    return tanq_groups_of(
+        row.get("question_type"), row.get("skills"), row.get("answer_columns"), row.get("answer_rows")
+    )
 
 
 DERIVED: dict[str, tuple[str, Any]] = {
@@ -216,8 +217,9 @@ def _ordered(keys: set[tuple[str, ...]], dims: list[str], spec: TableSpec) -> li
     return sorted(keys, key=rank)
 
 
-def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: TableSpec,
-               run: RunContext | None = None) -> Grid:
+def build_grid(
+    metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: TableSpec, run: RunContext | None = None
+) -> Grid:
     """Our numbers (means over cells for per-question tables) and the paper's, on one grid.
 
     With `run`, each cell that has both numbers is checked against the paper's setup
@@ -230,11 +232,16 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
     notes: list[str] = []
     if spec.source == "per_question":
         frame = per_question if per_question is not None else pd.DataFrame()
-        missing = [d for d in spec.dimensions if d in DERIVED and d not in frame.columns
-                   and DERIVED[d][0] not in frame.columns and not frame.empty]
+        missing = [
+            d
+            for d in spec.dimensions
+            if d in DERIVED and d not in frame.columns and DERIVED[d][0] not in frame.columns and not frame.empty
+        ]
         if missing:
-            notes.append(f"Our rows need per-question {', '.join(DERIVED[d][0] for d in missing)} "
-                         f"(for {', '.join(missing)}), which per_question.parquet does not have: only the paper's are shown.")
+            notes.append(
+                f"Our rows need per-question {', '.join(DERIVED[d][0] for d in missing)} "
+                f"(for {', '.join(missing)}), which per_question.parquet does not have: only the paper's are shown."
+            )
         chosen = select(frame, spec)
         if not chosen.empty:
             for _, group in chosen.groupby(spec.dimensions + ["cell_id"], dropna=False, sort=False):
@@ -271,11 +278,25 @@ def build_grid(metrics: pd.DataFrame, per_question: pd.DataFrame | None, spec: T
         why = None
         if value is not None and paper is not None:
             why = comparability.reason_text(comparability.reasons(spec.setup, run, spec.id, spec.variant, shown[key]))
-        cells[key] = Cell(ours=value, paper=paper, n_cells=count, reason=None if value is not None else na.get(key),
-                          reference=spec.is_reference(values), tolerance=spec.tolerance_for(values),
-                          not_comparable=why)
-    return Grid(spec, rows, cols, cells, notes, coverage, judged=run is not None,
-                paper_data=bool(run is not None and run.paper_data))
+        cells[key] = Cell(
+            ours=value,
+            paper=paper,
+            n_cells=count,
+            reason=None if value is not None else na.get(key),
+            reference=spec.is_reference(values),
+            tolerance=spec.tolerance_for(values),
+            not_comparable=why,
+        )
+    return Grid(
+        spec,
+        rows,
+        cols,
+        cells,
+        notes,
+        coverage,
+        judged=run is not None,
+        paper_data=bool(run is not None and run.paper_data),
+    )
 
 
 def _coverage(chosen: pd.DataFrame, per_question: bool) -> dict[tuple[str, str], tuple[int, int]]:
@@ -349,11 +370,15 @@ def _formats(grid: Grid) -> list[str]:
     judged = [c for c in cells if c.status(spec.tolerance) in ("OK", "FAIL")]
     if judged:
         limits = sorted({c.tolerance if c.tolerance is not None else spec.tolerance for c in judged})
-        out.append("'ours / paper (Δ = ours − paper) OK|FAIL': OK when |Δ| ≤ "
-                   + (f"{limits[0]:g}" if len(limits) == 1 else _per_dataset_limits(spec)))
+        out.append(
+            "'ours / paper (Δ = ours − paper) OK|FAIL': OK when |Δ| ≤ "
+            + (f"{limits[0]:g}" if len(limits) == 1 else _per_dataset_limits(spec))
+        )
     if any(c.status(spec.tolerance) == NOT_COMPARABLE for c in cells):
-        out.append(f"'ours / paper ({NOT_COMPARABLE} [i])': the run's setup differs from the paper's here "
-                   "(reason in note i), so the cell is not judged")
+        out.append(
+            f"'ours / paper ({NOT_COMPARABLE} [i])': the run's setup differs from the paper's here "
+            "(reason in note i), so the cell is not judged"
+        )
     if any(c.ours is not None and c.paper is None for c in cells):
         out.append("a number alone: ours, the paper has no such cell")
     if any(c.status(spec.tolerance) == MISSING for c in cells):
@@ -383,26 +408,38 @@ def caption(grid: Grid, run: str | None = None, paper_data: bool | None = None) 
     metrics = ", ".join(spec.label("metric", m) for m in spec.metric)
     how = "mean over questions of each cell" if spec.source == "per_question" else "one value per cell"
     source = spec.title.split(":")[0].strip() or spec.id  # "DEXTER Table 2", "TANQ Table 5"
-    parts = [f"{spec.title}. Compares our {metrics} ({how}), by {' / '.join(spec.rows)} (rows) and "
-             f"{' / '.join(spec.columns)} (columns), with the paper's published numbers "
-             f"({source}: {len(spec.cells)} recorded)." if spec.cells else
-             f"{spec.title}. Our {metrics} ({how}); no published numbers are recorded for this table.",
-             _n_text(grid),
-             UNIT_NOTE if spec.paper_unit == "fraction" else UNIT_NOTE[:-1] + f" ({spec.paper_unit})."]
+    parts = [
+        f"{spec.title}. Compares our {metrics} ({how}), by {' / '.join(spec.rows)} (rows) and "
+        f"{' / '.join(spec.columns)} (columns), with the paper's published numbers "
+        f"({source}: {len(spec.cells)} recorded)."
+        if spec.cells
+        else f"{spec.title}. Our {metrics} ({how}); no published numbers are recorded for this table.",
+        _n_text(grid),
+        UNIT_NOTE if spec.paper_unit == "fraction" else UNIT_NOTE[:-1] + f" ({spec.paper_unit}).",
+    ]
     formats = _formats(grid)
     if formats:
         parts.append("Cells: " + "; ".join(formats) + ".")
-    parts.append(f"OK {s['ok']}, FAIL {s['fail']}, not comparable {s['not_comparable']}, missing {s['missing']}, "
-                 f"n/a {s['not_available']}, ours only {s['ours_only']}.")
+    parts.append(
+        f"OK {s['ok']}, FAIL {s['fail']}, not comparable {s['not_comparable']}, missing {s['missing']}, "
+        f"n/a {s['not_available']}, ours only {s['ours_only']}."
+    )
     if s["ambiguous"]:
-        parts.append(f"{s['ambiguous']} cells matched several of our runs (×N): narrow the table's filters; "
-                     "the first by cell_id is shown.")
+        parts.append(
+            f"{s['ambiguous']} cells matched several of our runs (×N): narrow the table's filters; "
+            "the first by cell_id is shown."
+        )
     if not paper_data:
         where = f"config '{run}'" if run else "this run"
-        judged = ("so no cell is judged: each reads 'not comparable'." if grid.judged
-                  else "OK / FAIL only speaks to fidelity on a full run.")
-        parts.append(f"Caveat: our numbers come from {where}, not from the paper's data (report.paper_data: "
-                     f"false: the bundled sample or another subset, other questions, far smaller n); {judged}")
+        judged = (
+            "so no cell is judged: each reads 'not comparable'."
+            if grid.judged
+            else "OK / FAIL only speaks to fidelity on a full run."
+        )
+        parts.append(
+            f"Caveat: our numbers come from {where}, not from the paper's data (report.paper_data: "
+            f"false: the bundled sample or another subset, other questions, far smaller n); {judged}"
+        )
     names = _names(grid)
     if names:
         parts.append("Names: " + "; ".join(f"{label} = {ours}" for label, ours in names) + ".")
@@ -443,8 +480,7 @@ def to_markdown(grid: Grid, run: str | None = None, paper_data: bool | None = No
         lines += [f"Paper: {spec.paper}", ""]
     if spec.note:  # above the table, where it is read: e.g. what data the paper's numbers are on
         lines += [f"> {para}" if para else ">" for para in spec.note.splitlines()] + [""]
-    lines += ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |",
-              "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(h.replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
     notes = grid.footnotes()
     for r in grid.row_keys:
         row = [_label(spec, r, spec.rows)] + [_formatted(grid, r, c, notes) for c in grid.col_keys]
@@ -462,8 +498,13 @@ def _formatted(grid: Grid, r: tuple[str, ...], c: tuple[str, ...], notes: list[s
     return format_cell(cell, grid.spec, notes.index(note) + 1 if note is not None else None)
 
 
-_CSS = {"OK": "background:#d9f2d9", "FAIL": "background:#f8d0d0", MISSING: "background:#eeeeee;color:#777",
-        NA: "background:#fff4d6", NOT_COMPARABLE: "background:#e4ecf7"}
+_CSS = {
+    "OK": "background:#d9f2d9",
+    "FAIL": "background:#f8d0d0",
+    MISSING: "background:#eeeeee;color:#777",
+    NA: "background:#fff4d6",
+    NOT_COMPARABLE: "background:#e4ecf7",
+}
 
 
 # Data columns per HTML table: a wider paper table (TANQ Table 6: 7 skills × P/R/F1) wraps into
@@ -508,33 +549,51 @@ def to_html(grid: Grid, run: str | None = None, paper_data: bool | None = None) 
     for i, cols in enumerate(parts):
         ident = spec.id if i == 0 else f"{spec.id}-part{i + 1}"
         if len(parts) > 1:
-            out.append(f'<p class="table-part">Columns {done + 1}–{done + len(cols)} of {len(grid.col_keys)} '
-                       f"(part {i + 1} of {len(parts)}; the table is wrapped to fit the page)</p>")
+            out.append(
+                f'<p class="table-part">Columns {done + 1}–{done + len(cols)} of {len(grid.col_keys)} '
+                f"(part {i + 1} of {len(parts)}; the table is wrapped to fit the page)</p>"
+            )
         done += len(cols)
-        out.append(f'<table class="paper-table{" part" if i else ""}" id="{esc(ident)}" border="1" cellspacing="0" '
-                   'cellpadding="4">')
-        out.append("<tr>" + f"<th>{esc(corner)}</th>" + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in cols) + "</tr>")
+        out.append(
+            f'<table class="paper-table{" part" if i else ""}" id="{esc(ident)}" border="1" cellspacing="0" '
+            'cellpadding="4">'
+        )
+        out.append(
+            "<tr>"
+            + f"<th>{esc(corner)}</th>"
+            + "".join(f"<th>{esc(_label(spec, c, spec.columns))}</th>" for c in cols)
+            + "</tr>"
+        )
         for r in grid.row_keys:
             tds = []
             for c in cols:
                 cell = grid.cells.get((r, c))
-                style = _CSS.get(NA if cell is not None and cell.not_available else
-                                 cell.status(spec.tolerance), "") if cell else ""
+                style = (
+                    _CSS.get(NA if cell is not None and cell.not_available else cell.status(spec.tolerance), "")
+                    if cell
+                    else ""
+                )
                 note = _note_of(cell, spec.tolerance)
                 title = f' title="{esc(note)}"' if note else ""
                 tds.append(f'<td style="{style}"{title}>{esc(_formatted(grid, r, c, notes))}</td>')
             out.append(f"<tr><th>{esc(_label(spec, r, spec.rows))}</th>{''.join(tds)}</tr>")
         out.append("</table>")
-    out.append('<div class="caption">' + "".join(f"<p>{esc(part)}</p>" for part in caption(grid, run, paper_data))
-               + "</div>")
+    out.append(
+        '<div class="caption">' + "".join(f"<p>{esc(part)}</p>" for part in caption(grid, run, paper_data)) + "</div>"
+    )
     if notes:
         out.append("<ol>" + "".join(f"<li>{esc(note)}</li>" for note in notes) + "</ol>")
     return "\n".join(out) + "\n"
 
 
 def render_tables(
-    metrics: pd.DataFrame, per_question: pd.DataFrame | None, specs: list[TableSpec], out_dir: str | Path,
-    run: str | None = None, paper_data: bool = False, config: dict[str, Any] | None = None,
+    metrics: pd.DataFrame,
+    per_question: pd.DataFrame | None,
+    specs: list[TableSpec],
+    out_dir: str | Path,
+    run: str | None = None,
+    paper_data: bool = False,
+    config: dict[str, Any] | None = None,
     summary_name: str = "summary.json",
 ) -> list[dict[str, Any]]:
     """Write <id>.md, <id>.html and <id>.caption.rst per table plus `summary_name`, the list of
@@ -551,8 +610,9 @@ def render_tables(
     for spec in specs:
         grid = build_grid(metrics, per_question, spec, context)
         write_text(to_markdown(grid, run, paper_data), out_dir / f"{spec.id}.md")
-        write_text("<!DOCTYPE html><meta charset='utf-8'>\n" + to_html(grid, run, paper_data),
-                   out_dir / f"{spec.id}.html")
+        write_text(
+            "<!DOCTYPE html><meta charset='utf-8'>\n" + to_html(grid, run, paper_data), out_dir / f"{spec.id}.html"
+        )
         write_text(caption_rst(grid, run, paper_data), out_dir / f"{spec.id}.caption.rst")
         summaries.append(grid.summary())
     write_json(summaries, out_dir / summary_name)

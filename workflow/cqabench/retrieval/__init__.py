@@ -35,9 +35,7 @@ def family(settings: Mapping[str, Any]) -> ModuleType:
     """The module implementing `settings['type']` (see `cqabench.retrieval.base`)."""
     kind = settings.get("type")
     if kind not in FAMILIES:
-        raise ConfigError(
-            f"retriever type {kind!r} is unknown; valid types: {', '.join(sorted(FAMILIES))}"
-        )
+        raise ConfigError(f"retriever type {kind!r} is unknown; valid types: {', '.join(sorted(FAMILIES))}")
     return importlib.import_module(FAMILIES[kind])
 
 
@@ -86,9 +84,7 @@ def build_index(docs: Iterable[Doc], index_dir: str | Path, settings: Mapping[st
         write_settings(tmp, settings)
 
 
-def search(
-    index_dir: str | Path, queries: list[QueryText], k: int, settings: Mapping[str, Any]
-) -> Results:
+def search(index_dir: str | Path, queries: list[QueryText], k: int, settings: Mapping[str, Any]) -> Results:
     """Search an index after checking it was built with these settings."""
     module = family(settings)
     settings = resolve(settings)

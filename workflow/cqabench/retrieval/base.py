@@ -85,9 +85,7 @@ def check_index(index_dir: Path, settings: Mapping[str, Any], search_only: Itera
             for key in set(built) | set(asked)
             if built.get(key) != asked.get(key)
         )
-        raise ConfigError(
-            f"index {index_dir} was built with other settings ({'; '.join(diff)}); rebuild it"
-        )
+        raise ConfigError(f"index {index_dir} was built with other settings ({'; '.join(diff)}); rebuild it")
 
 
 def check_positive_int(family: str, settings: Mapping[str, Any], *keys: str) -> None:

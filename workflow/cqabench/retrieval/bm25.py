@@ -67,8 +67,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     unknown = set(settings) - set(DEFAULTS) - {"type"}
     if unknown:
         raise ConfigError(
-            f"bm25 retriever: unknown setting(s) {', '.join(sorted(unknown))}; "
-            f"valid: {', '.join(sorted(DEFAULTS))}"
+            f"bm25 retriever: unknown setting(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(DEFAULTS))}"
         )
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "type"}}
     for key in ("k1", "b"):
@@ -76,9 +75,7 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"bm25 retriever: {key} must be a non-negative number, got {s[key]!r}")
     fields = s["fields"]
     if not isinstance(fields, dict) or not fields or set(fields) - set(FIELD_NAMES):
-        raise ConfigError(
-            f"bm25 retriever: fields must map some of {sorted(FIELD_NAMES)} to boosts, got {fields!r}"
-        )
+        raise ConfigError(f"bm25 retriever: fields must map some of {sorted(FIELD_NAMES)} to boosts, got {fields!r}")
     for name, boost in fields.items():
         if not isinstance(boost, (int, float)) or isinstance(boost, bool) or boost <= 0:
             raise ConfigError(f"bm25 retriever: boost of field {name!r} must be positive, got {boost!r}")
@@ -182,8 +179,7 @@ def build_index(docs: Iterable[Doc], index_dir: Path, settings: dict[str, Any]) 
         indexed.close()
     if total != count:
         raise ConfigError(
-            f"bm25: Lucene holds {total} of {count} documents (empty or duplicate ids?); "
-            "see the Anserini log above"
+            f"bm25: Lucene holds {total} of {count} documents (empty or duplicate ids?); see the Anserini log above"
         )
     log.info("bm25: indexed %d documents into %s", count, index_dir)
 
@@ -198,9 +194,7 @@ def _searcher(index_dir: Path, s: dict[str, Any]) -> Any:
     elif s["stemmer"] != "porter":
         from pyserini.analysis import get_lucene_analyzer
 
-        searcher.set_analyzer(
-            get_lucene_analyzer(language="en", stemming=s["stemmer"] != "none", stemmer=s["stemmer"])
-        )
+        searcher.set_analyzer(get_lucene_analyzer(language="en", stemming=s["stemmer"] != "none", stemmer=s["stemmer"]))
     searcher.set_bm25(float(s["k1"]), float(s["b"]))
     return searcher
 

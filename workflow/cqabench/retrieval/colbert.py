@@ -29,8 +29,17 @@ from cqabench.models.store import revision_settings
 from cqabench.retrieval.base import Doc, QueryText, Results, check_positive_int, rank
 
 SEARCH_ONLY_KEYS = frozenset(
-    {"threads", "device", "timeout_s", "ncells", "centroid_score_threshold", "ndocs", "batch_size", "chunksize",
-     "encode_jobs"}
+    {
+        "threads",
+        "device",
+        "timeout_s",
+        "ncells",
+        "centroid_score_threshold",
+        "ndocs",
+        "batch_size",
+        "chunksize",
+        "encode_jobs",
+    }
 )
 # Run-time settings and what reads them: device (torch, colbert-ai's gpus), threads
 # (OMP_NUM_THREADS of the worker), timeout_s (the worker's wall-clock limit), batch_size
@@ -66,7 +75,9 @@ class ColbertError(CqaError):
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(settings) - _KNOWN)
     if unknown:
-        raise ConfigError(f"colbert retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+        raise ConfigError(
+            f"colbert retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}"
+        )
     if not settings.get("model"):
         raise ConfigError("colbert retriever: set `model` (a ColBERTv2 checkpoint, e.g. colbert-ir/colbertv2.0)")
     out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS}, "model": settings["model"]}
@@ -132,7 +143,9 @@ def _run_worker(action: str, request: dict[str, Any], settings: dict[str, Any], 
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             if isinstance(exc, subprocess.TimeoutExpired):
-                raise ColbertError(f"colbert {action} ran past timeout_s={timeout:g}; log tail:\n{_tail(log_path)}") from None
+                raise ColbertError(
+                    f"colbert {action} ran past timeout_s={timeout:g}; log tail:\n{_tail(log_path)}"
+                ) from None
             raise
     if returncode != 0:
         raise ColbertError(f"colbert {action} failed (exit {returncode}); log tail:\n{_tail(log_path)}")
@@ -298,7 +311,9 @@ def read_codec(codec: Path, rows: int, chunk: int) -> dict[str, Any]:
     record = json.loads(path.read_text(encoding="utf-8"))
     for key, value in (("rows", rows), ("chunksize", chunk)):
         if record.get(key) != value:
-            raise DataError(path, None, key, f"is {record.get(key)!r}, the parts need {value!r}; rerun the colbert_codec job")
+            raise DataError(
+                path, None, key, f"is {record.get(key)!r}, the parts need {value!r}; rerun the colbert_codec job"
+            )
     return record
 
 
@@ -310,7 +325,9 @@ def _link_codec(codec: Path, plaid: Path) -> None:
         link_or_copy(Path(codec) / PLAID_DIR / name, plaid / name)
 
 
-def encode_part(docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_chunk: int, *, codec: Path) -> dict[str, Any]:
+def encode_part(
+    docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_chunk: int, *, codec: Path
+) -> dict[str, Any]:
     """Chunks first_chunk.. of the corpus, encoded and compressed with the shared codec; docids.txt."""
     s = resolve(settings)
     out = Path(out).absolute()  # the worker runs in its own folder
@@ -376,8 +393,15 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     docids = (index_dir / "docids.txt").read_text(encoding="utf-8").split("\n")[:-1]
     with tempfile.TemporaryDirectory(prefix="cqabench-colbert-") as tmp:
         out = Path(tmp) / "ranking.json"
-        request = _request(s, "search", index_path=str(index_dir / PLAID_DIR), root=tmp,
-                           queries=[text for _, text in todo], k=k, out=str(out))
+        request = _request(
+            s,
+            "search",
+            index_path=str(index_dir / PLAID_DIR),
+            root=tmp,
+            queries=[text for _, text in todo],
+            k=k,
+            out=str(out),
+        )
         _run_worker("search", request, s, Path(tmp))
         ranked = json.loads(out.read_text(encoding="utf-8"))
     for (qid, _), hits in zip(todo, ranked):
@@ -387,15 +411,20 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
 
 # --- the worker side: runs in the child process only ---------------------------------------
 
+
 def _colbert_config(req: dict[str, Any], **extra: Any) -> Any:
     from colbert.infra import ColBERTConfig
 
     if req.get("batch_size"):
         extra["index_bsize"] = int(req["batch_size"])
     return ColBERTConfig(
-        nbits=req["nbits"], doc_maxlen=req["doc_maxlen"], query_maxlen=req["query_maxlen"],
-        kmeans_niters=req["kmeans_niters"], gpus=0 if req["device"] == "cpu" else 1,
-        avoid_fork_if_possible=True, **extra,
+        nbits=req["nbits"],
+        doc_maxlen=req["doc_maxlen"],
+        query_maxlen=req["query_maxlen"],
+        kmeans_niters=req["kmeans_niters"],
+        gpus=0 if req["device"] == "cpu" else 1,
+        avoid_fork_if_possible=True,
+        **extra,
     )
 
 
@@ -421,7 +450,9 @@ class TsvPassages:
             for line_idx, line in enumerate(fh):
                 pid, passage, *rest = line.strip("\n\r ").split("\t")
                 if int(pid) != line_idx or rest:
-                    raise DataError(self.path, f"line {line_idx + 1}", "pid", f"expected pid {line_idx} and one passage")
+                    raise DataError(
+                        self.path, f"line {line_idx + 1}", "pid", f"expected pid {line_idx} and one passage"
+                    )
                 yield passage
 
     def __getitem__(self, item: int) -> str:
@@ -529,11 +560,18 @@ def _worker(action: str, req: dict[str, Any]) -> None:
             indexer.index(name=path.name, collection=_collection(req), overwrite=True)
             return
         extra = {k: req[k] for k in _PLAID_SEARCH if req.get(k) is not None}
-        searcher = Searcher(index=req["index_path"], checkpoint=checkpoint, config=_colbert_config(req, **extra),
-                            collection=["(not loaded)"], verbose=0)
+        searcher = Searcher(
+            index=req["index_path"],
+            checkpoint=checkpoint,
+            config=_colbert_config(req, **extra),
+            collection=["(not loaded)"],
+            verbose=0,
+        )
         k = int(req["k"])
         ranking = searcher.search_all({i: q for i, q in enumerate(req["queries"])}, k=k).todict()
-        out = [[(int(pid), float(score)) for pid, _rank, score in ranking.get(i, [])] for i in range(len(req["queries"]))]
+        out = [
+            [(int(pid), float(score)) for pid, _rank, score in ranking.get(i, [])] for i in range(len(req["queries"]))
+        ]
         Path(req["out"]).write_text(json.dumps(out), encoding="utf-8")
 
 

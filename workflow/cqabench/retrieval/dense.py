@@ -60,7 +60,12 @@ FAMILIES: dict[str, dict[str, Any]] = {
     # sentence-transformers decides pooling/normalization from the model's own modules;
     # the join is DEXTER's DenseFullSearch one (title + "[SEP]" + text).
     # max_length None: the model's own max_seq_length (256 for all-MiniLM-L6-v2), as DEXTER.
-    "sentence-transformers": {"pooling": None, "similarity": "cosine", "doc_format": "{title}[SEP]{text}", "max_length": None},
+    "sentence-transformers": {
+        "pooling": None,
+        "similarity": "cosine",
+        "doc_format": "{title}[SEP]{text}",
+        "max_length": None,
+    },
     "dpr": {"pooling": "cls", "similarity": "dot", "doc_format": PAIR},
     "ance": {"pooling": "cls", "similarity": "dot", "doc_format": "{title} [SEP] {text}"},
     "tas-b": {"pooling": "cls", "similarity": "dot", "doc_format": "{title} [SEP] {text}"},
@@ -80,9 +85,27 @@ _DEFAULTS = {
     "train_size": 200000,
 }
 _KNOWN = {
-    "type", "family", "model", "query_model", "doc_model", "revision", "query_revision", "doc_revision",
-    "pooling", "similarity", "doc_format",
-    "query_prefix", "doc_prefix", "dtype", "batch_size", "query_batch_size", "device", "threads", "nprobe", "ef_search", "encode_jobs",
+    "type",
+    "family",
+    "model",
+    "query_model",
+    "doc_model",
+    "revision",
+    "query_revision",
+    "doc_revision",
+    "pooling",
+    "similarity",
+    "doc_format",
+    "query_prefix",
+    "doc_prefix",
+    "dtype",
+    "batch_size",
+    "query_batch_size",
+    "device",
+    "threads",
+    "nprobe",
+    "ef_search",
+    "encode_jobs",
     "passages_per_part",  # read by the planner only (cqabench.retrieval.parts.part_count), never recorded
     *_DEFAULTS,
 }
@@ -120,7 +143,9 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     the run-time settings (batch sizes, device, threads, nprobe, ef_search), each checked."""
     unknown = sorted(set(settings) - _KNOWN)
     if unknown:
-        raise ConfigError(f"dense retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+        raise ConfigError(
+            f"dense retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}"
+        )
     fam = settings.get("family", "sentence-transformers")
     if fam not in FAMILIES:
         raise ConfigError(f"dense family {fam!r} is unknown; valid: {', '.join(FAMILIES)}")
@@ -155,7 +180,9 @@ def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     check_device("dense", runtime["device"])
     if runtime["batch_size"] is None:
         runtime["batch_size"] = default_batch_size(runtime["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"])
-    check_positive_int("dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search", "encode_jobs")
+    check_positive_int(
+        "dense", runtime, "batch_size", "query_batch_size", "threads", "nprobe", "ef_search", "encode_jobs"
+    )
     # The precision the vectors are computed in: part of the recipe (it changes the vectors).
     out["dtype"] = check_dtype("dense", settings.get("dtype"), runtime["device"], out["backend"], out["quantize"])
     if runtime["device"] != "cpu" and (out["backend"] != "torch" or out["quantize"] != "none"):
@@ -212,7 +239,9 @@ class _Encoders:
         normalize = r["similarity"] == "cosine"
         log.info("dense: loading %s on %s (threads %s)", spec, device, threads or "torch default")
         parts = None
-        onnx_on_cpu = (r["backend"], r["quantize"]) != ("torch", "none") and device == "cpu" and dtype in (None, "float32")
+        onnx_on_cpu = (
+            (r["backend"], r["quantize"]) != ("torch", "none") and device == "cpu" and dtype in (None, "float32")
+        )
         if r["family"] == "sentence-transformers" and onnx_on_cpu:
             parts = encoders.st_onnx_parts(spec)  # a plain stack: no need to load it in torch first
         if r["family"] == "sentence-transformers":
@@ -223,10 +252,14 @@ class _Encoders:
                     return st
                 parts = (*st.hf_parts(), st.default_length)
             pooling, st_norm, length = parts
-            enc = encoders.HFEncoder(spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads)
+            enc = encoders.HFEncoder(
+                spec, pooling, normalize or st_norm, r["backend"], r["quantize"], onnx_path, threads
+            )
             enc.default_length = length
         else:
-            enc = encoders.HFEncoder(spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device, dtype)
+            enc = encoders.HFEncoder(
+                spec, r["pooling"], normalize, r["backend"], r["quantize"], onnx_path, threads, device, dtype
+            )
         cache[spec] = enc
         return enc
 
@@ -239,7 +272,9 @@ class _Encoders:
         return _finish(self.doc.run(prepared), self.recipe)
 
     def encode_queries(self, texts: list[str], batch_size: int) -> np.ndarray:
-        out = self.query.encode([self.recipe["query_prefix"] + t for t in texts], self.recipe["query_max_length"], batch_size)
+        out = self.query.encode(
+            [self.recipe["query_prefix"] + t for t in texts], self.recipe["query_max_length"], batch_size
+        )
         return _finish(out, self.recipe)
 
 
@@ -380,7 +415,9 @@ def _load_meta(index_dir: Path, settings: dict[str, Any]) -> dict[str, Any]:
     asked = recipe_of(resolve(settings))
     if meta["recipe"] != json.loads(json.dumps(asked)):
         diff = sorted(k for k in set(asked) | set(meta["recipe"]) if asked.get(k) != meta["recipe"].get(k))
-        raise ConfigError(f"dense index {index_dir} was built with another recipe (differs in: {', '.join(diff)}); rebuild it")
+        raise ConfigError(
+            f"dense index {index_dir} was built with another recipe (differs in: {', '.join(diff)}); rebuild it"
+        )
     return meta
 
 
@@ -416,7 +453,12 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
     q = encoders.encode_queries([text for _, text in queries], batch_size)
     depth = min(k, meta["count"])
     if run["index"] == "flat":
-        log.info("dense: exact scan of %d shards on %s (threads %s)", len(meta["shards"]), device, run["threads"] or "torch default")
+        log.info(
+            "dense: exact scan of %d shards on %s (threads %s)",
+            len(meta["shards"]),
+            device,
+            run["threads"] or "torch default",
+        )
         shards = [index_dir / "shards" / name for name in meta["shards"]]
         scores, ids = flat_search(shards, q, depth, device, run["threads"])
     else:

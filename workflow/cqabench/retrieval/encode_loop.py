@@ -160,7 +160,9 @@ class TorchEncoder:
             t = torch.from_numpy(a)
             return t.pin_memory() if pin else t
 
-        return tokenize_batches(self.tokenizer, self._clean(texts), min(int(max_length), self.limit), batch_size, to_tensor)
+        return tokenize_batches(
+            self.tokenizer, self._clean(texts), min(int(max_length), self.limit), batch_size, to_tensor
+        )
 
     def _clean(self, texts: Sequence[Any]) -> Sequence[Any]:
         if not (self.strip or self.lower):

@@ -128,7 +128,9 @@ def require_device(device: str, what: str) -> str:
         )
     index = int(device.split(":")[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
-        raise ConfigError(f"{what}: device {device!r} asked, but only {torch.cuda.device_count()} GPU(s) are visible{hint}")
+        raise ConfigError(
+            f"{what}: device {device!r} asked, but only {torch.cuda.device_count()} GPU(s) are visible{hint}"
+        )
     return device
 
 
@@ -164,7 +166,9 @@ class HFEncoder:
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
         if device != "cpu" and (backend != "torch" or quantize != "none"):
-            raise ConfigError(f"device {device!r} needs backend torch with quantize none (onnxruntime and int8 run on CPU)")
+            raise ConfigError(
+                f"device {device!r} needs backend torch with quantize none (onnxruntime and int8 run on CPU)"
+            )
         self.dtype = check_dtype(f"model {spec!r}", dtype, device, backend, quantize)
         self.spec, self.pooling, self.normalize = spec, pooling, normalize
         self._torch: TorchEncoder | None = None
@@ -193,14 +197,18 @@ class HFEncoder:
             raise ConfigError(f"model {spec!r}: DPR encoders with projection_dim > 0 are not supported")
         # DPR checkpoints wrap a BertModel; their own pooler is the CLS vector, so we use the
         # inner model and pool here, which also lets ONNX export one graph for every family.
-        inner = getattr(getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None)
+        inner = getattr(
+            getattr(model, "question_encoder", None) or getattr(model, "ctx_encoder", None), "bert_model", None
+        )
         self.model = (inner or model).eval()
         self.limit = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.default_length = min(512, self.limit)
         if backend == "torch":
             if quantize == "int8":
                 qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-                self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8)
+                self.model = torch.ao.quantization.quantize_dynamic(
+                    self.model, {torch.nn.Linear: qconfig}, dtype=torch.qint8
+                )
             self.model = self.model.to(self.device, dtype=torch_dtype(self.dtype))
             self._torch = TorchEncoder(self.model, self.tokenizer, pooling, normalize, self.device, self.limit)
         elif backend == "onnx":
@@ -309,8 +317,14 @@ def _export(model: Any, tokenizer: Any, path: Path, quantize: str) -> None:
     try:
         with torch.inference_mode():
             torch.onnx.export(
-                model, tuple(sample[k] for k in names), str(fp32), input_names=names,
-                output_names=["hidden"], dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False,
+                model,
+                tuple(sample[k] for k in names),
+                str(fp32),
+                input_names=names,
+                output_names=["hidden"],
+                dynamic_axes=axes,
+                opset_version=ONNX_OPSET,
+                dynamo=False,
             )
     except Exception as exc:  # the exporter raises many kinds; all mean "no onnx here"
         raise ConfigError(f"ONNX export failed ({type(exc).__name__}: {exc}); use backend: torch") from None
@@ -362,8 +376,11 @@ def _onnx_session(
 
 ST_MODULE = "sentence_transformers.models."
 ST_POOLING_MODES = {  # Pooling config flag -> its name in Pooling.get_pooling_mode_str()
-    "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max", "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
 
@@ -414,7 +431,9 @@ class STEncoder:
         require_device(device, f"model {spec!r}")
         self.dtype = check_dtype(f"model {spec!r}", dtype, device)
         try:
-            self.model = SentenceTransformer(resolve_model(spec), device=device, model_kwargs={"dtype": torch_dtype(self.dtype)})
+            self.model = SentenceTransformer(
+                resolve_model(spec), device=device, model_kwargs={"dtype": torch_dtype(self.dtype)}
+            )
         except (OSError, ValueError) as exc:
             raise _load_error(spec, exc) from None
         self.default_length = int(self.model.max_seq_length or 512)

@@ -30,7 +30,9 @@ def empty_topk(queries: int) -> tuple[np.ndarray, np.ndarray]:
     return np.empty((queries, 0), dtype=np.float32), np.empty((queries, 0), dtype=np.int64)
 
 
-def merge_topk(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+def merge_topk(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The best k of two (scores, ids) candidate lists per query (rows), by score descending then
     id ascending; padding (score -inf, id -1) sorts last and is kept only where fewer exist."""
     scores = np.concatenate([a[0], b[0]], axis=1)

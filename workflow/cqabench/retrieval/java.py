@@ -143,7 +143,9 @@ def run_pyserini_module(module: str, args: list[str]) -> None:
     name = module if module.startswith("pyserini.") else f"pyserini.{module}"
     spec = importlib.util.find_spec("pyserini")  # finds the package without importing it
     if spec is None or spec.origin is None:
-        raise ConfigError("pyserini is not installed; the Pyserini commands need pyserini==1.6.0 (see requirements.txt)")
+        raise ConfigError(
+            "pyserini is not installed; the Pyserini commands need pyserini==1.6.0 (see requirements.txt)"
+        )
     # Looked up on disk: importing a pyserini subpackage before our JVM runs would start
     # pyjnius on whatever Java it finds first.
     where = Path(spec.origin).parent.joinpath(*name.split(".")[1:])

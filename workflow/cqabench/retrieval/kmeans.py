@@ -79,7 +79,9 @@ def assign(x: Any, centroids: Any, device: str = "cpu") -> Any:
     """The nearest centroid (L2, ties to the lower index) of every row of x: a CPU int64 tensor."""
     import torch
 
-    return torch.cat([nearest.cpu() for _, nearest, _ in _assign_blocks(torch.as_tensor(x), centroids.to(device), device)])
+    return torch.cat(
+        [nearest.cpu() for _, nearest, _ in _assign_blocks(torch.as_tensor(x), centroids.to(device), device)]
+    )
 
 
 def _assign_blocks(x: Any, centroids: Any, device: str) -> Any:
@@ -121,7 +123,9 @@ def colbert_kmeans(dim: int, num_partitions: int, kmeans_niters: int, shared_lis
     sample = shared_lists[0][0]
     if sample.shape[1] != dim:
         raise ValueError(f"k-means: sample of dimension {sample.shape[1]}, colbert-ai asked {dim}")
-    log.info("colbert codec: torch k-means of %d embeddings into %d centroids on %s", len(sample), num_partitions, device)
+    log.info(
+        "colbert codec: torch k-means of %d embeddings into %d centroids on %s", len(sample), num_partitions, device
+    )
     centroids = kmeans(sample, num_partitions, kmeans_niters, seed=123, device=device)
     if return_value_queue is not None:
         return_value_queue.put(centroids)

@@ -73,8 +73,10 @@ def is_sharded(settings: Mapping[str, Any]) -> bool:
     """Whether the index is gathered from part jobs: `passages_per_part` set, or `encode_jobs` > 1."""
     target = settings.get("passages_per_part")
     if target is not None and settings.get("encode_jobs") is not None:
-        raise ConfigError("set passages_per_part (a size target: the number of parts follows the corpus) "
-                          "or encode_jobs (a fixed number of parts), not both")
+        raise ConfigError(
+            "set passages_per_part (a size target: the number of parts follows the corpus) "
+            "or encode_jobs (a fixed number of parts), not both"
+        )
     if target is not None and (not isinstance(target, int) or isinstance(target, bool) or target < 1):
         raise ConfigError(f"passages_per_part must be a positive integer, got {target!r}")
     return target is not None or encode_jobs(settings) > 1
@@ -151,7 +153,9 @@ def encode_corpus_part(
         docs = read_documents(corpus, serialization, (start, stop))
         meta = module.encode_part(docs, tmp, resolved, start // chunk, **extra)
         if int(meta["count"]) != stop - start:
-            raise DataError(corpus, f"rows {start}-{stop}", "-", f"read {meta['count']} documents, expected {stop - start}")
+            raise DataError(
+                corpus, f"rows {start}-{stop}", "-", f"read {meta['count']} documents, expected {stop - start}"
+            )
         record = {
             "part": part, "of": of, "rows": [start, stop], "corpus_rows": total, "chunk": chunk,
             "serialization": serialization, "signature": retrievers.signature(resolved), **meta,
@@ -172,7 +176,9 @@ def read_part(folder: str | Path) -> dict[str, Any]:
         raise DataError(path, None, "-", f"not valid JSON ({exc.msg}); rerun its encode-part job") from None
 
 
-def check_parts(corpus: str | Path, serialization: str, settings: Mapping[str, Any], parts: Sequence[str | Path]) -> list[dict[str, Any]]:
+def check_parts(
+    corpus: str | Path, serialization: str, settings: Mapping[str, Any], parts: Sequence[str | Path]
+) -> list[dict[str, Any]]:
     """The parts' records, after checking they tile this corpus, in order, with these settings."""
     if not parts:
         raise ConfigError("gather: no parts given")
@@ -187,15 +193,23 @@ def check_parts(corpus: str | Path, serialization: str, settings: Mapping[str, A
             if rec.get(key) != value:
                 raise DataError(path, f"part {i}", key, f"is {rec.get(key)!r}, expected {value!r} (parts given in order 0..{len(parts) - 1} of this corpus)")  # fmt: skip
         if rec.get("signature") != want_sig:
-            diff = sorted(k for k in set(want_sig) | set(rec.get("signature") or {}) if want_sig.get(k) != (rec.get("signature") or {}).get(k))
-            raise DataError(path, f"part {i}", "signature", f"made with other settings (differs in: {', '.join(diff)}); rerun it")
+            diff = sorted(
+                k
+                for k in set(want_sig) | set(rec.get("signature") or {})
+                if want_sig.get(k) != (rec.get("signature") or {}).get(k)
+            )
+            raise DataError(
+                path, f"part {i}", "signature", f"made with other settings (differs in: {', '.join(diff)}); rerun it"
+            )
         start, stop = rec["rows"]
         if start != at:
             raise DataError(path, f"part {i}", "rows", f"starts at row {start}, expected {at}")
         at = stop
         records.append(rec)
     if at != total:
-        raise DataError(Path(parts[-1]) / PART_FILE, f"part {len(parts) - 1}", "rows", f"ends at row {at}, the corpus has {total}")
+        raise DataError(
+            Path(parts[-1]) / PART_FILE, f"part {len(parts) - 1}", "rows", f"ends at row {at}, the corpus has {total}"
+        )
     _check_unique_docids(corpus, parts)
     return records
 
@@ -217,7 +231,9 @@ def _check_unique_docids(corpus: str | Path, parts: Sequence[str | Path]) -> Non
                 docid = line.rstrip("\n")
                 if IdDigests.digest(docid) in candidates:
                     if docid in seen:
-                        raise DataError(corpus, docid, "docid", f"duplicate document id (in {seen[docid]} and {folder})")
+                        raise DataError(
+                            corpus, docid, "docid", f"duplicate document id (in {seen[docid]} and {folder})"
+                        )
                     seen[docid] = Path(folder)
 
 

@@ -72,7 +72,9 @@ def resolve(settings: Mapping[str, Any]) -> dict[str, Any]:
     out.update(revision_settings(settings, ("model",), "rerank"))
     check_device("rerank", out["device"])
     batch = settings.get("batch_size")
-    out["batch_size"] = default_batch_size(out["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"]) if batch is None else batch
+    out["batch_size"] = (
+        default_batch_size(out["device"], BATCH_SIZE["cpu"], BATCH_SIZE["gpu"]) if batch is None else batch
+    )
     out["dtype"] = check_dtype("rerank", settings.get("dtype"), out["device"])
     check_positive_int("rerank", out, "depth", "batch_size", "max_length")
     if settings.get("threads") is not None:
@@ -162,7 +164,12 @@ class CrossEncoderScorer:
                     cut += 1
                     most = max(most, over)
         shortened = sum(1 for text, kept in self._bounded.items() if kept is not text)
-        return {"pairs": len(pairs), "truncated_pairs": cut, "max_tokens_cut": most, "texts_cut_before_tokenizing": shortened}
+        return {
+            "pairs": len(pairs),
+            "truncated_pairs": cut,
+            "max_tokens_cut": most,
+            "texts_cut_before_tokenizing": shortened,
+        }
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """Raw logits, one per pair, in input order (batched by the CrossEncoder; each text cut
@@ -212,7 +219,9 @@ def rerank(
     tops = candidates(results, depth)
     missing_q = sorted(q for q in tops if tops[q] and q not in questions)
     if missing_q:
-        raise ConfigError(f"rerank: {len(missing_q)} query id(s) of the input run have no question (first: {missing_q[:3]})")
+        raise ConfigError(
+            f"rerank: {len(missing_q)} query id(s) of the input run have no question (first: {missing_q[:3]})"
+        )
     pairs: list[tuple[str, str]] = []
     owners: list[tuple[str, str]] = []
     for qid, ranking in tops.items():

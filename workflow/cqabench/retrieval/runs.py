@@ -23,9 +23,7 @@ from cqabench.retrieval.base import Results, rank
 
 Run = dict[str, dict[str, float]]
 
-RUN_SCHEMA = pa.schema(
-    [("qid", pa.string()), ("docid", pa.string()), ("rank", pa.int32()), ("score", pa.float64())]
-)
+RUN_SCHEMA = pa.schema([("qid", pa.string()), ("docid", pa.string()), ("rank", pa.int32()), ("score", pa.float64())])
 FORMATS = ("trec", "parquet", "json")
 
 
@@ -108,7 +106,9 @@ def _read_trec(path: Path) -> Run:
             int(rank_text)
             score = float(score_text)
         except ValueError:
-            raise DataError(path, where, "rank/score", f"rank {rank_text!r} or score {score_text!r} is not a number") from None
+            raise DataError(
+                path, where, "rank/score", f"rank {rank_text!r} or score {score_text!r} is not a number"
+            ) from None
         _add(run, path, where, qid, docid, score)
     return run
 
@@ -168,6 +168,11 @@ def read_run(path: str | Path, fmt: str | None = None) -> Run:
         # An empty run would score 0.0 on every measure and give a RAG cell no context while its
         # rows said k documents: refused here, where import, evaluation, fusion, rerank and the
         # cell inputs all read a run (as `prepare` refuses a raw file without questions).
-        raise DataError(path, None, "-", f"the run ranks no document (an empty {fmt} file, blank lines or "
-                        "empty rankings only): nothing to score or fuse; is it the right file?")
+        raise DataError(
+            path,
+            None,
+            "-",
+            f"the run ranks no document (an empty {fmt} file, blank lines or "
+            "empty rankings only): nothing to score or fuse; is it the right file?",
+        )
     return run

@@ -65,17 +65,34 @@ _DEFAULTS: dict[str, Any] = {
 # Run-time settings (search-only keys; the index is the same): torch and Anserini threads,
 # documents per encoder batch while indexing, queries per batch while searching, torch device.
 # threads None: torch's own default for encoding, one Anserini thread; batch_size None: BATCH_SIZE's.
-_RUNTIME_DEFAULTS: dict[str, Any] = {"threads": None, "batch_size": None, "query_batch_size": 32, "device": "cpu", "encode_jobs": 1}
+_RUNTIME_DEFAULTS: dict[str, Any] = {
+    "threads": None,
+    "batch_size": None,
+    "query_batch_size": 32,
+    "device": "cpu",
+    "encode_jobs": 1,
+}
 BATCH_SIZE = {"cpu": 8, "gpu": 32}  # [B, L, 30522] logits: 1 GB at 32 x 512 in float16 (not measured on a GPU yet)
 # passages_per_part: read by the planner only (cqabench.retrieval.parts.part_count), never recorded
-_KNOWN = {"type", "model", "query_model", "revision", "query_revision", "dtype", "passages_per_part", *_RUNTIME_DEFAULTS,
-          *_DEFAULTS}
+_KNOWN = {
+    "type",
+    "model",
+    "query_model",
+    "revision",
+    "query_revision",
+    "dtype",
+    "passages_per_part",
+    *_RUNTIME_DEFAULTS,
+    *_DEFAULTS,
+}
 
 
 def resolve(settings: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(settings) - _KNOWN)
     if unknown:
-        raise ConfigError(f"splade retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}")
+        raise ConfigError(
+            f"splade retriever: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(_KNOWN))}"
+        )
     if not settings.get("model"):
         raise ConfigError("splade retriever: set `model` (e.g. naver/splade_v2_max)")
     out = {**_DEFAULTS, **{k: v for k, v in settings.items() if k in _DEFAULTS and v is not None}}
@@ -144,7 +161,9 @@ class SpladeEncoder:
     def weights(self, texts: list[str], max_length: int | None, batch_size: int) -> np.ndarray:
         return self.run(self.prepare(texts, max_length, batch_size))
 
-    def term_maps(self, texts: list[str], max_length: int | None, batch_size: int, quantization: int) -> list[dict[str, int]]:
+    def term_maps(
+        self, texts: list[str], max_length: int | None, batch_size: int, quantization: int
+    ) -> list[dict[str, int]]:
         return self.maps(self.weights(texts, max_length, batch_size), quantization)
 
     def maps(self, dense: np.ndarray, quantization: int) -> list[dict[str, int]]:
@@ -224,7 +243,10 @@ def encode_part(docs: Iterable[Doc], out: Path, settings: dict[str, Any], first_
     """One part's term weights as vectors.jsonl (the lines a single job writes) and docids.txt."""
     s = resolve(settings)
     out = Path(out)
-    with open(out / "vectors.jsonl", "w", encoding="utf-8") as fh, open(out / "docids.txt", "w", encoding="utf-8") as ids:
+    with (
+        open(out / "vectors.jsonl", "w", encoding="utf-8") as fh,
+        open(out / "docids.txt", "w", encoding="utf-8") as ids,
+    ):
         count = _write_vectors(docs, fh, ids, s)
     return {"count": count}
 
@@ -257,9 +279,15 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
         return results
     encoder = SpladeEncoder(s["query_model"], s["threads"], s["device"], s["dtype"])
     log.info("splade: encoding %d queries in batches of %d", len(queries), s["query_batch_size"])
-    maps = encoder.term_maps([t for _, t in queries], s["query_max_length"], int(s["query_batch_size"]), s["quantization"])
+    maps = encoder.term_maps(
+        [t for _, t in queries], s["query_max_length"], int(s["query_batch_size"]), s["quantization"]
+    )
     start_jvm()
-    hash_map, array_list, jint = autoclass("java.util.HashMap"), autoclass("java.util.ArrayList"), autoclass("java.lang.Integer")
+    hash_map, array_list, jint = (
+        autoclass("java.util.HashMap"),
+        autoclass("java.util.ArrayList"),
+        autoclass("java.lang.Integer"),
+    )
     searcher = autoclass("io.anserini.search.SimpleImpactSearcher")(str(path))
     try:
         jq, jids = array_list(), array_list()
@@ -267,7 +295,9 @@ def search(index_dir: Path, queries: list[QueryText], k: int, settings: dict[str
             if not weights:
                 continue  # no positive weight: matches nothing
             if len(weights) > MAX_QUERY_TERMS:
-                log.warning("splade: query %s has %d terms; keeping the %d heaviest", qid, len(weights), MAX_QUERY_TERMS)
+                log.warning(
+                    "splade: query %s has %d terms; keeping the %d heaviest", qid, len(weights), MAX_QUERY_TERMS
+                )
                 weights = dict(sorted(weights.items(), key=lambda p: (-p[1], p[0]))[:MAX_QUERY_TERMS])
             m = hash_map()
             for term, w in weights.items():

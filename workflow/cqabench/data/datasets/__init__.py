@@ -44,8 +44,9 @@ def relevance_modes(dataset: str) -> dict[str, str]:
     return dict(loader(dataset).RELEVANCE)
 
 
-def has_gold_evidence(dataset: str, files: Mapping[str, Path | str | None],
-                      relevance: str = "paper") -> tuple[bool, str]:
+def has_gold_evidence(
+    dataset: str, files: Mapping[str, Path | str | None], relevance: str = "paper"
+) -> tuple[bool, str]:
     """Whether a (dataset, split) with these raw files (role -> path; an unconfigured role
     absent or None) will have gold evidence (qrels), and why not: (True, "") or (False, reason).
 

@@ -163,8 +163,9 @@ def contains_answer(text: str, keys: list[str]) -> bool:
     return any(k in t for k in keys for t in padded)
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """The passages as they are read, then each question's qrels, query and answer.
 
     The questions are read (and checked) first, so that only the titles they viewed are kept
@@ -224,8 +225,12 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
                     yield Qrel(qid=qid, docid=d, relevance=grade)
         meta.update(extra)
         single = all(a.type == "singleAnswer" for a in annotations)
-        yield Query(qid=qid, question=question, question_type="single" if single else "multi",
-                    meta=json.dumps(meta, ensure_ascii=False))
+        yield Query(
+            qid=qid,
+            question=question,
+            question_type="single" if single else "multi",
+            meta=json.dumps(meta, ensure_ascii=False),
+        )
         yield Answer(qid=qid, answer_type="interpretations", aliases=_pooled(annotations), annotations=annotations)
 
 
@@ -238,11 +243,11 @@ _VIEWED = re.compile(r'"viewed_doc_titles"\s*:\s*\[\s*"')
 
 def gold_evidence(files: Mapping[str, Path], relevance: str = "paper", chunk_size: int = 1 << 20) -> tuple[bool, str]:
     """Planning-time: gold passages need the DPR passages (role `passages`) and questions with
-    a non-empty `viewed_doc_titles`, which the light release lacks. The question file is read
-    in chunks and only until the first non-empty `"viewed_doc_titles": ["` (not parsed as
-    JSON, so a malformed file is left for `prepare` to report). A file not there yet will be
-    downloaded: (True, ""). Whether the viewed titles match passages (and, in mode `paper`, whether
-a viewed passage holds an answer) is not checked here: `prepare` finds out."""
+        a non-empty `viewed_doc_titles`, which the light release lacks. The question file is read
+        in chunks and only until the first non-empty `"viewed_doc_titles": ["` (not parsed as
+        JSON, so a malformed file is left for `prepare` to report). A file not there yet will be
+        downloaded: (True, ""). Whether the viewed titles match passages (and, in mode `paper`, whether
+    a viewed passage holds an answer) is not checked here: `prepare` finds out."""
     if not files.get("passages"):
         return False, "AmbigQA's gold passages need the DPR passages file (role `passages`), which is not configured"
     path = Path(files["questions"]) if files.get("questions") else None
@@ -255,5 +260,7 @@ a viewed passage holds an answer) is not checked here: `prepare` finds out."""
             if _VIEWED.search(window):
                 return True, ""
             tail = window[-64:]
-    return False, (f"AmbigQA questions in {path.name} carry no viewed_doc_titles (the light release lacks them), "
-                   "so no passage is gold")
+    return False, (
+        f"AmbigQA questions in {path.name} carry no viewed_doc_titles (the light release lacks them), "
+        "so no passage is gold"
+    )

@@ -38,7 +38,9 @@ def os_error(path: Path, exc: OSError) -> DataError:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def refuse_lone_surrogates(text: str, value: Any, path: Path, where: tuple = (), span: tuple[int, int] | None = None) -> None:
+def refuse_lone_surrogates(
+    text: str, value: Any, path: Path, where: tuple = (), span: tuple[int, int] | None = None
+) -> None:
     """A DataError naming the first string of `value` holding a lone UTF-16 surrogate.
 
     Why: JSON may spell one half of a surrogate pair alone (`"\\ud800"`); json.loads accepts it,
@@ -59,8 +61,13 @@ def refuse_lone_surrogates(text: str, value: Any, path: Path, where: tuple = (),
             except UnicodeEncodeError as exc:
                 record = at[0] if at else None
                 field = ".".join(str(step) for step in at[1:]).encode("utf-8", "backslashreplace").decode() or "-"
-                raise DataError(path, record, field, f"holds a lone UTF-16 surrogate (\\u{ord(item[exc.start]):04x}), "
-                                "which is no character and cannot be written as UTF-8; fix the escape") from None
+                raise DataError(
+                    path,
+                    record,
+                    field,
+                    f"holds a lone UTF-16 surrogate (\\u{ord(item[exc.start]):04x}), "
+                    "which is no character and cannot be written as UTF-8; fix the escape",
+                ) from None
         elif isinstance(item, dict):
             for key, member in reversed(item.items()):
                 stack.extend([((*at, key), member), ((*at, key), key)])
@@ -90,9 +97,10 @@ def decode_utf8(data: bytes, path: Path, line_offset: int = 0) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = line_offset + data[: exc.start].count(b"\n") + 1
-        bad = data[exc.start: exc.end].hex(" ")
-        raise DataError(path, f"line {line}", "-",
-                        f"not UTF-8 text (bytes {bad} at offset {exc.start}; re-save the file as UTF-8)") from None
+        bad = data[exc.start : exc.end].hex(" ")
+        raise DataError(
+            path, f"line {line}", "-", f"not UTF-8 text (bytes {bad} at offset {exc.start}; re-save the file as UTF-8)"
+        ) from None
 
 
 def read_bytes(path: Path) -> bytes:
@@ -248,8 +256,13 @@ def iter_json_object(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
         for line, key, _ in _json_members(path, what):
             if IdDigests.digest(key) in candidates:
                 if key in first_line:
-                    raise DataError(path, key, "-", f"member name repeated (lines {first_line[key]} and {line}); "
-                                    f"each of the {what} needs its own id")
+                    raise DataError(
+                        path,
+                        key,
+                        "-",
+                        f"member name repeated (lines {first_line[key]} and {line}); "
+                        f"each of the {what} needs its own id",
+                    )
                 first_line[key] = line
 
 
@@ -287,9 +300,12 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                 chunk = reader.decode(raw, final=not raw)
             except UnicodeDecodeError as exc:
                 line = read_lines + raw[: max(exc.start, 0)].count(b"\n") + 1
-                raise DataError(path, f"line {line}", "-",
-                                f"not UTF-8 text (bytes {exc.object[exc.start:exc.end].hex(' ')}; "
-                                "re-save the file as UTF-8)") from None
+                raise DataError(
+                    path,
+                    f"line {line}",
+                    "-",
+                    f"not UTF-8 text (bytes {exc.object[exc.start : exc.end].hex(' ')}; re-save the file as UTF-8)",
+                ) from None
             read_lines += raw.count(b"\n")
             buf += chunk
             eof = not raw
@@ -353,8 +369,9 @@ def _json_members(path: Path, what: str) -> Iterator[tuple[int, str, Any]]:
                     pos = start
                     continue
                 where = f" (after member {last!r})" if last is not None else " (in the first member)"
-                raise DataError(path, f"line {line_at(min(exc.pos, len(buf)))}", "-",
-                                f"not valid JSON ({exc.msg}){where}") from None
+                raise DataError(
+                    path, f"line {line_at(min(exc.pos, len(buf)))}", "-", f"not valid JSON ({exc.msg}){where}"
+                ) from None
             last = key
             refuse_lone_surrogates(buf, {key: value}, path, span=(start, pos))
             yield line_at(start + key_off), key, value

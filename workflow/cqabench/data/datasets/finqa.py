@@ -89,8 +89,14 @@ def _answer(qa: dict[str, Any], path: Path, qid: str) -> Answer:
     if isinstance(exe, str):
         word = exe.strip().lower()
         if word in ("yes", "no"):
-            return Answer(qid=qid, answer_type="aliases", aliases=[word], boolean=word == "yes",
-                          numeric_type="yes/no", program=program)
+            return Answer(
+                qid=qid,
+                answer_type="aliases",
+                aliases=[word],
+                boolean=word == "yes",
+                numeric_type="yes/no",
+                program=program,
+            )
         try:
             exe = float(exe.replace(",", ""))
         except ValueError:
@@ -98,8 +104,15 @@ def _answer(qa: dict[str, Any], path: Path, qid: str) -> Answer:
     number = finite(float(exe), path, qid, "qa.exe_ans")
     aliases = [answer] if answer.strip() else [f"{number:g}"]
     scale = "percent" if answer.strip().endswith("%") else ""
-    return Answer(qid=qid, answer_type="number", aliases=aliases, number=number, scale=scale,
-                  numeric_type="program", program=program)
+    return Answer(
+        qid=qid,
+        answer_type="number",
+        aliases=aliases,
+        number=number,
+        scale=scale,
+        numeric_type="program",
+        program=program,
+    )
 
 
 def _gold(qa: dict[str, Any], filename: str, n_sentences: int, path: Path, qid: str) -> list[str]:
@@ -110,16 +123,21 @@ def _gold(qa: dict[str, Any], filename: str, n_sentences: int, path: Path, qid: 
         if kind not in ("table", "text") or not num.isdigit():
             raise DataError(path, qid, "qa.gold_inds", f"key {key!r} is neither table_<i> nor text_<i>")
         if kind == "text" and int(num) >= n_sentences:
-            raise DataError(path, qid, "qa.gold_inds",
-                            f"{key!r} names sentence {num}, but the page has {n_sentences} (pre_text + post_text)")
+            raise DataError(
+                path,
+                qid,
+                "qa.gold_inds",
+                f"{key!r} names sentence {num}, but the page has {n_sentences} (pre_text + post_text)",
+            )
         docid = f"{filename}#table" if kind == "table" else f"{filename}#text_{int(num)}"
         if docid not in gold:
             gold.append(docid)
     return gold
 
 
-def _toolkit_documents(rec: dict[str, Any], qid: str, header: list[str],
-                       rows: list[list[str]]) -> tuple[list[Document], list[str]]:
+def _toolkit_documents(
+    rec: dict[str, Any], qid: str, header: list[str], rows: list[list[str]]
+) -> tuple[list[Document], list[str]]:
     """Mode `paper`: the question's table, pre and post documents (toolkit order), and the
     names of the parts left out because their joined text is blank (see the module docstring)."""
     docs = [Document(docid=f"{qid}.table", title="", text="", kind="table", table_header=header, table_rows=rows)]
@@ -133,8 +151,9 @@ def _toolkit_documents(rec: dict[str, Any], qid: str, header: list[str],
     return docs, empty
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """Each record's documents (mode `gold_inds`: its page's, the first time the page is met),
     qrels, answer and query. `relevance`: RELEVANCE."""
     toolkit = check_relevance("finqa", RELEVANCE, relevance) == "paper"
@@ -163,18 +182,24 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
             page = (header, rows, sentences)
             if filename not in pages:
                 pages[filename] = page
-                yield Document(docid=f"{filename}#table", title="", text="", kind="table",
-                               table_header=header, table_rows=rows)
+                yield Document(
+                    docid=f"{filename}#table", title="", text="", kind="table", table_header=header, table_rows=rows
+                )
                 yield from (Document(docid=f"{filename}#text_{k}", title="", text=s) for k, s in enumerate(sentences))
             elif pages[filename] != page:
-                raise DataError(path, qid, "table/pre_text/post_text",
-                                f"page {filename!r} differs from an earlier question's copy of it")
+                raise DataError(
+                    path,
+                    qid,
+                    "table/pre_text/post_text",
+                    f"page {filename!r} differs from an earlier question's copy of it",
+                )
             gold = page_gold
         yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
         yield _answer(qa, path, qid)
         meta["gold_inds"] = sorted(qa["gold_inds"])
-        yield Query(qid=qid, question=field(qa, "question", str, path, f"{qid} qa"),
-                    meta=json.dumps(meta, ensure_ascii=False))
+        yield Query(
+            qid=qid, question=field(qa, "question", str, path, f"{qid} qa"), meta=json.dumps(meta, ensure_ascii=False)
+        )
 
 
 def load(files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper") -> CanonicalData:

@@ -68,8 +68,9 @@ def _hops(qid: str) -> str:
     return m.group(1) if m else ""
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """Each question's new paragraphs, qrels, query and answer, record by record (a .jsonl file
     is read line by line). `relevance`: which paragraphs are gold (RELEVANCE)."""
     every = check_relevance("musique", RELEVANCE, relevance) == "paper"

@@ -40,14 +40,14 @@ from cqabench.data.schema import Answer, CanonicalData, Document, Qrel, Query
 RAW_FILES: dict[str, bool] = {"questions": True, "tables": True, "passages": True}
 RELEVANCE: dict[str, str] = {
     "paper": "the question's table plus the passages its traced answer nodes name; a table titled by its "
-             "page title, as the toolkit's loader",
+    "page title, as the toolkit's loader",
     "section_titles": "the same qrels; a table titled '<page title> - <section title>'",
 }
 
 
 def passage_title(key: str) -> str:
     """'/wiki/Cartier_Field' -> 'Cartier Field'."""
-    name = key[len("/wiki/"):] if key.startswith("/wiki/") else key
+    name = key[len("/wiki/") :] if key.startswith("/wiki/") else key
     return unquote(name).replace("_", " ")
 
 
@@ -83,8 +83,9 @@ def _table_doc(table_id: str, table: Any, path: Path, with_section: bool = False
     return Document(docid=table_id, title=full_title, text="", kind="table", table_header=header, table_rows=rows)
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """The tables, then the passages, as their files are read (common.iter_json_object: the
     open-domain release has 400k tables and 6M passages), then each question's qrels, answer and
     query. The questions are read and checked first, so only the ids they name are remembered;
@@ -112,8 +113,11 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
                 raise DataError(qpath, qid, f"answer-node[{j}]", f"passage node without a link ({link!r})")
             links.append((j, link))
         answer = field(rec, "answer-text", str, qpath, qid)
-        query = Query(qid=qid, question=field(rec, "question", str, qpath, qid),
-                      meta=json.dumps({"table_id": table_id}, ensure_ascii=False))
+        query = Query(
+            qid=qid,
+            question=field(rec, "question", str, qpath, qid),
+            meta=json.dumps({"table_id": table_id}, ensure_ascii=False),
+        )
         parsed.append((qid, table_id, links, Answer(qid=qid, answer_type="aliases", aliases=[answer]), query))
     del questions
 

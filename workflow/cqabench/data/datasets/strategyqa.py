@@ -122,11 +122,14 @@ def _absent(path: Path, ppath: Path, queries: list[Query], found: Container[str]
         for a, steps in enumerate(q.evidence):
             for pid in dict.fromkeys(p for step in steps for p in step):
                 if pid not in found:
-                    raise DataError(path, q.qid, "evidence", f"paragraph id {pid!r} (annotator {a}) is absent from {ppath}")
+                    raise DataError(
+                        path, q.qid, "evidence", f"paragraph id {pid!r} (annotator {a}) is absent from {ppath}"
+                    )
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """The paragraphs as they are read, then each question's qrels, query and answer.
 
     Questions are read and checked first, so only their evidence ids (mode `paper`: and the
@@ -192,8 +195,9 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
     yield from answers
 
 
-def _paper_qrels(queries: list[Query], title_of: Mapping[str, str], by_title: dict[str, list[str]],
-                 ppath: Path) -> Iterator[Qrel]:
+def _paper_qrels(
+    queries: list[Query], title_of: Mapping[str, str], by_title: dict[str, list[str]], ppath: Path
+) -> Iterator[Qrel]:
     """Mode `paper`: per question, every paragraph of each cited paragraph's title (titles in
     first-citation order, paragraphs in file order), relevance 1. A cited paragraph whose title
     field differs from what its id suggests (`id_title`) costs a second pass over the file for
@@ -218,6 +222,8 @@ def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[
     file; without the role `load` writes no corpus and no qrels. A configured paragraph file
     that is not there yet will be downloaded, so it counts."""
     if not files.get("paragraphs"):
-        return False, ("StrategyQA's gold paragraphs resolve only with the `paragraphs` file "
-                       "(strategyqa_train_paragraphs.json), which is not configured for this split")
+        return False, (
+            "StrategyQA's gold paragraphs resolve only with the `paragraphs` file "
+            "(strategyqa_train_paragraphs.json), which is not configured for this split"
+        )
     return True, ""

@@ -60,8 +60,7 @@ def parse_answer_table(text: str, path: Path, qid: str) -> tuple[list[str], list
     grid = [[cell.strip() for cell in line.split("|")] for line in lines]
     for n, row in enumerate(grid[1:], start=2):
         if len(row) != len(grid[0]):
-            raise DataError(path, qid, "answer_table",
-                            f"line {n} has {len(row)} cells, the header has {len(grid[0])}")
+            raise DataError(path, qid, "answer_table", f"line {n} has {len(row)} cells, the header has {len(grid[0])}")
     return header_and_rows(grid, path, qid, "answer_table")
 
 
@@ -124,15 +123,27 @@ def _proof_doc(proof: Any, path: Path, rec: str) -> Document:
             grid.append([field(c, "cell_value", str, path, f"{rec} rows[{i}].cells[{j}]") for j, c in enumerate(cells)])
         header, rows = header_and_rows(grid, path, rec, "rows")
         caption = _str(proof, "caption", path, rec)
-        return Document(docid=_hash_id("table", url, section, index, grid), title=title, text=caption,
-                        kind="table", table_header=header, table_rows=rows)
+        return Document(
+            docid=_hash_id("table", url, section, index, grid),
+            title=title,
+            text=caption,
+            kind="table",
+            table_header=header,
+            table_rows=rows,
+        )
     if kind == "infobox":
         key = field(proof, "key", str, path, rec)
         value = field(proof, "value", str, path, rec)
         if not key.strip():
             raise DataError(path, rec, "key", "empty table: infobox proof without a key")
-        return Document(docid=_hash_id("infobox", url, section, index, key, value), title=title, text="",
-                        kind="infobox", table_header=[key], table_rows=[[value]])
+        return Document(
+            docid=_hash_id("infobox", url, section, index, key, value),
+            title=title,
+            text="",
+            kind="infobox",
+            table_header=[key],
+            table_rows=[[value]],
+        )
     raise DataError(path, rec, "proof_type", f"unknown proof type {kind!r}; valid: text, table, infobox")
 
 
@@ -166,8 +177,9 @@ def _question(rec: dict[str, Any], path: Path, qid: str) -> str:
     raise DataError(path, qid, "ext_question_rephrased", "missing (nor question / ext_question)")
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """Each question's qrels, answer and query as read; the proof documents after the last line,
     since a later question can give an earlier document a more specific title (the corpus is
     the proofs of the question file, which is read line by line)."""
@@ -207,8 +219,13 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
         yield from (Qrel(qid=qid, docid=d, relevance=1) for d in gold)
         yield Answer(qid=qid, answer_type="table", table_header=header, table_rows=rows)
         yield (
-            Query(qid=qid, question=_question(rec, path, qid), question_type=qtype, skills=list(skills),
-                  meta=json.dumps({k: rec[k] for k in _META_KEYS if k in rec}, ensure_ascii=False))
+            Query(
+                qid=qid,
+                question=_question(rec, path, qid),
+                question_type=qtype,
+                skills=list(skills),
+                meta=json.dumps({k: rec[k] for k in _META_KEYS if k in rec}, ensure_ascii=False),
+            )
         )
     yield from corpus
 
@@ -250,5 +267,7 @@ def gold_evidence(files: Mapping[str, Path], relevance: str = "paper") -> tuple[
                 continue
             if _has_proof(rec):
                 return True, ""
-    return False, (f"the TANQ sample's questions carry no proofs (answer_list) in {path.name}; "
-                   "the full release (dev.jsonl / test.jsonl) has them")
+    return False, (
+        f"the TANQ sample's questions carry no proofs (answer_list) in {path.name}; "
+        "the full release (dev.jsonl / test.jsonl) has them"
+    )

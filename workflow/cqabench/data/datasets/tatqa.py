@@ -101,12 +101,20 @@ def _answer(q: dict[str, Any], path: Path, qid: str) -> Answer:
         spans = field(q, "answer", list, path, qid)
         if not spans or not all(isinstance(s, str) for s in spans):
             raise DataError(path, qid, "answer", "expected a non-empty list of strings for a span answer")
-        return Answer(qid=qid, answer_type="aliases", aliases=list(spans), scale=scale, numeric_type=kind,
-                      program=derivation)
+        return Answer(
+            qid=qid, answer_type="aliases", aliases=list(spans), scale=scale, numeric_type=kind, program=derivation
+        )
     if kind in NUMBER_TYPES:
         raw = field(q, "answer", (int, float, str), path, qid)
-        return Answer(qid=qid, answer_type="number", aliases=[str(raw)], number=_number(raw, path, qid),
-                      scale=scale, numeric_type=kind, program=derivation)
+        return Answer(
+            qid=qid,
+            answer_type="number",
+            aliases=[str(raw)],
+            number=_number(raw, path, qid),
+            scale=scale,
+            numeric_type=kind,
+            program=derivation,
+        )
     valid = ", ".join(SPAN_TYPES + NUMBER_TYPES)
     raise DataError(path, qid, "answer_type", f"unknown answer type {kind!r}; valid: {valid}")
 
@@ -125,14 +133,19 @@ def _table_grid(table: dict[str, Any], path: Path, uid: str, raw_rows: bool) -> 
         return header, rows
     for i, row in enumerate(rows, start=1):
         if len(row) != len(header):
-            raise DataError(path, uid, f"table.table[{i}]",
-                            f"{len(row)} cells where the first row has {len(header)}: a ragged table cannot be "
-                            "transposed (relevance mode rows keeps the raw orientation)")
+            raise DataError(
+                path,
+                uid,
+                f"table.table[{i}]",
+                f"{len(row)} cells where the first row has {len(header)}: a ragged table cannot be "
+                "transposed (relevance mode rows keeps the raw orientation)",
+            )
     return header_and_rows(transposed(grid), path, uid, "table.table (transposed)")
 
 
-def _paragraph(r: Any, by_order: Mapping[int, str], listed: list[str], positional: bool,
-               path: Path, qid: str, context: str) -> str:
+def _paragraph(
+    r: Any, by_order: Mapping[int, str], listed: list[str], positional: bool, path: Path, qid: str, context: str
+) -> str:
     """The uid a `rel_paragraphs` entry names: by list position (mode `paper`) or by `order`."""
     try:
         n = int(r)
@@ -140,16 +153,21 @@ def _paragraph(r: Any, by_order: Mapping[int, str], listed: list[str], positiona
         raise DataError(path, qid, "rel_paragraphs", f"{r!r} is not a paragraph order") from None
     if positional:
         if not 1 <= n <= len(listed):
-            raise DataError(path, qid, "rel_paragraphs",
-                            f"paragraph {r!r} does not exist in context {context} ({len(listed)} paragraphs)")
+            raise DataError(
+                path,
+                qid,
+                "rel_paragraphs",
+                f"paragraph {r!r} does not exist in context {context} ({len(listed)} paragraphs)",
+            )
         return listed[n - 1]
     if n not in by_order:
         raise DataError(path, qid, "rel_paragraphs", f"paragraph order {r!r} does not exist in context {context}")
     return by_order[n]
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """Per context: its questions' qrels, answers and queries, then (if it kept a question) its
     documents. Uids are checked unique over the file. `relevance`: RELEVANCE."""
     mode = check_relevance("tatqa", RELEVANCE, relevance)
@@ -203,8 +221,12 @@ def records(files: Mapping[str, Path], split: str, limit: int | None = None,
                     question=field(q, "question", str, path, qid),
                     question_type=kind,
                     meta=json.dumps(
-                        {"answer_from": source, "rel_paragraphs": rel, "req_comparison": q.get("req_comparison"),
-                         "context": table_uid},
+                        {
+                            "answer_from": source,
+                            "rel_paragraphs": rel,
+                            "req_comparison": q.get("req_comparison"),
+                            "context": table_uid,
+                        },
                         ensure_ascii=False,
                     ),
                 )

@@ -47,8 +47,9 @@ def _add(new: list[Document], seen: set[str], title: str, text: str) -> str:
     return docid
 
 
-def records(files: Mapping[str, Path], split: str, limit: int | None = None,
-            relevance: str = "paper") -> Iterator[Record]:
+def records(
+    files: Mapping[str, Path], split: str, limit: int | None = None, relevance: str = "paper"
+) -> Iterator[Record]:
     """Each question's new paragraphs, qrels, query and answer; then the extra passages.
     `relevance`: which context paragraphs are gold (RELEVANCE)."""
     every = check_relevance("2wikimultihopqa", RELEVANCE, relevance) == "paper"

@@ -65,7 +65,7 @@ def normalize(text: str, drop_articles: bool = True) -> str:
     for m in NUMBER.finditer(text):
         if m.group("int") is None and m.group("frac") is None:
             continue  # an empty match (a lone sign or currency sign)
-        parts += [_squad_chars(text[end:m.start()]), canonical_number(m["sign"], m["int"], m["frac"])]
+        parts += [_squad_chars(text[end : m.start()]), canonical_number(m["sign"], m["int"], m["frac"])]
         end = m.end()
     parts.append(_squad_chars(text[end:]))
     text = " ".join(parts)

@@ -130,7 +130,9 @@ def boolean_accuracy(prediction: bool | None, gold: bool) -> float:
 # The words a yes/no gold is written as. StrategyQA's golds are booleans; our prompts ask for
 # yes/no, the original toolkit's for true/false, so both forms of the gold count.
 BOOLEAN_FORMS: dict[bool, frozenset[str]] = {True: frozenset({"yes", "true"}), False: frozenset({"no", "false"})}
-_BOOLEAN_WORDS = {gold: re.compile(r"\b(?:" + "|".join(sorted(forms)) + r")\b") for gold, forms in BOOLEAN_FORMS.items()}
+_BOOLEAN_WORDS = {
+    gold: re.compile(r"\b(?:" + "|".join(sorted(forms)) + r")\b") for gold, forms in BOOLEAN_FORMS.items()
+}
 
 
 def boolean_cover_em(prediction: str, gold: bool) -> float:
@@ -161,8 +163,7 @@ def _normalized_em(gold_aliases: Sequence[str], prediction: str) -> bool:
     return any(normalize_answer(a) == pred for a in gold_aliases)
 
 
-def greedy_f1(golds: Sequence[Any], predictions: Sequence[str],
-              match: Callable[[Any, str], bool]) -> float:
+def greedy_f1(golds: Sequence[Any], predictions: Sequence[str], match: Callable[[Any, str], bool]) -> float:
     """AmbigQA's get_f1: golds in order, each taking the first free prediction it matches."""
     if not golds or not predictions:
         return 0.0
@@ -226,8 +227,9 @@ def number_readings(number: ParsedNumber) -> set[float]:
     return out
 
 
-def em_tol(prediction: ParsedNumber | bool | None, golds: Iterable[float] = (),
-           gold_boolean: bool | None = None) -> float:
+def em_tol(
+    prediction: ParsedNumber | bool | None, golds: Iterable[float] = (), gold_boolean: bool | None = None
+) -> float:
     """FinQA match of one answer.
 
     yes/no golds: the extracted yes/no must equal them. Number golds: some reading of the
@@ -260,8 +262,9 @@ def dexter_gold_value(answer_text: str) -> float | None:
         return None
 
 
-def em_tol_dexter(prediction: ParsedNumber | bool | None, gold_value: float | None = None,
-                  gold_boolean: bool | None = None) -> float:
+def em_tol_dexter(
+    prediction: ParsedNumber | bool | None, gold_value: float | None = None, gold_boolean: bool | None = None
+) -> float:
     """The original toolkit's FinQA match (how the paper's numbers were computed).
 
     Numbers as written (no % division), compared as absolute values: isclose(|round(g, 3)|,

@@ -63,8 +63,9 @@ POLICIES = {
 UNIT = "fraction"
 NO_RELEVANT_QRELS = "no query of the split has a relevant qrel (qrels empty): nothing to evaluate"
 QRELS_NOT_IN_CORPUS = "no relevant qrel's document is in the searched corpus"
-NO_GOLD_IN_CORPUS = ("no gold evidence paragraph of the split is in the searched corpus "
-                     "(StrategyQA paragraphs not loaded: qrels empty)")
+NO_GOLD_IN_CORPUS = (
+    "no gold evidence paragraph of the split is in the searched corpus (StrategyQA paragraphs not loaded: qrels empty)"
+)
 
 
 def measure_names(cutoffs: Mapping[str, Sequence[int]] = CUTOFFS) -> list[str]:
@@ -121,8 +122,12 @@ def evaluate(
     return Evaluation(per_query, counts)
 
 
-def best_annotator_recall(ranking: Sequence[str], evidence: Sequence[Sequence[Sequence[str]]], k: int = 10,
-                          known: Container[str] | None = None) -> float | None:
+def best_annotator_recall(
+    ranking: Sequence[str],
+    evidence: Sequence[Sequence[Sequence[str]]],
+    k: int = 10,
+    known: Container[str] | None = None,
+) -> float | None:
     """StrategyQA Recall@k for one question.
 
     Per annotator the gold set is every paragraph id named in any of that annotator's steps
@@ -180,8 +185,12 @@ def metric_rows(per_query: Mapping[str, Mapping[str, float]], variant: str) -> l
     ]
 
 
-def summary(per_query: Mapping[str, Mapping[str, float]], variant: str,
-            names: Sequence[str] | None = None, reason: str = NO_RELEVANT_QRELS) -> list[dict[str, Any]]:
+def summary(
+    per_query: Mapping[str, Mapping[str, float]],
+    variant: str,
+    names: Sequence[str] | None = None,
+    reason: str = NO_RELEVANT_QRELS,
+) -> list[dict[str, Any]]:
     """metrics.json entries: the mean of each measure over the queries that have it (fractions).
 
     Every measure of `names` gets an entry (a measure no query has is null, n 0, with `reason`),
@@ -193,8 +202,9 @@ def summary(per_query: Mapping[str, Mapping[str, float]], variant: str,
     for m in wanted + [m for m in found if m not in wanted]:
         values = [v[m] for v in per_query.values() if m in v]
         if values:
-            out.append({"metric": m, "variant": variant, "value": sum(values) / len(values), "n": len(values),
-                        "unit": UNIT})
+            out.append(
+                {"metric": m, "variant": variant, "value": sum(values) / len(values), "n": len(values), "unit": UNIT}
+            )
         else:
             out.append({"metric": m, "variant": variant, "value": None, "n": 0, "unit": UNIT, "reason": reason})
     return out

@@ -76,8 +76,9 @@ def to_number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def value_similarity(target: str, prediction: str, text_theta: float = TEXT_THETA,
-                     number_theta: float = NUMBER_THETA) -> float:
+def value_similarity(
+    target: str, prediction: str, text_theta: float = TEXT_THETA, number_theta: float = NUMBER_THETA
+) -> float:
     gold = to_number(target)
     pred = to_number(prediction)
     if pred is not None and gold:  # a zero gold falls through to string comparison, as in TANQ
@@ -127,8 +128,9 @@ def table_datapoints(header: Sequence[str], rows: Sequence[Sequence[str]]) -> di
     return _cell_points(*_lower(header, rows))
 
 
-def datapoints_prf(gold: dict[str, str], pred: dict[str, str], text_theta: float = TEXT_THETA,
-                   number_theta: float = NUMBER_THETA) -> RmsScore:
+def datapoints_prf(
+    gold: dict[str, str], pred: dict[str, str], text_theta: float = TEXT_THETA, number_theta: float = NUMBER_THETA
+) -> RmsScore:
     """Precision/recall/F1 of one predicted datapoint set against the gold set."""
     if not gold and not pred:
         return RmsScore(1.0, 1.0, 1.0)
@@ -139,6 +141,7 @@ def datapoints_prf(gold: dict[str, str], pred: dict[str, str], text_theta: float
     gold_items, pred_items = list(gold.items()), list(pred.items())
     key_sim = np.array([[anls(gk, pk, text_theta) for pk, _ in pred_items] for gk, _ in gold_items])
     from scipy.optimize import linear_sum_assignment  # scipy.optimize: ~0.5 s per job start
+
     rows, cols = linear_sum_assignment(1.0 - key_sim)
     score = 0.0
     for r, c in zip(rows, cols):
@@ -149,9 +152,14 @@ def datapoints_prf(gold: dict[str, str], pred: dict[str, str], text_theta: float
     return RmsScore(precision, recall, 2 * precision * recall / (precision + recall))
 
 
-def rms(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]],
-        pred_header: Sequence[str], pred_rows: Sequence[Sequence[str]],
-        text_theta: float = TEXT_THETA, number_theta: float = NUMBER_THETA) -> RmsScore:
+def rms(
+    gold_header: Sequence[str],
+    gold_rows: Sequence[Sequence[str]],
+    pred_header: Sequence[str],
+    pred_rows: Sequence[Sequence[str]],
+    text_theta: float = TEXT_THETA,
+    number_theta: float = NUMBER_THETA,
+) -> RmsScore:
     """RMS of one predicted table; the better of the as-read and transposed readings by F1."""
     gold = table_datapoints(gold_header, gold_rows)
     candidates = [
@@ -197,7 +205,7 @@ def read_table_official(text: str, transposed: bool = False) -> OfficialTable:
         return OfficialTable()
     title = None
     if lines[0].startswith(TITLE_PREFIX):
-        title, lines = lines[0][len(TITLE_PREFIX):].strip(), lines[1:]
+        title, lines = lines[0][len(TITLE_PREFIX) :].strip(), lines[1:]
     if not lines:
         return OfficialTable(title=title)
     grid = [tuple(cell.strip() for cell in line.split(" | ")) for line in lines]
@@ -220,14 +228,21 @@ def gold_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("|".join(str(c) for c in row) for row in [header, *rows])
 
 
-def rms_official(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]], prediction: str,
-                 text_theta: float = TEXT_THETA, number_theta: float = NUMBER_THETA) -> RmsScore:
+def rms_official(
+    gold_header: Sequence[str],
+    gold_rows: Sequence[Sequence[str]],
+    prediction: str,
+    text_theta: float = TEXT_THETA,
+    number_theta: float = NUMBER_THETA,
+) -> RmsScore:
     """RMS of one prediction *text* as TANQ's `table_datapoints_precision_recall_per_point`
     (tanq_utils.py:129-172) scores it: the gold read as is, the prediction read transposed and as
     is (`read_table_official`), the better F1 kept (the transposed reading on a tie). An empty
     text, or one with no datapoints (prose, a one-column list), scores (1, 0, 0): TANQ's
     convention for a prediction without datapoints (lines 246-247)."""
     gold = official_datapoints(read_table_official(gold_text(gold_header, gold_rows)))
-    candidates = [datapoints_prf(gold, official_datapoints(read_table_official(prediction, transposed)),
-                                 text_theta, number_theta) for transposed in (True, False)]
+    candidates = [
+        datapoints_prf(gold, official_datapoints(read_table_official(prediction, transposed)), text_theta, number_theta)
+        for transposed in (True, False)
+    ]
     return max(candidates, key=lambda s: s.f1)

@@ -104,9 +104,9 @@ CATEGORIES: tuple[tuple[str, str, bool], ...] = (
 COMPUTED = tuple(m for m, _, computed in CATEGORIES if computed)
 NOT_COMPUTED: dict[str, str] = {
     "failure_filter_issues": "not computed: whether an entity fails the question's filter needs judgement "
-                             "(manual in the paper; no LLM judge is configured)",
+    "(manual in the paper; no LLM judge is configured)",
     "failure_hallucination_other": "not computed: telling other hallucinations from filter issues needs judgement "
-                                   "(manual in the paper; no LLM judge is configured)",
+    "(manual in the paper; no LLM judge is configured)",
 }
 
 
@@ -203,13 +203,13 @@ def value_match(gold: str, pred: str) -> bool:
 
 
 def _expand_initials(pred: str, gold: str) -> str:
-    """"u.s. fish ..." -> "united states fish ..." when the gold has words with those initials."""
+    """ "u.s. fish ..." -> "united states fish ..." when the gold has words with those initials."""
     words = re.findall(r"[a-z0-9]+", gold)
 
     def expand(m: re.Match) -> str:
         letters = re.sub(r"[^a-z]", "", m.group(0))
         for i in range(len(words) - len(letters) + 1):
-            run = words[i:i + len(letters)]
+            run = words[i : i + len(letters)]
             if "".join(w[0] for w in run) == letters:
                 return " ".join(run) + " "
         return m.group(0)
@@ -263,6 +263,7 @@ def classify_cell(gold: str, pred: str) -> str:
         return "wrong"
     matrix = np.array([[1.0 if value_match(g, p) else 0.0 for p in pred_values] for g in gold_values])
     from scipy.optimize import linear_sum_assignment  # scipy.optimize: ~0.5 s per job start
+
     rows, cols = linear_sum_assignment(-matrix)
     covered = sum(int(matrix[r, c]) for r, c in zip(rows, cols))
     if covered < len(pred_values):  # some predicted value is no gold value
@@ -277,6 +278,7 @@ def _assign(score: np.ndarray, minimum: float) -> dict[int, int]:
     if score.size == 0:
         return {}
     from scipy.optimize import linear_sum_assignment  # scipy.optimize: ~0.5 s per job start
+
     rows, cols = linear_sum_assignment(-score)
     return {int(r): int(c) for r, c in zip(rows, cols) if score[r, c] >= minimum}
 
@@ -322,19 +324,31 @@ def _align(gold_header: list[str], gold_rows: list[list[str]], grid: list[list[s
     grid = _pad(grid, width)
     first = grid[0]
     label_score = np.array([[header_similarity(g, p) for p in first[1:]] for g in gold_header[1:]]).reshape(
-        len(gold_header) - 1, width - 1)
+        len(gold_header) - 1, width - 1
+    )
     columns = {g + 1: p + 1 for g, p in _assign(label_score, TEXT_MATCH).items()}
-    columns = {g: p for g, p in columns.items() if gold_header[g] == first[p]
-               or not _kinds_differ([r[g] for r in gold_rows], [r[p] for r in grid[1:]])}
+    columns = {
+        g: p
+        for g, p in columns.items()
+        if gold_header[g] == first[p] or not _kinds_differ([r[g] for r in gold_rows], [r[p] for r in grid[1:]])
+    }
     header = bool(columns) or not _reads_as_data(first, gold_rows)
     data = grid[1:] if header else grid
-    entity = np.array([[entity_score(g[0], d[0]) for d in data] for g in gold_rows]).reshape(
-        len(gold_rows), len(data))
+    entity = np.array([[entity_score(g[0], d[0]) for d in data] for g in gold_rows]).reshape(len(gold_rows), len(data))
     rows = _assign(entity, 0.5)
     if not header:
-        content = np.array([[sum(classify_cell(gold_rows[gr][g], data[pr][p]) in ("correct", "partial")
-                                 for gr, pr in rows.items()) for p in range(1, width)]
-                            for g in range(1, len(gold_header))]).reshape(len(gold_header) - 1, width - 1)
+        content = np.array(
+            [
+                [
+                    sum(
+                        classify_cell(gold_rows[gr][g], data[pr][p]) in ("correct", "partial")
+                        for gr, pr in rows.items()
+                    )
+                    for p in range(1, width)
+                ]
+                for g in range(1, len(gold_header))
+            ]
+        ).reshape(len(gold_header) - 1, width - 1)
         columns = {g + 1: p + 1 for g, p in _assign(content, 1.0).items()}
         for col in range(1, min(width, len(gold_header))):  # the rest by position
             if col not in columns and col not in columns.values():
@@ -342,9 +356,7 @@ def _align(gold_header: list[str], gold_rows: list[list[str]], grid: list[list[s
     return _Alignment(header, columns, rows, width, first if header else [], data)
 
 
-
-def classify(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]],
-             table: ParsedTable | None) -> Failures:
+def classify(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]], table: ParsedTable | None) -> Failures:
     """The Table 10 categories of one prediction: `table` is what extraction read (None or an
     empty table: nothing was scored, the non-table category)."""
     if table is None or table.is_empty():
@@ -379,9 +391,16 @@ def classify(gold_header: Sequence[str], gold_rows: Sequence[Sequence[str]],
                 wrong.append((rows[gr][0], head[g]))
             elif kind == "partial":
                 partial.append((rows[gr][0], head[g]))
-    return Failures(non_table=False, no_header=not a.header, transposed=transposed,
-                    missing_relations=missing_relations, extra_relations=tuple(extra),
-                    missing_entities=missing_entities, wrong_cells=tuple(wrong), partial_cells=tuple(partial))
+    return Failures(
+        non_table=False,
+        no_header=not a.header,
+        transposed=transposed,
+        missing_relations=missing_relations,
+        extra_relations=tuple(extra),
+        missing_entities=missing_entities,
+        wrong_cells=tuple(wrong),
+        partial_cells=tuple(partial),
+    )
 
 
 def failure_scores(failures: Failures) -> list[tuple[str, str, float]]:
@@ -390,5 +409,16 @@ def failure_scores(failures: Failures) -> list[tuple[str, str, float]]:
     return [(metric, VARIANT, float(on)) for metric, on in failures.labels.items()]
 
 
-__all__ = ["CATEGORIES", "COMPUTED", "NOT_COMPUTED", "Failures", "cell_values", "classify", "classify_cell",
-           "entity_match", "failure_scores", "header_similarity", "value_match"]
+__all__ = [
+    "CATEGORIES",
+    "COMPUTED",
+    "NOT_COMPUTED",
+    "Failures",
+    "cell_values",
+    "classify",
+    "classify_cell",
+    "entity_match",
+    "failure_scores",
+    "header_similarity",
+    "value_match",
+]

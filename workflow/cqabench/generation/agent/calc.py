@@ -181,8 +181,10 @@ def _check_binop(op: ast.operator, left: Any, right: Any) -> None:
         for seq, n in ((left, _count(right)), (right, _count(left))):
             if isinstance(seq, (list, tuple)) and n is not None and n > 0:
                 if n > MAX_ELEMENTS or _size(seq) * n > MAX_ELEMENTS:
-                    raise CalcError(f"repeating a sequence of {_size(seq)} element(s) {n} times would make "
-                                    f"more than {MAX_ELEMENTS} elements")
+                    raise CalcError(
+                        f"repeating a sequence of {_size(seq)} element(s) {n} times would make "
+                        f"more than {MAX_ELEMENTS} elements"
+                    )
     if isinstance(op, ast.Add) and isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
         if _size(left) + _size(right) > MAX_ELEMENTS:
             raise CalcError(f"joining these sequences would make more than {MAX_ELEMENTS} elements")
@@ -211,8 +213,10 @@ class _Evaluator:
             raise CalcError(f"the calculation took longer than {TIME_LIMIT_S} s")
         method = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
-            raise CalcError(f"{type(node).__name__} is not allowed (only arithmetic, comparisons and "
-                            f"the functions {', '.join(FUNCTIONS)})")
+            raise CalcError(
+                f"{type(node).__name__} is not allowed (only arithmetic, comparisons and "
+                f"the functions {', '.join(FUNCTIONS)})"
+            )
         return _check_value(method(node))
 
     def _Expression(self, node: ast.Expression) -> Any:
@@ -255,8 +259,9 @@ class _Evaluator:
         except ZeroDivisionError:
             raise CalcError("division by zero") from None
         except (TypeError, OverflowError, ValueError) as exc:
-            raise CalcError(f"cannot compute {type(node.op).__name__} of {_short(left)} and {_short(right)}: "
-                            f"{exc}") from None
+            raise CalcError(
+                f"cannot compute {type(node.op).__name__} of {_short(left)} and {_short(right)}: {exc}"
+            ) from None
         if isinstance(result, dt.timedelta):
             return result.days  # date - date: days
         return result

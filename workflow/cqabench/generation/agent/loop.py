@@ -91,15 +91,25 @@ def parse_turn(text: str) -> Parsed:
     if final >= 0 and (action is None or final < action.start()):
         return Parsed("final", text.strip())
     if action is None:
-        return Parsed("error", text.strip(), error=(
-            "no action found. End your turn with one line 'Action: Tool[input]' "
-            f"(tools: {', '.join(TOOLS)}) or give 'Final Answer:' and the table."))
+        return Parsed(
+            "error",
+            text.strip(),
+            error=(
+                "no action found. End your turn with one line 'Action: Tool[input]' "
+                f"(tools: {', '.join(TOOLS)}) or give 'Final Answer:' and the table."
+            ),
+        )
     kept = text[: action.end()].strip()
     m = _CALL.match(action.group(1).strip())
     if m is None:
-        return Parsed("error", kept, error=(
-            f"malformed action {action.group(1).strip()[:80]!r}; write e.g. Action: WikiSearch[keywords] "
-            "or Action: FindEvidence[article title | keywords]"))
+        return Parsed(
+            "error",
+            kept,
+            error=(
+                f"malformed action {action.group(1).strip()[:80]!r}; write e.g. Action: WikiSearch[keywords] "
+                "or Action: FindEvidence[article title | keywords]"
+            ),
+        )
     tool = m.group(1)
     if tool not in TOOLS:
         return Parsed("error", kept, error=f"unknown tool {tool!r}; tools: {', '.join(TOOLS)}")
@@ -165,8 +175,14 @@ def run_dialogues(dialogues: Sequence[Dialogue], complete: Complete) -> int:
         for d, chat, comp, was_cached in zip(active, chats, completions, cached):
             d.completions.append((d.ctx.key_of(chat), comp))
             parsed = parse_turn(comp.text)
-            step = {"step": len(d.steps) + 1, "model": parsed.text, "kind": parsed.kind,
-                    "prompt_tokens": comp.prompt_tokens, "output_tokens": comp.output_tokens, "cached": was_cached}
+            step = {
+                "step": len(d.steps) + 1,
+                "model": parsed.text,
+                "kind": parsed.kind,
+                "prompt_tokens": comp.prompt_tokens,
+                "output_tokens": comp.output_tokens,
+                "cached": was_cached,
+            }
             d.steps.append(step)
             if getattr(comp, "error", ""):  # the backend gave up on this turn (never cached): a rerun asks again
                 step["kind"], step["error"] = "failed", comp.error

