@@ -96,9 +96,9 @@ class ReportPlan(EvaluationPlan):
         from cqabench.planner.table_targets import cells_of
 
         spec = self.table_specs()[table_id][1]
-        retrieval = [(c, {"stage": "retrieval", "dataset": c[0], "split": c[1], "serialization": c[2],
-                          "retriever": c[3], "corpus": self.corpus_of(c[0]), "relevance": self.relevance_of(c[0])})
-                     for c in self.retrieval_cells()]  # fmt: skip
+        retrieval = [((ds, sp, ser, run), {"stage": "retrieval", "dataset": ds, "split": sp, "serialization": ser,
+                                           "retriever": run, "corpus": self.corpus_of(ds), "relevance": self.relevance_of(ds)})
+                     for ds, sp, ser, run in self.retrieval_cells()]  # fmt: skip
         generation = [(c, {"stage": "generation", **c.as_dict(), "backend": self.llms[c.llm]["backend"],
                            "corpus": self._generation_corpus(c), "relevance": self.relevance_of(c.dataset)})
                       for c in self.all_cells()]  # fmt: skip
@@ -124,7 +124,7 @@ class ReportPlan(EvaluationPlan):
             per_question = [self.answer_metrics_file(c, "per_question.parquet") for c in cells["generation"]]
             inputs["per_question"] = sorted(per_query + per_question)
             splits = sorted(
-                {(c[0], c[1]) for c in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]}
+                {(ds, sp) for ds, sp, _, _ in cells["retrieval"]} | {(c.dataset, c.split) for c in cells["generation"]}
             )
             inputs["data"] = [self.data_path(ds, sp, t) for ds, sp in splits for t in ("queries", "answers")]
         return inputs
