@@ -213,7 +213,8 @@ def retrieval_priority(rule, w):
     """Jobs that declare several threads (BM25's JVM, a GPU job's CPUs) start before one-thread
     jobs: on a few local cores such a job waits for a moment when all of its cores are free, and
     the sample's short BM25 jobs then ran one by one at the end of the retrieval stage, with a
-    core idle (about a minute of make run). Scheduling order only; on a cluster, submission order."""
+    core idle (about a minute of make run). Scheduling order only; on a cluster, submission order.
+    """
     return 1 if retrieval_threads(rule, w) > 1 else 0
 
 

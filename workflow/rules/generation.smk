@@ -46,6 +46,8 @@ rule cell_spec:
         setting=CELL_PART,
         k=CELL_PART,
     localrule: True
+    conda:
+        "../../envs/generation.yaml"
     resources:
         **job_resources("cell_spec"),
     params:
@@ -53,8 +55,6 @@ rule cell_spec:
     # a shell job: Snakemake's local executor starts a `run:` job as a new Snakemake process
     # (12 s each here; the sample's 43 held a core for 522 s of make run on 2 cores). printf
     # needs nothing; the environment is the one the cell's own jobs use (every shell rule names one)
-    conda:
-        "../../envs/generation.yaml"
     shell:
         "printf '%s\\n' {params.spec:q} > {output:q} 2> {log:q}"
 

@@ -15,11 +15,11 @@ rule index:
         f"{RESULTS}/benchmarks/index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(PLAN.unsharded_retrievers()),  # encode_jobs > 1: gather_index below
+    priority: lambda w: retrieval_priority("index", w)
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("index", w)
-    priority: lambda w: retrieval_priority("index", w)
     resources:
         **job_resources("index", gpu=True, retries=True),
     params:
@@ -47,11 +47,11 @@ rule colbert_codec:
         f"{RESULTS}/benchmarks/colbert_codec/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(PLAN.codec_retrievers()),
+    priority: lambda w: retrieval_priority("colbert_codec", w)
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("colbert_codec", w)
-    priority: lambda w: retrieval_priority("colbert_codec", w)
     resources:
         **job_resources("colbert_codec", gpu=True, retries=True),
     params:
@@ -77,11 +77,11 @@ rule encode_part:
         retriever=_names(PLAN.sharded_retrievers()),
         part=r"\d+",
         parts=r"\d+",
+    priority: lambda w: retrieval_priority("encode_part", w)
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("encode_part", w)
-    priority: lambda w: retrieval_priority("encode_part", w)
     resources:
         **job_resources("encode_part", gpu=True, retries=True),
     params:
@@ -106,11 +106,11 @@ rule gather_index:
         f"{RESULTS}/benchmarks/gather_index/{{corpus}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(PLAN.sharded_retrievers()),
+    priority: lambda w: retrieval_priority("gather_index", w)
     retries: MEMORY_RETRIES
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("gather_index", w)
-    priority: lambda w: retrieval_priority("gather_index", w)
     resources:
         **job_resources("gather_index", retries=True),
         # No model runs here: links the parts' shards (flat), trains and fills faiss on CPU, or
@@ -144,11 +144,11 @@ rule search:
         f"{RESULTS}/benchmarks/search/{{dataset}}/{{split}}/{{serialization}}/{{retriever}}.tsv"
     wildcard_constraints:
         retriever=_names(PLAN.retriever_configs),
+    priority: lambda w: retrieval_priority("search", w)
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("search", w)
-    priority: lambda w: retrieval_priority("search", w)
     resources:
         **job_resources("search", gpu=True, retries=True),
     params:
@@ -181,11 +181,11 @@ rule decompose_search:
     wildcard_constraints:
         retriever=_names(PLAN.retriever_configs),
         kind="irq|ird-gold|ird-pred",
+    priority: lambda w: retrieval_priority("decompose_search", w)
     retries: MEMORY_RETRIES  # out of memory: again with twice the memory (cqabench/common/job_memory.py)
     conda:
         "../../envs/retrieval.yaml"
     threads: lambda w: retrieval_threads("decompose_search", w)
-    priority: lambda w: retrieval_priority("decompose_search", w)
     resources:
         **job_resources("decompose_search", gpu=True, retries=True),
     params:
