@@ -43,7 +43,7 @@ def test_every_option_of_every_subcommand_has_help() -> None:
 def test_the_walk_reaches_nested_subcommands() -> None:
     # the nested ones are where a walk that stops at the first level would miss flags
     names = set(subcommand_parsers(build_parser()))
-    assert {"search", "models fetch", "models list", "cache verify", "cache drop", "cache import"} <= names
+    assert {"search", "fetch-models", "list-models", "cache verify", "cache drop", "cache import"} <= names
 
 
 def test_the_check_names_an_option_or_subcommand_without_help() -> None:
@@ -69,5 +69,7 @@ def test_help_renders(name: str) -> None:
 def test_help_shows_the_default_from_the_parser() -> None:
     """Helps say `(default %(default)s)`: the number shown is the parser's, never restated."""
     subs = subcommand_parsers(build_parser())
-    assert "documents kept per question (default 100)" in " ".join(subs["search"].format_help().split())
+    assert "torch dtype of the written weights (default float32)" in " ".join(
+        subs["convert-model"].format_help().split()
+    )
     assert "(default 9999)" in " ".join(subs["report-answers"].format_help().split())

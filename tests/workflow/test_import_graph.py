@@ -141,7 +141,9 @@ LAYERS = (
     "__main__",
 )
 ROOT_MODULES_MAX = 6
-MODULE_LINES_MAX = 600
+# 600 lines in the package's hand style; ruff format (issue 39) spreads calls and literals over more
+# lines: the package 27,601 -> 30,424 lines (+10 %), the longest module 600 -> 688.
+MODULE_LINES_MAX = 700
 
 
 def _layer(module: str) -> str:
