@@ -2,7 +2,7 @@
 (issue 39): a flag without help text is one a user has to read the source to use.
 
 The check walks the real parser (`cqabench.cli.build_parser`), nested subcommands included
-(`models fetch`, `cache drop`), so a flag added later without `help=` fails here by name.
+(`cache drop`, `cache import`), so a flag added later without `help=` fails here by name.
 """
 
 from __future__ import annotations

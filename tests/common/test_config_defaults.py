@@ -130,7 +130,7 @@ def test_a_plan_without_the_keys_is_the_plan_of_the_validated_config() -> None:
 
 
 def test_a_left_out_flag_takes_the_config_keys_default() -> None:
-    """`cqabench search` / `decompose-search` / `eval-retrieval` without --k or --drop-identical-ids
+    """`cqabench search` / `decompose-search` / `evaluate-retrieval` without --k or --drop-identical-ids
     (the workflow passes both): the schema's retrieval defaults, read only then."""
     from cqabench.cli import build_parser
     from cqabench.commands.retrieval import _or_default

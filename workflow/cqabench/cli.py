@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def subcommand_parsers(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
-    """Every subcommand's parser by its full name ('search', 'models fetch'), nested ones included:
+    """Every subcommand's parser by its full name ('search', 'cache drop'), nested ones included:
     what checks of the whole command line (every flag documented, every documented call valid) walk."""
     found: dict[str, argparse.ArgumentParser] = {}
     for action in parser._actions:

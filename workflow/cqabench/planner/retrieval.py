@@ -35,7 +35,7 @@ class RetrievalPlan(DataPlan):
         self.retriever_configs: dict[str, dict[str, Any]] = dict(c.get("retrievers") or {})
         self.retrieval: dict[str, Any] = dict(c.get("retrieval") or {})
         self.retrieval_k = int(configured(c, "retrieval", "k"))
-        # BEIR's policy for a document whose id is the query's (eval_retrieval's --drop-identical-ids)
+        # BEIR's policy for a document whose id is the query's (evaluate_retrieval's --drop-identical-ids)
         self.drop_identical_ids = bool(configured(c, "retrieval", "drop_identical_ids"))
         self.retrieval_retrievers: list[str] = list(self.retrieval.get("retrievers", []))
         # Datasets searched by the configured retrievers (default: all; a dataset without a
