@@ -82,12 +82,13 @@ run: $(STAMP) $(VLLM_STAMP)
 # pytest exits 5 when it collects no test (or deselects them all); make then fails, so an empty
 # run never passes. `make test` runs every test: before a commit, and what CI runs (CI=true).
 # pytest-xdist: one worker per core (TEST_WORKERS=0: one process), each test file on one worker
-# (--dist loadfile), so a module's shared fixtures and caches are built once.
+# (--dist loadfile), so a module's shared fixtures and caches are built once; files in
+# tests/conftest.py's order (--no-loadscope-reorder): the slow kinds start first.
 TEST_WORKERS ?= auto
 # `check` first: a formatting, lint or type error fails before the suite starts (mypy: ~50 s of
 # CPU on a fresh clone, 1-3 s once .mypy_cache holds the unchanged modules; ruff: under a second).
 test: check $(STAMP) $(VLLM_STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The tests that start none of pyproject.toml's six marked kinds (no Snakemake, no LLM engine, no
 # JVM, no browser, no daemon, no colbert-ai): the tier to run while editing, within 5 minutes on 2
