@@ -360,7 +360,7 @@ def _onnx_session(
     from cqabench.common.io import atomic_path
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.is_file() and not _copy_shared_export(model_dir, path, quantize):
+    if not path.is_file():  # HFEncoder looked in the shared export cache before loading the model
         if model is None:
             raise ConfigError(f"{path}: the index has no exported model; rebuild the index")
         _export(model, tokenizer, path, quantize)
