@@ -42,7 +42,7 @@ node_ready() {
 }
 
 # Bump when the config written below changes, so a cluster started by an older version is rebuilt.
-CONF_VERSION=2
+CONF_VERSION=3
 if command -v sinfo >/dev/null && scontrol ping 2>/dev/null | grep -q UP && node_ready \
    && grep -qx "# cqabench-local-version: $CONF_VERSION" "$CONF" 2>/dev/null; then
   log "already up ($NODE)"; exit 0
@@ -69,6 +69,11 @@ fi
 for _ in $(seq 1 20); do munge -n </dev/null >/dev/null 2>&1 && break; sleep 0.5; done
 
 # --- slurm.conf for this host.
+# MessageTimeout (default 10 s) bounds how long a client waits for a controller that is down.
+# The daemons stop when test_slurm ends but this file stays, and the SLURM executor plugin runs
+# `scontrol show config` when it is imported, which every Snakemake start does: with the default,
+# each later `snakemake` on this host waited 9 s for the stopped controller, with 3 it waits 2 s.
+# On one node, an answer from a running controller takes milliseconds.
 CPUS="$(nproc)"
 MEM_MB="$(awk '/MemTotal/ {printf "%d", $2/1024*0.9}' /proc/meminfo)"
 install -d -m 0755 "$CONF_DIR" "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd
@@ -98,6 +103,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 MinJobAge=3600
+MessageTimeout=3
 SlurmdTimeout=300
 InactiveLimit=0
 KillWait=30
