@@ -36,13 +36,18 @@ RAW = ROOT / "resources" / "raw"
 FIXTURES = ROOT / "tests" / "fixtures"
 KNOWN = FIXTURES / "toolkit_differences.yaml"
 
-try:
-    from dexter.data.loaders.RetrieverDataset import RetrieverDataset
-except ImportError as exc:  # a clear failure, not a skip: a fresh `make setup` installs it
-    raise ImportError(
-        "the toolkit reference test needs the dexter-cqa 1.0.9 wheel: "
-        "`python -m pip install --no-deps -r envs/test-nodeps.txt` (make setup does)"
-    ) from exc
+
+def _retriever_dataset() -> Any:
+    """The toolkit's RetrieverDataset, imported when a test builds with it: the import pulls in
+    torch and transformers (6 s), which every pytest-xdist worker would pay while collecting."""
+    try:
+        from dexter.data.loaders.RetrieverDataset import RetrieverDataset
+    except ImportError as exc:  # a clear failure, not a skip: a fresh `make setup` installs it
+        raise ImportError(
+            "the toolkit reference test needs the dexter-cqa 1.0.9 wheel: "
+            "`python -m pip install --no-deps -r envs/test-nodeps.txt` (make setup does)"
+        ) from exc
+    return RetrieverDataset
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def _toolkit(alias: str, records: list[dict], corpus: dict[str, dict], tmp: Path
     (tmp / "corpus.json").write_text(json.dumps(corpus), encoding="utf-8")
     ini = tmp / "config.ini"
     ini.write_text(f"[Data-Path]\n{alias} = {folder}\n{alias}-corpus = {tmp / 'corpus.json'}\n", encoding="utf-8")
-    data = RetrieverDataset(alias, f"{alias}-corpus", str(ini), "dev", tokenizer=None)
+    data = _retriever_dataset()(alias, f"{alias}-corpus", str(ini), "dev", tokenizer=None)
     _queries, qrels, _corpus = data.qrels()
     return qrels, data.base_dataset.raw_data
 
