@@ -161,8 +161,6 @@ class HFEncoder:
         device: str = "cpu",
         dtype: str = "float32",
     ) -> None:
-        from transformers import AutoConfig, AutoTokenizer
-
         if pooling not in POOLINGS:
             raise ConfigError(f"pooling {pooling!r} is unknown; valid: {', '.join(POOLINGS)}")
         if device != "cpu" and (backend != "torch" or quantize != "none"):
@@ -179,6 +177,14 @@ class HFEncoder:
             _copy_shared_export(path, Path(onnx_path), quantize)
         reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
         self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
+        if (
+            reuse
+            and onnx_path is not None
+            and self._onnx_without_transformers(path, Path(onnx_path), quantize, threads)
+        ):
+            return
+        from transformers import AutoConfig, AutoTokenizer
+
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             if reuse and onnx_path is not None:  # an index's exported graph: the torch weights are not needed at all
@@ -219,6 +225,22 @@ class HFEncoder:
             del self.model  # the torch weights are not needed once onnxruntime holds the graph
         else:
             raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
+
+    def _onnx_without_transformers(self, path: str, onnx_path: Path, quantize: str, threads: int | None) -> bool:
+        """An exported graph run with the folder's tokenizer.json alone (`tokenizer_file`), where that
+        tokenizes as AutoTokenizer would; False leaves it to transformers."""
+        from cqabench.retrieval.tokenizer_file import TokenizerFile, max_positions
+
+        limit = max_positions(path)
+        tokenizer = TokenizerFile.load(path) if limit is not None else None
+        if tokenizer is None or limit is None:
+            return False
+        self.tokenizer = tokenizer
+        self.limit = limit
+        self.default_length = min(512, self.limit)
+        self._session = _onnx_session(None, self.tokenizer, onnx_path, quantize, threads, path)
+        self._run = self._run_onnx
+        return True
 
     def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         names = {i.name for i in self._session.get_inputs()}
