@@ -21,6 +21,9 @@ from cqabench.retrieval.base import rank
 from cqabench.retrieval.jobs import fuse_runs
 from cqabench.retrieval.runs import read_run, write_run
 
+# tests/conftest.py: handed to a pytest-xdist worker before the other files of the fast tier
+EARLY_BECAUSE = "ranx's numba kernels compile on a fresh environment: 30-50 s, one test"
+
 # Two runs of two questions. q1: A = a (3.0), b (2.0), c (1.0); B = b (0.9), d (0.5), a (0.1).
 # q2 is retrieved by A only; q3 by neither.
 A = {"q1": [("a", 3.0), ("b", 2.0), ("c", 1.0)], "q2": [("x", 5.0)]}
