@@ -91,14 +91,13 @@ FIRST_KINDS = (frozenset({"engine", "colbert"}), frozenset({"snakemake", "jvm", 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank: dict[str, float] = {}
+    rank: dict[str, tuple[int, bool]] = {}
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         names = {mark.name for mark in item.iter_markers()}
-        kind: float = next((i for i, kinds in enumerate(FIRST_KINDS) if names & kinds), len(FIRST_KINDS))
-        if kind == len(FIRST_KINDS) and getattr(getattr(item, "module", None), "EARLY_BECAUSE", None):
-            kind -= 0.5
-        rank[path] = min(rank.get(path, kind), kind)
+        kind = next((i for i, kinds in enumerate(FIRST_KINDS) if names & kinds), len(FIRST_KINDS))
+        late = not getattr(getattr(item, "module", None), "EARLY_BECAUSE", None)  # False sorts first
+        rank[path] = min(rank.get(path, (kind, late)), (kind, late))
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: a file's tests keep their order
 
 

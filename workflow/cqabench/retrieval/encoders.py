@@ -177,23 +177,16 @@ class HFEncoder:
             _copy_shared_export(path, Path(onnx_path), quantize)
         reuse = backend == "onnx" and onnx_path is not None and Path(onnx_path).is_file()
         self._run: Callable[[dict[str, np.ndarray]], np.ndarray]
-        if (
-            reuse
-            and onnx_path is not None
-            and self._onnx_without_transformers(path, Path(onnx_path), quantize, threads)
-        ):
-            return
-        from transformers import AutoConfig, AutoTokenizer
-
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
             if reuse and onnx_path is not None:  # an index's exported graph: the torch weights are not needed at all
-                config = AutoConfig.from_pretrained(path)
-                self.limit = int(getattr(config, "max_position_embeddings", 512))
+                self.tokenizer, self.limit = _graph_tokenizer(path)
                 self.default_length = min(512, self.limit)
                 self._session = _onnx_session(None, self.tokenizer, Path(onnx_path), quantize, threads, path)
                 self._run = self._run_onnx
                 return
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
             import torch
 
             model = _model_class(path).from_pretrained(path)
@@ -226,22 +219,6 @@ class HFEncoder:
         else:
             raise ConfigError(f"backend {backend!r} is unknown; valid: torch, onnx")
 
-    def _onnx_without_transformers(self, path: str, onnx_path: Path, quantize: str, threads: int | None) -> bool:
-        """An exported graph run with the folder's tokenizer.json alone (`tokenizer_file`), where that
-        tokenizes as AutoTokenizer would; False leaves it to transformers."""
-        from cqabench.retrieval.tokenizer_file import TokenizerFile, max_positions
-
-        limit = max_positions(path)
-        tokenizer = TokenizerFile.load(path) if limit is not None else None
-        if tokenizer is None or limit is None:
-            return False
-        self.tokenizer = tokenizer
-        self.limit = limit
-        self.default_length = min(512, self.limit)
-        self._session = _onnx_session(None, self.tokenizer, onnx_path, quantize, threads, path)
-        self._run = self._run_onnx
-        return True
-
     def _run_onnx(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         names = {i.name for i in self._session.get_inputs()}
         return self._session.run(None, {k: v for k, v in batch.items() if k in names})[0]
@@ -272,6 +249,20 @@ class HFEncoder:
     def encode(self, texts: Sequence[str] | Sequence[tuple[str, str]], max_length: int, batch_size: int) -> np.ndarray:
         """Float32 [n, dim]; a (title, text) pair is encoded as a BERT sentence pair."""
         return self.run(self.prepare(texts, max_length, batch_size))
+
+
+def _graph_tokenizer(path: str) -> tuple[Any, int]:
+    """The tokenizer and position limit of a job on an exported graph: the folder's tokenizer.json
+    alone (`tokenizer_file`) where that tokenizes as AutoTokenizer would, else transformers'."""
+    from cqabench.retrieval.tokenizer_file import TokenizerFile, max_positions
+
+    tokenizer, limit = TokenizerFile.load(path), max_positions(path)
+    if tokenizer is not None and limit is not None:
+        return tokenizer, limit
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path), int(getattr(config, "max_position_embeddings", 512))
 
 
 def _model_class(path: str) -> Any:

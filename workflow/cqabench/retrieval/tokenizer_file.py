@@ -47,7 +47,8 @@ class TokenizerFile:
         folder = Path(folder)
         try:
             config = json.loads((folder / "tokenizer_config.json").read_text())
-            saved = json.loads((folder / "tokenizer.json").read_text())
+            text = (folder / "tokenizer.json").read_text()
+            saved = json.loads(text)
         except (OSError, ValueError):
             return None
         if config.get("tokenizer_class") not in BERT_CLASSES:
@@ -64,7 +65,7 @@ class TokenizerFile:
             return None
         from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer = Tokenizer.from_str(text)
         pad = _token(config.get("pad_token"))
         pad_id = tokenizer.token_to_id(pad) if pad is not None else None
         if pad is not None and pad_id is None:
